@@ -1,0 +1,135 @@
+"""The trajectory loop: one coroutine per trajectory, turn after turn until done.
+
+It speaks to the world through one protocol, `TurnRunner.run_turn`, which the live Dask runtime
+and the simulator both implement; the loop itself knows neither.
+
+    run_trajectory(spec, runner, ...)   play a TrajectorySpec to its end -> TrajectoryResult
+
+A turn, as the loop sees it:
+
+    context  = prompt | decode_0 | obs_1 | decode_1 | obs_2 | ...
+    turn k   = append obs_k (turn 0: the prompt) -> prefill -> decode_k -> tool (unless done)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from prorsa.agent.workload import TrajectorySpec
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    traj_id: str
+    turn: int
+    family: str
+    appended_tokens: int  # prefilled this turn on top of the cached context
+    context_tokens: int  # context after the append, before decoding
+    decode_tokens: int  # tokens to generate
+    tool_latency_s: float  # the tool call after the decode (0 when done)
+    done: bool
+    seed: int
+    token_ids: tuple[int, ...] | None = None  # the whole context, for engines that need ids
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    traj_id: str
+    turn: int
+    prefill_engine: str  # "" when the turn had no separate prefill leg (colocated)
+    decode_engine: str
+    prefill_tokens: int  # tokens appended this turn
+    cached_tokens: int  # of the context, served from a prefix cache
+    decode_tokens: int
+    token_ids: tuple[int, ...] = ()  # generated this turn
+    logprobs: tuple[float, ...] = ()
+    start_s: float = 0.0  # the body's clock, seconds since the rollout began
+    end_s: float = 0.0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    transfer_s: float = 0.0
+    decode_s: float = 0.0
+    tool_s: float = 0.0
+
+
+@dataclass
+class TrajectoryResult:
+    spec: TrajectorySpec
+    turns: list[TurnResult] = field(default_factory=list)
+    status: str = "running"  # completed | failed
+    error: str = ""
+    reward: float = float("nan")  # replay has no reward; environments set one
+    start_s: float = 0.0
+    end_s: float = 0.0
+    prompt_ids: tuple[int, ...] = ()
+
+
+class TurnRunner(Protocol):
+    needs_token_ids: bool
+    vocab_size: int
+
+    async def run_turn(self, req: TurnRequest) -> TurnResult: ...
+
+
+def synth_ids(seed: int, turn: int, n: int, vocab_size: int) -> list[int]:
+    """Replay has token counts, real engines need ids: draw them from the trajectory's seed, so
+    a replayed workload sends identical prompts on every run. Ids below 16 are left out
+    because tokenizers keep their special tokens there."""
+    rng = np.random.default_rng([seed, turn, 0x5EED])
+    return rng.integers(16, vocab_size, size=n).tolist()
+
+
+TurnListener = Callable[[TrajectorySpec, TurnResult], None]
+
+
+async def run_trajectory(
+    spec: TrajectorySpec,
+    runner: TurnRunner,
+    now: Callable[[], float],
+    on_turn: TurnListener | None = None,
+) -> TrajectoryResult:
+    result = TrajectoryResult(spec=spec, start_s=now())
+    ids: list[int] | None = [] if runner.needs_token_ids else None
+    context = 0
+    for k, turn in enumerate(spec.turns):
+        context += turn.appended_tokens
+        if ids is not None:
+            ids += synth_ids(spec.seed, k, turn.appended_tokens, runner.vocab_size)
+            if k == 0:
+                result.prompt_ids = tuple(ids)
+        req = TurnRequest(
+            traj_id=spec.traj_id,
+            turn=k,
+            family=spec.family,
+            appended_tokens=turn.appended_tokens,
+            context_tokens=context,
+            decode_tokens=turn.decode_tokens,
+            tool_latency_s=0.0 if turn.done else turn.tool_latency_s,
+            done=turn.done,
+            seed=spec.seed + k,
+            token_ids=tuple(ids) if ids is not None else None,
+        )
+        try:
+            res = await runner.run_turn(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed turn fails its trajectory, never the rollout
+            result.status, result.error = "failed", f"turn {k}: {type(e).__name__}: {e}"
+            break
+        result.turns.append(res)
+        context += res.decode_tokens
+        if ids is not None:
+            ids += res.token_ids
+        if on_turn is not None:
+            on_turn(spec, res)
+        if turn.done:
+            result.status = "completed"
+            break
+    if result.status == "running":
+        result.status, result.error = "failed", "trajectory spec ended without a final turn"
+    result.end_s = now()
+    return result

@@ -1,0 +1,176 @@
+"""The workload: which trajectories a run rolls out, as TrajectorySpecs.
+
+Built once per run from its WorkloadConfig and seed; the sync and async drivers ask it for specs
+and the agent loop replays them. Pure: no clock, no I/O after construction, no engine.
+
+Operations:
+    Workload.from_config(cfg, seed)    build from a family profile, or read cfg.trace (TraceError)
+    trajectories_for_step(step)        sync: B prompts x G samples, prompt-major ("s{step}-p{p}-g{g}")
+    trajectory(index)                  async: the index-th trajectory started ("a{index}"); groups of
+                                       G consecutive indices share a prompt
+    prompt_hardness(step, prompt)      the factor a GRPO group shares (1.0 for traces)
+
+Determinism: every spec is a function of (seed, step, prompt, group) alone. Each draw gets a
+numpy Generator seeded from a SeedSequence of those ints, never a shared stream, so trajectory 17
+is the same whether or not 0-16 were drawn (resume, sharded drivers, simulator = live).
+
+Shaping, in this order (each keeps a prefix of the drawn turns, so caps never reshuffle draws):
+    1. family context cap, in the family's own token units (the shape of the task)
+    2. max_turns: keep the first max_turns turns
+    3. token_scale on token counts (min 1; 0 stays 0), tool_time_scale on tool latencies
+    4. max_context, in scaled units (the engine's real limit): end before the context (sum of
+       appended + decode) would exceed it; turn 0 always stays, its prompt + decode clipped to fit
+The last kept turn is marked done and its tool latency set to 0.
+
+Trace replay runs the same slots (step, prompt, group or index) over the trace's trajectories in
+order, cycling when more are asked for; slot labels replace the trace's so ids stay unique, and a
+repeat of a trace trajectory gets a new seed. Steps 3-4 apply to traces too (identity by default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from prorsa.agent.families import Family, RawTurns, get_family
+from prorsa.agent.trace import TraceError, TrajectorySpec, TurnSpec, read_trace
+from prorsa.config.pipeline import WorkloadConfig
+
+__all__ = ["TraceError", "TrajectorySpec", "TurnSpec", "Workload"]
+
+# Tags keep the seed streams of different purposes apart. Keys must have a fixed length per tag:
+# SeedSequence pads short entropy with zeros, so [s, 1, 2] and [s, 1, 2, 0] would collide.
+_PROMPT, _MEMBER, _SPEC_SEED, _REPEAT = 1, 2, 3, 4
+
+
+def _seq(*keys: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([k % 2**64 for k in keys])  # entropy must be non-negative
+
+
+def _rng(*keys: int) -> np.random.Generator:
+    return np.random.default_rng(_seq(*keys))
+
+
+def _uint32(*keys: int) -> int:
+    return int(_seq(*keys).generate_state(1)[0])
+
+
+class Workload:
+    def __init__(self, cfg: WorkloadConfig, seed: int, *, family: Family | None,
+                 trace: tuple[TrajectorySpec, ...] | None) -> None:
+        if (family is None) == (trace is None):
+            raise ValueError("a Workload draws from a family or replays a trace, exactly one")
+        if trace is not None and not trace:
+            raise TraceError(f"{cfg.trace}: the trace holds no trajectories")
+        self.cfg = cfg  # only the workload section (STYLE 9)
+        self.seed = seed
+        self.family = family  # None when replaying
+        self.trace = trace  # None when drawing
+
+    @classmethod
+    def from_config(cls, cfg: WorkloadConfig, seed: int) -> Workload:
+        if cfg.trace is not None:
+            # An explicitly given family labels trace lines that carry none; the default does not.
+            label = cfg.family if cfg.family and "family" in cfg.model_fields_set else "trace"
+            return cls(cfg, seed, family=None, trace=tuple(read_trace(cfg.trace, default_family=label)))
+        assert cfg.family is not None  # WorkloadConfig guarantees a family or a trace
+        return cls(cfg, seed, family=get_family(cfg.family), trace=None)
+
+    # --- slots --------------------------------------------------------------------------------
+
+    def trajectories_for_step(self, step: int) -> list[TrajectorySpec]:
+        """Sync mode: the B x G trajectories of one training step, prompt-major."""
+        b, g = self.cfg.prompts, self.cfg.group_size
+        return [
+            self._slot(f"s{step}-p{p}-g{m}", step, p, m, slot=(step * b + p) * g + m)
+            for p in range(b)
+            for m in range(g)
+        ]
+
+    def trajectory(self, index: int) -> TrajectorySpec:
+        """Async mode: the index-th trajectory started; index // G is its (global) prompt."""
+        if index < 0:
+            raise ValueError(f"trajectory index must be >= 0, got {index}")
+        g = self.cfg.group_size
+        return self._slot(f"a{index}", 0, index // g, index % g, slot=index)
+
+    def prompt_hardness(self, step: int, prompt: int) -> float:
+        if self.family is None:
+            return 1.0
+        return self._draw_prompt(step, prompt)[0]
+
+    # --- drawing and replaying ----------------------------------------------------------------
+
+    def _slot(self, traj_id: str, step: int, prompt: int, member: int, *, slot: int) -> TrajectorySpec:
+        if self.trace is not None:
+            return self._replay(traj_id, step, prompt, member, slot)
+        assert self.family is not None
+        hardness, prompt_tokens = self._draw_prompt(step, prompt)
+        raw = self.family.draw_turns(_rng(self.seed, _MEMBER, step, prompt, member), hardness, prompt_tokens)
+        return TrajectorySpec(
+            traj_id=traj_id, family=self.family.name, prompt_index=prompt, group_index=member,
+            step=step, turns=self._shape(raw, self.family.context_cap),
+            seed=_uint32(self.seed, _SPEC_SEED, step, prompt, member),
+        )
+
+    def _draw_prompt(self, step: int, prompt: int) -> tuple[float, int]:
+        assert self.family is not None
+        return self.family.draw_prompt(_rng(self.seed, _PROMPT, step, prompt))
+
+    def _replay(self, traj_id: str, step: int, prompt: int, member: int, slot: int) -> TrajectorySpec:
+        assert self.trace is not None
+        repeat, i = divmod(slot, len(self.trace))
+        base = self.trace[i]
+        raw = RawTurns(
+            [t.appended_tokens for t in base.turns],
+            [t.decode_tokens for t in base.turns],
+            [t.tool_latency_s for t in base.turns],
+        )
+        return replace(
+            base, traj_id=traj_id, step=step, prompt_index=prompt, group_index=member,
+            turns=self._shape(raw, None),
+            # A repeat must not share token ids with the original, or prefix caches would hit.
+            seed=base.seed if repeat == 0 else _uint32(base.seed, _REPEAT, repeat),
+        )
+
+    def _shape(self, raw: RawTurns, family_cap: int | None) -> tuple[TurnSpec, ...]:
+        appended, decode, tool = list(raw.appended), list(raw.decode), list(raw.tool_s)
+        n = _fit_context(appended, decode, family_cap)
+        if self.cfg.max_turns is not None:
+            n = min(n, self.cfg.max_turns)
+        appended, decode, tool = appended[:n], decode[:n], tool[:n]
+        ts = self.cfg.token_scale
+        if ts != 1.0:
+            appended = [_scale_tokens(a, ts) for a in appended]
+            decode = [_scale_tokens(d, ts) for d in decode]
+        if self.cfg.tool_time_scale != 1.0:
+            tool = [t * self.cfg.tool_time_scale for t in tool]
+        n = _fit_context(appended, decode, self.cfg.max_context)
+        return tuple(
+            TurnSpec(appended[k], decode[k], 0.0 if k == n - 1 else tool[k], k == n - 1)
+            for k in range(n)
+        )
+
+
+def _scale_tokens(tokens: int, scale: float) -> int:
+    return 0 if tokens == 0 else max(1, round(tokens * scale))
+
+
+def _fit_context(appended: list[int], decode: list[int], cap: int | None) -> int:
+    """How many leading turns fit in `cap` context tokens; may clip turn 0 in place to fit.
+
+    Turn 0 always stays: a trajectory whose prompt alone overflows still runs one turn, with the
+    decode shrunk first (keep the task) and then the prompt (keep >= 1 decoded token).
+    """
+    if cap is None:
+        return len(appended)
+    if appended[0] + decode[0] > cap:
+        decode[0] = max(1, cap - appended[0])
+        appended[0] = min(appended[0], cap - decode[0])
+    total = 0
+    for k, (a, d) in enumerate(zip(appended, decode)):
+        if total + a + d > cap:
+            return k
+        total += a + d
+    return len(appended)

@@ -1,0 +1,102 @@
+"""`prorsa`: the command line.
+
+    prorsa run PIPELINE [--engine B] [--policy P] [--output DIR]   a live rollout on a LocalCluster
+    prorsa validate FILE...                                         check pipeline files, run nothing
+
+Bad input ends with one line on stderr and exit code 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from prorsa.config.load import ConfigError, load_pipeline
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+def _load(path: str, overrides: dict) -> object:
+    try:
+        return load_pipeline(path, overrides)
+    except ConfigError as e:
+        _fail(str(e))
+
+
+def _new_run_dir(base: Path, name: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = base / f"{name}-{stamp}"
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = base / f"{name}-{stamp}-{suffix}"
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log what Dask and the engines do.")
+def main(verbose: bool) -> None:
+    """Prorsa: agentic RL rollout with prefill/decode disaggregation on Dask."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not verbose:
+        for noisy in ("distributed", "tornado", "bokeh"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
+@click.option("--policy", help="Override the policy, e.g. colocated or static:2:1.")
+@click.option("--output", type=click.Path(file_okay=False), help="Directory for runs (default: the pipeline's output_dir).")
+def run(pipeline: str, engine: str | None, policy: str | None, output: str | None) -> None:
+    """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/."""
+    overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
+    cfg = _load(pipeline, overrides)
+    from prorsa.metrics.progress import summary_table
+    from prorsa.rollout.live import run_live
+
+    console = Console(stderr=False)
+    run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
+    (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+    console.print(f"run directory: {run_dir}")
+    try:
+        summary = asyncio.run(run_live(cfg, run_dir, console))
+    except KeyboardInterrupt:
+        _fail(f"interrupted; partial run left in {run_dir}")
+    console.print(summary_table(summary))
+    console.print(f"wrote {run_dir}")
+    if summary["trajectories_failed"]:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def validate(files: tuple[str, ...]) -> None:
+    """Check pipeline FILES without running them."""
+    bad = 0
+    for f in files:
+        try:
+            cfg = load_pipeline(f)
+        except ConfigError as e:
+            click.echo(f"error: {e}", err=True)
+            bad += 1
+        else:
+            click.echo(f"ok: {f} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
+                       f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
+    sys.exit(2 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

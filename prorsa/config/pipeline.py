@@ -1,0 +1,105 @@
+"""The pipeline file (pipelines/*.yaml) as pydantic models.
+
+Immutable once loaded (frozen models); unknown keys are errors, so a typo never silently falls
+back to a default. Each component receives only its own section.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from prorsa.control.policy import make_policy
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VllmSettings(_Section):
+    model: str = "tiny"  # a model directory, or "tiny": made locally under cache_dir on first use
+    cache_dir: str = ".prorsa/models"  # where the tiny model is made
+    device: Literal["cpu", "cuda"] = "cpu"
+    kv_cache_bytes: int = Field(128 * 2**20, gt=0)  # CPU engines need an explicit KV size
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)  # CUDA engines
+    max_model_len: int = Field(2048, gt=0)
+    enforce_eager: bool = True  # compiled start-up costs ~3x on CPU
+    tensor_parallel_size: int = Field(1, ge=1)
+    cores_per_engine: int = Field(1, ge=0)  # CPU pinning; 0 = no pinning
+    start_timeout_s: float = Field(300.0, gt=0)
+    extra_args: tuple[str, ...] = ()  # passed through to the vLLM server
+
+
+class EnginesConfig(_Section):
+    backend: Literal["emulated", "vllm"] = "emulated"
+    count: int = Field(3, ge=1)
+    slots: int = Field(32, ge=1)  # concurrent requests an engine admits (its role resource)
+    gpu: str = "h200"  # cost-model profile (emulated engines, simulator)
+    model: str = "qwen3-8b"  # cost-model profile
+    tp: int = Field(1, ge=1)
+    time_scale: float = Field(1.0, ge=0)  # emulated: 1.0 = real time, 0 = no engine time
+    vllm: VllmSettings = VllmSettings()
+
+
+class WorkloadConfig(_Section):
+    family: Literal["swe", "search", "math-tir", "terminal"] | None = "swe"
+    trace: str | None = None  # JSONL trace to replay instead of a family profile
+    mode: Literal["sync", "async"] = "sync"
+    prompts: int = Field(4, ge=1)  # sync: B prompts per step
+    group_size: int = Field(4, ge=1)  # sync: G samples per prompt (a GRPO group)
+    steps: int = Field(1, ge=1)  # sync: training steps to roll out
+    concurrency: int = Field(16, ge=1)  # async: trajectories kept in flight
+    trajectories: int | None = Field(None, ge=1)  # async: stop after this many
+    duration_s: float | None = Field(None, gt=0)  # async: stop starting new ones after this
+    token_scale: float = Field(1.0, gt=0)  # multiplies drawn token counts (tiny real models)
+    tool_time_scale: float = Field(1.0, ge=0)  # multiplies drawn tool latencies
+    max_turns: int | None = Field(None, ge=1)  # caps the family's turn count
+    max_context: int | None = Field(None, ge=16)  # a trajectory ends before exceeding this
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WorkloadConfig:
+        if self.trace is None and self.family is None:
+            raise ValueError("give a task 'family' or a 'trace' file")
+        if self.mode == "async" and self.trajectories is None and self.duration_s is None:
+            raise ValueError("async mode needs 'trajectories' or 'duration_s' to know when to stop")
+        return self
+
+
+class RuntimeConfig(_Section):
+    turn_shape: Literal["in_task", "driver"] = "in_task"
+    processes: bool = False  # workers as processes (Nanny) rather than in the driver process
+    tool_workers: int = Field(1, ge=1)
+    tool_threads: int = Field(64, ge=1)  # concurrent turns per tool worker
+    metrics_interval_s: float = Field(0.5, gt=0)
+    dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
+
+
+class PipelineConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = 0
+    policy: str = "static:2:1"
+    engines: EnginesConfig = EnginesConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    output_dir: str = "runs"
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_known(cls, v: str) -> str:
+        make_policy(v)  # raises ValueError naming the known policies
+        return v
+
+    @model_validator(mode="after")
+    def _policy_fits(self) -> PipelineConfig:
+        make_policy(self.policy).initial_roles(self.engines.count)
+        return self
+
+    def resolve_paths(self, base: Path) -> PipelineConfig:
+        """Relative trace paths are relative to the pipeline file."""
+        if self.workload.trace and not Path(self.workload.trace).is_absolute():
+            trace = str((base / self.workload.trace).resolve())
+            return self.model_copy(update={"workload": self.workload.model_copy(update={"trace": trace})})
+        return self
+

@@ -1,0 +1,10 @@
+"""Step-time cost model per GPU and model: prefill, decode, mixed steps, KV transfer, role switch.
+
+Profiles (configs/hardware/*.yaml, configs/models/*.yaml) load into frozen records; CostModel
+resolves them into constants once and answers step-time questions without I/O.
+"""
+
+from prorsa.costmodel.profiles import GpuProfile, ModelProfile, config_dir, load_gpu, load_model
+from prorsa.costmodel.roofline import CostModel
+
+__all__ = ["CostModel", "GpuProfile", "ModelProfile", "config_dir", "load_gpu", "load_model"]

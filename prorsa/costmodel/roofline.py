@@ -1,0 +1,211 @@
+"""Roofline step-time model of one engine (a TP group, or one DP-attention rank of an EP group).
+
+Called by the emulated engine (every step it runs), the simulator and the allocator (what one
+engine serves in each role, and what a switch costs). Pure arithmetic on constants resolved once
+in __init__: no I/O, no YAML, no clock; cheap enough for ~1e6 calls per simulated rollout.
+
+    prefill_time(chunks)            one batched prefill step; chunks = (new, cached_prefix) per seq
+    decode_time(contexts)           one decode step; contexts = KV length per sequence
+    mixed_time(chunks, contexts)    one chunked-prefill step co-batched with decodes
+    decode_series(batch, ctx, k)    k consecutive decode steps (contexts grow by one a step)
+    kv_transfer_time(tokens, link)  pulling `tokens` of KV over "net" or "nvlink"
+    switch_time(from, to, ...)      draining before a role switch (weights stay resident)
+    kv_capacity_tokens()            KV tokens that fit beside the weights
+    touched_weight_bytes(tokens)    weight bytes one step streams (MoE: only the hit experts)
+
+The model (shared/FACTS.md, "Cost-model starting values"), per step of T tokens over S sequences:
+
+    compute = (2 P_act T + 2 V h S) / (MFU_lin peak TP)           linear layers (+ lm_head per seq)
+            + 4 L Hq dh sum(n (c + n/2)) / (MFU_attn peak TP)      attention; a decode is n = 1
+    memory  = (W_touched(T) + kv_per_token sum(c)) / (TP eta BW)   weights and KV read once a step
+    W_touched(T) = W_nonexpert + L (E/EP) (1 - (1 - k/E)^(T EP)) W_expert     (dense: all weights)
+    step    = T_oh + max(compute, memory) + all-reduce (TP) + all-to-all (EP)
+
+Prefill steps also read the KV of their cached prefix (FACTS omits it; it only matters for a
+tiny extend on a long prefix, where it keeps prefill(1, c) from being cheaper than decode(c)).
+EP models one DP-attention rank: its own batch through attention, experts sharded EP ways and fed
+by all ranks (assumed balanced). The input embedding is resident but not streamed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from prorsa.costmodel.profiles import GpuProfile, ModelProfile, load_gpu, load_model
+from prorsa.roles import Role
+
+_ACT_BYTES = 2  # bf16 activations in collectives
+
+
+class CostModel:
+    def __init__(self, gpu: GpuProfile, model: ModelProfile, tp: int = 1, ep: int = 1, *,
+                 mem_fraction: float = 0.9, switch_prefill_tokens: int = 8192):
+        if tp < 1 or ep < 1:
+            raise ValueError(f"tp and ep must be >= 1, got tp={tp} ep={ep}")
+        if ep > 1 and not model.is_moe:
+            raise ValueError(f"ep={ep} needs an MoE model; {model.name} is dense")
+        if not 0 < mem_fraction <= 1:
+            raise ValueError(f"mem_fraction must be in (0, 1], got {mem_fraction}")
+        self.gpu, self.model, self.tp, self.ep = gpu, model, tp, ep
+        self.mem_fraction = mem_fraction  # like vLLM's gpu_memory_utilization
+        self.switch_prefill_tokens = switch_prefill_tokens  # the prefill step a switch waits out
+
+        m, g = model, gpu
+        peak = (g.peak_flops_fp8 if m.weight_bytes == 1 else g.peak_flops) * tp
+        self._lin_s = 2 * m.params_active / (m.mfu_linear * peak)  # per token
+        self._head_s = 2 * m.vocab * m.hidden / (m.mfu_linear * peak)  # lm_head, per sequence
+        self._attn_s = 4 * m.layers * m.q_heads * m.head_dim / (g.mfu_attn * peak)  # per n(c+n/2)
+
+        bw = tp * g.bw_efficiency * g.hbm_bw
+        expert_all = m.layers * m.experts * m.expert_params * m.weight_bytes
+        streamed = (m.params_total - m.params_embedding) * m.weight_bytes - expert_all
+        self._w_dense_s = streamed / bw  # non-expert weights (all of a dense model)
+        self._w_expert_s = expert_all / ep / bw  # this rank's experts, if every one is hit
+        self._miss = 1 - m.experts_per_token / m.experts if m.is_moe else 0.0  # per routed token
+        # KV heads split over TP ranks; past kv_heads ranks they are replicated, not split.
+        self._kv_shards = min(tp, m.kv_heads)
+        self._kv_s = m.kv_bytes_per_token / (self._kv_shards * g.bw_efficiency * g.hbm_bw)
+
+        # Two all-reduces per layer (attention out, MLP out), ring: 2 (TP-1)/TP of the payload.
+        nvlink = g.nvlink_bw * g.nvlink_efficiency
+        self._ar_fixed = 2 * m.layers * g.collective_latency_s if tp > 1 else 0.0
+        self._ar_s = (2 * m.layers * 2 * (tp - 1) / tp * m.hidden * _ACT_BYTES / nvlink
+                      if tp > 1 else 0.0)  # per token
+        # Dispatch + combine per MoE layer: k copies of each token, (EP-1)/EP leave the rank.
+        link = nvlink if tp * ep <= g.gpus_per_node else g.net_bw
+        self._a2a_fixed = 2 * m.layers * g.collective_latency_s if ep > 1 else 0.0
+        self._a2a_s = (2 * m.layers * m.experts_per_token * m.hidden * _ACT_BYTES
+                       * (ep - 1) / ep / link if ep > 1 else 0.0)  # per token
+        self._oh = g.step_overhead_s
+
+    @classmethod
+    def from_names(cls, gpu: str, model: str, tp: int = 1, ep: int = 1, **kwargs) -> CostModel:
+        return cls(load_gpu(gpu), load_model(model), tp=tp, ep=ep, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CostModel({self.gpu.name}, {self.model.name}, tp={self.tp}, ep={self.ep})"
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.model.kv_bytes_per_token
+
+    # -- step times ------------------------------------------------------------------------
+
+    def prefill_time(self, chunks: Sequence[tuple[int, int]]) -> float:
+        return self.mixed_time(chunks, ())
+
+    def decode_time(self, contexts: Sequence[int]) -> float:
+        n = len(contexts)
+        if n == 0:
+            return 0.0
+        ctx = float(sum(contexts))
+        return self.step_time(n, n, ctx + 0.5 * n, ctx)
+
+    def mixed_time(self, chunks: Sequence[tuple[int, int]], contexts: Sequence[int]) -> float:
+        tokens = seqs = 0
+        attn = kv = 0.0
+        for new, cached in chunks:
+            if new > 0:
+                tokens += new
+                seqs += 1
+                attn += new * (cached + 0.5 * new)
+                kv += cached
+        n = len(contexts)
+        if n:
+            ctx = float(sum(contexts))
+            tokens += n
+            seqs += n
+            attn += ctx + 0.5 * n
+            kv += ctx
+        return self.step_time(tokens, seqs, attn, kv) if tokens else 0.0
+
+    def step_time(self, tokens: int, seqs: int, attn_units: float, kv_read_tokens: float) -> float:
+        """The roofline of one step from its sums: `tokens` computed over `seqs` sequences,
+        attention work sum(n (c + n/2)), and `kv_read_tokens` of KV streamed."""
+        compute = self._lin_s * tokens + self._head_s * seqs + self._attn_s * attn_units
+        weights = self._w_dense_s
+        if self._w_expert_s:
+            weights += self._w_expert_s * (1.0 - self._miss ** (tokens * self.ep))
+        memory = weights + self._kv_s * kv_read_tokens
+        comm = 0.0
+        if self._ar_fixed:
+            comm += self._ar_fixed + self._ar_s * tokens
+        if self._a2a_fixed:
+            comm += self._a2a_fixed + self._a2a_s * tokens
+        return self._oh + (compute if compute > memory else memory) + comm
+
+    def decode_series(self, batch: int, ctx_sum: float, steps: int) -> np.ndarray:
+        """Times of `steps` consecutive decode steps of `batch` sequences whose contexts sum to
+        `ctx_sum` at the first step; each step adds one token to every context. Equals
+        [decode_time(contexts + i) for i in range(steps)], vectorised."""
+        if batch <= 0 or steps <= 0:
+            return np.zeros(max(steps, 0))
+        ctx = ctx_sum + batch * np.arange(steps, dtype=float)
+        compute = self._lin_s * batch + self._head_s * batch + self._attn_s * (ctx + 0.5 * batch)
+        weights = self._w_dense_s
+        if self._w_expert_s:
+            weights += self._w_expert_s * (1.0 - self._miss ** (batch * self.ep))
+        memory = weights + self._kv_s * ctx
+        comm = 0.0
+        if self._ar_fixed:
+            comm += self._ar_fixed + self._ar_s * batch
+        if self._a2a_fixed:
+            comm += self._a2a_fixed + self._a2a_s * batch
+        return self._oh + np.maximum(compute, memory) + comm
+
+    def touched_weight_bytes(self, tokens: int) -> float:
+        """Weight bytes one step of `tokens` tokens streams on this engine (all TP ranks)."""
+        bw = self.tp * self.gpu.bw_efficiency * self.gpu.hbm_bw
+        hit = 1.0 - self._miss ** (tokens * self.ep) if self._w_expert_s else 0.0
+        return (self._w_dense_s + self._w_expert_s * hit) * bw
+
+    # -- transfer, switch, memory ------------------------------------------------------------
+
+    def kv_transfer_time(self, tokens: int, link: str = "net") -> float:
+        """Pulling `tokens` of KV: each TP rank pulls its KV-head shard over its own link."""
+        if tokens <= 0:
+            return 0.0
+        g = self.gpu
+        if link == "net":
+            bw, fixed = g.net_bw, g.net_latency_s
+        elif link == "nvlink":
+            bw, fixed = g.nvlink_bw * g.nvlink_efficiency, g.collective_latency_s
+        else:
+            raise ValueError(f"link must be 'net' or 'nvlink', got {link!r}")
+        return fixed + tokens * self.kv_bytes_per_token / (self._kv_shards * bw)
+
+    def switch_time(self, from_role: Role, to_role: Role, inflight_decode_tokens: int = 0,
+                    batch: int = 0, *, context_tokens: int = 0) -> float:
+        """Drain time before `from_role` -> `to_role` takes effect, weights resident.
+
+        Into MIXED nothing drains. Leaving prefill waits out the prefill step in flight.
+        Leaving decode waits out the in-flight decodes: `inflight_decode_tokens` still to generate
+        over `batch` sequences holding `context_tokens` of KV. Remaining lengths are taken as
+        uniform, so the longest is ~2x the mean and the batch shrinks linearly to zero.
+        """
+        if from_role is to_role or to_role is Role.MIXED:
+            return 0.0
+        if to_role is Role.DECODE:  # from PREFILL or MIXED: a prefill chunk may be in flight
+            return self.prefill_time([(self.switch_prefill_tokens, 0)])
+        if batch <= 0 or inflight_decode_tokens <= 0:
+            return 0.0
+        steps = min(inflight_decode_tokens, math.ceil(2 * inflight_decode_tokens / batch))
+        half = max(1, batch // 2)  # the average batch while draining
+        return steps * self.step_time(half, half, context_tokens / 2 + 0.5 * half,
+                                      context_tokens / 2)
+
+    def weight_bytes_resident(self) -> float:
+        """Weight bytes held by this engine (all its TP ranks; EP: this rank's experts)."""
+        m = self.model
+        expert_all = m.layers * m.experts * m.expert_params * m.weight_bytes
+        return m.params_total * m.weight_bytes - expert_all + expert_all / self.ep
+
+    def kv_capacity_tokens(self) -> int:
+        """KV tokens that fit in mem_fraction of the engine's memory beside its weights
+        (activations and CUDA graphs are inside the (1 - mem_fraction) margin)."""
+        free = self.tp * self.gpu.hbm_bytes * self.mem_fraction - self.weight_bytes_resident()
+        per_token = self.kv_bytes_per_token * self.tp / self._kv_shards  # replication past kv_heads
+        return max(0, int(free // per_token))

@@ -1,0 +1,110 @@
+"""The Engine contract: what every inference backend (emulated, vLLM on CPU or GPU) offers.
+
+Called by the runtime's engine tasks (live: a Dask task on the engine's worker; simulated: the
+virtual-time cluster). All calls are coroutines on the engine owner's event loop.
+
+    start()             once, when the owning worker starts; loads weights / launches the server
+    stop()              once, when the owning worker closes
+    prefill(req)        first leg of a disaggregated turn: compute the KV of the context, keep it
+                        for a decode engine to pull; returns a KV handle (tiny metadata)
+    decode(req)         second leg: pull the KV named by req.kv (or prefill locally when
+                        req.kv is None: decode-local incremental prefill) and generate
+    generate(req)       a colocated turn: prefill and decode in one request on this engine
+    set_role(role)      bookkeeping and admission: an engine keeps serving what it admitted
+    stats()             a snapshot for metrics and the controller; cheap, no I/O
+    reset_prefix_cache()  drop every cached prefix (weight updates invalidate them)
+
+Token ids travel only when the engine needs them (`Engine.needs_token_ids`): the emulated
+engine works from counts, so a 30k-token SWE context costs nothing to ship through Dask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from prorsa.roles import Role
+
+
+@dataclass(frozen=True)
+class PrefillRequest:
+    traj_id: str  # the trajectory, also the prefix-cache affinity key
+    turn: int  # turn index within the trajectory, from 0
+    context_tokens: int  # tokens in the context after this turn's append (prompt + history)
+    new_tokens: int  # tokens appended this turn (observation or prompt); the rest may be cached
+    token_ids: tuple[int, ...] | None = None  # the whole context, when the engine needs ids
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    engine_id: str  # engine that computed the KV
+    kv: dict[str, Any]  # opaque handle for the decode engine (vLLM: kv_transfer_params)
+    cached_tokens: int  # context tokens served from the prefix cache
+    queue_s: float  # waiting for admission
+    compute_s: float  # in the engine, admission to KV ready
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    traj_id: str
+    turn: int
+    context_tokens: int  # tokens in the context before generation
+    max_tokens: int  # tokens to generate (replay: exactly this many)
+    token_ids: tuple[int, ...] | None = None
+    kv: dict[str, Any] | None = None  # from PrefillResult; None = prefill here (colocated/local)
+    new_tokens: int = 0  # when kv is None: tokens to prefill here before decoding
+    temperature: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = True  # replay wants exact lengths; a live agent sets False
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    engine_id: str
+    n_tokens: int  # tokens generated
+    token_ids: tuple[int, ...] = ()  # empty when the engine works from counts
+    logprobs: tuple[float, ...] = ()
+    cached_tokens: int = 0  # when this engine prefilled: tokens served from its prefix cache
+    queue_s: float = 0.0
+    transfer_s: float = 0.0  # pulling the KV from the prefill engine
+    prefill_s: float = 0.0  # local prefill (colocated or decode-local)
+    decode_s: float = 0.0
+    finish_reason: str = "length"
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    engine_id: str
+    role: Role
+    queued: int  # requests waiting for admission
+    active: int  # sequences admitted (prefilling or decoding)
+    kv_tokens: int  # KV tokens held by admitted sequences
+    kv_capacity: int  # KV tokens the engine can hold
+    prefill_tokens_total: int = 0  # counters since start
+    decode_tokens_total: int = 0
+    cached_tokens_total: int = 0
+    healthy: bool = True
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    engine_id: str
+    role: Role
+    needs_token_ids: bool
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def prefill(self, req: PrefillRequest) -> PrefillResult: ...
+
+    async def decode(self, req: DecodeRequest) -> DecodeResult: ...
+
+    async def generate(self, req: DecodeRequest) -> DecodeResult: ...
+
+    def set_role(self, role: Role) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    async def reset_prefix_cache(self) -> None: ...

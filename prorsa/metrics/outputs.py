@@ -1,0 +1,145 @@
+"""A run directory, written from a RunRecorder:
+
+    trajectories.parquet   one row per trajectory: ids, status, reward, token ids and logprobs,
+                           and a list of per-turn structs (tokens, engines, timings)
+    metrics.nc             xarray Dataset: per-engine time series (role, queue, active, KV) and
+                           per-trajectory times; role changes
+    summary.json           the headline figures (see summarise)
+
+Every file is written to a temporary name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xarray as xr
+
+from prorsa.agent.loop import TrajectoryResult
+from prorsa.metrics.recorder import RunRecorder
+from prorsa.roles import Role
+
+ROLE_CODES = {Role.PREFILL: 0, Role.DECODE: 1, Role.MIXED: 2}
+
+_TURN = pa.struct([
+    ("turn", pa.int32()), ("prefill_engine", pa.string()), ("decode_engine", pa.string()),
+    ("prefill_tokens", pa.int32()), ("cached_tokens", pa.int32()), ("decode_tokens", pa.int32()),
+    ("token_ids", pa.list_(pa.int32())), ("logprobs", pa.list_(pa.float32())),
+    ("start_s", pa.float64()), ("end_s", pa.float64()), ("queue_s", pa.float64()),
+    ("prefill_s", pa.float64()), ("transfer_s", pa.float64()), ("decode_s", pa.float64()),
+    ("tool_s", pa.float64()),
+])
+TRAJECTORY_SCHEMA = pa.schema([
+    ("traj_id", pa.string()), ("family", pa.string()), ("step", pa.int32()),
+    ("prompt_index", pa.int32()), ("group_index", pa.int32()), ("status", pa.string()),
+    ("error", pa.string()), ("reward", pa.float64()), ("start_s", pa.float64()), ("end_s", pa.float64()),
+    ("n_turns", pa.int32()), ("prompt_ids", pa.list_(pa.int32())),
+    ("response_ids", pa.list_(pa.int32())), ("response_logprobs", pa.list_(pa.float32())),
+    ("turns", pa.list_(_TURN)),
+])
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _row(r: TrajectoryResult) -> dict[str, Any]:
+    turns = [
+        {k: getattr(t, k) for k in _TURN.names if k not in ("token_ids", "logprobs")}
+        | {"token_ids": list(t.token_ids), "logprobs": list(t.logprobs)}
+        for t in r.turns
+    ]
+    return {
+        "traj_id": r.spec.traj_id, "family": r.spec.family, "step": r.spec.step,
+        "prompt_index": r.spec.prompt_index, "group_index": r.spec.group_index,
+        "status": r.status, "error": r.error, "reward": r.reward,
+        "start_s": r.start_s, "end_s": r.end_s, "n_turns": len(r.turns),
+        "prompt_ids": list(r.prompt_ids),
+        "response_ids": [i for t in r.turns for i in t.token_ids],
+        "response_logprobs": [x for t in r.turns for x in t.logprobs],
+        "turns": turns,
+    }
+
+
+def write_trajectories(path: Path, results: list[TrajectoryResult]) -> None:
+    table = pa.Table.from_pylist([_row(r) for r in results], schema=TRAJECTORY_SCHEMA)
+    _atomic(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
+    times = sorted({s.t for s in rec.samples})
+    t_index = {t: i for i, t in enumerate(times)}
+    e_index = {e: j for j, e in enumerate(rec.engines)}
+    shape = (len(times), len(rec.engines))
+    grids = {k: np.full(shape, -1 if k == "role" else 0, dtype=np.int64)
+             for k in ("role", "queued", "active", "kv_tokens", "kv_capacity")}
+    for s in rec.samples:
+        i, j = t_index[s.t], e_index[s.engine]
+        grids["role"][i, j] = ROLE_CODES[s.role]
+        for k in ("queued", "active", "kv_tokens", "kv_capacity"):
+            grids[k][i, j] = getattr(s, k)
+    trajs = sorted(rec.trajectories, key=lambda r: r.spec.traj_id)
+    changes = rec.role_changes
+    ds = xr.Dataset(
+        {
+            **{k: (("time", "engine"), v) for k, v in grids.items()},
+            "traj_start_s": ("trajectory", np.array([r.start_s for r in trajs], dtype=float)),
+            "traj_end_s": ("trajectory", np.array([r.end_s for r in trajs], dtype=float)),
+            "traj_turns": ("trajectory", np.array([len(r.turns) for r in trajs], dtype=np.int64)),
+            "traj_completed": ("trajectory", np.array([r.status == "completed" for r in trajs])),
+            "switch_time_s": ("switch", np.array([c.t for c in changes], dtype=float)),
+            "switch_engine": ("switch", np.array([c.engine for c in changes], dtype=str)),
+            "switch_from": ("switch", np.array([ROLE_CODES[c.from_role] for c in changes], dtype=np.int64)),
+            "switch_to": ("switch", np.array([ROLE_CODES[c.to_role] for c in changes], dtype=np.int64)),
+            "switch_drain_s": ("switch", np.array([c.drain_s for c in changes], dtype=float)),
+            "switch_reason": ("switch", np.array([c.reason for c in changes], dtype=str)),
+        },
+        coords={
+            "time": np.array(times, dtype=float),
+            "engine": np.array(rec.engines, dtype=str),
+            "trajectory": np.array([r.spec.traj_id for r in trajs], dtype=str),
+        },
+        attrs={**attrs, "role_codes": json.dumps({r.value: c for r, c in ROLE_CODES.items()})},
+    )
+    ds["role"].attrs["flag_meanings"] = "prefill decode mixed (-1: not sampled)"
+    return ds
+
+
+def write_dataset(path: Path, ds: xr.Dataset) -> None:
+    _atomic(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
+
+
+def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str, name: str) -> dict[str, Any]:
+    done = [r for r in rec.trajectories if r.status == "completed"]
+    per_s = (lambda x: x / makespan_s) if makespan_s > 0 else (lambda x: math.nan)
+    return {
+        "name": name,
+        "policy": policy,
+        "config_hash": config_hash,
+        "makespan_s": round(makespan_s, 4),
+        "trajectories_expected": rec.expected,
+        "trajectories_completed": rec.completed,
+        "trajectories_failed": rec.failed,
+        "trajectories_per_s": per_s(len(done)),
+        "turns": rec.turns,
+        "prefill_tokens": rec.prefill_tokens,
+        "cached_tokens": rec.cached_tokens,
+        "decode_tokens": rec.decode_tokens,
+        "tokens_per_s": per_s(rec.prefill_tokens + rec.decode_tokens),
+        "decode_tokens_per_s": per_s(rec.decode_tokens),
+        "role_switches": len(rec.role_changes),
+        "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else math.nan,
+    }
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> None:
+    _atomic(path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n"))

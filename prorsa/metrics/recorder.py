@@ -1,0 +1,91 @@
+"""What a run records while it goes; the writers turn it into files afterwards.
+
+    on_turn(spec, result)       a turn finished (from the trajectory loop)
+    on_done(result)             a trajectory finished (completed or failed)
+    sample(t, stats)            a snapshot of every engine (from the body's sampler)
+    role_change(change)         the controller moved an engine
+
+Counters are updated in place so the progress display reads them without copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prorsa.agent.loop import TrajectoryResult, TurnResult
+from prorsa.agent.workload import TrajectorySpec
+from prorsa.engine.base import EngineStats
+from prorsa.roles import Role
+
+
+@dataclass(frozen=True)
+class EngineSample:
+    t: float  # seconds since the rollout began
+    engine: str
+    role: Role
+    queued: int
+    active: int
+    kv_tokens: int
+    kv_capacity: int
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    t: float
+    engine: str
+    from_role: Role
+    to_role: Role
+    reason: str  # the forecast or rule that justified it
+    drain_s: float  # time from request to the engine serving its new role
+
+
+@dataclass
+class RunRecorder:
+    engines: list[str]
+    expected: int | None  # trajectories expected; None for an async run bounded by time
+    samples: list[EngineSample] = field(default_factory=list)
+    trajectories: list[TrajectoryResult] = field(default_factory=list)
+    role_changes: list[RoleChange] = field(default_factory=list)
+    turns: int = 0
+    prefill_tokens: int = 0
+    cached_tokens: int = 0
+    decode_tokens: int = 0
+    completed: int = 0
+    failed: int = 0
+
+    def on_turn(self, spec: TrajectorySpec, res: TurnResult) -> None:
+        self.turns += 1
+        self.prefill_tokens += res.prefill_tokens
+        self.cached_tokens += res.cached_tokens
+        self.decode_tokens += res.decode_tokens
+
+    def on_done(self, result: TrajectoryResult) -> None:
+        self.trajectories.append(result)
+        if result.status == "completed":
+            self.completed += 1
+        else:
+            self.failed += 1
+
+    def sample(self, t: float, stats: list[EngineStats]) -> None:
+        for s in stats:
+            self.samples.append(EngineSample(t, s.engine_id, s.role, s.queued, s.active, s.kv_tokens, s.kv_capacity))
+
+    def role_change(self, change: RoleChange) -> None:
+        self.role_changes.append(change)
+
+    def latest_roles(self) -> dict[str, Role]:
+        roles: dict[str, Role] = {}
+        for s in self.samples[-len(self.engines):]:
+            roles[s.engine] = s.role
+        return roles
+
+    def utilisation(self) -> dict[str, float]:
+        """Per role: active sequences over slots-worth of engines in that role, latest sample."""
+        latest = self.samples[-len(self.engines):]
+        by_role: dict[str, list[EngineSample]] = {}
+        for s in latest:
+            by_role.setdefault(s.role.value, []).append(s)
+        return {
+            role: sum(s.kv_tokens for s in ss) / max(sum(s.kv_capacity for s in ss), 1)
+            for role, ss in by_role.items()
+        }

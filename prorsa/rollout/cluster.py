@@ -1,0 +1,82 @@
+"""One place turns a pipeline into a running Dask cluster.
+
+    start_local_cluster(cfg, roles, run_dir)   SpecCluster: one worker per engine, tool workers
+    engine_addresses(client)                   engine id -> worker address, read from the scheduler
+
+Every engine worker declares both role resources (0 where absent) and hosts its engine through
+an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distributed import Nanny, Scheduler, SpecCluster, Worker
+
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.engine.registry import engine_name
+from prorsa.roles import Role, role_resources
+from prorsa.rollout.engine_host import EngineHost
+
+
+def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[str, dict]:
+    cls = Nanny if cfg.runtime.processes else Worker
+    specs: dict[str, dict] = {}
+    for i, role in enumerate(roles):
+        name = engine_name(i)
+        specs[name] = {
+            "cls": cls,
+            "options": {
+                "name": name,
+                # engine legs are coroutines; threads only bound how many the worker runs at once
+                "nthreads": cfg.engines.slots,
+                "resources": {**role_resources(role, cfg.engines.slots), "env": 0},
+                "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))},
+                "dashboard": False,
+            },
+        }
+    for j in range(cfg.runtime.tool_workers):
+        name = f"tools-{j}"
+        specs[name] = {
+            "cls": cls,
+            "options": {
+                "name": name,
+                "nthreads": cfg.runtime.tool_threads,
+                "resources": {"prefill": 0, "decode": 0, "env": cfg.runtime.tool_threads},
+                "dashboard": False,
+            },
+        }
+    return specs
+
+
+async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> SpecCluster:
+    dashboard = cfg.runtime.dashboard_address
+    scheduler = {
+        "cls": Scheduler,
+        "options": {
+            "host": "127.0.0.1",
+            "dashboard": dashboard is not None,
+            "dashboard_address": dashboard or ":0",
+        },
+    }
+    return await SpecCluster(
+        workers=worker_specs(cfg, roles, run_dir),
+        scheduler=scheduler,
+        asynchronous=True,
+        name=f"prorsa-{cfg.name}",
+    )
+
+
+def engine_addresses(client) -> dict[str, str]:
+    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+    return {
+        w["name"]: addr
+        for addr, w in info["workers"].items()
+        if isinstance(w.get("name"), str) and w["name"].startswith("engine-")
+    }
+
+
+def _takes_n_workers(client) -> bool:
+    import inspect
+
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters

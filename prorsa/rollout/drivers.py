@@ -1,0 +1,68 @@
+"""Synchronous and asynchronous RL drivers: which trajectories run, and when.
+
+    run_sync(workload, cfg, runner, now, on_done)    steps of B x G; a step ends with its last trajectory
+    run_async(workload, cfg, runner, now, on_done)   keep N in flight; stop at a count or a duration
+
+Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRunner, run_trajectory
+from prorsa.agent.workload import Workload
+from prorsa.config.pipeline import WorkloadConfig
+
+Done = Callable[[TrajectoryResult], None]
+
+
+def expected_trajectories(cfg: WorkloadConfig) -> int | None:
+    """None when an async run stops on a duration: the count is whatever fits."""
+    if cfg.mode == "sync":
+        return cfg.steps * cfg.prompts * cfg.group_size
+    return cfg.trajectories if cfg.duration_s is None else None
+
+
+async def run_sync(
+    workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
+    on_done: Done, on_turn: TurnListener | None = None,
+) -> list[TrajectoryResult]:
+    results: list[TrajectoryResult] = []
+    for step in range(cfg.steps):
+        specs = workload.trajectories_for_step(step)
+        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn) for s in specs))
+        results.extend(step_results)
+    return results
+
+
+async def run_async(
+    workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
+    on_done: Done, on_turn: TurnListener | None = None,
+) -> list[TrajectoryResult]:
+    results: list[TrajectoryResult] = []
+    deadline = None if cfg.duration_s is None else now() + cfg.duration_s
+    limit = cfg.trajectories
+    started = 0
+    in_flight: set[asyncio.Task] = set()
+
+    def may_start() -> bool:
+        return (limit is None or started < limit) and (deadline is None or now() < deadline)
+
+    while True:
+        while len(in_flight) < cfg.concurrency and may_start():
+            spec = workload.trajectory(started)
+            in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn)))
+            started += 1
+        if not in_flight:
+            return results
+        timeout = None if deadline is None else max(deadline - now(), 0.0) or None
+        finished, in_flight = await asyncio.wait(in_flight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        results.extend(t.result() for t in finished)
+
+
+async def _one(spec, runner, now, on_done: Done, on_turn) -> TrajectoryResult:
+    result = await run_trajectory(spec, runner, now, on_turn)
+    on_done(result)
+    return result

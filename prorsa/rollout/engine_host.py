@@ -1,0 +1,51 @@
+"""An engine lives as long as its Dask worker: a WorkerPlugin starts it and stops it.
+
+    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up)
+    EngineHost.teardown(worker)   stop it, so no server outlives the cluster
+    engine_here()                 the engine of the worker running the current task
+
+Tasks reach the engine through the worker, never through a global, so a process hosting several
+in-process workers (the default LocalCluster here) keeps each engine with its own worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from distributed import WorkerPlugin, get_worker
+
+from prorsa.config.pipeline import EnginesConfig
+from prorsa.engine.base import Engine
+from prorsa.engine.registry import make_engine
+from prorsa.roles import Role
+
+PLUGIN_NAME = "prorsa-engine"
+log = logging.getLogger(__name__)
+
+
+class EngineHost(WorkerPlugin):
+    name = PLUGIN_NAME
+
+    def __init__(self, index: int, role: Role, cfg: EnginesConfig, run_dir: str) -> None:
+        self.index = index
+        self.role = role
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.engine: Engine | None = None
+
+    async def setup(self, worker) -> None:
+        self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
+        await self.engine.start()
+        log.info("%s started on %s as %s", self.engine.engine_id, worker.address, self.role.value)
+
+    async def teardown(self, worker) -> None:
+        if self.engine is not None:
+            await self.engine.stop()
+
+
+def engine_here() -> Engine:
+    host = get_worker().plugins.get(PLUGIN_NAME)
+    if host is None or host.engine is None:
+        raise RuntimeError(f"worker {get_worker().name} hosts no engine")
+    return host.engine

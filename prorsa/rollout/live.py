@@ -1,0 +1,92 @@
+"""A live run, top to bottom: cluster up, engines up, drive the workload, sample, write, tear down.
+
+    run_live(cfg, run_dir, console) -> summary dict
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from distributed import Client
+from rich.console import Console
+
+from prorsa.agent.workload import Workload
+from prorsa.config.load import config_hash
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.policy import make_policy
+from prorsa.engine.registry import engine_name
+from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
+from prorsa.metrics.progress import Progress
+from prorsa.metrics.recorder import RunRecorder
+from prorsa.rollout.cluster import engine_addresses, start_local_cluster
+from prorsa.rollout.dask_runtime import DaskTurnRunner
+from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
+from prorsa.rollout.engine_host import engine_here
+from prorsa.rollout.router import Router
+
+
+def _engine_stats():
+    return engine_here().stats()
+
+
+def _engine_info() -> tuple[bool, int]:
+    engine = engine_here()
+    return engine.needs_token_ids, getattr(engine, "vocab_size", 0)
+
+
+async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRecorder,
+                          progress: Progress, t0: float, interval: float) -> None:
+    workers = list(addresses.values())
+    while True:
+        stats = await client.run(_engine_stats, workers=workers)
+        rec.sample(time.time() - t0, sorted(stats.values(), key=lambda s: s.engine_id))
+        progress.refresh()
+        await asyncio.sleep(interval)
+
+
+async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict:
+    policy = make_policy(cfg.policy)
+    roles = policy.initial_roles(cfg.engines.count)
+    engines = [engine_name(i) for i in range(cfg.engines.count)]
+    console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
+                  f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
+    t_boot = time.time()
+    async with await start_local_cluster(cfg, roles, run_dir) as cluster, \
+            Client(cluster, asynchronous=True) as client:
+        if cfg.runtime.dashboard_address is not None:
+            console.print(f"dashboard: {cluster.dashboard_link}")
+        addresses = engine_addresses(client)
+        info = await client.run(_engine_info, workers=[addresses[engines[0]]])
+        needs_ids, vocab = next(iter(info.values()))
+        console.print(f"engines ready in {time.time() - t_boot:.1f}s")
+
+        rec = RunRecorder(engines=engines, expected=expected_trajectories(cfg.workload))
+        t0 = time.time()
+        runner = DaskTurnRunner(client, Router(dict(zip(engines, roles))), addresses,
+                                cfg.runtime.turn_shape, needs_ids, vocab, t0)
+        workload = Workload.from_config(cfg.workload, cfg.seed)
+        drive = run_sync if cfg.workload.mode == "sync" else run_async
+        with Progress(rec, console) as progress:
+            sampler = asyncio.create_task(
+                _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
+            try:
+                await drive(workload, cfg.workload, runner, lambda: time.time() - t0, rec.on_done, rec.on_turn)
+            finally:
+                sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
+            makespan = time.time() - t0
+            stats = await client.run(_engine_stats, workers=list(addresses.values()))
+            rec.sample(makespan, sorted(stats.values(), key=lambda s: s.engine_id))
+            progress.refresh()
+
+    digest = config_hash(cfg)
+    summary = summarise(rec, makespan, policy.name, digest, cfg.name)
+    write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
+    attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs))
+    write_summary(run_dir / "summary.json", summary)
+    return summary

@@ -1,0 +1,66 @@
+"""The router: which engine runs each leg of a turn.
+
+    route(traj_id, colocated)   -> Route (prefill engine, decode engine); counts the turn in flight
+    finished(route)             the turn is over: its engines are free of it
+    set_role(engine, role)      the controller moved an engine; new turns follow the new role
+
+Sticky first: a trajectory's incremental prefill must run where its prefix is cached, or it
+recomputes the whole context, so a turn goes back to the engines of its previous turn unless
+they no longer serve that leg or carry more than `overload` times the least-loaded engine's
+load. Ties break by engine order, so a seeded run routes the same way twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prorsa.roles import Role
+
+
+@dataclass(frozen=True)
+class Route:
+    prefill: str | None  # None: no separate prefill leg (colocated or decode-local prefill)
+    decode: str
+
+
+class Router:
+    def __init__(self, roles: dict[str, Role], overload: float = 2.0) -> None:
+        self.roles = dict(roles)
+        self.load = {e: 0 for e in roles}
+        self.overload = overload
+        self._sticky: dict[tuple[str, str], str] = {}  # (traj, leg) -> engine
+
+    def set_role(self, engine: str, role: Role) -> None:
+        self.roles[engine] = role
+
+    def _pick(self, traj_id: str, leg: str, eligible: list[str]) -> str:
+        if not eligible:
+            raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}")
+        least = min(eligible, key=lambda e: self.load[e])
+        prev = self._sticky.get((traj_id, leg))
+        if prev in eligible and self.load[prev] <= self.overload * max(self.load[least], 1):
+            choice = prev
+        else:
+            choice = least
+        self._sticky[(traj_id, leg)] = choice
+        self.load[choice] += 1
+        return choice
+
+    def route(self, traj_id: str, colocated: bool = False) -> Route:
+        mixed = [e for e, r in self.roles.items() if r is Role.MIXED]
+        if colocated or not any(r is Role.PREFILL for r in self.roles.values()):
+            # no prefill pool: the whole turn runs on one engine that does both phases
+            pool = mixed or [e for e, r in self.roles.items() if r.serves_decode]
+            return Route(prefill=None, decode=self._pick(traj_id, "decode", pool))
+        prefill = self._pick(traj_id, "prefill", [e for e, r in self.roles.items() if r.serves_prefill])
+        decode = self._pick(traj_id, "decode", [e for e, r in self.roles.items() if r.serves_decode])
+        return Route(prefill=prefill, decode=decode)
+
+    def finished(self, route: Route) -> None:
+        for engine in (route.prefill, route.decode):
+            if engine is not None:
+                self.load[engine] -= 1
+
+    def forget(self, traj_id: str) -> None:
+        self._sticky.pop((traj_id, "prefill"), None)
+        self._sticky.pop((traj_id, "decode"), None)

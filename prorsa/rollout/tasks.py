@@ -1,0 +1,121 @@
+"""The functions Dask runs on workers, one per leg of a turn.
+
+    prefill_task(req)            engine worker, resources={"prefill": 1}  -> PrefillResult
+    decode_task(pre, req)        engine worker, resources={"decode": 1}   -> DecodeResult
+    generate_task(req)           engine worker, resources={"decode": 1}   -> DecodeResult (colocated)
+    tool_task(turn, pre, dec)    tool worker: runs the turn's tool        -> TurnResult
+    turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
+
+A turn's task group (keys carry traj and turn, annotations carry phase/tokens/context):
+
+    turn-<traj>-<k>  (tool worker)
+       |-- prefill-<traj>-<k>  (prefill pool)  --kv handle-->  decode-<traj>-<k>  (decode pool)
+       '-- tool after decode, observation -> next turn
+
+Engine legs are coroutines: they run on the worker's event loop beside the engine, so a slot
+costs no thread.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import dask
+from distributed import get_client, secede
+
+from prorsa.agent.loop import TurnRequest, TurnResult
+from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
+from prorsa.rollout.engine_host import engine_here
+from prorsa.rollout.router import Route
+
+
+async def prefill_task(req: PrefillRequest) -> PrefillResult:
+    return await engine_here().prefill(req)
+
+
+async def decode_task(pre: PrefillResult | None, req: DecodeRequest) -> DecodeResult:
+    if pre is not None:
+        req = replace(req, kv=pre.kv)
+    return await engine_here().decode(req)
+
+
+async def generate_task(req: DecodeRequest) -> DecodeResult:
+    return await engine_here().generate(req)
+
+
+def tool_task(
+    turn: TurnRequest, pre: PrefillResult | None, dec: DecodeResult, submitted: float, started: float
+) -> TurnResult:
+    # Replay: the tool's latency is part of the workload; a live tool runs here (environments).
+    t0 = time.time()
+    if turn.tool_latency_s > 0:
+        time.sleep(turn.tool_latency_s)
+    return TurnResult(
+        traj_id=turn.traj_id,
+        turn=turn.turn,
+        prefill_engine=pre.engine_id if pre else "",
+        decode_engine=dec.engine_id,
+        prefill_tokens=turn.appended_tokens,
+        cached_tokens=pre.cached_tokens if pre else dec.cached_tokens,
+        decode_tokens=dec.n_tokens,
+        token_ids=dec.token_ids,
+        logprobs=dec.logprobs,
+        start_s=submitted - started,
+        end_s=time.time() - started,
+        queue_s=(pre.queue_s if pre else 0.0) + dec.queue_s,
+        prefill_s=pre.compute_s if pre else dec.prefill_s,
+        transfer_s=dec.transfer_s,
+        decode_s=dec.decode_s,
+        tool_s=time.time() - t0,
+    )
+
+
+def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None, DecodeRequest]:
+    pre = None
+    if route.prefill is not None:
+        pre = PrefillRequest(turn.traj_id, turn.turn, turn.context_tokens, turn.appended_tokens, turn.token_ids)
+    dec = DecodeRequest(
+        traj_id=turn.traj_id,
+        turn=turn.turn,
+        context_tokens=turn.context_tokens,
+        max_tokens=turn.decode_tokens,
+        token_ids=turn.token_ids,
+        new_tokens=0 if pre else turn.appended_tokens,
+        seed=turn.seed,
+    )
+    return pre, dec
+
+
+def submit_legs(client, turn: TurnRequest, route: Route, addresses: dict[str, str]):
+    """Submit the engine legs of a turn; returns the future of the decode leg's result."""
+    pre_req, dec_req = leg_requests(turn, route)
+    tag = f"{turn.traj_id}-{turn.turn}"
+    common = dict(traj=turn.traj_id, turn=turn.turn, context=turn.context_tokens)
+    if pre_req is None:
+        with dask.annotate(phase="generate", tokens=turn.appended_tokens + turn.decode_tokens, **common):
+            return None, client.submit(
+                generate_task, dec_req, key=f"generate-{tag}", resources={"decode": 1},
+                workers=[addresses[route.decode]], allow_other_workers=True, pure=False,
+            )
+    with dask.annotate(phase="prefill", tokens=turn.appended_tokens, **common):
+        pf = client.submit(
+            prefill_task, pre_req, key=f"prefill-{tag}", resources={"prefill": 1},
+            workers=[addresses[route.prefill]], allow_other_workers=True, pure=False,
+        )
+    with dask.annotate(phase="decode", tokens=turn.decode_tokens, **common):
+        df = client.submit(
+            decode_task, pf, dec_req, key=f"decode-{tag}", resources={"decode": 1},
+            workers=[addresses[route.decode]], allow_other_workers=True, pure=False,
+        )
+    return pf, df
+
+
+def turn_task(turn: TurnRequest, route: Route, addresses: dict[str, str], started: float) -> TurnResult:
+    """The design card's shape: the turn task owns its legs and runs its tool where it stands."""
+    t_submit = time.time()
+    client = get_client()
+    pf, df = submit_legs(client, turn, route, addresses)
+    secede()  # waiting on engines must not hold one of the tool worker's threads
+    pre, dec = client.gather([pf, df]) if pf is not None else (None, df.result())
+    return tool_task(turn, pre, dec, t_submit, started)

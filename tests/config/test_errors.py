@@ -1,0 +1,96 @@
+"""A bad pipeline file: one line naming the file, the field and the problem; exit 2; no traceback."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from prorsa.cli import main
+from prorsa.config.load import ConfigError, load_pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+name: t
+policy: static:2:1
+engines: {count: 3}
+workload: {family: swe, prompts: 2, group_size: 2}
+"""
+
+CASES = [
+    # (file text, substrings the message must contain)
+    ("name: t\nengines: {count: -1}\n", ["engines.count", "-1", "greater than or equal to 1"]),
+    ("name: t\nengines: {cuont: 3}\n", ["engines.cuont", "unknown field"]),
+    ("name: t\npolicy: magic\n", ["policy", "unknown policy 'magic'", "colocated"]),
+    ("name: t\npolicy: static:1:1\nengines: {count: 3}\n", ["assigns 2 engines", "has 3"]),
+    ("name: t\npolicy: static:a:b\n", ["policy", "static:P:D"]),
+    ("name: t\nworkload: {family: chess}\n", ["workload.family", "chess", "swe"]),
+    ("name: t\nworkload: {mode: async}\n", ["workload", "trajectories", "duration_s"]),
+    ("name: t\nengines: {backend: tpu}\n", ["engines.backend", "tpu", "emulated"]),
+    ("name: t\nworkload: {trace: nowhere.jsonl}\n", ["workload.trace", "nowhere.jsonl", "no such file"]),
+    ("engines: {count: 3}\n", ["name", "missing"]),
+    ("name: t\nengines: [1, 2\n", ["not valid YAML", "line"]),
+    ("- just\n- a list\n", ["expected a mapping", "list"]),
+    ("name: 'has space'\n", ["name", "has space"]),
+]
+
+
+@pytest.mark.parametrize("text,needles", CASES)
+def test_bad_file_names_field(tmp_path, text, needles):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_pipeline(f)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert str(f) in msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+
+
+def test_good_file_loads(tmp_path):
+    f = tmp_path / "good.yaml"
+    f.write_text(GOOD)
+    cfg = load_pipeline(f)
+    assert cfg.engines.count == 3 and cfg.policy == "static:2:1"
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_pipeline(tmp_path / "absent.yaml")
+
+
+def test_config_is_frozen(tmp_path):
+    f = tmp_path / "good.yaml"
+    f.write_text(GOOD)
+    cfg = load_pipeline(f)
+    with pytest.raises(Exception):
+        cfg.engines.count = 5
+
+
+def test_validate_command_exit_codes(tmp_path):
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(GOOD)
+    bad.write_text("name: t\nengines: {count: 0}\n")
+    r = CliRunner().invoke(main, ["validate", str(good)])
+    assert r.exit_code == 0 and "ok:" in r.output
+    r = CliRunner().invoke(main, ["validate", str(good), str(bad)])
+    assert r.exit_code == 2
+    assert "engines.count" in r.output
+
+
+@pytest.mark.parametrize("pipeline", sorted((REPO / "pipelines").glob("*.yaml")))
+def test_shipped_pipelines_validate(pipeline):
+    load_pipeline(pipeline)
+
+
+def test_run_with_bad_file_has_no_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\nworkload: {prompts: zero}\n")
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip().count("\n") == 0
+    assert "workload.prompts" in proc.stderr and "'zero'" in proc.stderr
