@@ -48,11 +48,14 @@ def _new_run_dir(base: Path, name: str) -> Path:
 @click.option("-v", "--verbose", is_flag=True, help="Log what Dask and the engines do.")
 def main(verbose: bool) -> None:
     """Prorsa: agentic RL rollout with prefill/decode disaggregation on Dask."""
+    import dask
+
+    # distributed configures its own loggers on import; tell it before it is imported
+    dask.config.set({"logging": {"distributed": "info" if verbose else "error",
+                                 "tornado": "info" if verbose else "error",
+                                 "bokeh": "info" if verbose else "error"}})
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not verbose:
-        for noisy in ("distributed", "tornado", "bokeh"):
-            logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 @main.command()

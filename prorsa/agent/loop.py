@@ -75,11 +75,12 @@ class TurnRunner(Protocol):
     async def run_turn(self, req: TurnRequest) -> TurnResult: ...
 
 
-def synth_ids(seed: int, turn: int, n: int, vocab_size: int) -> list[int]:
-    """Replay has token counts, real engines need ids: draw them from the trajectory's seed, so
-    a replayed workload sends identical prompts on every run. Ids below 16 are left out
+def synth_ids(key: tuple[int, ...], n: int, vocab_size: int) -> list[int]:
+    """Replay has token counts, real engines need ids: draw them from a key (prompt: step and
+    prompt index; observations: the trajectory's seed and turn), so a replayed workload sends
+    identical requests on every run. Ids below 16 are left out
     because tokenizers keep their special tokens there."""
-    rng = np.random.default_rng([seed, turn, 0x5EED])
+    rng = np.random.default_rng([*key, 0x5EED])
     return rng.integers(16, vocab_size, size=n).tolist()
 
 
@@ -98,9 +99,11 @@ async def run_trajectory(
     for k, turn in enumerate(spec.turns):
         context += turn.appended_tokens
         if ids is not None:
-            ids += synth_ids(spec.seed, k, turn.appended_tokens, runner.vocab_size)
-            if k == 0:
+            if k == 0:  # one prompt per GRPO group: members share it, and its cached prefix
+                ids += synth_ids((0, spec.step, spec.prompt_index), turn.appended_tokens, runner.vocab_size)
                 result.prompt_ids = tuple(ids)
+            else:
+                ids += synth_ids((1, spec.seed, k), turn.appended_tokens, runner.vocab_size)
         req = TurnRequest(
             traj_id=spec.traj_id,
             turn=k,

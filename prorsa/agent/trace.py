@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 @dataclass(frozen=True)
 class TurnSpec:
-    appended_tokens: int  # tokens appended before this turn's decode: the prompt (turn 0) or the previous tool's observation
+    appended_tokens: int  # tokens appended before this turn's decode: the prompt (turn 0) or
+    #                       the previous tool's observation
     decode_tokens: int  # tokens the model generates this turn
     tool_latency_s: float  # the tool call after this turn's decode (0 when the trajectory ends here)
     done: bool  # the trajectory ends after this turn's decode
@@ -103,7 +104,8 @@ def _pydantic_message(err: ValidationError) -> str:
     field = ".".join(str(p) for p in e["loc"])
     if e["type"] == "json_invalid":
         # Each line is parsed alone, so the parser's "line 1" would mislead; keep the column.
-        return f"bad JSON: {e['msg'].removeprefix('Invalid JSON: ').replace(' at line 1 column', ' at column')}"
+        detail = e["msg"].removeprefix("Invalid JSON: ").replace(" at line 1 column", " at column")
+        return f"bad JSON: {detail}"
     if e["type"] == "model_type":
         return "bad line: expected a JSON object"
     if e["type"] == "missing":

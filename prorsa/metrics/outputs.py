@@ -12,7 +12,6 @@ Every file is written to a temporary name and renamed, so a reader never sees ha
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -115,12 +114,12 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
 
 
 def write_dataset(path: Path, ds: xr.Dataset) -> None:
-    _atomic(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
+    _atomic(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4"))
 
 
 def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str, name: str) -> dict[str, Any]:
     done = [r for r in rec.trajectories if r.status == "completed"]
-    per_s = (lambda x: x / makespan_s) if makespan_s > 0 else (lambda x: math.nan)
+    per_s = (lambda x: x / makespan_s) if makespan_s > 0 else (lambda x: None)
     return {
         "name": name,
         "policy": policy,
@@ -137,9 +136,9 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "tokens_per_s": per_s(rec.prefill_tokens + rec.decode_tokens),
         "decode_tokens_per_s": per_s(rec.decode_tokens),
         "role_switches": len(rec.role_changes),
-        "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else math.nan,
+        "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else None,
     }
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    _atomic(path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n"))
+    _atomic(path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2) + "\n"))

@@ -54,7 +54,8 @@ class Progress:
         elif elapsed - self._last_plain >= self.plain_every_s:
             self._last_plain = elapsed
             total = "?" if self.rec.expected is None else self.rec.expected
-            self.console.print(f"[{elapsed:6.1f}s] trajectories {done}/{total}  {line}", highlight=False)
+            self.console.print(f"[{elapsed:6.1f}s] trajectories {done}/{total}  {line}",
+                               highlight=False, soft_wrap=True)
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:

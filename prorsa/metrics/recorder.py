@@ -42,6 +42,7 @@ class RoleChange:
 @dataclass
 class RunRecorder:
     engines: list[str]
+    slots: int  # concurrent requests one engine admits
     expected: int | None  # trajectories expected; None for an async run bounded by time
     samples: list[EngineSample] = field(default_factory=list)
     trajectories: list[TrajectoryResult] = field(default_factory=list)
@@ -80,12 +81,8 @@ class RunRecorder:
         return roles
 
     def utilisation(self) -> dict[str, float]:
-        """Per role: active sequences over slots-worth of engines in that role, latest sample."""
-        latest = self.samples[-len(self.engines):]
+        """Per role, latest sample: admitted sequences over the slots of the engines in that role."""
         by_role: dict[str, list[EngineSample]] = {}
-        for s in latest:
+        for s in self.samples[-len(self.engines):]:
             by_role.setdefault(s.role.value, []).append(s)
-        return {
-            role: sum(s.kv_tokens for s in ss) / max(sum(s.kv_capacity for s in ss), 1)
-            for role, ss in by_role.items()
-        }
+        return {role: sum(s.active for s in ss) / (self.slots * len(ss)) for role, ss in by_role.items()}

@@ -67,16 +67,10 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
     )
 
 
-def engine_addresses(client) -> dict[str, str]:
-    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+async def engine_addresses(client) -> dict[str, str]:
+    info = await client.scheduler.identity(n_workers=-1)
     return {
         w["name"]: addr
         for addr, w in info["workers"].items()
         if isinstance(w.get("name"), str) and w["name"].startswith("engine-")
     }
-
-
-def _takes_n_workers(client) -> bool:
-    import inspect
-
-    return "n_workers" in inspect.signature(client.scheduler_info).parameters

@@ -2,7 +2,7 @@
 
     EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up)
     EngineHost.teardown(worker)   stop it, so no server outlives the cluster
-    engine_here()                 the engine of the worker running the current task
+    engine_here(worker)           the engine of a worker (default: the one running this task)
 
 Tasks reach the engine through the worker, never through a global, so a process hosting several
 in-process workers (the default LocalCluster here) keeps each engine with its own worker.
@@ -44,8 +44,10 @@ class EngineHost(WorkerPlugin):
             await self.engine.stop()
 
 
-def engine_here() -> Engine:
-    host = get_worker().plugins.get(PLUGIN_NAME)
+def engine_here(worker=None) -> Engine:
+    """`worker` is given by `client.run(..., dask_worker)`; inside a task it is found."""
+    worker = worker or get_worker()
+    host = worker.plugins.get(PLUGIN_NAME)
     if host is None or host.engine is None:
-        raise RuntimeError(f"worker {get_worker().name} hosts no engine")
+        raise RuntimeError(f"worker {worker.name} hosts no engine")
     return host.engine

@@ -28,12 +28,12 @@ from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.router import Router
 
 
-def _engine_stats():
-    return engine_here().stats()
+def _engine_stats(dask_worker):
+    return engine_here(dask_worker).stats()
 
 
-def _engine_info() -> tuple[bool, int]:
-    engine = engine_here()
+def _engine_info(dask_worker) -> tuple[bool, int]:
+    engine = engine_here(dask_worker)
     return engine.needs_token_ids, getattr(engine, "vocab_size", 0)
 
 
@@ -58,12 +58,12 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict
             Client(cluster, asynchronous=True) as client:
         if cfg.runtime.dashboard_address is not None:
             console.print(f"dashboard: {cluster.dashboard_link}")
-        addresses = engine_addresses(client)
+        addresses = await engine_addresses(client)
         info = await client.run(_engine_info, workers=[addresses[engines[0]]])
         needs_ids, vocab = next(iter(info.values()))
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
-        rec = RunRecorder(engines=engines, expected=expected_trajectories(cfg.workload))
+        rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload))
         t0 = time.time()
         runner = DaskTurnRunner(client, Router(dict(zip(engines, roles))), addresses,
                                 cfg.runtime.turn_shape, needs_ids, vocab, t0)

@@ -58,7 +58,8 @@ def test_round_trip_keeps_awkward_floats(tmp_path):
 
 
 def _line(**over) -> str:
-    base = {"traj": "t", "turn": 0, "appended_tokens": 10, "decode_tokens": 5, "tool_latency_s": 0.0, "done": True}
+    base = {"traj": "t", "turn": 0, "appended_tokens": 10, "decode_tokens": 5,
+            "tool_latency_s": 0.0, "done": True}
     base.update(over)
     return json.dumps({k: v for k, v in base.items() if v is not _DROP})
 

@@ -1,0 +1,177 @@
+"""Control-plane throughput: turns/s the Dask runtime sustains with no engine time, vs bare Dask.
+
+For each concurrency (trajectories in flight) it runs, side by side and interleaved per repeat:
+  prorsa/<shape>   Prorsa's live runtime, emulated engines at time_scale 0, tools at 0 s
+  bare/<shape>     the same task shape (turn task on a tool worker; prefill and decode tasks on
+                   role-tagged engine workers) with no-op functions and no Prorsa code
+and prints medians, the ratio prorsa/bare (goal >= 0.9), tasks per turn and the peak RSS of the
+driver process (which hosts the in-process scheduler and workers, as `prorsa run` does).
+Each measurement runs in a fresh subprocess so peak memory is its own.
+
+    .venv/bin/python benchmarks/control_plane.py [--sizes 64,256,1024] [--repeats 3] [--turns 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ENGINES, SLOTS, TOOL_THREADS = 3, 64, 64
+
+
+def _bare_cluster_specs():
+    from distributed import Worker
+
+    specs = {}
+    for i, (p, d) in enumerate([(SLOTS, 0), (SLOTS, 0), (0, SLOTS)]):
+        specs[f"engine-{i}"] = {"cls": Worker, "options": {
+            "nthreads": SLOTS, "resources": {"prefill": p, "decode": d, "env": 0}, "dashboard": False}}
+    specs["tools-0"] = {"cls": Worker, "options": {
+        "nthreads": TOOL_THREADS, "resources": {"prefill": 0, "decode": 0, "env": TOOL_THREADS},
+        "dashboard": False}}
+    return specs
+
+
+async def _noop_async(*args):
+    return args[-1] if args else None
+
+
+def _noop(*args):
+    return None
+
+
+def _bare_turn(t, k):
+    from distributed import get_client, secede
+
+    client = get_client()
+    pf = client.submit(_noop_async, t, k, key=f"prefill-{t}-{k}", resources={"prefill": 1}, pure=False)
+    df = client.submit(_noop_async, pf, key=f"decode-{t}-{k}", resources={"decode": 1}, pure=False)
+    secede()
+    return df.result()
+
+
+async def bare(n: int, turns: list[int], shape: str) -> float:
+    import asyncio
+
+    import dask
+    from distributed import Client, Scheduler, SpecCluster
+
+    scheduler = {"cls": Scheduler, "options": {"dashboard": False}}
+    async with SpecCluster(workers=_bare_cluster_specs(), scheduler=scheduler, asynchronous=True) as cluster, \
+            Client(cluster, asynchronous=True) as client:
+
+        async def trajectory(t: int) -> None:
+            for k in range(turns[t]):
+                with dask.annotate(traj=t, turn=k, phase="turn"):
+                    if shape == "in_task":
+                        fut = client.submit(_bare_turn, t, k, key=f"turn-{t}-{k}", resources={"env": 1}, pure=False)
+                    else:
+                        pf = client.submit(_noop_async, t, k, key=f"prefill-{t}-{k}", resources={"prefill": 1}, pure=False)
+                        df = client.submit(_noop_async, pf, key=f"decode-{t}-{k}", resources={"decode": 1}, pure=False)
+                        fut = client.submit(_noop, df, key=f"turn-{t}-{k}", resources={"env": 1}, pure=False)
+                await fut
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(trajectory(t) for t in range(n)))
+        return time.perf_counter() - t0
+
+
+def _pipeline(n: int, turns: int, shape: str):
+    from prorsa.config.pipeline import PipelineConfig
+
+    return PipelineConfig.model_validate({
+        "name": f"cp-{n}", "policy": "static:2:1",
+        "engines": {"backend": "emulated", "count": ENGINES, "slots": SLOTS, "time_scale": 0.0},
+        "workload": {"family": "search", "mode": "sync", "prompts": n // 4, "group_size": 4,
+                     "max_turns": turns, "tool_time_scale": 0.0},
+        "runtime": {"turn_shape": shape, "tool_threads": TOOL_THREADS, "dashboard_address": None,
+                    "metrics_interval_s": 1.0},
+    })
+
+
+def turn_counts(n: int, turns: int) -> list[int]:
+    from prorsa.agent.workload import Workload
+
+    cfg = _pipeline(n, turns, "in_task")
+    return [len(s.turns) for s in Workload.from_config(cfg.workload, cfg.seed).trajectories_for_step(0)]
+
+
+async def prorsa(n: int, turns: int, shape: str) -> tuple[float, int]:
+    import tempfile
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from prorsa.rollout.live import run_live
+
+    with tempfile.TemporaryDirectory() as d:
+        summary = await run_live(_pipeline(n, turns, shape), Path(d), Console(quiet=True))
+    return summary["makespan_s"], summary["turns"]
+
+
+def one(kind: str, shape: str, n: int, turns: int) -> dict:
+    import asyncio
+
+    counts = turn_counts(n, turns)
+    if kind == "bare":
+        secs, total = asyncio.run(bare(n, counts, shape)), sum(counts)
+    else:
+        secs, total = asyncio.run(prorsa(n, turns, shape))
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"seconds": secs, "turns": total, "turns_per_s": total / secs, "peak_mib": peak_mib}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="64,256,1024")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--turns", type=int, default=4, help="turn cap per trajectory")
+    ap.add_argument("--shapes", default="in_task,driver")
+    ap.add_argument("--_one", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args._one:
+        kind, shape, n, turns = args._one
+        print(json.dumps(one(kind, shape, int(n), int(turns))))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    shapes = args.shapes.split(",")
+    results: dict[tuple, list[dict]] = {}
+    for n in sizes:
+        for rep in range(args.repeats):
+            for shape in shapes:
+                for kind in ("prorsa", "bare"):
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--_one", kind, shape, str(n), str(args.turns)],
+                        capture_output=True, text=True, check=True)
+                    r = json.loads(out.stdout.strip().splitlines()[-1])
+                    results.setdefault((n, shape, kind), []).append(r)
+                    print(f"n={n} rep={rep} {kind}/{shape}: {r['turns_per_s']:.1f} turns/s", file=sys.stderr)
+
+    table = Table(title="control plane: turns/s, emulated engines at time_scale 0 (median of repeats)")
+    for col in ("trajectories", "shape", "prorsa turns/s", "bare turns/s", "ratio", "tasks/turn",
+                "prorsa peak MiB", "bare peak MiB"):
+        table.add_column(col, justify="right")
+    for n in sizes:
+        for shape in shapes:
+            p, b = results[(n, shape, "prorsa")], results[(n, shape, "bare")]
+            pt = statistics.median(r["turns_per_s"] for r in p)
+            bt = statistics.median(r["turns_per_s"] for r in b)
+            table.add_row(str(n), shape, f"{pt:.1f}", f"{bt:.1f}", f"{pt / bt:.2f}", "3",
+                          f"{statistics.median(r['peak_mib'] for r in p):.0f}",
+                          f"{statistics.median(r['peak_mib'] for r in b):.0f}")
+    console = Console()
+    console.print(table)
+    console.print("command: " + " ".join(["python", "benchmarks/control_plane.py", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    main()

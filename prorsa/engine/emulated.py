@@ -1,0 +1,248 @@
+"""EmulatedEngine: the Engine contract (engine/base.py) with no model, timed by the cost model.
+
+The simulator runs it on a virtual-clock event loop; live runs put it on Dask workers in wall time
+(optionally scaled), so the control plane can be exercised at dozens of "GPUs" on a laptop.
+
+    start()                 launch the step loop, one asyncio task on the running loop
+    stop()                  cancel it; requests still pending fail with RuntimeError
+    prefill(req)            compute the context's KV here (minus this engine's cached prefix)
+    decode(req)             pull req.kv from its engine (only the part not cached here), or prefill
+                            locally when req.kv is None, then generate req.max_tokens tokens
+    generate(req)           local prefill + decode (colocated)
+    set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
+    stats()                 queue, batch, KV and counters; no I/O
+    reset_prefix_cache()    forget every cached prefix (after a weight update)
+
+The step loop, one iteration per step or per skipped stretch of decode steps:
+
+    admit FIFO while slots and KV allow     (a request reserves context + max_tokens KV tokens)
+    prefills pending -> one step: prefill chunks up to max_batched_tokens, co-batched with every
+                        running decode (vLLM-style chunked prefill), sleep cost.mixed_time(...)
+    only decodes     -> sleep until the first sequence finishes, in one timer (event skipping);
+                        an admissible arrival ends the stretch at the next step boundary
+    nothing          -> wait for an arrival (never spins)
+
+Every engine co-batches whatever it holds; roles decide only what the runtime sends it, so a
+MIXED engine is simply one that is sent both phases. Time comes only from the running loop
+(`loop.time()`, `asyncio.sleep`, `asyncio.wait_for`), so a virtual clock drives it unchanged.
+Every sleep is multiplied by time_scale; at 0 the engine only yields (sleep(0)) between steps.
+Reported times are loop-time differences ("engine time"). Token ids are not produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+
+import numpy as np
+
+from prorsa.costmodel import CostModel
+from prorsa.engine.base import (DecodeRequest, DecodeResult, EngineStats, PrefillRequest,
+                                PrefillResult)
+from prorsa.engine.batching import Batcher, SeqState
+from prorsa.roles import Role
+
+
+class EmulatedEngine:
+    needs_token_ids = False  # works from token counts
+
+    def __init__(self, engine_id: str, role: Role, cost: CostModel, slots: int,
+                 time_scale: float = 1.0, max_batched_tokens: int = 8192,
+                 kv_capacity: int | None = None):
+        if slots < 1 or max_batched_tokens < 1 or time_scale < 0:
+            raise ValueError(f"need slots >= 1, max_batched_tokens >= 1, time_scale >= 0; got "
+                             f"{slots}, {max_batched_tokens}, {time_scale}")
+        self.engine_id = engine_id
+        self.role = role
+        self.cost = cost
+        self.time_scale = time_scale
+        self.max_batched_tokens = max_batched_tokens
+        self.kv_capacity = cost.kv_capacity_tokens() if kv_capacity is None else kv_capacity
+        if self.kv_capacity < 1:
+            raise ValueError(f"engine {engine_id}: no room for KV beside the weights ({cost!r})")
+        self._batch = Batcher(slots, self.kv_capacity)
+        self._prefix: dict[str, int] = {}  # ideal prefix cache: traj_id -> context tokens in KV
+        self._counters = {"cached_tokens": 0, "transfers": 0, "transfer_tokens": 0, "busy_s": 0.0}
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None  # set when the step loop should re-plan
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        b = self._batch
+        for seq in [*b.waiting, *b.transferring, *b.prefilling, *b.decoding]:
+            if seq.waiter is not None and not seq.waiter.done():
+                seq.waiter.set_exception(RuntimeError(f"engine {self.engine_id} stopped"))
+        self._batch = Batcher(b.slots, b.kv_capacity)
+
+    def set_role(self, role: Role) -> None:
+        self.role = role
+
+    async def reset_prefix_cache(self) -> None:
+        self._prefix.clear()
+
+    def stats(self) -> EngineStats:
+        b, c = self._batch, self._counters
+        return EngineStats(
+            engine_id=self.engine_id, role=self.role, queued=len(b.waiting), active=b.active,
+            kv_tokens=b.kv_used, kv_capacity=self.kv_capacity,
+            prefill_tokens_total=b.prefill_tokens, decode_tokens_total=b.decode_tokens,
+            cached_tokens_total=c["cached_tokens"],
+            extra={"steps": float(b.steps), "busy_s": c["busy_s"],
+                   "transfers": float(c["transfers"]),
+                   "transfer_tokens_total": float(c["transfer_tokens"]),
+                   "decoding": float(len(b.decoding)), "prefilling": float(len(b.prefilling))})
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def prefill(self, req: PrefillRequest) -> PrefillResult:
+        cached = self._reusable(req.traj_id, req.context_tokens, req.new_tokens)
+        seq = SeqState(req.traj_id, reserve=req.context_tokens,
+                       prefill_left=req.context_tokens - cached, prefix=cached, decode_left=0)
+        await self._serve(seq)
+        self._prefix[req.traj_id] = req.context_tokens
+        kv = {"engine_id": self.engine_id, "traj_id": req.traj_id, "turn": req.turn,
+              "tokens": req.context_tokens}
+        end = seq.prefill_end if seq.prefill_end is not None else seq.admitted
+        return PrefillResult(engine_id=self.engine_id, kv=kv, cached_tokens=cached,
+                             queue_s=seq.admitted - seq.arrived, compute_s=end - seq.admitted)
+
+    async def decode(self, req: DecodeRequest) -> DecodeResult:
+        """cached_tokens: context served from this engine's cache, whether that saved a local
+        prefill (kv=None) or part of the pull (kv from another engine)."""
+        remote = req.kv is not None and req.kv.get("engine_id") != self.engine_id
+        # Our own KV handle: the context is in our cache, nothing new to prefill.
+        cached = self._reusable(req.traj_id, req.context_tokens,
+                                req.new_tokens if req.kv is None else 0)
+        reserve = req.context_tokens + req.max_tokens
+        if remote:  # pull only what is not cached here (vLLM's connector does the same)
+            seq = SeqState(req.traj_id, reserve=reserve, prefill_left=0,
+                           prefix=req.context_tokens, decode_left=req.max_tokens, transfer=True)
+            transfer = (req.context_tokens - cached, req.kv.get("link", "net"))
+        else:
+            seq = SeqState(req.traj_id, reserve=reserve,
+                           prefill_left=req.context_tokens - cached, prefix=cached,
+                           decode_left=req.max_tokens)
+            transfer = None
+        transfer_s = await self._serve(seq, transfer)
+        self._prefix[req.traj_id] = req.context_tokens + req.max_tokens
+        start = seq.decode_start if seq.decode_start is not None else seq.finished
+        return DecodeResult(
+            engine_id=self.engine_id, n_tokens=req.max_tokens, cached_tokens=cached,
+            queue_s=seq.admitted - seq.arrived, transfer_s=transfer_s,
+            prefill_s=0.0 if seq.prefill_end is None else seq.prefill_end - seq.admitted,
+            decode_s=seq.finished - start)
+
+    async def generate(self, req: DecodeRequest) -> DecodeResult:
+        if req.kv is not None:
+            raise ValueError("generate prefills locally; pass kv=None (or call decode)")
+        return await self.decode(req)
+
+    def _reusable(self, traj_id: str, context: int, new: int) -> int:
+        """Context tokens this engine's cache can serve: never the turn's newly appended ones."""
+        cached = max(0, min(self._prefix.get(traj_id, 0), context - new))
+        self._counters["cached_tokens"] += cached
+        return cached
+
+    async def _serve(self, seq: SeqState, transfer: tuple[int, str] | None = None) -> float:
+        """Queue `seq`, wait for it to finish; returns the seconds spent pulling its KV."""
+        if self._task is None:
+            raise RuntimeError(f"engine {self.engine_id} is not started")
+        loop = asyncio.get_running_loop()
+        seq.arrived = loop.time()
+        batch = self._batch  # stop() replaces it: a sequence belongs to the one it joined
+        batch.submit(seq)
+        if batch.admissible():
+            self._wake.set()  # it can join the batch now: cut a decode stretch short
+        transfer_s = 0.0
+        try:
+            await self._wait(seq)  # transferring sequences are woken at admission
+            if transfer is not None:
+                tokens, link = transfer
+                t0 = loop.time()
+                await self._sleep(self.cost.kv_transfer_time(tokens, link), busy=False)
+                transfer_s = loop.time() - t0
+                self._counters["transfers"] += 1
+                self._counters["transfer_tokens"] += tokens
+                if self._batch is not batch:
+                    raise RuntimeError(f"engine {self.engine_id} stopped")
+                batch.transfer_done(seq, loop.time())
+                self._wake.set()  # it joins the decode batch at the next step
+                if seq.finished is None:
+                    await self._wait(seq)
+        except BaseException:  # cancelled by the caller: free the slot and the KV
+            if seq.finished is None:
+                batch.remove(seq)
+                self._wake.set()
+            raise
+        return transfer_s
+
+    @staticmethod
+    def _wait(seq: SeqState) -> asyncio.Future:
+        """A future the step loop resolves at the sequence's next hand-back point."""
+        seq.waiter = asyncio.get_running_loop().create_future()
+        return seq.waiter
+
+    @staticmethod
+    def _resolve(seqs: Iterable[SeqState]) -> None:
+        for seq in seqs:
+            if seq.waiter is not None and not seq.waiter.done():
+                seq.waiter.set_result(None)
+
+    # -- the step loop -----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        b = self._batch
+        while True:
+            self._wake.clear()
+            admitted = b.admit(loop.time())
+            self._resolve(s for s in admitted if s.transfer or s.finished is not None)
+            if b.prefilling:
+                plan = b.plan_prefill(self.max_batched_tokens)
+                t = self.cost.mixed_time([(n, s.prefix) for s, n in plan.chunks],
+                                         [s.ctx for s in plan.decodes])
+                await self._sleep(t)
+                self._resolve(b.apply_prefill(plan, loop.time()))
+            elif b.decoding:
+                self._resolve(b.advance(await self._decode_stretch(loop), loop.time()))
+            else:
+                await self._wake.wait()
+
+    async def _decode_stretch(self, loop: asyncio.AbstractEventLoop) -> int:
+        """Sleep through the decode steps until the first sequence finishes; an arrival cuts
+        the stretch short at the end of the step in flight. Returns the steps completed."""
+        batch, ctx_sum, steps = self._batch.plan_decode()
+        if self.time_scale == 0:
+            await asyncio.sleep(0)
+            return steps
+        ends = np.cumsum(self.cost.decode_series(batch, ctx_sum, steps)) * self.time_scale
+        start = loop.time()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=float(ends[-1]))
+        except asyncio.TimeoutError:
+            self._counters["busy_s"] += loop.time() - start
+            return steps
+        done = int(np.searchsorted(ends, loop.time() - start, side="right"))
+        if done < steps:  # the step in flight completes; the arrival joins the next one
+            await asyncio.sleep(float(ends[done]) - (loop.time() - start))
+            done += 1
+        self._counters["busy_s"] += loop.time() - start
+        return done
+
+    async def _sleep(self, seconds: float, busy: bool = True) -> None:
+        seconds *= self.time_scale
+        if busy:
+            self._counters["busy_s"] += seconds
+        await asyncio.sleep(seconds)
