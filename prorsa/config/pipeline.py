@@ -30,6 +30,11 @@ class VllmSettings(_Section):
     cores_per_engine: int = Field(1, ge=0)  # CPU pinning; 0 = no pinning
     start_timeout_s: float = Field(300.0, gt=0)
     extra_args: tuple[str, ...] = ()  # passed through to the vLLM server
+    dtype: str = "auto"  # vLLM --dtype; "float32" makes greedy outputs robust to batching noise
+    request_timeout_s: float = Field(600.0, gt=0)  # one HTTP request (a cold CPU server: ~50 s)
+    nixl_compat_check: bool = True  # False lets engines with different weights exchange KV (tests)
+    # NIXL's progress thread busy-polls a whole core unless given a poll timeout (us); CPU only
+    nixl_progress_delay_us: int = Field(1000, ge=0)
 
 
 class EnginesConfig(_Section):

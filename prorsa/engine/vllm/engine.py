@@ -1,0 +1,309 @@
+"""VllmEngine: the Engine protocol over one vLLM OpenAI server, token ids in, ids and logprobs out.
+
+    start() / stop()      launch / terminate the server (in a thread: a CPU start takes ~20-60 s)
+    ensure_healthy()      restart a dead or unresponsive server; True when it restarted
+    prefill(req)          POST /v1/completions, max_tokens=1, kv_transfer_params={"do_remote_decode":
+                          true}: the engine computes the context's KV and holds it; returns the
+                          response's kv_transfer_params as the KV handle
+    decode(req)           with req.kv: the same prompt plus that handle, unchanged; the engine pulls
+                          the KV over NIXL and generates. Without: prefills locally first (its
+                          prefix cache makes only the uncached tail compute)
+    generate(req)         one colocated request
+    set_role(role)        bookkeeping: any engine serves either leg (connector role kv_both)
+    inflight(role) / drain(role)   requests of one leg in flight / wait until none remain
+    stats()               from in-flight counters and the last refresh_metrics(); no I/O
+    refresh_metrics()     read /metrics (running, waiting, KV usage) for stats()
+    reset_prefix_cache()  POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1, set by server.py)
+
+Legs: prefill() counts as Role.PREFILL, decode() as Role.DECODE (local prefill included),
+generate() as Role.MIXED. All coroutines run on the owner's event loop (one httpx client).
+
+A request that fails because the server is down raises EngineUnavailable; a decode whose KV
+pull failed raises KvTransferFailed; any other failed request raises EngineError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from prorsa.config.pipeline import VllmSettings
+from prorsa.engine.base import DecodeRequest, DecodeResult, EngineStats, PrefillRequest, PrefillResult
+from prorsa.engine.vllm.errors import EngineError, EngineUnavailable, KvTransferFailed
+from prorsa.engine.vllm.server import SERVED_NAME, ServerSpec, VllmServer
+from prorsa.roles import Role
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What one /v1/completions response says, with its timings in seconds."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    prompt_tokens: int
+    cached_tokens: int  # from this engine's prefix cache (KV pulled over NIXL is not counted)
+    kv: dict[str, Any] | None  # kv_transfer_params
+    finish_reason: str
+    queue_s: float  # queued in the engine before first scheduled
+    first_token_s: float  # scheduled to first token: prefill, or KV pull + last prompt token
+    decode_s: float  # first to last token
+    wall_s: float  # the HTTP round trip
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    """A /metrics snapshot."""
+
+    at: float  # time.monotonic() of the read
+    running: int
+    waiting: int
+    kv_usage: float  # fraction of KV blocks in use
+
+
+class VllmEngine:
+    needs_token_ids = True
+
+    def __init__(
+        self,
+        engine_id: str,
+        role: Role,
+        settings: VllmSettings,
+        model_dir: Path,
+        cores: list[int] | None,
+        log_dir: Path,
+    ):
+        self.engine_id = engine_id
+        self.role = role
+        self.settings = settings
+        self.server = VllmServer(
+            ServerSpec.from_settings(settings, model_dir, cores), Path(log_dir) / f"{engine_id}.log"
+        )
+        self._client: httpx.AsyncClient | None = None
+        self._inflight: Counter[Role] = Counter()
+        self._kv_inflight = 0  # context + max_tokens of admitted requests: the KV they may hold
+        self._totals: Counter[str] = Counter()
+        self._metrics: _Metrics | None = None
+        self._lock: asyncio.Lock | None = None  # serialises start/restart
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.server.start)
+        self._client = httpx.AsyncClient(
+            base_url=self.server.url,
+            timeout=self.settings.request_timeout_s,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        await asyncio.to_thread(self.server.stop)
+
+    async def ensure_healthy(self) -> bool:
+        """Restart the server if it is dead or does not answer /health. True if it restarted."""
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if await asyncio.to_thread(self.server.healthy):
+                return False
+            await self.stop()
+            await self.start()
+            return True
+
+    # --- the two legs and the colocated turn ------------------------------------------------
+
+    async def prefill(self, req: PrefillRequest) -> PrefillResult:
+        body = self._body(req.token_ids, max_tokens=1, logprobs=False)
+        body["kv_transfer_params"] = {"do_remote_decode": True}
+        reply = await self._complete(body, Role.PREFILL, kv_tokens=req.context_tokens)
+        if not reply.kv:
+            raise EngineError(f"{self.engine_id}: prefill returned no kv_transfer_params (no KV connector?)")
+        self._totals["prefill"] += reply.prompt_tokens - reply.cached_tokens
+        self._totals["cached"] += reply.cached_tokens
+        return PrefillResult(
+            engine_id=self.engine_id,
+            kv=reply.kv,
+            cached_tokens=reply.cached_tokens,
+            queue_s=reply.queue_s,
+            compute_s=reply.first_token_s,
+        )
+
+    async def decode(self, req: DecodeRequest) -> DecodeResult:
+        return await self._generate(req, Role.DECODE, kv=req.kv)
+
+    async def generate(self, req: DecodeRequest) -> DecodeResult:
+        return await self._generate(req, Role.MIXED, kv=None)
+
+    async def _generate(self, req: DecodeRequest, leg: Role, kv: dict[str, Any] | None) -> DecodeResult:
+        body = self._body(req.token_ids, req.max_tokens, req.temperature, req.seed, req.ignore_eos)
+        if kv is not None:
+            body["kv_transfer_params"] = kv  # unchanged: names the prefill engine and its blocks
+        reply = await self._complete(body, leg, kv_tokens=req.context_tokens + req.max_tokens)
+        self._totals["decode"] += len(reply.token_ids)
+        self._totals["cached"] += reply.cached_tokens
+        if kv is None:
+            self._totals["prefill"] += reply.prompt_tokens - reply.cached_tokens
+        return DecodeResult(
+            engine_id=self.engine_id,
+            n_tokens=len(reply.token_ids),
+            token_ids=reply.token_ids,
+            logprobs=reply.logprobs,
+            cached_tokens=reply.cached_tokens,
+            queue_s=reply.queue_s,
+            transfer_s=reply.first_token_s if kv is not None else 0.0,
+            prefill_s=reply.first_token_s if kv is None else 0.0,
+            decode_s=reply.decode_s,
+            finish_reason=reply.finish_reason,
+        )
+
+    def _body(self, token_ids, max_tokens: int, temperature: float = 0.0, seed: int | None = None,
+              ignore_eos: bool = True, logprobs: bool = True) -> dict[str, Any]:  # fmt: skip
+        if token_ids is None:
+            raise ValueError("vLLM engines need token ids (Engine.needs_token_ids is True)")
+        body = {
+            "model": SERVED_NAME,
+            "prompt": list(token_ids),  # a list of ints is one tokenised prompt
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+            "return_token_ids": True,  # choices[0].token_ids: the generated ids
+        }
+        if logprobs:
+            body["logprobs"] = 0  # choices[0].logprobs.token_logprobs: the sampled tokens' logprobs
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    async def _complete(self, body: dict[str, Any], leg: Role, kv_tokens: int) -> _Reply:
+        if self._client is None:
+            raise EngineUnavailable(f"{self.engine_id}: not started")
+        self._inflight[leg] += 1
+        self._kv_inflight += kv_tokens
+        t0 = time.monotonic()
+        try:
+            r = await self._client.post("/v1/completions", json=body)
+        except httpx.TransportError as e:  # refused, reset, closed mid-response: the server is gone
+            raise EngineUnavailable(f"{self.engine_id}: {type(e).__name__}: {e}") from e
+        finally:
+            self._inflight[leg] -= 1
+            self._kv_inflight -= kv_tokens
+        if r.status_code != 200:
+            if not self.server.alive():
+                raise EngineUnavailable(f"{self.engine_id}: server died (HTTP {r.status_code})")
+            if leg is Role.DECODE and "kv_transfer_params" in body and r.status_code >= 500:
+                raise KvTransferFailed(f"{self.engine_id}: HTTP {r.status_code}: {r.text[:300]}")
+            raise EngineError(f"{self.engine_id}: HTTP {r.status_code}: {r.text[:300]}")
+        return _parse(r.json(), time.monotonic() - t0)
+
+    # --- roles and draining ------------------------------------------------------------------
+
+    def set_role(self, role: Role) -> None:
+        # No admission change: requests already sent finish here; the router stops sending the
+        # old leg, and a caller that must wait for it awaits drain(old_role).
+        self.role = role
+
+    def inflight(self, role: Role | None = None) -> int:
+        return sum(self._inflight.values()) if role is None else self._inflight[role]
+
+    async def drain(self, role: Role | None = None, poll_s: float = 0.005) -> None:
+        """Return when no request of this leg (or none at all) is in flight."""
+        while self.inflight(role):
+            await asyncio.sleep(poll_s)
+
+    # --- observation -------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        inflight = self.inflight()
+        m = self._metrics
+        capacity = self.server.kv_capacity_tokens
+        extra = {"inflight_prefill": float(self._inflight[Role.PREFILL]),
+                 "inflight_decode": float(self._inflight[Role.DECODE]),
+                 "inflight_mixed": float(self._inflight[Role.MIXED])}  # fmt: skip
+        if m is not None:
+            extra["metrics_age_s"] = time.monotonic() - m.at
+            extra["kv_usage"] = m.kv_usage
+        return EngineStats(
+            engine_id=self.engine_id,
+            role=self.role,
+            # queued/active: the server's own counts when refresh_metrics() ran, else everything
+            # in flight counts as active (the client cannot see admission)
+            queued=m.waiting if m else 0,
+            active=m.running if m else inflight,
+            # KV tokens: measured usage when available, else an upper-bound estimate from the
+            # in-flight requests' context + max_tokens
+            kv_tokens=int(m.kv_usage * capacity) if m else min(self._kv_inflight, capacity or self._kv_inflight),
+            kv_capacity=capacity,
+            prefill_tokens_total=self._totals["prefill"],
+            decode_tokens_total=self._totals["decode"],
+            cached_tokens_total=self._totals["cached"],
+            healthy=self.server.alive(),
+            extra=extra,
+        )
+
+    async def refresh_metrics(self) -> None:
+        if self._client is None:
+            return
+        try:
+            text = (await self._client.get("/metrics", timeout=5)).text
+        except httpx.HTTPError as e:
+            raise EngineUnavailable(f"{self.engine_id}: /metrics: {e}") from e
+        self._metrics = _Metrics(
+            at=time.monotonic(),
+            running=int(_gauge(text, "vllm:num_requests_running")),
+            waiting=int(_gauge(text, "vllm:num_requests_waiting")),
+            kv_usage=_gauge(text, "vllm:kv_cache_usage_perc"),
+        )
+
+    async def reset_prefix_cache(self, timeout_s: float = 30.0) -> None:
+        """Drop every cached prefix. vLLM refuses while blocks are held (running requests, KV
+        waiting for a decode engine to pull it), so retry until it succeeds or time runs out."""
+        if self._client is None:
+            raise EngineUnavailable(f"{self.engine_id}: not started")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                r = await self._client.post("/reset_prefix_cache")
+            except httpx.TransportError as e:
+                raise EngineUnavailable(f"{self.engine_id}: {e}") from e
+            if r.status_code == 200 and r.json().get("success", True):
+                return
+            if r.status_code == 404:
+                raise EngineError(f"{self.engine_id}: /reset_prefix_cache missing (VLLM_SERVER_DEV_MODE?)")
+            if time.monotonic() > deadline:
+                raise EngineError(f"{self.engine_id}: prefix cache reset refused for {timeout_s:.0f} s")
+            await asyncio.sleep(0.2)
+
+
+def _parse(resp: dict[str, Any], wall_s: float) -> _Reply:
+    choice = resp["choices"][0]
+    usage = resp.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    lp = choice.get("logprobs") or {}
+    metrics = resp.get("metrics") or {}
+    ms = lambda key: (metrics.get(key) or 0.0) / 1000.0  # noqa: E731
+    return _Reply(
+        token_ids=tuple(choice.get("token_ids") or ()),
+        logprobs=tuple(float(x) for x in lp.get("token_logprobs") or () if x is not None),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        kv=resp.get("kv_transfer_params"),
+        finish_reason=choice.get("finish_reason") or "length",
+        queue_s=ms("queue_time_ms"),
+        first_token_s=ms("time_to_first_token_ms") if metrics else wall_s,
+        decode_s=ms("generation_time_ms"),
+        wall_s=wall_s,
+    )
+
+
+def _gauge(text: str, name: str) -> float:
+    """Sum of a Prometheus gauge over its label sets (one engine core: one line)."""
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.M)
+    return sum(float(v) for v in pattern.findall(text))

