@@ -2,6 +2,7 @@
 
     prorsa run PIPELINE [--engine B] [--policy P] [--output DIR]   a live rollout on a LocalCluster
     prorsa validate FILE...                                         check pipeline files, run nothing
+    prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
 
 Bad input ends with one line on stderr and exit code 2; no traceback.
 """
@@ -12,6 +13,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -31,6 +33,10 @@ def _load(path: str, overrides: dict) -> object:
         return load_pipeline(path, overrides)
     except ConfigError as e:
         _fail(str(e))
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _new_run_dir(base: Path, name: str) -> Path:
@@ -74,6 +80,8 @@ def run(pipeline: str, engine: str | None, policy: str | None, output: str | Non
     run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
     (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
     console.print(f"run directory: {run_dir}")
+    # SIGTERM (a batch system, `timeout`) unwinds like Ctrl-C, so engines and servers are stopped
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         summary = asyncio.run(run_live(cfg, run_dir, console))
     except KeyboardInterrupt:
@@ -99,6 +107,26 @@ def validate(files: tuple[str, ...]) -> None:
             click.echo(f"ok: {f} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
                        f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
     sys.exit(2 if bad else 0)
+
+
+@main.group()
+def model() -> None:
+    """Models for the vLLM engines."""
+
+
+@model.command("make-tiny")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--seed", default=0, show_default=True, help="Weights seed (the tokenizer is fixed).")
+@click.option("--vocab-size", default=2048, show_default=True)
+def make_tiny(directory: str, seed: int, vocab_size: int) -> None:
+    """Make a tiny Llama-style model with random weights in DIRECTORY (no model hub needed)."""
+    from prorsa.engine.tiny_model import make_tiny_model, weights_digest
+
+    target = Path(directory)
+    if target.exists() and any(target.iterdir()):
+        _fail(f"{target}: directory exists and is not empty")
+    make_tiny_model(target, seed=seed, vocab_size=vocab_size)
+    click.echo(f"made {target} (weights sha256 {weights_digest(target)[:16]})")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ Imports are lazy so a machine without vLLM runs emulated engines.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from prorsa.config.pipeline import EnginesConfig
@@ -26,7 +28,35 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> En
         cost = CostModel.from_names(cfg.gpu, cfg.model, tp=cfg.tp)
         return EmulatedEngine(engine_name(index), role, cost, slots=cfg.slots, time_scale=cfg.time_scale)
     if cfg.backend == "vllm":
-        from prorsa.engine.vllm import make_vllm_engine
-
-        return make_vllm_engine(engine_name(index), index, role, cfg, run_dir)
+        return _vllm_engine(index, role, cfg, run_dir)
     raise ValueError(f"engines.backend: unknown backend {cfg.backend!r}")
+
+
+def resolve_model_dir(cfg: EnginesConfig) -> Path:
+    """`tiny` is made locally on first use (no model hub is needed); anything else is a directory."""
+    if cfg.vllm.model == "tiny":
+        from prorsa.engine.tiny_model import ensure_tiny_model
+
+        return ensure_tiny_model(Path(cfg.vllm.cache_dir))
+    model_dir = Path(cfg.vllm.model)
+    if not (model_dir / "config.json").is_file():
+        raise ValueError(f"engines.vllm.model: {model_dir} is not a model directory (no config.json)")
+    return model_dir
+
+
+def engine_cores(index: int, per_engine: int, n_cpus: int | None = None) -> list[int] | None:
+    """Engines take consecutive cores, wrapping around when there are more engines than cores."""
+    if per_engine <= 0:
+        return None
+    n = n_cpus or os.cpu_count() or 1
+    return sorted({(index * per_engine + j) % n for j in range(per_engine)})
+
+
+def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> Engine:
+    from prorsa.engine.vllm import VllmEngine
+
+    model_dir = resolve_model_dir(cfg)
+    cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
+    engine = VllmEngine(engine_name(index), role, cfg.vllm, model_dir, cores, run_dir / "engines")
+    engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    return engine

@@ -33,23 +33,24 @@ SPECIAL_TOKENS = (
 # Hermes/Qwen style: tools listed in the system turn, calls as JSON inside <tool_call> tags,
 # tool results fed back as a user turn inside <tool_response> tags.
 CHAT_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\n"
-    "{%- if messages and messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
-    "# Tools\n<tools>\n{%- for t in tools %}\n{{ t | tojson }}{%- endfor %}\n</tools>\n"
+    "{% set sys = messages[0].content if messages and messages[0].role == 'system' else none %}"
+    "{% if tools %}<|im_start|>system\n{% if sys %}{{ sys }}\n\n{% endif %}# Tools\n<tools>\n"
+    "{% for t in tools %}{{ t | tojson }}\n{% endfor %}</tools>\n"
     "Call a function with a JSON object inside <tool_call></tool_call> tags.<|im_end|>\n"
-    "{%- elif messages and messages[0].role == 'system' %}"
-    "<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{%- endif %}"
-    "{%- for m in messages %}"
-    "{%- if m.role == 'user' or (m.role == 'assistant' and not m.tool_calls) %}"
+    "{% elif sys %}<|im_start|>system\n{{ sys }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'user' or (m.role == 'assistant' and not m.tool_calls) %}"
     "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
-    "{%- elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content or '' }}"
-    "{%- for c in m.tool_calls %}{% set f = c.function or c %}\n<tool_call>\n"
-    '{"name": "{{ f.name }}", "arguments": {{ f.arguments | tojson }}}\n</tool_call>'
-    "{%- endfor %}<|im_end|>\n"
-    "{%- elif m.role == 'tool' %}"
+    "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content or '' }}"
+    "{% for c in m.tool_calls %}{% set f = c.function or c %}"
+    '<tool_call>\n{"name": "{{ f.name }}", "arguments": '
+    "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}"
+    "}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}"
     "<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 WEIGHTS_FILE = "model.safetensors"

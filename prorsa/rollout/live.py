@@ -17,7 +17,7 @@ from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
-from prorsa.engine.registry import engine_name
+from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
@@ -54,6 +54,9 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict
     console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
                   f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
     t_boot = time.time()
+    if cfg.engines.backend == "vllm":  # once here, not once per engine worker
+        model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
+        console.print(f"model: {model_dir}")
     async with await start_local_cluster(cfg, roles, run_dir) as cluster, \
             Client(cluster, asynchronous=True) as client:
         if cfg.runtime.dashboard_address is not None:

