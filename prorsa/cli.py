@@ -35,6 +35,20 @@ def _load(path: str, overrides: dict) -> object:
         _fail(str(e))
 
 
+def _check_vllm(cfg, pipeline: str) -> None:
+    import importlib.util
+
+    from prorsa.engine.registry import resolve_model_dir
+
+    if importlib.util.find_spec("vllm") is None:
+        _fail(f"{pipeline}: engines.backend is vllm but vLLM is not installed "
+              "(run ./setup.sh, or use --engine emulated)")
+    try:
+        resolve_model_dir(cfg.engines)
+    except ValueError as e:
+        _fail(f"{pipeline}: {e}")
+
+
 def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -77,6 +91,8 @@ def run(pipeline: str, engine: str | None, policy: str | None, output: str | Non
     from prorsa.rollout.live import run_live
 
     console = Console(stderr=False)
+    if cfg.engines.backend == "vllm":
+        _check_vllm(cfg, pipeline)
     run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
     (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
     console.print(f"run directory: {run_dir}")

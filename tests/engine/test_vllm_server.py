@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from prorsa.config.pipeline import VllmSettings
-from prorsa.engine.vllm.engine import _gauge, _parse
+from prorsa.engine.vllm.protocol import completion_body, gauge, parse_completion
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.server import ServerSpec, VllmServer, build_command, build_env, omp_bind
 
@@ -28,7 +28,8 @@ def test_cpu_command_line():
     for flag in ("--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details"):
         assert flag in cmd
     kv = json.loads(_flag(cmd, "--kv-transfer-config"))
-    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu",
+                  "kv_connector_extra_config": {"kv_lease_duration": 120}}  # fmt: skip
     assert cmd[-2:] == ["--max-num-seqs", "64"]  # extra args last: they override ours
 
 
@@ -57,6 +58,15 @@ def test_omp_bind_splits_cores_over_tp_ranks():
         omp_bind((0,), tp=2)
 
 
+def test_completion_body_sends_token_ids():
+    body = completion_body((3, 4, 5), max_tokens=8, temperature=0.7, seed=11)
+    assert body["prompt"] == [3, 4, 5] and body["max_tokens"] == 8 and body["seed"] == 11
+    assert body["return_token_ids"] is True and body["logprobs"] == 0 and body["ignore_eos"] is True
+    assert "logprobs" not in completion_body((1,), max_tokens=1, logprobs=False)
+    with pytest.raises(ValueError, match="token ids"):
+        completion_body(None, max_tokens=1)
+
+
 def test_parse_completion_response():
     # shape of a vLLM 0.32 /v1/completions response with return_token_ids, logprobs=0,
     # --enable-prompt-tokens-details and --enable-per-request-metrics
@@ -68,12 +78,12 @@ def test_parse_completion_response():
         "kv_transfer_params": {"do_remote_prefill": True, "remote_engine_id": "e"},
         "metrics": {"queue_time_ms": 2.0, "time_to_first_token_ms": 40.0, "generation_time_ms": 10.0},
     }  # fmt: skip
-    r = _parse(resp, wall_s=0.1)
+    r = parse_completion(resp, wall_s=0.1)
     assert r.token_ids == (5, 6) and r.logprobs == (-1.5, -0.25)
     assert (r.prompt_tokens, r.cached_tokens) == (300, 256)
     assert r.kv["remote_engine_id"] == "e"
     assert (r.queue_s, r.first_token_s, r.decode_s) == (0.002, 0.04, 0.01)
-    bare = _parse({"choices": [{"text": "x"}], "usage": {}}, wall_s=0.1)
+    bare = parse_completion({"choices": [{"text": "x"}], "usage": {}}, wall_s=0.1)
     assert bare.token_ids == () and bare.first_token_s == 0.1 and bare.kv is None
 
 
@@ -83,9 +93,9 @@ def test_gauge_reads_prometheus_text():
         'vllm:num_requests_running{engine="0",model_name="prorsa"} 3.0\n'
         'vllm:kv_cache_usage_perc{engine="0",model_name="prorsa"} 0.25\n'
     )
-    assert _gauge(text, "vllm:num_requests_running") == 3.0
-    assert _gauge(text, "vllm:kv_cache_usage_perc") == 0.25
-    assert _gauge(text, "vllm:num_requests_waiting") == 0.0
+    assert gauge(text, "vllm:num_requests_running") == 3.0
+    assert gauge(text, "vllm:kv_cache_usage_perc") == 0.25
+    assert gauge(text, "vllm:num_requests_waiting") == 0.0
 
 
 @pytest.mark.vllm
@@ -99,3 +109,40 @@ def test_failed_start_reports_the_log_fast(tmp_path):
         server.start()
     assert time.monotonic() - t0 < 120  # not the 300 s start timeout
     assert not server.alive()
+
+
+def test_server_stops_itself_when_its_owner_dies():
+    """The launcher's watchdog: an orphaned server takes its process group down."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    server = (
+        "import os, time\n"
+        "from prorsa.engine.vllm._launch import _watch_parent\n"
+        "_watch_parent(int(os.environ['PRORSA_PARENT_PID']), poll_s=0.05, grace_s=1)\n"
+        "time.sleep(60)\n"
+    )
+    owner = (
+        "import os, subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {server!r}], start_new_session=True,\n"
+        "                      env={**os.environ, 'PRORSA_PARENT_PID': str(os.getpid())})\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", owner], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())
+    time.sleep(0.5)
+    os.kill(pid, 0)  # the server runs while its owner lives
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return  # the whole group is gone
+        time.sleep(0.05)
+    os.killpg(pid, signal.SIGKILL)
+    pytest.fail("orphaned server still running 10 s after its owner died")

@@ -12,18 +12,27 @@ CPU wheel is broken), with one fix applied first:
 The fix is applied at import time of this module, on purpose: vLLM starts its engine core and
 workers with multiprocessing `spawn`, which re-imports the main module (this one) in every child,
 and the NIXL agent lives in the worker.
+
+The server also watches its parent (PRORSA_PARENT_PID): when the owner dies without stopping it
+(SIGKILL, a crashed Dask worker), the server takes its whole process group down, so no engine is
+left holding cores and memory.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import signal
+import threading
+import time
 
 
 def _patch_nixl_progress_delay() -> None:
     delay_us = int(os.environ.get("PRORSA_NIXL_PTHR_DELAY_US", "0") or 0)
     if delay_us <= 0:
         return
+    # vLLM sets this before it imports NIXL (a UCX leak workaround); we import NIXL first
+    os.environ.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")
     try:
         from nixl._api import nixl_agent
     except ImportError:  # no NIXL: nothing to fix
@@ -49,9 +58,24 @@ def _patch_nixl_progress_delay() -> None:
     api.nixlBind = _Bindings()
 
 
+def _watch_parent(parent: int, poll_s: float = 1.0, grace_s: float = 10.0) -> None:
+    """Daemon thread: once the owner is gone (we are re-parented), stop the process group."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.killpg(0, signal.SIGTERM)  # vLLM shuts down its engine core and workers on SIGTERM
+        time.sleep(grace_s)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="prorsa-parent-watch", daemon=True).start()
+
+
 _patch_nixl_progress_delay()
 
 if __name__ == "__main__":
+    if os.environ.get("PRORSA_PARENT_PID"):
+        _watch_parent(int(os.environ["PRORSA_PARENT_PID"]))
     from vllm.entrypoints.launchers.api_server.entry import main
 
     main()

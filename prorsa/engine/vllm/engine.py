@@ -25,7 +25,6 @@ pull failed raises KvTransferFailed; any other failed request raises EngineError
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -37,24 +36,12 @@ import httpx
 from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.base import DecodeRequest, DecodeResult, EngineStats, PrefillRequest, PrefillResult
 from prorsa.engine.vllm.errors import EngineError, EngineUnavailable, KvTransferFailed
-from prorsa.engine.vllm.server import SERVED_NAME, ServerSpec, VllmServer
+from prorsa.engine.vllm.protocol import Reply, completion_body, gauge, parse_completion
+from prorsa.engine.vllm.server import ServerSpec, VllmServer
 from prorsa.roles import Role
 
 
-@dataclass(frozen=True)
-class _Reply:
-    """What one /v1/completions response says, with its timings in seconds."""
-
-    token_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    prompt_tokens: int
-    cached_tokens: int  # from this engine's prefix cache (KV pulled over NIXL is not counted)
-    kv: dict[str, Any] | None  # kv_transfer_params
-    finish_reason: str
-    queue_s: float  # queued in the engine before first scheduled
-    first_token_s: float  # scheduled to first token: prefill, or KV pull + last prompt token
-    decode_s: float  # first to last token
-    wall_s: float  # the HTTP round trip
+METRICS_FRESH_S = 5.0  # stats() trusts a /metrics snapshot this long
 
 
 @dataclass(frozen=True)
@@ -121,7 +108,7 @@ class VllmEngine:
     # --- the two legs and the colocated turn ------------------------------------------------
 
     async def prefill(self, req: PrefillRequest) -> PrefillResult:
-        body = self._body(req.token_ids, max_tokens=1, logprobs=False)
+        body = completion_body(req.token_ids, max_tokens=1, logprobs=False)
         body["kv_transfer_params"] = {"do_remote_decode": True}
         reply = await self._complete(body, Role.PREFILL, kv_tokens=req.context_tokens)
         if not reply.kv:
@@ -143,7 +130,7 @@ class VllmEngine:
         return await self._generate(req, Role.MIXED, kv=None)
 
     async def _generate(self, req: DecodeRequest, leg: Role, kv: dict[str, Any] | None) -> DecodeResult:
-        body = self._body(req.token_ids, req.max_tokens, req.temperature, req.seed, req.ignore_eos)
+        body = completion_body(req.token_ids, req.max_tokens, req.temperature, req.seed, req.ignore_eos)
         if kv is not None:
             body["kv_transfer_params"] = kv  # unchanged: names the prefill engine and its blocks
         reply = await self._complete(body, leg, kv_tokens=req.context_tokens + req.max_tokens)
@@ -164,25 +151,7 @@ class VllmEngine:
             finish_reason=reply.finish_reason,
         )
 
-    def _body(self, token_ids, max_tokens: int, temperature: float = 0.0, seed: int | None = None,
-              ignore_eos: bool = True, logprobs: bool = True) -> dict[str, Any]:  # fmt: skip
-        if token_ids is None:
-            raise ValueError("vLLM engines need token ids (Engine.needs_token_ids is True)")
-        body = {
-            "model": SERVED_NAME,
-            "prompt": list(token_ids),  # a list of ints is one tokenised prompt
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "ignore_eos": ignore_eos,
-            "return_token_ids": True,  # choices[0].token_ids: the generated ids
-        }
-        if logprobs:
-            body["logprobs"] = 0  # choices[0].logprobs.token_logprobs: the sampled tokens' logprobs
-        if seed is not None:
-            body["seed"] = seed
-        return body
-
-    async def _complete(self, body: dict[str, Any], leg: Role, kv_tokens: int) -> _Reply:
+    async def _complete(self, body: dict[str, Any], leg: Role, kv_tokens: int) -> Reply:
         if self._client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         self._inflight[leg] += 1
@@ -201,7 +170,7 @@ class VllmEngine:
             if leg is Role.DECODE and "kv_transfer_params" in body and r.status_code >= 500:
                 raise KvTransferFailed(f"{self.engine_id}: HTTP {r.status_code}: {r.text[:300]}")
             raise EngineError(f"{self.engine_id}: HTTP {r.status_code}: {r.text[:300]}")
-        return _parse(r.json(), time.monotonic() - t0)
+        return parse_completion(r.json(), time.monotonic() - t0)
 
     # --- roles and draining ------------------------------------------------------------------
 
@@ -221,25 +190,24 @@ class VllmEngine:
     # --- observation -------------------------------------------------------------------------
 
     def stats(self) -> EngineStats:
-        inflight = self.inflight()
-        m = self._metrics
         capacity = self.server.kv_capacity_tokens
-        extra = {"inflight_prefill": float(self._inflight[Role.PREFILL]),
-                 "inflight_decode": float(self._inflight[Role.DECODE]),
-                 "inflight_mixed": float(self._inflight[Role.MIXED])}  # fmt: skip
-        if m is not None:
-            extra["metrics_age_s"] = time.monotonic() - m.at
+        extra = {f"inflight_{leg.value}": float(self._inflight[leg]) for leg in Role}
+        m = self._metrics
+        if m is not None and time.monotonic() - m.at < METRICS_FRESH_S:
+            # the server's own view, as of the last refresh_metrics()
+            queued, active, kv_tokens = m.waiting, m.running, int(m.kv_usage * capacity)
             extra["kv_usage"] = m.kv_usage
+        else:
+            # the client's view: it cannot see admission, so all in flight counts as active, and
+            # the KV they hold is estimated from above by their context + max_tokens
+            queued, active = 0, self.inflight()
+            kv_tokens = min(self._kv_inflight, capacity) if capacity else self._kv_inflight
         return EngineStats(
             engine_id=self.engine_id,
             role=self.role,
-            # queued/active: the server's own counts when refresh_metrics() ran, else everything
-            # in flight counts as active (the client cannot see admission)
-            queued=m.waiting if m else 0,
-            active=m.running if m else inflight,
-            # KV tokens: measured usage when available, else an upper-bound estimate from the
-            # in-flight requests' context + max_tokens
-            kv_tokens=int(m.kv_usage * capacity) if m else min(self._kv_inflight, capacity or self._kv_inflight),
+            queued=queued,
+            active=active,
+            kv_tokens=kv_tokens,
             kv_capacity=capacity,
             prefill_tokens_total=self._totals["prefill"],
             decode_tokens_total=self._totals["decode"],
@@ -257,14 +225,15 @@ class VllmEngine:
             raise EngineUnavailable(f"{self.engine_id}: /metrics: {e}") from e
         self._metrics = _Metrics(
             at=time.monotonic(),
-            running=int(_gauge(text, "vllm:num_requests_running")),
-            waiting=int(_gauge(text, "vllm:num_requests_waiting")),
-            kv_usage=_gauge(text, "vllm:kv_cache_usage_perc"),
+            running=int(gauge(text, "vllm:num_requests_running")),
+            waiting=int(gauge(text, "vllm:num_requests_waiting")),
+            kv_usage=gauge(text, "vllm:kv_cache_usage_perc"),
         )
 
-    async def reset_prefix_cache(self, timeout_s: float = 30.0) -> None:
+    async def reset_prefix_cache(self, timeout_s: float = 150.0) -> None:
         """Drop every cached prefix. vLLM refuses while blocks are held (running requests, KV
-        waiting for a decode engine to pull it), so retry until it succeeds or time runs out."""
+        waiting for a decode engine to pull it, up to the KV lease: 120 s on CPU), so retry
+        until it succeeds or time runs out."""
         if self._client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         deadline = time.monotonic() + timeout_s
@@ -280,30 +249,3 @@ class VllmEngine:
             if time.monotonic() > deadline:
                 raise EngineError(f"{self.engine_id}: prefix cache reset refused for {timeout_s:.0f} s")
             await asyncio.sleep(0.2)
-
-
-def _parse(resp: dict[str, Any], wall_s: float) -> _Reply:
-    choice = resp["choices"][0]
-    usage = resp.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    lp = choice.get("logprobs") or {}
-    metrics = resp.get("metrics") or {}
-    ms = lambda key: (metrics.get(key) or 0.0) / 1000.0  # noqa: E731
-    return _Reply(
-        token_ids=tuple(choice.get("token_ids") or ()),
-        logprobs=tuple(float(x) for x in lp.get("token_logprobs") or () if x is not None),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-        kv=resp.get("kv_transfer_params"),
-        finish_reason=choice.get("finish_reason") or "length",
-        queue_s=ms("queue_time_ms"),
-        first_token_s=ms("time_to_first_token_ms") if metrics else wall_s,
-        decode_s=ms("generation_time_ms"),
-        wall_s=wall_s,
-    )
-
-
-def _gauge(text: str, name: str) -> float:
-    """Sum of a Prometheus gauge over its label sets (one engine core: one line)."""
-    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.M)
-    return sum(float(v) for v in pattern.findall(text))

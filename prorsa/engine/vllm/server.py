@@ -35,8 +35,9 @@ import httpx
 
 from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.errors import EngineUnavailable
+from prorsa.engine.vllm.protocol import SERVED_NAME
 
-SERVED_NAME = "prorsa"  # the model name requests use; the same on every engine
+CPU_KV_LEASE_S = 120  # see kv_transfer_config
 WARMUP_PROMPT = tuple(16 + (7 * i) % 200 for i in range(300))  # > 2 KV blocks of 128 tokens
 
 
@@ -82,8 +83,16 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
         "kv_role": "kv_both",  # deprecated for NIXL, but lets one engine serve both legs
         "kv_buffer_device": "cpu" if spec.device == "cpu" else "cuda",
     }
+    extra = {}
     if not spec.nixl_compat_check:
-        config["kv_connector_extra_config"] = {"enforce_handshake_compat": False}
+        extra["enforce_handshake_compat"] = False
+    if spec.device == "cpu":
+        # A prefill engine holds a request's KV for a decode to pull for a lease (vLLM: 30 s),
+        # then frees it. A first NIXL handshake between two engines took 30+ s on a loaded 2-core
+        # machine, and the decode then read blocks already freed; a longer lease avoids that.
+        extra["kv_lease_duration"] = CPU_KV_LEASE_S
+    if extra:
+        config["kv_connector_extra_config"] = extra
     return config
 
 
@@ -126,6 +135,7 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     env = dict(os.environ if base is None else base)
     env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
     env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (binds to localhost)
+    env["PRORSA_PARENT_PID"] = str(os.getpid())  # the server stops itself if its owner dies
     if spec.nixl_host:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = spec.nixl_host
     if spec.device == "cpu":

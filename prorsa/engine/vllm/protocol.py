@@ -1,0 +1,97 @@
+"""The HTTP exchange with a vLLM 0.32 OpenAI server: request bodies in, typed replies out.
+
+    completion_body(ids, ...)   a /v1/completions body: token ids as the prompt
+    parse_completion(resp)      a Reply from the response JSON
+    gauge(text, name)           one gauge from the Prometheus text of /metrics
+
+Where things are in a /v1/completions response (vLLM 0.32, flags as server.py sets them):
+
+    choices[0].token_ids                      generated ids          (request: return_token_ids)
+    choices[0].logprobs.token_logprobs        their logprobs         (request: logprobs=0)
+    usage.prompt_tokens_details.cached_tokens local prefix-cache hits (--enable-prompt-tokens-details;
+                                              KV pulled over NIXL is not counted here)
+    kv_transfer_params                        prefill leg: the handle a decode engine needs
+                                              (remote_engine_id, remote_block_ids, remote_host,
+                                              remote_port, remote_request_id, ...)
+    metrics.queue_time_ms / time_to_first_token_ms / generation_time_ms
+                                              per-request timings (--enable-per-request-metrics)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+SERVED_NAME = "prorsa"  # the model name every engine serves and every request names
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one /v1/completions response says, timings in seconds."""
+
+    token_ids: tuple[int, ...]  # generated
+    logprobs: tuple[float, ...]  # of the generated tokens
+    prompt_tokens: int
+    cached_tokens: int  # served from this engine's prefix cache
+    kv: dict[str, Any] | None  # kv_transfer_params
+    finish_reason: str
+    queue_s: float  # queued in the engine before first scheduled
+    first_token_s: float  # scheduled to first token: prefill, or KV pull + last prompt token
+    decode_s: float  # first to last token
+    wall_s: float  # the HTTP round trip
+
+
+def completion_body(
+    token_ids: Sequence[int] | None,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    ignore_eos: bool = True,
+    logprobs: bool = True,
+) -> dict[str, Any]:
+    if token_ids is None:
+        raise ValueError("vLLM engines need token ids (Engine.needs_token_ids is True)")
+    body: dict[str, Any] = {
+        "model": SERVED_NAME,
+        "prompt": list(token_ids),  # a flat list of ints is one tokenised prompt
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "ignore_eos": ignore_eos,
+        "return_token_ids": True,
+    }
+    if logprobs:
+        body["logprobs"] = 0  # 0 top alternatives: just the sampled token's logprob
+    if seed is not None:
+        body["seed"] = seed
+    return body
+
+
+def parse_completion(resp: dict[str, Any], wall_s: float) -> Reply:
+    choice = resp["choices"][0]
+    usage = resp.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    lp = choice.get("logprobs") or {}
+    metrics = resp.get("metrics") or {}
+
+    def seconds(key: str) -> float:
+        return (metrics.get(key) or 0.0) / 1000.0
+
+    return Reply(
+        token_ids=tuple(choice.get("token_ids") or ()),
+        logprobs=tuple(float(x) for x in lp.get("token_logprobs") or () if x is not None),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        kv=resp.get("kv_transfer_params"),
+        finish_reason=choice.get("finish_reason") or "length",
+        queue_s=seconds("queue_time_ms"),
+        first_token_s=seconds("time_to_first_token_ms") if metrics else wall_s,
+        decode_s=seconds("generation_time_ms"),
+        wall_s=wall_s,
+    )
+
+
+def gauge(text: str, name: str) -> float:
+    """A Prometheus gauge summed over its label sets (one engine core: one line)."""
+    pattern = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.M)
+    return sum(float(v) for v in pattern.findall(text))
