@@ -78,6 +78,7 @@ class RuntimeConfig(_Section):
     tool_workers: int = Field(1, ge=1)
     tool_threads: int = Field(64, ge=1)  # concurrent turns per tool worker
     metrics_interval_s: float = Field(0.5, gt=0)
+    turn_retries: int = Field(2, ge=0)  # a turn whose engine or worker failed is re-run elsewhere
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
 
 

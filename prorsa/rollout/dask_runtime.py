@@ -13,6 +13,8 @@ Either way every turn is a keyed task with traj/turn/phase annotations the sched
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 
 import dask
@@ -20,6 +22,8 @@ import dask
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.rollout.router import Router
 from prorsa.rollout.tasks import submit_legs, tool_task, turn_task
+
+log = logging.getLogger(__name__)
 
 
 class DaskTurnRunner:
@@ -32,7 +36,10 @@ class DaskTurnRunner:
         needs_token_ids: bool,
         vocab_size: int,
         started_wall: float,
+        retries: int = 2,
     ) -> None:
+        self.retries = retries
+        self.retried = 0  # turns re-run after a failure
         self.client = client
         self.router = router
         self.addresses = addresses
@@ -42,19 +49,35 @@ class DaskTurnRunner:
         self.started = started_wall
 
     async def run_turn(self, turn: TurnRequest) -> TurnResult:
+        """A turn whose engine or worker failed is re-run from the trajectory's token history
+        on freshly routed engines (the KV is rebuilt by prefill), up to `retries` times."""
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._attempt(turn, attempt)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if attempt == self.retries:
+                    raise
+                log.warning("turn %s-%d failed (%s: %s); retrying", turn.traj_id, turn.turn, type(e).__name__, e)
+                self.router.forget(turn.traj_id)
+                self.retried += 1
+        raise AssertionError("unreachable")
+
+    async def _attempt(self, turn: TurnRequest, attempt: int) -> TurnResult:
         route = self.router.route(turn.traj_id)
         annot = dict(traj=turn.traj_id, turn=turn.turn, phase="turn", context=turn.context_tokens)
-        key = f"turn-{turn.traj_id}-{turn.turn}"
+        key = f"turn-{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
         try:
             if self.shape == "in_task":
                 with dask.annotate(tokens=turn.appended_tokens + turn.decode_tokens, **annot):
                     fut = self.client.submit(
-                        turn_task, turn, route, self.addresses, self.started,
+                        turn_task, turn, route, self.addresses, self.started, attempt,
                         key=key, resources={"env": 1}, pure=False,
                     )
             else:
                 submitted = time.time()
-                pf, df = submit_legs(self.client, turn, route, self.addresses)
+                pf, df = submit_legs(self.client, turn, route, self.addresses, attempt)
                 with dask.annotate(tokens=0, **{**annot, "phase": "tool"}):
                     fut = self.client.submit(
                         tool_task, turn, pf, df, submitted, self.started,

@@ -1,6 +1,7 @@
 """An engine lives as long as its Dask worker: a WorkerPlugin starts it and stops it.
 
     EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up)
+    EngineHost._watch_health()    every few seconds: restart the engine if it died or hangs
     EngineHost.teardown(worker)   stop it, so no server outlives the cluster
     engine_here(worker)           the engine of a worker (default: the one running this task)
 
@@ -10,6 +11,8 @@ in-process workers (the default LocalCluster here) keeps each engine with its ow
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -33,13 +36,34 @@ class EngineHost(WorkerPlugin):
         self.cfg = cfg
         self.run_dir = run_dir
         self.engine: Engine | None = None
+        self.health_interval_s = 5.0
+        self.restarts = 0
+        self._watch: asyncio.Task | None = None
 
     async def setup(self, worker) -> None:
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
         await self.engine.start()
         log.info("%s started on %s as %s", self.engine.engine_id, worker.address, self.role.value)
+        if hasattr(self.engine, "ensure_healthy"):
+            self._watch = asyncio.create_task(self._watch_health())
+
+    async def _watch_health(self) -> None:
+        """A dead or hung server is restarted here; meanwhile its requests fail with
+        EngineUnavailable and the runtime retries those turns on other engines."""
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            try:
+                if await self.engine.ensure_healthy():
+                    self.restarts += 1
+                    log.warning("%s was unhealthy and has been restarted", self.engine.engine_id)
+            except Exception:  # a failed restart is retried next interval; never kill the worker
+                log.exception("%s: restart failed", self.engine.engine_id)
 
     async def teardown(self, worker) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         if self.engine is not None:
             await self.engine.stop()
 

@@ -69,7 +69,7 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload))
         t0 = time.time()
         runner = DaskTurnRunner(client, Router(dict(zip(engines, roles))), addresses,
-                                cfg.runtime.turn_shape, needs_ids, vocab, t0)
+                                cfg.runtime.turn_shape, needs_ids, vocab, t0, cfg.runtime.turn_retries)
         workload = Workload.from_config(cfg.workload, cfg.seed)
         drive = run_sync if cfg.workload.mode == "sync" else run_async
         with Progress(rec, console) as progress:
@@ -87,7 +87,7 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict
             progress.refresh()
 
     digest = config_hash(cfg)
-    summary = summarise(rec, makespan, policy.name, digest, cfg.name)
+    summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {"turns_retried": runner.retried}
     write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
     attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
     write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs))

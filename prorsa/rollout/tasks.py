@@ -87,10 +87,10 @@ def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None
     return pre, dec
 
 
-def submit_legs(client, turn: TurnRequest, route: Route, addresses: dict[str, str]):
-    """Submit the engine legs of a turn; returns the future of the decode leg's result."""
+def submit_legs(client, turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0):
+    """Submit the engine legs of a turn; returns the futures of the prefill (or None) and decode legs."""
     pre_req, dec_req = leg_requests(turn, route)
-    tag = f"{turn.traj_id}-{turn.turn}"
+    tag = f"{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
     common = dict(traj=turn.traj_id, turn=turn.turn, context=turn.context_tokens)
     if pre_req is None:
         with dask.annotate(phase="generate", tokens=turn.appended_tokens + turn.decode_tokens, **common):
@@ -111,11 +111,13 @@ def submit_legs(client, turn: TurnRequest, route: Route, addresses: dict[str, st
     return pf, df
 
 
-def turn_task(turn: TurnRequest, route: Route, addresses: dict[str, str], started: float) -> TurnResult:
+def turn_task(
+    turn: TurnRequest, route: Route, addresses: dict[str, str], started: float, attempt: int = 0
+) -> TurnResult:
     """The design card's shape: the turn task owns its legs and runs its tool where it stands."""
     t_submit = time.time()
     client = get_client()
-    pf, df = submit_legs(client, turn, route, addresses)
+    pf, df = submit_legs(client, turn, route, addresses, attempt)
     secede()  # waiting on engines must not hold one of the tool worker's threads
     pre, dec = client.gather([pf, df]) if pf is not None else (None, df.result())
     return tool_task(turn, pre, dec, t_submit, started)
