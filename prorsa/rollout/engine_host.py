@@ -37,6 +37,8 @@ class EngineHost(WorkerPlugin):
         self.run_dir = run_dir
         self.engine: Engine | None = None
         self.health_interval_s = 5.0
+        self.health_timeout_s = 30.0
+        self.health_misses = 3
         self.restarts = 0
         self._watch: asyncio.Task | None = None
 
@@ -49,13 +51,25 @@ class EngineHost(WorkerPlugin):
 
     async def _watch_health(self) -> None:
         """A dead or hung server is restarted here; meanwhile its requests fail with
-        EngineUnavailable and the runtime retries those turns on other engines."""
+        EngineUnavailable and the runtime retries those turns on other engines. A busy CPU
+        server can be slow to answer /health, so only a dead process or several long misses
+        in a row count as hung."""
+        server, misses = self.engine.server, 0
         while True:
             await asyncio.sleep(self.health_interval_s)
+            alive = server.alive()
+            if alive and await asyncio.to_thread(server.healthy, self.health_timeout_s):
+                misses = 0
+                continue
+            misses += 1
+            if alive and misses < self.health_misses:
+                continue
             try:
-                if await self.engine.ensure_healthy():
-                    self.restarts += 1
-                    log.warning("%s was unhealthy and has been restarted", self.engine.engine_id)
+                await self.engine.ensure_healthy()
+                self.restarts += 1
+                misses = 0
+                log.warning("%s was %s and has been restarted", self.engine.engine_id,
+                            "unresponsive" if alive else "dead")
             except Exception:  # a failed restart is retried next interval; never kill the worker
                 log.exception("%s: restart failed", self.engine.engine_id)
 

@@ -192,6 +192,24 @@ def test_role_flip_under_load_loses_no_request(engines, run):
     b.set_role(Role.DECODE)
 
 
+def test_idle_engine_leaves_its_core_alone(engines):
+    """NIXL's progress thread busy-polls a core per engine unless given a poll timeout."""
+    psutil = pytest.importorskip("psutil")
+    a, _ = engines
+    root = psutil.Process(a.server.pid)
+    procs = [root, *root.children(recursive=True)]
+
+    def cpu_s() -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+    time.sleep(2)  # let the last request's work settle
+    c0, t0 = cpu_s(), time.monotonic()
+    time.sleep(3)
+    load = (cpu_s() - c0) / (time.monotonic() - t0)
+    print(f"[vllm] idle engine uses {load:.2f} of a core")
+    assert load < 0.3  # busy polling: ~0.95
+
+
 def test_killed_server_is_detected_and_restarted(engines, run):
     a, b = engines
     ids = context(7)

@@ -28,8 +28,7 @@ def test_cpu_command_line():
     for flag in ("--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details"):
         assert flag in cmd
     kv = json.loads(_flag(cmd, "--kv-transfer-config"))
-    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu",
-                  "kv_connector_extra_config": {"kv_lease_duration": 120}}  # fmt: skip
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
     assert cmd[-2:] == ["--max-num-seqs", "64"]  # extra args last: they override ours
 
 
@@ -48,6 +47,7 @@ def test_env_pins_cores_and_ports():
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
     assert env["PRORSA_NIXL_PTHR_DELAY_US"] == "1000"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["TORCHDYNAMO_DISABLE"] == "1"  # --enforce-eager: no lazy inductor compiles
     gpu = build_env(ServerSpec(Path("/m"), device="cuda", cores=(0,)), side_channel_port=1, base={})
     assert "VLLM_CPU_OMP_THREADS_BIND" not in gpu and "PRORSA_NIXL_PTHR_DELAY_US" not in gpu
 

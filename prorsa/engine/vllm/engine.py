@@ -230,10 +230,10 @@ class VllmEngine:
             kv_usage=gauge(text, "vllm:kv_cache_usage_perc"),
         )
 
-    async def reset_prefix_cache(self, timeout_s: float = 150.0) -> None:
+    async def reset_prefix_cache(self, timeout_s: float = 60.0) -> None:
         """Drop every cached prefix. vLLM refuses while blocks are held (running requests, KV
-        waiting for a decode engine to pull it, up to the KV lease: 120 s on CPU), so retry
-        until it succeeds or time runs out."""
+        waiting for a decode engine to pull it: up to the NIXL lease, 30 s unless a decode
+        engine's heartbeats extend it), so retry until it succeeds or time runs out."""
         if self._client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         deadline = time.monotonic() + timeout_s

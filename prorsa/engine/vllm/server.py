@@ -37,7 +37,6 @@ from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.protocol import SERVED_NAME
 
-CPU_KV_LEASE_S = 120  # see kv_transfer_config
 WARMUP_PROMPT = tuple(16 + (7 * i) % 200 for i in range(300))  # > 2 KV blocks of 128 tokens
 
 
@@ -83,16 +82,8 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
         "kv_role": "kv_both",  # deprecated for NIXL, but lets one engine serve both legs
         "kv_buffer_device": "cpu" if spec.device == "cpu" else "cuda",
     }
-    extra = {}
     if not spec.nixl_compat_check:
-        extra["enforce_handshake_compat"] = False
-    if spec.device == "cpu":
-        # A prefill engine holds a request's KV for a decode to pull for a lease (vLLM: 30 s),
-        # then frees it. A first NIXL handshake between two engines took 30+ s on a loaded 2-core
-        # machine, and the decode then read blocks already freed; a longer lease avoids that.
-        extra["kv_lease_duration"] = CPU_KV_LEASE_S
-    if extra:
-        config["kv_connector_extra_config"] = extra
+        config["kv_connector_extra_config"] = {"enforce_handshake_compat": False}
     return config
 
 
@@ -143,6 +134,12 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
             env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)
         if spec.nixl_progress_delay_us > 0:
             env["PRORSA_NIXL_PTHR_DELAY_US"] = str(spec.nixl_progress_delay_us)
+        if spec.enforce_eager:
+            # --enforce-eager leaves small torch.compile'd helpers in vLLM; one of them
+            # (batched_count_greater_than, used for logprobs) compiles C++ with inductor on the
+            # first request that asks for logprobs: 3-120 s on a loaded 2-core machine, stalling
+            # every request on that engine meanwhile. Eager means eager.
+            env["TORCHDYNAMO_DISABLE"] = "1"
     return env
 
 
@@ -234,7 +231,8 @@ class VllmServer:
 
     def _warm_up(self) -> None:
         # The first request on a cold CPU server takes 3-55 s (lazy initialisation); pay it here.
-        body = {"model": SERVED_NAME, "prompt": list(WARMUP_PROMPT), "max_tokens": 4, "temperature": 0}
+        body = {"model": SERVED_NAME, "prompt": list(WARMUP_PROMPT), "max_tokens": 4, "temperature": 0,
+                "logprobs": 0}  # the logprobs path has lazy initialisation of its own  # fmt: skip
         t0 = time.monotonic()
         r = httpx.post(f"{self.url}/v1/completions", json=body, timeout=self.spec.start_timeout_s)
         if r.status_code != 200:
