@@ -73,7 +73,7 @@ class WorkloadConfig(_Section):
 
 
 class RuntimeConfig(_Section):
-    turn_shape: Literal["in_task", "driver"] = "in_task"
+    turn_shape: Literal["in_task", "driver"] = "driver"  # benchmarks/control_plane.py: faster at scale
     processes: bool = False  # workers as processes (Nanny) rather than in the driver process
     tool_workers: int = Field(1, ge=1)
     tool_threads: int = Field(64, ge=1)  # concurrent turns per tool worker

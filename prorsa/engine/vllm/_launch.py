@@ -7,7 +7,8 @@ wheel is broken), with two additions:
     idle, on the engine's own pinned core, so an engine computing shares its core with its
     own spinning thread (measured with nixl 1.5.1). With PRORSA_NIXL_PROGRESS_NICE=19 the
     threads NIXL starts run at that nice level: they still spin when the core is idle, but
-    yield it to the engine's compute and to every other process.
+    yield it to the engine's compute. (Linux autogroups apply nice only among processes of
+    one session: server.py keeps the server in its owner's session for that reason.)
     (Giving NIXL a poll timeout instead, pthrDelay, stops the spinning but made first KV pulls
     between engines stall until the prefill engine's 30 s KV lease expired. Not used.)
 

@@ -149,6 +149,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _own_process_group() -> dict:
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # Python 3.10
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -197,10 +203,12 @@ class VllmServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n# prorsa: {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
             log.flush()
-            # own session: stop() can signal the whole tree (API server, engine core, workers)
+            # own process group, so stop() can signal the whole tree (API server, engine core,
+            # workers); same session, so the Linux autogroup scheduler counts the server with its
+            # owner and the niced NIXL thread yields to the engine's compute (see _launch.py)
             self._proc = subprocess.Popen(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                **_own_process_group(),
             )  # fmt: skip
         # never leave a server behind if the owner forgets stop() or the interpreter exits
         self._reaper = weakref.finalize(self, _kill_group, self._proc.pid)
@@ -230,9 +238,9 @@ class VllmServer:
         )
 
     def _warm_up(self) -> None:
-        # The first request on a cold CPU server takes 3-55 s (lazy initialisation); pay it here.
-        body = {"model": SERVED_NAME, "prompt": list(WARMUP_PROMPT), "max_tokens": 4, "temperature": 0,
-                "logprobs": 0}  # the logprobs path has lazy initialisation of its own  # fmt: skip
+        # The first request on a cold server pays lazy initialisation; pay it here, logprobs
+        # included (that path has lazy parts of its own).
+        body = {"model": SERVED_NAME, "prompt": list(WARMUP_PROMPT), "max_tokens": 4, "logprobs": 0}
         t0 = time.monotonic()
         r = httpx.post(f"{self.url}/v1/completions", json=body, timeout=self.spec.start_timeout_s)
         if r.status_code != 200:
