@@ -74,6 +74,9 @@ def test_chat_template_renders_tool_calls(models):
     assert text.endswith("<|im_start|>assistant\n")
     ids = tok(text).input_ids
     assert tok.convert_tokens_to_ids("<tool_call>") in ids  # special: never split by BPE
+    # OpenAI clients send arguments as a JSON string: rendered as is, not quoted again
+    messages[2]["tool_calls"][0]["function"]["arguments"] = '{"k": "io"}'
+    assert '"arguments": {"k": "io"}}' in tok.apply_chat_template(messages, tokenize=False)
 
 
 def test_ensure_makes_once_and_reuses(tmp_path):

@@ -1,6 +1,6 @@
 """VllmEngine: the Engine protocol over one vLLM OpenAI server, token ids in, ids and logprobs out.
 
-    start() / stop()      launch / terminate the server (in a thread: a CPU start takes ~20-60 s)
+    start() / stop()      launch / terminate the server (in a thread: a CPU start takes 20-110 s)
     ensure_healthy()      restart a dead or unresponsive server; True when it restarted
     prefill(req)          POST /v1/completions, max_tokens=1, kv_transfer_params={"do_remote_decode":
                           true}: the engine computes the context's KV and holds it; returns the
@@ -39,7 +39,6 @@ from prorsa.engine.vllm.errors import EngineError, EngineUnavailable, KvTransfer
 from prorsa.engine.vllm.protocol import Reply, completion_body, gauge, parse_completion
 from prorsa.engine.vllm.server import ServerSpec, VllmServer
 from prorsa.roles import Role
-
 
 METRICS_FRESH_S = 5.0  # stats() trusts a /metrics snapshot this long
 
