@@ -95,7 +95,7 @@ async def main(args) -> None:
     samples: dict[str, list[tuple[float, int]]] = {"direct": [], "prorsa": []}
     with tempfile.TemporaryDirectory() as run_dir:
         async with await start_local_cluster(cfg, roles, Path(run_dir)) as cluster, \
-                Client(cluster, asynchronous=True) as client, httpx.AsyncClient(timeout=600) as http:
+                Client(cluster, asynchronous=True) as client, httpx.AsyncClient(timeout=600, limits=httpx.Limits(keepalive_expiry=2.0)) as http:
             addresses = await engine_addresses(client)
             by_addr = await client.run(_url, workers=list(addresses.values()))
             urls = {e: by_addr[addresses[e]] for e in engines}

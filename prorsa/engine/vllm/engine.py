@@ -85,7 +85,8 @@ class VllmEngine:
         self._client = httpx.AsyncClient(
             base_url=self.server.url,
             timeout=self.settings.request_timeout_s,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            # drop idle connections before the server does (uvicorn: 5 s), or a reused one fails with ReadError
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0),
         )
 
     async def stop(self) -> None:
