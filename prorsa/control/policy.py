@@ -8,13 +8,20 @@ runs in both bodies.
     decide(snapshot)           every control interval: a target role map (possibly unchanged)
 
 Register a policy with `@register("name")`; the pipeline names it as `policy: name[:args]`.
+`make_policy(spec, context)` builds one; a factory that takes `context` gets the PolicyContext
+(what one engine is: cost model, slots, KV capacity, and the control interval).
+The built-in adaptive policies (`reactive`, `prorsa`) live in control/adaptive.py and are loaded
+on the first make_policy call.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from prorsa.control.lifecycle import LifecycleEvent
+from prorsa.costmodel import CostModel
 from prorsa.roles import Role
 
 
@@ -26,6 +33,7 @@ class EngineSnapshot:
     active: int  # sequences admitted
     kv_tokens: int  # KV tokens held
     kv_capacity: int
+    queued_prefill_tokens: int = 0  # prompt tokens of the prefills waiting here
 
 
 @dataclass(frozen=True)
@@ -33,12 +41,32 @@ class Snapshot:
     time_s: float  # seconds since the rollout began (the body's clock)
     engines: tuple[EngineSnapshot, ...]
     trajectories_by_state: dict[str, int] = field(default_factory=dict)  # lifecycle state -> count
+    events: tuple[LifecycleEvent, ...] = ()  # lifecycle events since the previous decide()
 
 
 @dataclass(frozen=True)
 class Decision:
     targets: dict[str, Role]  # engine_id -> wanted role; engines not named keep theirs
     reason: str = ""  # why, for the decision log
+    forecast: dict[str, float] = field(default_factory=dict)  # the demand figures that justified it
+    forecast_error: dict[str, float] = field(default_factory=dict)  # MAPE per horizon bin, e.g.
+    # "prefill_tps@0-0.5s"; only policies that forecast fill it
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What an adaptive policy knows about the engines it steers (all engines alike)."""
+
+    cost: CostModel  # step times of one engine
+    slots: int  # concurrent sequences one engine admits
+    kv_capacity_tokens: int  # KV tokens one engine holds
+    interval_s: float  # seconds between decide() calls
+
+    @classmethod
+    def default(cls) -> PolicyContext:
+        """An H200 serving Qwen3-8B, 16 slots, a 1 s interval: for specs checked without a run."""
+        cost = CostModel.from_names("h200", "qwen3-8b")
+        return cls(cost=cost, slots=16, kv_capacity_tokens=cost.kv_capacity_tokens(), interval_s=1.0)
 
 
 class Policy(Protocol):
@@ -60,14 +88,20 @@ def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Polic
     return deco
 
 
-def make_policy(spec: str) -> Policy:
-    """`colocated`, `static:2:1`, `static:2:1:1` ... -> a policy object."""
+def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
+    """`colocated`, `static:2:1`, `reactive`, `prorsa:4` ... -> a policy object. Policies that
+    take a context get `context` (None: they build PolicyContext.default())."""
+    # Registers reactive and prorsa; imported here, not at the top, because it imports this module.
+    import prorsa.control.adaptive  # noqa: F401, PLC0415
+
     name, *args = spec.split(":")
     if name not in POLICIES:
         known = ", ".join(sorted(POLICIES))
         raise ValueError(f"unknown policy {name!r}; known: {known}")
+    factory = POLICIES[name]
+    kwargs = {"context": context} if "context" in inspect.signature(factory).parameters else {}
     try:
-        return POLICIES[name](*args)
+        return factory(*args, **kwargs)
     except (TypeError, ValueError) as e:
         usage = POLICIES[name].__doc__.strip().splitlines()[0] if POLICIES[name].__doc__ else ""
         raise ValueError(f"bad policy {spec!r}: {usage}") from e

@@ -3,7 +3,8 @@
     trajectories.parquet   one row per trajectory: ids, status, reward, token ids and logprobs,
                            and a list of per-turn structs (tokens, engines, timings)
     metrics.nc             xarray Dataset: per-engine time series (role, queue, active, KV) and
-                           per-trajectory times; role changes
+                           per-trajectory times; role changes and the forecast behind each;
+                           per control interval, the forecast's error (MAPE per horizon bin)
     summary.json           the headline figures (see summarise)
 
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
@@ -101,6 +102,8 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
             "switch_to": ("switch", np.array([ROLE_CODES[c.to_role] for c in changes], dtype=np.int64)),
             "switch_drain_s": ("switch", np.array([c.drain_s for c in changes], dtype=float)),
             "switch_reason": ("switch", np.array([c.reason for c in changes], dtype=str)),
+            "switch_forecast": ("switch", np.array([json.dumps(c.forecast) for c in changes], dtype=str)),
+            **_control_vars(rec),
         },
         coords={
             "time": np.array(times, dtype=float),
@@ -111,6 +114,22 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
     )
     ds["role"].attrs["flag_meanings"] = "prefill decode mixed (-1: not sampled)"
     return ds
+
+
+def _control_vars(rec: RunRecorder) -> dict[str, Any]:
+    """Per control interval: when, and the forecast's error per metric and horizon bin."""
+    keys = sorted({k for c in rec.controls for k in c.forecast_error})
+    mape = np.full((len(rec.controls), len(keys)), np.nan)
+    for i, c in enumerate(rec.controls):
+        for j, k in enumerate(keys):
+            mape[i, j] = c.forecast_error.get(k, np.nan)
+    return {
+        "control_t": ("control", np.array([c.t for c in rec.controls], dtype=float)),
+        "control_reason": ("control", np.array([c.reason for c in rec.controls], dtype=str)),
+        "forecast_mape": (("control", "forecast_bin"), mape,
+                          {"long_name": "mean absolute percentage error of the forecast, per metric@horizon bin"}),
+        "forecast_bin": ("forecast_bin", np.array(keys, dtype=str)),
+    }
 
 
 def write_dataset(path: Path, ds: xr.Dataset) -> None:
@@ -136,8 +155,21 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "tokens_per_s": per_s(rec.prefill_tokens + rec.decode_tokens),
         "decode_tokens_per_s": per_s(rec.decode_tokens),
         "role_switches": len(rec.role_changes),
+        "forecast_mape": _last_mape(rec),
         "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else None,
     }
+
+
+def _last_mape(rec: RunRecorder) -> dict[str, float] | None:
+    """The forecaster's error over its recent window at the last interval, averaged per metric."""
+    errors = next((c.forecast_error for c in reversed(rec.controls) if c.forecast_error), None)
+    if not errors:
+        return None
+    by_metric: dict[str, list[float]] = {}
+    for k, v in errors.items():
+        if np.isfinite(v):
+            by_metric.setdefault(k.split("@")[0], []).append(v)
+    return {m: round(float(np.mean(v)), 4) for m, v in by_metric.items()}
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

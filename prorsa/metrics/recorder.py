@@ -4,6 +4,7 @@
     on_done(result)             a trajectory finished (completed or failed)
     sample(t, stats)            a snapshot of every engine (from the body's sampler)
     role_change(change)         the controller moved an engine
+    control(record)             one control interval: observed roles, the decision, its forecast
 
 Counters are updated in place so the progress display reads them without copying.
 """
@@ -37,6 +38,16 @@ class RoleChange:
     to_role: Role
     reason: str  # the forecast or rule that justified it
     drain_s: float  # time from request to the engine serving its new role
+    forecast: dict[str, float] = field(default_factory=dict)  # the demand figures behind it
+
+
+@dataclass(frozen=True)
+class ControlRecord:
+    t: float
+    roles: dict[str, Role]  # observed at the start of the interval
+    reason: str
+    forecast: dict[str, float]
+    forecast_error: dict[str, float]  # MAPE per horizon bin, as known at t
 
 
 @dataclass
@@ -47,6 +58,7 @@ class RunRecorder:
     samples: list[EngineSample] = field(default_factory=list)
     trajectories: list[TrajectoryResult] = field(default_factory=list)
     role_changes: list[RoleChange] = field(default_factory=list)
+    controls: list[ControlRecord] = field(default_factory=list)
     turns: int = 0
     prefill_tokens: int = 0
     cached_tokens: int = 0
@@ -73,6 +85,9 @@ class RunRecorder:
 
     def role_change(self, change: RoleChange) -> None:
         self.role_changes.append(change)
+
+    def control(self, record: ControlRecord) -> None:
+        self.controls.append(record)
 
     def latest_roles(self) -> dict[str, Role]:
         roles: dict[str, Role] = {}

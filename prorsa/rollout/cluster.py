@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 
 from prorsa.config.pipeline import PipelineConfig
@@ -49,22 +50,29 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[
     return specs
 
 
+# The router places every leg (sticky to the engine holding the prefix); work stealing would move
+# legs away from their prefix and, across role switches, onto workers that can no longer run them.
+SCHEDULER_CONFIG = {"distributed.scheduler.work-stealing": False}
+
+
 async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> SpecCluster:
     dashboard = cfg.runtime.dashboard_address
     scheduler = {
         "cls": Scheduler,
         "options": {
-            "host": "127.0.0.1",
+            # workers in this process talk to the scheduler without sockets or serialisation
+            **({"protocol": "inproc"} if not cfg.runtime.processes else {"host": "127.0.0.1"}),
             "dashboard": dashboard is not None,
             "dashboard_address": dashboard or ":0",
         },
     }
-    return await SpecCluster(
-        workers=worker_specs(cfg, roles, run_dir),
-        scheduler=scheduler,
-        asynchronous=True,
-        name=f"prorsa-{cfg.name}",
-    )
+    with dask.config.set(SCHEDULER_CONFIG):  # read when the scheduler starts
+        return await SpecCluster(
+            workers=worker_specs(cfg, roles, run_dir),
+            scheduler=scheduler,
+            asynchronous=True,
+            name=f"prorsa-{cfg.name}",
+        )
 
 
 async def engine_addresses(client) -> dict[str, str]:

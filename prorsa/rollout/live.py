@@ -16,15 +16,18 @@ from rich.console import Console
 from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import make_policy
+from prorsa.control.policy import PolicyContext, make_policy
+from prorsa.costmodel import CostModel
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.cluster import engine_addresses, start_local_cluster
+from prorsa.rollout.controller import LiveController
 from prorsa.rollout.dask_runtime import DaskTurnRunner
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.rollout.engine_host import engine_here
+from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
 from prorsa.rollout.router import Router
 
 
@@ -47,8 +50,31 @@ async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRec
         await asyncio.sleep(interval)
 
 
+def time_unit(cfg: PipelineConfig) -> float:
+    """Wall seconds per body second: emulated engines run the cost model's time scaled."""
+    scale = cfg.engines.time_scale if cfg.engines.backend == "emulated" else 1.0
+    return scale if scale > 0 else 1.0
+
+
+def policy_context(cfg: PipelineConfig) -> PolicyContext:
+    cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=cfg.engines.tp, ep=cfg.engines.ep)
+    return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens(),
+                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg))
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(sorted(xs)[len(xs) // 2], 5) if xs else None
+
+
+async def _cancel(task: asyncio.Task) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict:
-    policy = make_policy(cfg.policy)
+    context = policy_context(cfg)
+    policy = make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]
     console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
@@ -68,26 +94,35 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict
 
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload))
         t0 = time.time()
-        runner = DaskTurnRunner(client, Router(dict(zip(engines, roles))), addresses,
-                                cfg.runtime.turn_shape, needs_ids, vocab, t0, cfg.runtime.turn_retries)
+        await client.register_plugin(LifecyclePlugin(t0))
+        router = Router(dict(zip(engines, roles)), local_prefill_tokens=cfg.runtime.local_prefill_tokens)
+        runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
+                                cfg.runtime.turn_retries)
+        controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
+                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, time_unit(cfg))
         workload = Workload.from_config(cfg.workload, cfg.seed)
         drive = run_sync if cfg.workload.mode == "sync" else run_async
         with Progress(rec, console) as progress:
             sampler = asyncio.create_task(
                 _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
+            control = asyncio.create_task(controller.run())
             try:
                 await drive(workload, cfg.workload, runner, lambda: time.time() - t0, rec.on_done, rec.on_turn)
             finally:
-                sampler.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sampler
+                await _cancel(control)
+                await _cancel(sampler)
             makespan = time.time() - t0
+            plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
             stats = await client.run(_engine_stats, workers=list(addresses.values()))
             rec.sample(makespan, sorted(stats.values(), key=lambda s: s.engine_id))
             progress.refresh()
 
     digest = config_hash(cfg)
-    summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {"turns_retried": runner.retried}
+    summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
+        "turns_retried": runner.retried,
+        "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
+                    "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
+    }
     write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
     attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
     write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs))

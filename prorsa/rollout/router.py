@@ -1,6 +1,6 @@
 """The router: which engine runs each leg of a turn.
 
-    route(traj_id, colocated)   -> Route (prefill engine, decode engine); counts the turn in flight
+    route(traj_id, colocated, appended)  -> Route (prefill engine, decode engine); counts the turn in flight
     finished(route)             the turn is over: its engines are free of it
     set_role(engine, role)      the controller moved an engine; new turns follow the new role
 
@@ -8,6 +8,12 @@ Sticky first: a trajectory's incremental prefill must run where its prefix is ca
 recomputes the whole context, so a turn goes back to the engines of its previous turn unless
 they no longer serve that leg or carry more than `overload` times the least-loaded engine's
 load. Ties break by engine order, so a seeded run routes the same way twice.
+
+Decode-local prefill (`local_prefill_tokens` > 0): a later turn that appends at most that many
+tokens skips the prefill leg and runs on its sticky decode engine, which holds the whole context
+(prompt and generated tokens) in its prefix cache and prefills only the append: no KV shipped, no
+second engine touched. A small tool observation costs the decode engine a short prefill instead
+of a prefill request elsewhere plus a transfer of the whole context.
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from prorsa.roles import Role
 class Route:
     prefill: str | None  # None: no separate prefill leg (colocated or decode-local prefill)
     decode: str
+    local_prefill: bool = False  # the decode engine prefills the append itself (disaggregated run)
 
 
 class Router:
-    def __init__(self, roles: dict[str, Role], overload: float = 2.0) -> None:
+    def __init__(self, roles: dict[str, Role], overload: float = 2.0, local_prefill_tokens: int = 0) -> None:
         self.roles = dict(roles)
         self.load = {e: 0 for e in roles}
         self.overload = overload
+        self.local_prefill_tokens = local_prefill_tokens
         self._sticky: dict[tuple[str, str], str] = {}  # (traj, leg) -> engine
 
     def set_role(self, engine: str, role: Role) -> None:
@@ -46,12 +54,20 @@ class Router:
         self.load[choice] += 1
         return choice
 
-    def route(self, traj_id: str, colocated: bool = False) -> Route:
+    def route(self, traj_id: str, colocated: bool = False, appended: int | None = None) -> Route:
+        """`appended`: tokens this turn adds to the context (None: unknown, never decode-local)."""
         mixed = [e for e, r in self.roles.items() if r is Role.MIXED]
         if colocated or not any(r is Role.PREFILL for r in self.roles.values()):
             # no prefill pool: the whole turn runs on one engine that does both phases
             pool = mixed or [e for e, r in self.roles.items() if r.serves_decode]
             return Route(prefill=None, decode=self._pick(traj_id, "decode", pool))
+        holder = self._sticky.get((traj_id, "decode"))
+        if (appended is not None and appended <= self.local_prefill_tokens and holder is not None
+                and self.roles.get(holder, Role.PREFILL).serves_decode):
+            decode = self._pick(traj_id, "decode", [e for e, r in self.roles.items() if r.serves_decode])
+            if decode == holder:  # still sticky (not overloaded): its cache holds the context
+                return Route(prefill=None, decode=decode, local_prefill=True)
+            self.load[decode] -= 1  # moved away: the context must be prefilled and shipped again
         prefill = self._pick(traj_id, "prefill", [e for e, r in self.roles.items() if r.serves_prefill])
         decode = self._pick(traj_id, "decode", [e for e, r in self.roles.items() if r.serves_decode])
         return Route(prefill=prefill, decode=decode)

@@ -5,6 +5,7 @@
     generate_task(req)           engine worker, resources={"decode": 1}   -> DecodeResult (colocated)
     tool_task(turn, pre, dec)    tool worker: runs the turn's tool        -> TurnResult
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
+    leg_graph / turn_graph       a turn's task group as delayed tasks, submitted in batches
 
 A turn's task group (keys carry traj and turn, annotations carry phase/tokens/context):
 
@@ -22,6 +23,7 @@ import time
 from dataclasses import replace
 
 import dask
+from dask import delayed
 from distributed import get_client, secede
 
 from prorsa.agent.loop import TurnRequest, TurnResult
@@ -87,28 +89,41 @@ def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None
     return pre, dec
 
 
-def submit_legs(client, turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0):
-    """Submit the engine legs of a turn; returns the futures of the prefill (or None) and decode legs."""
+def leg_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0):
+    """The engine legs of a turn as delayed tasks (keys, annotations, loose worker restrictions),
+    not yet submitted: (prefill or None, decode). Submitting several turns' legs as one graph
+    costs the scheduler one update-graph instead of one per task."""
     pre_req, dec_req = leg_requests(turn, route)
     tag = f"{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
-    common = dict(traj=turn.traj_id, turn=turn.turn, context=turn.context_tokens)
+    common = dict(allow_other_workers=True, **turn_annotations(turn))
     if pre_req is None:
-        with dask.annotate(phase="generate", tokens=turn.appended_tokens + turn.decode_tokens, **common):
-            return None, client.submit(
-                generate_task, dec_req, key=f"generate-{tag}", resources={"decode": 1},
-                workers=[addresses[route.decode]], allow_other_workers=True, pure=False,
-            )
-    with dask.annotate(phase="prefill", tokens=turn.appended_tokens, **common):
-        pf = client.submit(
-            prefill_task, pre_req, key=f"prefill-{tag}", resources={"prefill": 1},
-            workers=[addresses[route.prefill]], allow_other_workers=True, pure=False,
-        )
-    with dask.annotate(phase="decode", tokens=turn.decode_tokens, **common):
-        df = client.submit(
-            decode_task, pf, dec_req, key=f"decode-{tag}", resources={"decode": 1},
-            workers=[addresses[route.decode]], allow_other_workers=True, pure=False,
-        )
+        # colocated: one generate request; decode-local: a decode that prefills the append first
+        phase, fn = ("local", decode_task) if route.local_prefill else ("generate", generate_task)
+        args = (None, dec_req) if route.local_prefill else (dec_req,)
+        with dask.annotate(phase=phase, tokens=turn.appended_tokens + turn.decode_tokens,
+                           resources={"decode": 1}, workers=[addresses[route.decode]], **common):
+            return None, delayed(fn, pure=False)(*args, dask_key_name=f"{phase}-{tag}")
+    with dask.annotate(phase="prefill", tokens=turn.appended_tokens,
+                       resources={"prefill": 1}, workers=[addresses[route.prefill]], **common):
+        pf = delayed(prefill_task, pure=False)(pre_req, dask_key_name=f"prefill-{tag}")
+    with dask.annotate(phase="decode", tokens=turn.decode_tokens,
+                       resources={"decode": 1}, workers=[addresses[route.decode]], **common):
+        df = delayed(decode_task, pure=False)(pf, dec_req, dask_key_name=f"decode-{tag}")
     return pf, df
+
+
+def turn_annotations(turn: TurnRequest) -> dict:
+    """What the scheduler plugin reads off every task of a turn (lifecycle_plugin.py)."""
+    return dict(traj=turn.traj_id, turn=turn.turn, family=turn.family, context=turn.context_tokens - turn.appended_tokens,
+                append=turn.appended_tokens, max_tokens=turn.decode_tokens)
+
+
+def turn_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], key: str,
+               submitted: float, started: float, attempt: int = 0):
+    """The driver shape's task group: the legs plus the tool task `key` on a tool worker."""
+    pf, df = leg_graph(turn, route, addresses, attempt)
+    with dask.annotate(phase="tool", tokens=0, done=turn.done, resources={"env": 1}, **turn_annotations(turn)):
+        return delayed(tool_task, pure=False)(turn, pf, df, submitted, started, dask_key_name=key)
 
 
 def turn_task(
@@ -117,7 +132,8 @@ def turn_task(
     """The design card's shape: the turn task owns its legs and runs its tool where it stands."""
     t_submit = time.time()
     client = get_client()
-    pf, df = submit_legs(client, turn, route, addresses, attempt)
+    pf, df = leg_graph(turn, route, addresses, attempt)
+    futures = client.compute([df] if pf is None else [pf, df], optimize_graph=False)
     secede()  # waiting on engines must not hold one of the tool worker's threads
-    pre, dec = client.gather([pf, df]) if pf is not None else (None, df.result())
+    pre, dec = client.gather(futures) if pf is not None else (None, futures[0].result())
     return tool_task(turn, pre, dec, t_submit, started)

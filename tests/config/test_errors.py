@@ -29,6 +29,8 @@ CASES = [
     ("name: t\nworkload: {family: chess}\n", ["workload.family", "chess", "swe"]),
     ("name: t\nworkload: {mode: async}\n", ["workload", "trajectories", "duration_s"]),
     ("name: t\nengines: {backend: tpu}\n", ["engines.backend", "tpu", "emulated"]),
+    ("name: t\nengines: {model: qwen3-8b, ep: 4}\n", ["engines", "ep=4 needs an MoE model", "qwen3-8b"]),
+    ("name: t\npolicy: prorsa:x\n", ["policy", "prorsa"]),
     ("name: t\nworkload: {trace: nowhere.jsonl}\n", ["workload.trace", "nowhere.jsonl", "no such file"]),
     ("engines: {count: 3}\n", ["name", "missing"]),
     ("name: t\nengines: [1, 2\n", ["not valid YAML", "line"]),

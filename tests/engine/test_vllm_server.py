@@ -156,3 +156,27 @@ def _exited(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def test_lost_port_race_is_retried_on_fresh_ports(tmp_path, monkeypatch):
+    """A server that hangs after losing a port to a sibling (vLLM picks its ZMQ ports itself) is
+    caught from its log within seconds and relaunched, not left to the start timeout."""
+    import sys
+
+    import prorsa.engine.vllm.server as server_mod
+
+    hang = "print('zmq.error.ZMQError: Address already in use', flush=True); import time; time.sleep(60)"
+    ports: list[int] = []
+
+    def fake_command(spec, port):
+        ports.append(port)
+        return [sys.executable, "-c", hang]
+
+    monkeypatch.setattr(server_mod, "build_command", fake_command)
+    server = VllmServer(ServerSpec(tmp_path, cores=(0,), start_timeout_s=120), tmp_path / "s.log")
+    t0 = time.monotonic()
+    with pytest.raises(server_mod.PortClash):
+        server.start()
+    assert time.monotonic() - t0 < 30
+    assert len(ports) == server_mod.PORT_CLASH_ATTEMPTS and not server.alive()
+    assert (tmp_path / "s.log").read_text().count("# prorsa:") == server_mod.PORT_CLASH_ATTEMPTS

@@ -16,13 +16,13 @@ policy: {policy}
 engines: {{backend: emulated, count: 3, slots: 8, time_scale: 0.05}}
 workload: {{family: swe, mode: {mode}, prompts: 3, group_size: 2, steps: 2, max_turns: 3,
            concurrency: 4, trajectories: 10, token_scale: 0.5, tool_time_scale: 0.05}}
-runtime: {{turn_shape: {shape}, metrics_interval_s: 0.1, dashboard_address: null}}
+runtime: {{turn_shape: {shape}, metrics_interval_s: 0.1, dashboard_address: null{runtime}}}
 """
 
 
-def run(tmp_path: Path, policy="static:2:1", mode="sync", shape="in_task") -> Path:
+def run(tmp_path: Path, policy="static:2:1", mode="sync", shape="in_task", runtime="") -> Path:
     f = tmp_path / "p.yaml"
-    f.write_text(PIPELINE.format(policy=policy, mode=mode, shape=shape))
+    f.write_text(PIPELINE.format(policy=policy, mode=mode, shape=shape, runtime=runtime))
     out = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
                           capture_output=True, text=True, timeout=300)
@@ -68,3 +68,15 @@ def test_colocated_and_async(tmp_path):
     assert all(t["prefill_engine"] == "" for t in turns)  # one generate request per turn
     ds = xr.open_dataset(run_dir / "metrics.nc")
     assert (ds.role.isel(time=-1).values == 2).all()
+
+
+def test_decode_local_prefill_keeps_later_turns_on_the_decode_engine(tmp_path):
+    run_dir = run(tmp_path, shape="driver", runtime=", local_prefill_tokens: 1000000")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_completed"] == 12 and summary["trajectories_failed"] == 0
+    turns = [t for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist() for t in r["turns"]]
+    first, later = [t for t in turns if t["turn"] == 0], [t for t in turns if t["turn"] > 0]
+    assert later and all(t["prefill_engine"] in ("engine-0", "engine-1") for t in first)
+    assert all(t["prefill_engine"] == "" and t["decode_engine"] == "engine-2" for t in later)
+    # the decode engine holds the context it generated: only the append is prefilled there
+    assert all(0 < t["cached_tokens"] < t["prefill_tokens"] + t["cached_tokens"] for t in later)

@@ -45,3 +45,38 @@ def test_role_change_redirects_new_turns():
     r.set_role("engine-1", Role.PREFILL)
     routes = [r.route(f"t{i}") for i in range(4)]
     assert all(x.decode == "engine-2" for x in routes)
+
+
+def test_small_append_is_prefilled_on_the_decode_engine_holding_the_context():
+    r = Router(roles(2, 2), local_prefill_tokens=64)
+    first = r.route("t0")  # turn 0: nothing cached anywhere yet, a normal disaggregated turn
+    assert first.prefill is not None and not first.local_prefill
+    r.finished(first)
+    small = r.route("t0", appended=40)
+    assert small == type(small)(prefill=None, decode=first.decode, local_prefill=True)
+    assert r.load[first.decode] == 1 and sum(r.load.values()) == 1  # one engine busy, not two
+    r.finished(small)
+    big = r.route("t0", appended=65)  # over the threshold: prefill engine plus KV transfer
+    assert big.prefill is not None and not big.local_prefill
+    r.finished(big)
+
+
+def test_decode_local_prefill_gives_way_when_the_holder_moved_or_is_busy():
+    r = Router(roles(1, 2), local_prefill_tokens=64)
+    first = r.route("t0")
+    r.finished(first)
+    r.set_role(first.decode, Role.PREFILL)  # the holder stopped serving decodes
+    moved = r.route("t0", appended=10)
+    assert moved.prefill is not None and moved.decode != first.decode and not moved.local_prefill
+    r.finished(moved)
+    r.set_role(first.decode, Role.DECODE)
+    r.load[moved.decode] += 5  # holder overloaded: stickiness and locality give way
+    busy = r.route("t0", appended=10)
+    assert busy.prefill is not None and busy.decode != moved.decode
+    assert r.load[moved.decode] == 5  # the abandoned pick was not counted
+
+
+def test_decode_local_off_by_default():
+    r = Router(roles(1, 1))
+    r.finished(r.route("t0"))
+    assert r.route("t0", appended=1).prefill is not None

@@ -12,6 +12,8 @@ wheel is broken), with two additions:
     (Giving NIXL a poll timeout instead, pthrDelay, stops the spinning but made first KV pulls
     between engines stall until the prefill engine's 30 s KV lease expired. Not used.)
 
+    With PRORSA_ENGINE_NICE=n the server (and the engine core and workers it spawns) runs at
+    nice n, below the Dask processes it shares the CPU with (see VllmSettings.nice).
     The server watches its owner (PRORSA_PARENT_PID): when the owner dies without stopping it
     (SIGKILL, a crashed Dask worker), the server takes its whole process group down, so no
     engine is left holding cores and memory.
@@ -76,6 +78,8 @@ def _watch_parent(parent: int, poll_s: float = 1.0, grace_s: float = 10.0) -> No
 _nice_nixl_threads()
 
 if __name__ == "__main__":
+    if os.environ.get("PRORSA_ENGINE_NICE"):
+        os.nice(int(os.environ["PRORSA_ENGINE_NICE"]))
     if os.environ.get("PRORSA_PARENT_PID"):
         _watch_parent(int(os.environ["PRORSA_PARENT_PID"]))
     from vllm.entrypoints.launchers.api_server.entry import main

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -53,6 +54,7 @@ class ServerSpec:
     tensor_parallel_size: int = 1
     nixl_compat_check: bool = True  # vLLM refuses KV from a different model path unless False
     nixl_progress_nice: int = 19  # nice level of NIXL's spinning progress thread; 0 = leave it
+    nice: int = 0  # nice level of the whole server (engine core and workers inherit it)
     nixl_host: str | None = None  # address other engines use to reach the side channel
     extra_args: tuple[str, ...] = ()
     start_timeout_s: float = 300.0
@@ -71,6 +73,7 @@ class ServerSpec:
             tensor_parallel_size=settings.tensor_parallel_size,
             nixl_compat_check=settings.nixl_compat_check,
             nixl_progress_nice=settings.nixl_progress_nice,
+            nice=settings.nice,
             extra_args=tuple(settings.extra_args),
             start_timeout_s=settings.start_timeout_s,
         )
@@ -132,6 +135,8 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
             env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)
+        if spec.nice > 0:
+            env["PRORSA_ENGINE_NICE"] = str(spec.nice)
         if spec.nixl_progress_nice > 0:
             env["PRORSA_NIXL_PROGRESS_NICE"] = str(spec.nixl_progress_nice)
         if spec.enforce_eager:
@@ -162,6 +167,13 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+PORT_CLASH_ATTEMPTS = 3
+
+
+class PortClash(EngineUnavailable):
+    pass
+
+
 class VllmServer:
     def __init__(self, spec: ServerSpec, log_path: Path):
         self.spec = spec
@@ -173,6 +185,7 @@ class VllmServer:
         self.kv_capacity_tokens = 0  # from /metrics after start
         self._proc: subprocess.Popen | None = None
         self._reaper: weakref.finalize | None = None
+        self._log_from = 0  # where this start's output begins in the log
 
     @property
     def url(self) -> str:
@@ -194,6 +207,18 @@ class VllmServer:
             return False
 
     def start(self) -> None:
+        """Launch and wait. vLLM picks its internal ZMQ ports itself, after ours were picked but
+        before they were bound, so engines starting side by side can take each other's port
+        ("Address already in use"): such a start is retried on fresh ports."""
+        for attempt in range(1, PORT_CLASH_ATTEMPTS + 1):
+            try:
+                return self._start_once()
+            except PortClash:
+                if attempt == PORT_CLASH_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0.5, 2.0))  # let the engines that won settle first
+
+    def _start_once(self) -> None:
         if self.alive():
             raise RuntimeError("server already running; stop() or restart() it")
         self.port, self.side_channel_port = free_port(), free_port()
@@ -203,6 +228,7 @@ class VllmServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n# prorsa: {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
             log.flush()
+            self._log_from = log.tell()
             # own process group, so stop() can signal the whole tree (API server, engine core,
             # workers); same session, so the Linux autogroup scheduler counts the server with its
             # owner and the niced NIXL thread yields to the engine's compute (see _launch.py)
@@ -222,8 +248,19 @@ class VllmServer:
             self.stop()
             raise
 
+    def _port_clash(self) -> bool:
+        """This start's log shows a lost race for a port (the server may hang rather than exit)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_from)
+                return b"Address already in use" in f.read()
+        except OSError:
+            return False
+
     def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
+            if self._port_clash():
+                raise PortClash(f"vLLM server lost a port race on start; see {self.log_path}")
             if not self.alive():
                 raise EngineUnavailable(
                     f"vLLM server exited with code {self._proc.returncode} while starting; "

@@ -1,0 +1,178 @@
+"""Adaptive policies: engine roles that follow the load.
+
+    reactive[:queue_tokens[:kv_util[:cooldown_s[:prefill_share]]]]
+        thresholds, no forecast (the Dynamo-planner style): a deep prefill queue takes a decode
+        engine, a full decode KV takes a prefill engine; one engine at a time, then a cooldown
+    prorsa[:horizon_s[:hysteresis[:max_switches[:votes]]]]
+        lifecycle events -> Forecaster -> Allocator each interval; a new goal split must win
+        `votes` intervals in a row, and an engine that switched stays put for `horizon_s`
+
+    decide(snapshot)   folds snapshot.events in (prorsa), returns Decision(targets, reason,
+                       forecast, forecast_error); called once per control interval by the body
+
+Both are deterministic functions of the snapshots they were given, and both plan from the roles
+they requested, not only the ones observed: a switch still draining is not asked for twice
+(plan, requested and observed kept apart; a request the snapshots never confirm is dropped after
+Requests.timeout_s and planned afresh).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first
+from prorsa.control.forecast import Forecaster
+from prorsa.control.lifecycle import LifecycleTracker
+from prorsa.control.policy import Decision, EngineSnapshot, PolicyContext, Snapshot, register
+from prorsa.roles import Role
+
+
+class Requests:
+    """Switches asked for and not yet observed, and when each engine last switched."""
+
+    def __init__(self, timeout_s: float = 30.0):
+        self.timeout_s = timeout_s
+        self._pending: dict[str, tuple[Role, float]] = {}
+        self._switched_at: dict[str, float] = {}
+
+    def engines(self, snap: Snapshot) -> list[EngineSnapshot]:
+        """The snapshot's engines in the roles requested for them."""
+        out = []
+        for e in snap.engines:
+            want = self._pending.get(e.engine_id)
+            if want is not None and (e.role is want[0] or snap.time_s - want[1] > self.timeout_s):
+                del self._pending[e.engine_id]
+                want = None
+            out.append(e if want is None else replace(e, role=want[0]))
+        return out
+
+    def ask(self, targets: dict[str, Role], now_s: float) -> None:
+        for engine_id, role in targets.items():
+            self._pending[engine_id] = (role, now_s)
+            self._switched_at[engine_id] = now_s
+
+    def locked(self, now_s: float, dwell_s: float) -> set[str]:
+        return {e for e, t in self._switched_at.items() if now_s - t < dwell_s}
+
+
+def _name(base: str, args: tuple[str, ...]) -> str:
+    return ":".join((base, *args))
+
+
+@register("reactive")
+class Reactive:
+    """reactive[:queue_tokens[:kv_util[:cooldown_s[:prefill_share]]]] (defaults 4096:0.8:5:0.5)."""
+
+    def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
+        if len(args) > 4:
+            raise ValueError("reactive takes at most 4 arguments")
+        q, kv, cool, share = (list(args) + ["4096", "0.8", "5", "0.5"][len(args):])
+        self.queue_tokens = float(q)  # prefill tokens waiting per prefill-serving engine
+        self.kv_util = float(kv)  # share of decode engines' KV in use
+        self.cooldown_s = float(cool)
+        self.prefill_share = float(share)  # of the engines that start as prefill
+        if self.queue_tokens <= 0 or not 0 < self.kv_util <= 1 or self.cooldown_s < 0 \
+                or not 0 <= self.prefill_share <= 1:
+            raise ValueError("reactive thresholds out of range")
+        self.name = _name("reactive", args)
+        self._requests = Requests()
+        self._last_move = float("-inf")
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        if n_engines < 2:
+            return [Role.MIXED] * n_engines
+        p = min(max(round(n_engines * self.prefill_share), 1), n_engines - 1)
+        return [Role.PREFILL] * p + [Role.DECODE] * (n_engines - p)
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        engines = self._requests.engines(snapshot)
+        prefill = [e for e in engines if e.role.serves_prefill]
+        decode = [e for e in engines if e.role.serves_decode]
+        queue = sum(e.queued_prefill_tokens for e in prefill) / max(len(prefill), 1)
+        cap = sum(e.kv_capacity for e in decode)
+        kv = sum(e.kv_tokens for e in decode) / cap if cap else 0.0
+        state = f"prefill queue {queue:.0f} tok/engine, decode KV {kv:.0%}"
+        if snapshot.time_s - self._last_move < self.cooldown_s:
+            return Decision({}, f"cooldown; {state}")
+        move = None
+        if queue > self.queue_tokens and kv < self.kv_util:
+            move = self._pick(engines, Role.DECODE, Role.PREFILL)
+        elif kv > self.kv_util and queue < self.queue_tokens:
+            move = self._pick(engines, Role.PREFILL, Role.DECODE)
+        if move is None:
+            return Decision({}, f"hold; {state}")
+        self._last_move = snapshot.time_s
+        self._requests.ask(move, snapshot.time_s)
+        (engine_id, role), = move.items()
+        return Decision(move, f"{engine_id} -> {role.value}; {state}")
+
+    @staticmethod
+    def _pick(engines: list[EngineSnapshot], from_role: Role, to_role: Role) -> dict[str, Role] | None:
+        pool = [e for e in engines if e.role is from_role]
+        if len(pool) < 2:  # keep one engine in every role the split uses
+            return None
+        return {cheapest_first(pool)[0].engine_id: to_role}
+
+
+@register("prorsa")
+class Prorsa:
+    """prorsa[:horizon_s[:hysteresis[:max_switches[:votes]]]] (defaults 4:2:1:2)."""
+
+    def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
+        if len(args) > 4:
+            raise ValueError("prorsa takes at most 4 arguments")
+        h, hyst, cap, votes = (list(args) + ["4", "2", "1", "2"][len(args):])
+        ctx = context or PolicyContext.default()
+        self.horizon_s = float(h)
+        self.votes = int(votes)
+        if self.horizon_s <= 0 or self.votes < 1:
+            raise ValueError("horizon_s must be > 0 and votes >= 1")
+        self.capacity = Capacity.from_cost(ctx.cost, ctx.slots, ctx.kv_capacity_tokens)
+        # Until decodes are measured, assume a half-full engine at a 4k context.
+        prior_tps = 1.0 / self.capacity.decode_step(max(ctx.slots / 2, 1), 4096)
+        self.forecaster = Forecaster(self.horizon_s, self.horizon_s / 8, decode_tps=prior_tps)
+        self.tracker = LifecycleTracker()
+        self.allocator = Allocator(self.capacity, hysteresis=float(hyst),
+                                   max_switches_per_interval=int(cap))
+        # An engine that switched stays until its gain has been seen (a horizon), and a switch
+        # not seen through within ten intervals (or 30 s) is taken as lost and planned afresh.
+        self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
+        self.name = _name("prorsa", args)
+        self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
+        self._committed: tuple[int, int, int] | None = None  # the goal being carried out
+        self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        # Nothing is known about the workload yet. Mixed engines serve either phase at once and
+        # leave MIXED cheaply (the drain of one phase, not a role flip); on a dense model with
+        # small per-turn appends they are also the best split; and a rollout opens with a burst
+        # of prompts that every engine can help prefill.
+        return [Role.MIXED] * n_engines
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        for ev in snapshot.events:
+            self.forecaster.observe(ev)
+            self.tracker.apply(ev)
+        engines = self._requests.engines(snapshot)
+        forecast = self.forecaster.predict(snapshot.time_s, self.tracker)
+        plan = self.allocator.plan(forecast, engines,
+                                   locked=self._requests.locked(snapshot.time_s, self.dwell_s))
+        targets, why = self._vote(plan)
+        self._requests.ask(targets, snapshot.time_s)
+        return Decision(targets, f"{why}{plan.reason}", forecast=plan.summary(),
+                        forecast_error=self.forecaster.errors())
+
+    def _vote(self, plan: Plan) -> tuple[dict[str, Role], str]:
+        """A new goal must win `votes` plans in a row; a committed goal is carried on at once."""
+        if not plan.targets:
+            self._committed, self._streak = None, (None, 0)
+            return {}, ""
+        if plan.goal == self._committed:
+            return plan.targets, ""
+        goal, n = self._streak
+        n = n + 1 if goal == plan.goal else 1
+        self._streak = (plan.goal, n)
+        if n < self.votes:
+            return {}, f"vote {n}/{self.votes}: "
+        self._committed, self._streak = plan.goal, (None, 0)
+        return plan.targets, ""

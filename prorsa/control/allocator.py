@@ -1,0 +1,344 @@
+"""Allocator: forecast demand -> a target role split, switching only when it pays.
+
+    Capacity(cost, slots, kv_capacity_tokens)   what one engine serves in each role (cost model)
+    Allocator(capacity, ...).plan(forecast, engines, locked) -> Plan   once per control interval
+    score(capacity, forecast, P, D, M)          predicted cost of splits (arrays of counts)
+
+The score of a split (P prefill, D decode, M mixed engines) is the sequence-seconds the live
+trajectories spend over the horizon, in a fluid model run bin by bin:
+
+    prefill   a queue fed by forecast arrivals and the backlog. PREFILL engines serve first; each
+              turn there also re-prefills the previous turn's decode (only its decode engine holds
+              it) and ships its KV (kv_transfer_time). MIXED engines take the overflow; their own
+              decodes hold the context, so they prefill only the append.
+    decode    the forecast's sequences plus any a slower split left behind, spread over the D + M
+              engines up to their slots and KV. A decode engine steps in decode_time(batch); a
+              mixed engine's step grows with the prefill it co-batches, and under DP attention
+              (ep > 1) every rank waits whenever any rank holds a prefill piece.
+    cost      every waiting or decoding sequence's seconds, prefill latency per turn, and what is
+              left at the horizon (prefill queue, decode work behind pace), drained at the end.
+
+Switching: a PREFILL or DECODE engine serves its new role only after its drain
+(cost_model.switch_time), so its share of the gain comes that much later:
+switch_cost = gain x mean over moves of min(1, drain / horizon). A MIXED engine already serves
+the phase it keeps, so leaving MIXED delays nothing (nor does entering it: nothing drains).
+The goal is the reachable split (unlocked engines only) with the least
+cost + hysteresis x switch_cost; it is adopted only if
+cost_now - (cost_goal + hysteresis x switch_cost) > min_gain x cost_now, else the roles stay.
+At most `max_switches_per_interval` moves are made now, to the best-scoring split on the way (the
+next plans carry on), taking the cheapest engines first: least queued + active work, then least
+KV held, then engine id; each goes to the missing role it drains into fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from prorsa.control.forecast import Forecast
+from prorsa.control.policy import EngineSnapshot
+from prorsa.costmodel import CostModel
+from prorsa.roles import Role
+
+ROLES = (Role.PREFILL, Role.DECODE, Role.MIXED)  # the order of a split (P, D, M)
+Split = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    cost: CostModel
+    slots: int  # sequences one engine admits at once
+    kv_capacity_tokens: int  # KV tokens one engine holds
+    prefill_budget: int = 8192  # tokens a prefill engine batches into one step
+    chunk_tokens: int = 2048  # prefill tokens a mixed engine co-batches with its decodes per step
+    link: str = "net"  # how KV moves from a prefill engine to a decode engine
+
+    @classmethod
+    def from_cost(cls, cost: CostModel, slots: int, kv_capacity_tokens: int | None = None,
+                  **kwargs) -> Capacity:
+        kv = cost.kv_capacity_tokens() if kv_capacity_tokens is None else kv_capacity_tokens
+        return cls(cost=cost, slots=slots, kv_capacity_tokens=kv, **kwargs)
+
+    def max_decode_seqs(self, context: float) -> float:
+        return float(min(self.slots, self.kv_capacity_tokens / max(context, 1.0)))
+
+    def decode_step(self, batch: float, context: float) -> float:
+        """One decode step of `batch` sequences (may be fractional: a fluid mean) at `context`."""
+        if batch <= 0:
+            return 0.0
+        return self.cost.step_time(batch, batch, batch * (context + 0.5), batch * context)
+
+    def mixed_step(self, batch: float, context: float, tokens: float, append: float,
+                   prefix: float) -> float:
+        """A decode step that also carries `tokens` prefill tokens, cut from appends of `append`
+        tokens on `prefix` cached tokens."""
+        piece = max(1.0, min(append, tokens))
+        seqs = tokens / piece
+        under = prefix + max(append - piece, 0.0) / 2  # a chunk of a long append sits mid-way
+        return self.cost.step_time(batch + tokens, batch + seqs,
+                                   batch * (context + 0.5) + tokens * (under + piece / 2),
+                                   batch * context + seqs * under)
+
+    def prefill_rate(self, append: float, prefix: float) -> float:
+        """Turns per second a PREFILL engine serves, batching appends up to its step budget."""
+        if append <= self.prefill_budget:
+            k = max(1, int(self.prefill_budget // max(append, 1.0)))
+            return k / self.cost.step_time(k * append, k, k * append * (prefix + append / 2), k * prefix)
+        steps = math.ceil(append / self.prefill_budget)
+        under = prefix + append / 2
+        return 1.0 / (steps * self.cost.step_time(self.prefill_budget, 1,
+                                                  self.prefill_budget * under, under))
+
+    def prefill_latency(self, append: float, prefix: float) -> float:
+        return self.cost.prefill_time([(max(1, round(append)), round(prefix))])
+
+    def transfer_time(self, tokens: float) -> float:
+        return self.cost.kv_transfer_time(round(tokens), self.link)
+
+    def drain_time(self, engine: EngineSnapshot, to_role: Role, remaining_tokens: float) -> float:
+        """Seconds before `engine` serves `to_role`: its decodes (remaining_tokens each) or the
+        prefill step in flight must finish first."""
+        batch = engine.active if engine.role.serves_decode else 0
+        return self.cost.switch_time(engine.role, to_role, round(batch * remaining_tokens), batch,
+                                     context_tokens=engine.kv_tokens if batch else 0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    targets: dict[str, Role]  # engine_id -> new role: the switches to make now (at most the cap)
+    current: Split  # (P, D, M) now
+    goal: Split  # the split being moved toward (current when keeping)
+    next: Split  # (P, D, M) once this interval's targets are carried out
+    best: Split  # the best-scoring split, ignoring switch cost, locks and the cap
+    cost_now: float  # predicted sequence-seconds over the horizon, current split
+    cost_goal: float  # the same for the goal
+    switch_cost: float  # sequence-seconds all the switches to the goal cost (drain)
+    reason: str
+    forecast: dict[str, float] = field(default_factory=dict)  # the demand that justified it
+
+    def summary(self) -> dict[str, float]:
+        return self.forecast | {
+            "cost_now_seq_s": self.cost_now, "cost_goal_seq_s": self.cost_goal,
+            "switch_cost_seq_s": self.switch_cost,
+            "goal_prefill": float(self.goal[0]), "goal_decode": float(self.goal[1]),
+            "goal_mixed": float(self.goal[2]),
+        }
+
+
+def splits(n: int) -> np.ndarray:
+    """Every (P, D, M) with P + D + M = n that can serve both phases; (k, 3) ints."""
+    out = [(p, d, n - p - d) for p in range(n + 1) for d in range(n + 1 - p)
+           if p + (n - p - d) >= 1 and d + (n - p - d) >= 1]
+    return np.array(out, dtype=int).reshape(-1, 3)
+
+
+def count_roles(roles: Sequence[Role]) -> Split:
+    return (sum(r is Role.PREFILL for r in roles), sum(r is Role.DECODE for r in roles),
+            sum(r is Role.MIXED for r in roles))
+
+
+def cheapest_first(engines: Sequence[EngineSnapshot]) -> list[EngineSnapshot]:
+    return sorted(engines, key=lambda e: (e.queued + e.active, e.kv_tokens, e.engine_id))
+
+
+class Allocator:
+    def __init__(self, capacity: Capacity, hysteresis: float = 2.0, max_switches_per_interval: int = 1,
+                 min_gain: float = 0.05, max_scan: int = 256):
+        if hysteresis < 0 or min_gain < 0 or max_switches_per_interval < 0:
+            raise ValueError("hysteresis, min_gain and max_switches_per_interval must be >= 0")
+        self.capacity = capacity
+        self.hysteresis = hysteresis  # switch cost counts this many times against the gain
+        self.max_switches = max_switches_per_interval
+        self.min_gain = min_gain  # and the gain must exceed this share of the current cost
+        self.max_scan = max_scan  # candidates priced for switching, best-scoring first
+
+    def plan(self, forecast: Forecast, engines: Sequence[EngineSnapshot],
+             locked: Collection[str] = ()) -> Plan:
+        """A goal split and this interval's switches toward it (module docstring)."""
+        cur = count_roles([e.role for e in engines])
+        cands = splits(len(engines))
+        if len(cands) == 0:
+            return Plan({}, cur, cur, cur, cur, 0.0, 0.0, 0.0, "no engines", forecast.summary())
+        costs = score(self.capacity, forecast, cands[:, 0], cands[:, 1], cands[:, 2])
+        here = np.flatnonzero((cands == cur).all(axis=1))
+        cost_now = float(costs[here[0]]) if len(here) else math.inf  # inf: a phase unserved
+        best = _split(cands[int(np.argmin(costs))])
+        movers = _Movers(self.capacity, engines, locked, forecast.decode_remaining_tokens)
+        leave = np.maximum(np.array(cur) - cands, 0)  # engines each candidate takes from a role
+        pick = self._goal(cur, cands, costs, leave, cost_now, movers, forecast.horizon_s)
+        head = f"{_fmt(cur)} {cost_now:.1f} seq-s, best {_fmt(best)} {float(costs.min()):.1f}"
+        if pick is None or not (math.isinf(cost_now) or cost_now - pick.net > self.min_gain * cost_now):
+            why = "nothing can move" if pick is None else (
+                f"{_fmt(pick.split)} gains {cost_now - pick.cost:.1f}, needs {self.hysteresis:g}x "
+                f"switch {pick.switch_cost:.2f} + {self.min_gain:.0%}")
+            return Plan({}, cur, cur, cur, best, cost_now, cost_now, 0.0, f"keep {head}: {why}",
+                        forecast.summary())
+        step = self._step(cur, pick.split, cands, costs, leave, movers.counts())
+        now = dict(pick.moves[:self.max_switches] if step is None else movers.moves(cur, step)[0])
+        nxt = count_roles([now.get(e.engine_id, e.role) for e in engines])
+        return Plan(now, cur, pick.split, nxt, best, cost_now, pick.cost, pick.switch_cost,
+                    f"move to {_fmt(pick.split)} via {_fmt(nxt)}: gain {cost_now - pick.cost:.1f} "
+                    f"seq-s over {forecast.horizon_s:g} s beats {self.hysteresis:g}x switch "
+                    f"{pick.switch_cost:.2f}; {head}", forecast.summary())
+
+    def _goal(self, cur: Split, cands: np.ndarray, costs: np.ndarray, leave: np.ndarray,
+              cost_now: float, movers: _Movers, horizon_s: float) -> _Pick | None:
+        """The reachable split with the least cost + hysteresis x switch cost, or None."""
+        k = leave.sum(1)
+        ok = np.flatnonzero((leave <= np.array(movers.counts())).all(1) & (k > 0))
+        order = ok[np.lexsort((cands[ok, 2], cands[ok, 1], cands[ok, 0], k[ok], costs[ok]))]
+        pick = None
+        for i in order[:self.max_scan]:  # by cost, then fewest moves
+            if pick is not None and costs[i] >= pick.net:
+                break  # no candidate from here on can beat the pick once switches are added
+            moves, drains = movers.moves(cur, _split(cands[i]))
+            gain = cost_now - float(costs[i]) if math.isfinite(cost_now) else 0.0
+            sw = max(gain, 0.0) * float(np.mean(np.minimum(np.array(drains) / horizon_s, 1.0)))
+            net = float(costs[i]) + self.hysteresis * sw
+            if pick is None or net < pick.net:
+                pick = _Pick(net, _split(cands[i]), moves, float(costs[i]), sw)
+        return pick
+
+    def _step(self, cur: Split, goal: Split, cands: np.ndarray, costs: np.ndarray,
+              leave: np.ndarray, movable: Split) -> Split | None:
+        """The best-scoring split on the way from cur to goal within this interval's cap: when
+        the goal is several moves away, the order of the moves matters (adding decode engines
+        before the prefill ones, say, can be worse than either end)."""
+        lo, hi = np.minimum(cur, goal), np.maximum(cur, goal)
+        k = leave.sum(1)
+        ok = np.flatnonzero((cands >= lo).all(1) & (cands <= hi).all(1) & (k >= 1)
+                            & (k <= self.max_switches) & (leave <= np.array(movable)).all(1))
+        if len(ok) == 0:
+            return None
+        return _split(cands[min(ok, key=lambda i: (costs[i], -k[i], tuple(cands[i])))])
+
+
+class _Pick(NamedTuple):
+    net: float  # cost + hysteresis x switch cost
+    split: Split
+    moves: list[tuple[str, Role]]  # every move to it, cheapest engines first
+    cost: float
+    switch_cost: float
+
+
+class _Movers:
+    """The unlocked engines of each role, cheapest first, and what each would take to switch."""
+
+    def __init__(self, cap: Capacity, engines: Sequence[EngineSnapshot], locked: Collection[str],
+                 remaining_tokens: float):
+        free = [e for e in engines if e.engine_id not in locked]
+        self.pools = {r: cheapest_first([e for e in free if e.role is r]) for r in ROLES}
+        # A mixed engine already serves the phase it keeps, so what it gains by switching
+        # starts at once; a prefill or decode engine gains nothing until it has drained.
+        self.drain = {(e.engine_id, r): 0.0 if e.role is Role.MIXED
+                      else cap.drain_time(e, r, remaining_tokens)
+                      for e in free for r in ROLES if r is not e.role}
+
+    def counts(self) -> Split:
+        return len(self.pools[Role.PREFILL]), len(self.pools[Role.DECODE]), len(self.pools[Role.MIXED])
+
+    def moves(self, cur: Split, goal: Split) -> tuple[list[tuple[str, Role]], list[float]]:
+        """(engine, new role) for cur -> goal, cheapest engines first, each to the missing role it
+        drains into fastest; and each move's drain time."""
+        need = {r: max(0, goal[k] - cur[k]) for k, r in enumerate(ROLES)}
+        leaving = [e for k, r in enumerate(ROLES) for e in self.pools[r][:max(0, cur[k] - goal[k])]]
+        out: list[tuple[str, Role]] = []
+        drains: list[float] = []
+        for e in cheapest_first(leaving):
+            to = min((r for r in ROLES if need[r] > 0),
+                     key=lambda r: (self.drain[e.engine_id, r], ROLES.index(r)))
+            need[to] -= 1
+            out.append((e.engine_id, to))
+            drains.append(self.drain[e.engine_id, to])
+        return out, drains
+
+
+def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Predicted sequence-seconds over the horizon for each split (the module docstring)."""
+    P, D, M = (np.asarray(x, dtype=float) for x in (P, D, M))
+    ed = (D + M).astype(int)  # engines that decode
+    dt, chunk = fc.bin_s, float(cap.chunk_tokens)
+    turns = fc.prefill_turns_per_s.sum() * dt + fc.backlog_turns
+    a = (fc.prefill_tokens_per_s.sum() * dt + fc.backlog_tokens) / turns if turns > 0 else 1.0
+    a = max(a, 1.0)
+    prefix = fc.prefill_prefix_tokens
+    fresh = fc.backlog_fresh_turns / turns if turns > 0 else 0.0
+    a_p = a + (1.0 - fresh) * fc.decode_tokens_per_turn  # what a prefill engine computes per turn
+    rate_p = cap.prefill_rate(a_p, prefix) * a  # appended tokens/s one prefill engine clears
+    lat_p = cap.prefill_latency(a_p, prefix) + cap.transfer_time(a)
+    piece = min(a, chunk)
+    q = np.full(len(P), float(fc.backlog_tokens))
+    cost = np.zeros(len(P))
+    cap_m = np.zeros(len(P))
+    owed = np.zeros(len(P))  # decode tokens behind the forecast's pace, carried over
+    tps = np.zeros(len(P))
+    u = fc.decode_tps_per_seq * dt  # tokens a forecast sequence decodes in one bin
+    for b in range(fc.n_bins):
+        s = float(fc.decode_seqs[b])
+        ctx = fc.kv_tokens[b] / s if s > 1e-9 else max(prefix, 1.0)
+        per = cap.max_decode_seqs(ctx)
+        # Decode: the forecast's sequences plus those a slower split left behind, spread over
+        # the decode engines up to their slots; step times are piecewise linear in the batch.
+        present = s + (owed / u if u > 0 else 0.0)
+        served = np.minimum(present, ed * per)
+        beta = served / np.maximum(ed, 1)
+        grid = np.linspace(0.0, max(per, 1e-9), 17)
+        td, tp, tc = (np.interp(beta, grid, [f(x) for x in grid]) for f in (
+            lambda x: cap.decode_step(x, ctx), lambda x: cap.mixed_step(x, ctx, piece, a, prefix),
+            lambda x: cap.mixed_step(x, ctx, chunk, a, prefix)))
+        # Prefill: prefill engines first, mixed engines take the overflow.
+        arriving = float(fc.prefill_tokens_per_s[b])
+        want = q / dt + arriving
+        x_p = np.minimum(want, P * rate_p)
+        cap_m = M * chunk / tc
+        x_m = np.minimum(want - x_p, cap_m)
+        q_next = np.maximum(q + (arriving - x_p - x_m) * dt, 0.0)
+        tau_m = _mixed_step(td, tp, tc, np.divide(x_m, M, out=np.zeros_like(M), where=M > 0),
+                            piece, chunk, cap.cost.ep)
+        tau = (D * td + M * tau_m) / np.maximum(ed, 1)
+        tps = np.divide(served, tau, out=np.zeros_like(tau), where=tau > 0)
+        owed = np.maximum(present * u - tps * dt, 0.0)
+        cost += served * np.minimum(dt, u * tau) + (present - served) * dt  # present: all count
+        cost += (q + q_next) / 2 * dt / a  # turns waiting for prefill
+        cost += (x_p * lat_p + x_m * math.ceil(a / chunk) * tau_m) * dt / a  # turns prefilling
+        q = q_next
+    # What is left at the horizon, drained at the last bin's pace (a triangle of waiting).
+    cost += q * q / (2 * a * np.maximum(P * rate_p + cap_m, 1e-9))
+    left = owed / u if u > 0 else np.zeros_like(owed)
+    return cost + np.divide(left * owed, 2 * tps, out=np.zeros_like(owed), where=tps > 0)
+
+
+def _mixed_step(td: np.ndarray, tp: np.ndarray, tc: np.ndarray, load: np.ndarray, piece: float,
+                chunk: float, ep: int) -> np.ndarray:
+    """Mean step of a mixed engine clearing `load` prefill tokens/s beside its decodes.
+
+    The step grows piecewise linearly with the prefill tokens x it carries: td at 0, tp at one
+    piece (an append, at most a chunk), tc at a full chunk; x = load x step, solved in closed form.
+    Below one piece per step only a share rho of steps carry one, and with DP attention (ep ranks)
+    a step waits whenever any rank does: 1 - (1 - rho)^ep of them, solved by iteration from below.
+    """
+    m1 = (tp - td) / piece
+    m2 = (tc - tp) / max(chunk - piece, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        small = np.where(load * m1 < 1, td / (1 - load * m1), np.inf)
+        big = np.where(load * m2 < 1, (tp - piece * m2) / (1 - load * m2), np.inf)
+    tau = np.where(load * small < piece, small, np.minimum(big, tc))
+    if ep > 1:
+        for _ in range(20):
+            x = np.minimum(load * tau, chunk)
+            rho = np.minimum(x / piece, 1.0)
+            tau = np.where(x < piece, td + (1 - (1 - rho) ** ep) * (tp - td),
+                           np.minimum(tp + (x - piece) * m2, tc))
+    return tau
+
+
+def _split(row: np.ndarray) -> Split:
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def _fmt(s: Split) -> str:
+    return f"P{s[0]} D{s[1]} M{s[2]}"

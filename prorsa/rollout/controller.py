@@ -1,0 +1,166 @@
+"""The live control loop: the scheduler's lifecycle view -> the policy -> role switches on Dask.
+
+    LiveController(client, policy, router, addresses, recorder, ...)
+    await controller.run()                 every interval until cancelled: snapshot, decide, act
+    await controller.step()                one interval
+    await controller.switch(engine, role, reason, forecast)   the switch protocol, recorded
+
+The policy runs here, beside the router, so a decision reaches the router before the next turn
+is routed; the scheduler plugin (lifecycle_plugin.py) is where the lifecycle comes from. The
+brain sees body seconds: with emulated engines at time_scale s, one wall second is 1/s seconds
+of the cost model the policy plans with.
+
+The switch protocol (engine E from role A to role B):
+  1. the router stops sending E new work of role A (new work of role B may go there at once)
+  2. E's worker is retagged (Worker.set_resources) to serve both legs, its engine told its new
+     role, and tasks that waited for a worker of role B (no-worker) are woken
+     (bulk_schedule_unrunnable_after_adding_worker)
+  3. drain: the A-legs already sent to E, or bound for it and waiting for their inputs, run and
+     finish there (any engine serves either leg)
+  4. E's worker is retagged to B alone; the switch is recorded with its drain time
+Legs are never moved between workers: a task the scheduler has sent stays where it is, so none is
+lost or run twice. That is also why work stealing is off (cluster.py): a stolen leg leaves the
+engine that holds its prefix, and a leg stolen onto a worker whose resources then change blocks
+that worker's queue (seen: a decode leg at the head of a tool worker's queue stalled every tool).
+And why E keeps both resources until the drain ends: a leg whose preferred worker lacks its
+resource falls back to any worker at all, resources ignored (the scheduler's rule for loose
+restrictions), tool workers included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import replace
+
+from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
+from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
+from prorsa.roles import Role, role_resources
+from prorsa.rollout.engine_host import engine_here
+from prorsa.rollout.lifecycle_plugin import drain_events, engine_loads
+from prorsa.rollout.router import Router
+
+log = logging.getLogger(__name__)
+_LEGS = {"prefill": ("prefill",), "decode": ("decode", "generate", "local")}
+
+
+async def _retag(role: str, slots: int, dask_worker=None) -> None:
+    await dask_worker.set_resources(**role_resources(Role(role), slots))
+    engine_here(dask_worker).set_role(Role(role))
+
+
+def _wake(address: str, dask_scheduler=None) -> None:
+    """Tasks that waited for a worker of a role nobody had (no-worker) are scheduled again."""
+    s = dask_scheduler
+    ws = s.workers.get(address)
+    if ws is not None:
+        s.transitions(s.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id=f"prorsa-switch-{time.time()}")
+
+
+def _legs_on(address: str, phases: tuple[str, ...], dask_scheduler=None) -> int:
+    """Legs of these phases that are on the worker or bound for it: running or queued there, or
+    still waiting for their inputs with the worker as their (loose) restriction."""
+    s = dask_scheduler
+    ws = s.workers.get(address)
+    n = 0 if ws is None else sum((ts.annotations or {}).get("phase") in phases for ts in ws.processing)
+    for ts in s.tasks.values():
+        if ts.state in ("waiting", "no-worker", "queued") and ts.worker_restrictions \
+                and address in ts.worker_restrictions and (ts.annotations or {}).get("phase") in phases:
+            n += 1
+    return n
+
+
+class LiveController:
+    def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
+                 recorder: RunRecorder, slots: int, kv_capacity: int, started_wall: float,
+                 interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0) -> None:
+        self.client = client
+        self.policy = policy
+        self.router = router
+        self.addresses = addresses
+        self.rec = recorder
+        self.slots = slots
+        self.kv_capacity = kv_capacity
+        self.started = started_wall
+        self.interval_s = interval_s  # wall seconds
+        self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
+        self.drain_timeout_s = drain_timeout_s
+        self._switching: dict[str, asyncio.Task] = {}
+        self.step_s: list[float] = []  # wall time of each control step, for its cost
+
+    def now(self) -> float:
+        return (time.time() - self.started) / self.unit
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                await self.step()
+        finally:
+            for task in self._switching.values():
+                task.cancel()
+            await asyncio.gather(*self._switching.values(), return_exceptions=True)
+
+    async def step(self) -> Decision:
+        t0 = time.perf_counter()
+        events = await self.client.run_on_scheduler(drain_events)
+        loads = await self.client.run_on_scheduler(engine_loads)
+        snap = self._snapshot(events, loads)
+        decision = self.policy.decide(snap)
+        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
+                                       decision.reason, dict(decision.forecast), dict(decision.forecast_error)))
+        for engine, role in decision.targets.items():
+            if engine in self._switching or role is self.router.roles.get(engine):
+                continue
+            self._switching[engine] = asyncio.create_task(
+                self.switch(engine, role, decision.reason, dict(decision.forecast)))
+        self.step_s.append(time.perf_counter() - t0)
+        return decision
+
+    def _snapshot(self, events, loads: dict[str, dict]) -> Snapshot:
+        engines = []
+        for engine in sorted(loads):
+            load = loads[engine]
+            held = load["prefills"] + load["decodes"]
+            engines.append(EngineSnapshot(
+                engine_id=engine, role=Role(load["role"]), queued=max(held - self.slots, 0),
+                active=min(held, self.slots), kv_tokens=load["kv_tokens"], kv_capacity=self.kv_capacity,
+                queued_prefill_tokens=load["queued_prefill_tokens"],
+            ))  # fmt: skip
+        events = tuple(replace(ev, time_s=ev.time_s / self.unit) for ev in events)
+        return Snapshot(time_s=self.now(), engines=tuple(engines), events=events)
+
+    async def switch(self, engine: str, role: Role, reason: str = "", forecast: dict | None = None) -> RoleChange | None:
+        old = self.router.roles[engine]
+        t_req, w0 = self.now(), time.time()
+        address = self.addresses[engine]
+        try:
+            self.router.set_role(engine, role)
+            old_legs = tuple(leg for r, legs in _LEGS.items() if not getattr(role, f"serves_{r}") for leg in legs)
+            # serve both legs while the old ones drain: nothing already sent here is stranded
+            # behind resources it no longer has (it would block the worker's queue)
+            await self.client.run(_retag, (Role.MIXED if old_legs else role).value, self.slots, workers=[address])
+            await self.client.run_on_scheduler(_wake, address)
+            while old_legs and time.time() - w0 < self.drain_timeout_s:
+                if not await self.client.run_on_scheduler(_legs_on, address, old_legs):
+                    break
+                await asyncio.sleep(min(0.05, self.interval_s))
+            if old_legs:
+                await self.client.run(_retag, role.value, self.slots, workers=[address])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the engine keeps its old role; the policy sees that and may ask again
+            log.exception("%s: switch %s -> %s failed", engine, old.value, role.value)
+            self.router.set_role(engine, old)
+            with contextlib.suppress(Exception):
+                await self.client.run(_retag, old.value, self.slots, workers=[address])
+            return None
+        finally:
+            self._switching.pop(engine, None)
+        change = RoleChange(t_req, engine, old, role, reason, (time.time() - w0) / self.unit,
+                            forecast=forecast or {})
+        self.rec.role_change(change)
+        log.info("%s: %s -> %s in %.2fs: %s", engine, old.value, role.value, time.time() - w0, reason)
+        return change

@@ -1,0 +1,122 @@
+"""The scheduler's view of every trajectory: lifecycle events read off task transitions.
+
+    LifecyclePlugin(started_wall)        a SchedulerPlugin; register it before the first turn
+    drain_events(dask_scheduler)         run_on_scheduler: the events since the last call
+    engine_loads(dask_scheduler)         run_on_scheduler: per engine worker, what it holds now
+
+A turn's tasks carry annotations (traj, turn, family, phase, append, max_tokens, context, done;
+see tasks.py), and their transitions are the lifecycle:
+
+    first leg released -> waiting         QUEUED   (tokens: the append)
+    prefill  -> processing                PREFILL  (engine: the worker it was sent to)
+    decode / generate -> processing       DECODE
+    decode / generate -> memory           TOOL     (tokens: the tokens the decode generated)
+    tool (turn task) -> memory, done      DONE
+
+Replayed decodes generate exactly max_tokens (ignore_eos), so the annotation is the count; a
+decode that can stop early would report its count in an event instead.
+
+The hook runs inside the scheduler's transition engine on every transition, so it does a dict
+lookup and returns for every task that is not a turn leg, and appends a tuple for those that are.
+"""
+
+from __future__ import annotations
+
+import time
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from prorsa.control.lifecycle import LifecycleEvent, Phase
+from prorsa.roles import Role
+
+PLUGIN_NAME = "prorsa-lifecycle"
+_FIRST_LEGS = ("prefill", "generate", "local")  # the leg that starts a turn
+
+
+class LifecyclePlugin(SchedulerPlugin):
+    name = PLUGIN_NAME
+
+    def __init__(self, started_wall: float) -> None:
+        self.started = started_wall
+        self._events: list[LifecycleEvent] = []
+        self.hook_s = 0.0  # time spent in transition(): the controller's cost to the scheduler
+        self.hook_calls = 0
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        t0 = time.perf_counter()
+        ts = self.scheduler.tasks.get(key)
+        a = ts.annotations if ts is not None else None
+        if a and "traj" in a:
+            self._on_leg(ts, a, start, finish)
+        self.hook_s += time.perf_counter() - t0
+        self.hook_calls += 1
+
+    def _on_leg(self, ts, a: dict, start: str, finish: str) -> None:
+        leg = a["phase"]
+        first = leg in _FIRST_LEGS
+        if start == "released" and finish == "waiting" and first:
+            self._emit(a, Phase.QUEUED, a.get("append", 0))
+        elif finish == "processing":
+            if leg == "prefill":
+                self._emit(a, Phase.PREFILL, a.get("append", 0), ts)
+            elif leg in ("decode", "generate", "local"):
+                self._emit(a, Phase.DECODE, 0, ts)
+        elif finish == "memory":
+            if leg in ("decode", "generate", "local"):
+                self._emit(a, Phase.TOOL, a.get("max_tokens", 0))
+            elif leg == "tool" and a.get("done"):
+                self._emit(a, Phase.DONE, 0)
+
+    def _emit(self, a: dict, phase: Phase, tokens: int, ts=None) -> None:
+        ws = ts.processing_on if ts is not None else None
+        self._events.append(LifecycleEvent(
+            time_s=time.time() - self.started, traj_id=a["traj"], family=a.get("family", ""),
+            turn=a["turn"], phase=phase, tokens=int(tokens), context=int(a.get("context", 0)),
+            engine=str(ws.name) if ws is not None else "",
+        ))  # fmt: skip
+
+    def take_events(self) -> list[LifecycleEvent]:
+        events, self._events = self._events, []
+        return events
+
+
+def _plugin(dask_scheduler) -> LifecyclePlugin:
+    return dask_scheduler.plugins[PLUGIN_NAME]
+
+
+def drain_events(dask_scheduler) -> list[LifecycleEvent]:
+    return _plugin(dask_scheduler).take_events()
+
+
+def worker_role(resources: dict[str, float]) -> Role:
+    prefill, decode = resources.get("prefill", 0) > 0, resources.get("decode", 0) > 0
+    return Role.MIXED if prefill and decode else (Role.PREFILL if prefill else Role.DECODE)
+
+
+def engine_loads(dask_scheduler) -> dict[str, dict]:
+    """engine name -> {role, address, queued_prefill_tokens, prefills, decodes, kv_tokens}: the
+    engine legs the scheduler has sent to each engine worker and not yet seen finish."""
+    out: dict[str, dict] = {}
+    for ws in dask_scheduler.workers.values():
+        if not str(ws.name).startswith("engine-"):
+            continue
+        load = {"role": worker_role(ws.resources).value, "address": ws.address,
+                "queued_prefill_tokens": 0, "prefills": 0, "decodes": 0, "kv_tokens": 0}
+        for ts in ws.processing:
+            a = ts.annotations or {}
+            if a.get("phase") == "prefill":
+                load["prefills"] += 1
+                load["queued_prefill_tokens"] += a.get("append", 0)
+            elif a.get("phase") in ("decode", "generate", "local"):
+                load["decodes"] += 1
+                load["kv_tokens"] += a.get("context", 0) + a.get("append", 0) + a.get("max_tokens", 0)
+        out[str(ws.name)] = load
+    return out
+
+
+def hook_cost(dask_scheduler) -> tuple[float, int]:
+    p = _plugin(dask_scheduler)
+    return p.hook_s, p.hook_calls

@@ -1,0 +1,189 @@
+"""The adaptive policies (`reactive`, `prorsa`) driven by synthetic snapshots.
+
+`stream` plays an agentic workload as lifecycle events (seeded, so every run sees the same
+trace); `drive` hands them to a policy one control interval at a time and carries out its
+decisions at once, the way a body would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from prorsa.control.adaptive import Prorsa, Reactive
+from prorsa.control.lifecycle import LifecycleEvent as E
+from prorsa.control.lifecycle import Phase
+from prorsa.control.policy import Decision, EngineSnapshot, Snapshot, make_policy
+from prorsa.roles import Role
+
+P, D, M = Role.PREFILL, Role.DECODE, Role.MIXED
+
+
+def stream(n_traj: int, t_end: float, seed: int = 0, rate: float = 60.0, prompt: int = 1000,
+           obs: int = 300, dec: int = 300, tool_s: float = 1.0, turns: float = 6.0) -> list[E]:
+    """`n_traj` trajectories in flight at all times (a finished one is replaced: asynchronous
+    RL); lognormal decode, observation, tool latency and turn count around the given medians."""
+    rng = np.random.default_rng(seed)
+    heap: list = []
+    out: list[E] = []
+    count = 0
+
+    def start(t: float) -> None:
+        nonlocal count
+        n = max(1, int(rng.lognormal(np.log(turns), 0.5)))
+        heapq.heappush(heap, (t, count, f"t{count}", 0, n, 0, prompt))
+        count += 1
+
+    for _ in range(n_traj):
+        start(float(rng.random() * 2.0))
+    while heap:
+        t, _, tid, k, n, ctx, app = heapq.heappop(heap)
+        if t > t_end:
+            break
+        d = max(1, int(rng.lognormal(np.log(dec), 0.6)))
+        end = t + 0.05 + d / rate
+        out += [E(t, tid, "swe", k, Phase.QUEUED, app, ctx),
+                E(t + 0.02, tid, "swe", k, Phase.PREFILL, app, ctx),
+                E(t + 0.05, tid, "swe", k, Phase.DECODE, 0, ctx)]
+        if k + 1 >= n:
+            out.append(E(end, tid, "swe", k, Phase.DONE, d, ctx))
+            start(end)
+            continue
+        out.append(E(end, tid, "swe", k, Phase.TOOL, d, ctx))
+        back = end + float(rng.lognormal(np.log(tool_s), 0.5))
+        heapq.heappush(heap, (back, count, tid, k + 1, n, ctx + app + d,
+                              max(1, int(rng.lognormal(np.log(obs), 0.5)))))
+        count += 1
+    return sorted((e for e in out if e.time_s <= t_end), key=lambda e: e.time_s)
+
+
+def drive(policy, events: list[E], n_engines: int = 8, t_end: float = 60.0,
+          carry_out: bool = True) -> list[tuple[float, Decision]]:
+    roles = {f"e{i}": r for i, r in enumerate(policy.initial_roles(n_engines))}
+    out, j, t = [], 0, 1.0
+    while t <= t_end + 1e-9:
+        batch = []
+        while j < len(events) and events[j].time_s <= t:
+            batch.append(events[j])
+            j += 1
+        engines = tuple(EngineSnapshot(e, r, 0, 2, 20000, 700000) for e, r in roles.items())
+        d = policy.decide(Snapshot(time_s=t, engines=engines, events=tuple(batch)))
+        if carry_out:
+            roles.update(d.targets)
+        out.append((t, d))
+        t += 1.0
+    return out
+
+
+STEADY = dict(n_traj=128, t_end=60.0, obs=1500)  # fits the engines: settles with no switch
+HEAVY = dict(n_traj=512, t_end=60.0, prompt=8000, turns=2.0, obs=4000)  # long appends, overload
+
+
+def test_policies_load_without_importing_adaptive_first():
+    code = ("from prorsa.control.policy import make_policy\n"
+            "p = make_policy('prorsa'); r = make_policy('reactive:2000')\n"
+            "print(p.name, r.name, len(p.initial_roles(4)), r.initial_roles(4)[0].value)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["prorsa", "reactive:2000", "4", "prefill"]
+
+
+@pytest.mark.parametrize("spec", ["prorsa:0", "prorsa:4:2:1:0", "prorsa:x", "prorsa:1:2:3:4:5",
+                                  "reactive:-1", "reactive:100:1.5", "reactive:1:0.5:1:0.5:9"])
+def test_bad_adaptive_specs(spec):
+    with pytest.raises(ValueError, match="bad policy"):
+        make_policy(spec)
+
+
+def test_prorsa_starts_mixed_and_reports_its_forecast():
+    p = make_policy("prorsa:2")
+    assert p.initial_roles(3) == [M] * 3 and p.name == "prorsa:2"
+    engines = tuple(EngineSnapshot(f"e{i}", M, 0, 0, 0, 1) for i in range(3))
+    d = p.decide(Snapshot(time_s=0.0, engines=engines))
+    assert d.targets == {} and d.forecast["live"] == 0 and "goal_mixed" in d.forecast
+    assert d.forecast_error == {}
+
+
+@pytest.mark.parametrize("load", [STEADY, HEAVY], ids=["steady", "heavy"])
+def test_no_flapping_once_settled(load):
+    res = drive(make_policy("prorsa"), stream(**load))
+    late = [t for t, d in res if d.targets and t > 20]
+    assert len(late) <= 1, [(t, d.reason) for t, d in res if d.targets]
+    switches = sum(len(d.targets) for _, d in res)
+    if load is HEAVY:  # it did have something to do: long appends under overload
+        assert switches >= 2
+    else:  # all-mixed fits this load; one early move at most
+        assert switches <= 1
+
+
+def test_forecast_error_is_reported():
+    res = drive(make_policy("prorsa"), stream(**STEADY))
+    err = res[-1][1].forecast_error
+    assert "prefill_tps@0-0.5s" in err and "decode_seqs@3.5-4s" in err
+    assert all(np.isfinite(v) and v >= 0 for v in err.values())
+    assert err["decode_seqs@0-0.5s"] < 0.3  # the next half second is well known
+
+
+def test_decisions_are_deterministic():
+    events = stream(**HEAVY)
+    a = drive(make_policy("prorsa"), events, t_end=20)
+    b = drive(make_policy("prorsa"), events, t_end=20)
+    assert [(t, d.targets, d.reason, d.forecast) for t, d in a] == \
+           [(t, d.targets, d.reason, d.forecast) for t, d in b]
+
+
+def goal(d: Decision) -> tuple[float, float, float]:
+    return d.forecast["goal_prefill"], d.forecast["goal_decode"], d.forecast["goal_mixed"]
+
+
+def test_a_new_goal_needs_votes_and_is_not_requested_twice():
+    events = stream(**HEAVY)
+    two = drive(Prorsa("4", "2", "1", "2"), events, t_end=15, carry_out=False)
+    one = drive(Prorsa("4", "2", "1", "1"), events, t_end=15, carry_out=False)
+    first_one = next(i for i, (_, d) in enumerate(one) if d.targets)
+    first_two = next(i for i, (_, d) in enumerate(two) if d.targets)
+    assert first_two > first_one
+    for i, (_, d) in enumerate(two):
+        if d.targets:  # the previous plan voted for this goal, or this goal was already moving
+            prev = two[i - 1][1]
+            assert goal(prev) == goal(d) and (prev.reason.startswith("vote 1/2") or prev.targets)
+    # The body never carried the switches out: each engine is asked once (the request stands).
+    asked = [e for _, d in two for e in d.targets]
+    assert len(asked) == len(set(asked)) >= 2
+
+
+# -- reactive ---------------------------------------------------------------------------------
+
+def snap(t: float, roles, queue: int = 0, kv: float = 0.0, active=None) -> Snapshot:
+    active = active or [1] * len(roles)
+    return Snapshot(time_s=t, engines=tuple(
+        EngineSnapshot(f"e{i}", r, 0, active[i], int(kv * 1000), 1000,
+                       queued_prefill_tokens=queue if r.serves_prefill else 0)
+        for i, r in enumerate(roles)))
+
+
+def test_reactive_moves_one_engine_and_respects_the_cooldown():
+    r = Reactive("4096", "0.8", "5")
+    roles = r.initial_roles(6)
+    assert roles == [P] * 3 + [D] * 3
+    d = r.decide(snap(1.0, roles, queue=10000, kv=0.3, active=[1, 1, 1, 4, 0, 2]))
+    assert d.targets == {"e4": P}  # the idlest decode engine
+    roles[4] = P
+    assert r.decide(snap(3.0, roles, queue=10000, kv=0.3)).targets == {}  # cooldown
+    assert r.decide(snap(6.5, roles, queue=100, kv=0.5)).targets == {}  # nothing pressing
+    d = r.decide(snap(7.0, roles, queue=100, kv=0.95))
+    assert list(d.targets.values()) == [D] and list(d.targets)[0] in {"e0", "e1", "e2", "e4"}
+
+
+def test_reactive_keeps_a_role_alive_and_holds_when_both_press():
+    r = Reactive("1000", "0.8", "0")
+    roles = [P, D]
+    assert r.decide(snap(1.0, roles, queue=5000, kv=0.1)).targets == {}  # the last decode engine
+    assert r.decide(snap(2.0, [P, D, D], queue=5000, kv=0.9)).targets == {}  # both pressed
+    assert r.decide(snap(3.0, [P, D, D], queue=5000, kv=0.1)).targets == {"e1": P}
+    # The request stands until seen: the same engine is not asked for twice.
+    assert r.decide(snap(4.0, [P, D, D], queue=5000, kv=0.1)).targets == {}
