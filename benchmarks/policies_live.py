@@ -1,5 +1,6 @@
-"""Role policies head to head, live: every policy on the same workload, emulated engines on a real
-LocalCluster (run_live, the path `prorsa run` takes), ratios against colocated.
+"""Role policies head to head, live: every policy on one workload, ratios against colocated.
+
+Emulated engines on a real LocalCluster (run_live, the path `prorsa run` takes), in this process.
 
 For each cell, task family (swe, search, math-tir, terminal) x model (dense qwen3-8b, ep 1; MoE
 qwen3-30b-a3b, ep 8) x mode, it runs every policy on the same seeded workload:
@@ -13,16 +14,22 @@ and that split (goal >= 0.97), prorsa's role switches, its forecast MAPE (summar
 forecast_mape, per metric) and a prefix-hit proxy, cached / (cached + prefill) tokens.
 
 Engines run the cost model's time scaled by --time-scale, and tool latencies by the same factor,
-so tools and engines share one clock; the control interval is given in body (cost-model) seconds
-and scaled the same way. Every run must complete all its trajectories: a run that loses or fails
-one, raises, or exceeds --run-timeout is flagged in red in the table and listed at the end, and
-the script exits 1. Figures are medians over --repeats (the policy order rotates per repeat).
+so tools and engines share one clock (--family-scale overrides it per family: terminal's
+minutes-long tools run at 0.01 by default). The control interval is given in body (cost-model)
+seconds and scaled the same way, with a floor in wall seconds (--min-control-wall). One discarded
+warm-up run goes first (imports, first cluster), and each run records the machine's load: on a
+small shared machine other work slows time-scaled engines and skews a ratio.
+
+Every run must complete all its trajectories: a run that loses or fails one, raises, or exceeds
+--run-timeout is flagged in red in the table and listed at the end, as is a cell whose runs took
+different numbers of turns (the workload is seeded), and the script exits 1. Figures are medians over --repeats (the policy order rotates per repeat).
 Each run writes to a temporary directory and its summary.json is read back; all results go to
 --out as JSON.
 
     .venv/bin/python benchmarks/policies_live.py [--quick] [--families swe,search,math-tir,terminal]
         [--models qwen3-8b,qwen3-30b-a3b] [--modes sync,async] [--engines 4] [--time-scale 0.05]
-        [--repeats 1] [--out benchmarks/results/policies_live.json]
+        [--family-scale terminal=0.01] [--control-interval 1.0] [--repeats 1]
+        [--out benchmarks/results/policies_live.json]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import asyncio
 import io
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -49,7 +57,7 @@ GOAL = 0.97
 # pipelines/<family>.yaml, so a run stays a few (wall) seconds at time scale 0.05.
 SYNC = {  # one step of prompts x group_size
     "swe": {"prompts": 8, "group_size": 4, "max_turns": 16},
-    "search": {"prompts": 16, "group_size": 4},
+    "search": {"prompts": 32, "group_size": 4},
     "math-tir": {"prompts": 8, "group_size": 8, "max_turns": 8},
     "terminal": {"prompts": 8, "group_size": 4, "max_turns": 12},
 }
@@ -66,20 +74,41 @@ def policies(engines: int) -> list[str]:
     return ["colocated", *statics, "reactive", "prorsa"]
 
 
+def family_scales(spec: str) -> dict[str, float]:
+    """"terminal=0.01,swe=0.05" -> {family: time scale}."""
+    out = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        fam, _, val = item.partition("=")
+        if fam not in FAMILIES or not val:
+            raise ValueError(f"bad --family-scale item {item!r}; expected FAMILY=SCALE, FAMILY one of {FAMILIES}")
+        out[fam] = float(val)
+    return out
+
+
+def time_scale(args, family: str) -> float:
+    return family_scales(args.family_scale).get(family, args.time_scale)
+
+
+def control_interval_wall(args, family: str) -> float:
+    """The policy interval in wall seconds: --control-interval body seconds, at least the floor."""
+    scale = time_scale(args, family)
+    return max(args.control_interval * (scale if scale > 0 else 1.0), args.min_control_wall)
+
+
 def pipeline(args, family: str, model: str, mode: str, policy: str):
     from prorsa.config.pipeline import PipelineConfig
 
-    workload = {"family": family, "mode": mode, "tool_time_scale": args.time_scale,
+    scale = time_scale(args, family)
+    workload = {"family": family, "mode": mode, "tool_time_scale": scale,  # one clock for tools and engines
                 **(SYNC if mode == "sync" else ASYNC)[family]}
     if mode == "sync":
         workload["steps"] = 1
-    body_to_wall = args.time_scale if args.time_scale > 0 else 1.0
     return PipelineConfig.model_validate({
         "name": f"policies-{family}-{model}-{mode}", "seed": args.seed, "policy": policy,
         "engines": {"backend": "emulated", "count": args.engines, "slots": args.slots, "gpu": args.gpu,
-                    "model": model, "tp": 1, "ep": MODELS[model]["ep"], "time_scale": args.time_scale},
+                    "model": model, "tp": 1, "ep": MODELS[model]["ep"], "time_scale": scale},
         "workload": workload,
-        "runtime": {"control_interval_s": args.control_interval * body_to_wall,
+        "runtime": {"control_interval_s": control_interval_wall(args, family),
                     "metrics_interval_s": args.metrics_interval, "dashboard_address": None},
     })
 
@@ -105,6 +134,7 @@ async def _run(cfg, run_dir: Path, timeout_s: float) -> dict:
 
 def one_run(cfg, timeout_s: float) -> dict:
     """One run_live in a temporary run directory; summary.json read back, problems recorded."""
+    load_before = os.getloadavg()[0]  # the machine's load: other work skews time-scaled engines
     handler = _Warnings()
     logging.getLogger("prorsa").addHandler(handler)
     t0 = time.perf_counter()
@@ -120,13 +150,15 @@ def one_run(cfg, timeout_s: float) -> dict:
     finally:
         logging.getLogger("prorsa").removeHandler(handler)
     wall = time.perf_counter() - t0
+    load_after = os.getloadavg()[0]
     problems = [error] if error else []
     if summary:
         exp, done, failed = (summary.get(k) for k in
                              ("trajectories_expected", "trajectories_completed", "trajectories_failed"))
         if exp is None or done != exp or failed:
             problems.append(f"completed {done}/{exp} trajectories, {failed} failed")
-    return {"summary": summary, "wall_s": wall, "problems": problems, "warnings": handler.records}
+    return {"summary": summary, "wall_s": wall, "problems": problems, "warnings": handler.records,
+            "load1": [round(load_before, 2), round(load_after, 2)]}
 
 
 def figure(summary: dict, mode: str) -> float | None:
@@ -160,7 +192,7 @@ def _prefix_hit(summary: dict) -> float | None:
     return c / (c + p) if c is not None and p is not None and c + p > 0 else None
 
 
-def cell_result(runs: dict[str, list[dict]], mode: str, engines: int) -> dict:
+def cell_result(runs: dict[str, list[dict]], mode: str) -> dict:
     """Medians per policy, ratios vs colocated, the best static and prorsa's ratio to the best."""
     per = {}
     for pol, rs in runs.items():
@@ -182,7 +214,7 @@ def cell_result(runs: dict[str, list[dict]], mode: str, engines: int) -> dict:
     statics = [p for p in per if p.startswith("static:") and per[p]["ratio"] is not None]
     best = max(statics, key=lambda p: per[p]["ratio"], default=None)
     baseline = max([1.0] + ([per[best]["ratio"]] if best else []))
-    pr = per["prorsa"]["ratio"]
+    pr = per["prorsa"]["ratio"] if "prorsa" in per else None
     return {
         "per_policy": per,
         "best_static": best,
@@ -199,8 +231,16 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 def _mape_str(m: dict[str, float] | None) -> str:
     if not m:
         return "-"
-    short = {"prefill_tps": "P", "decode_tps": "D"}
+    short = {"prefill_tps": "P", "decode_seqs": "D", "decode_tps": "Dtps"}
     return " ".join(f"{short.get(k, k)} {v:.2f}" for k, v in sorted(m.items()))
+
+
+def _load_str(cell: dict) -> str:
+    """The highest 1-minute load average seen around the cell's runs; yellow above the core count."""
+    load = max((x for rs in cell["runs"].values() for r in rs for x in r["load1"]), default=None)
+    if load is None:
+        return "-"
+    return f"[yellow]{load:.1f}[/]" if load > (os.cpu_count() or 1) else f"{load:.1f}"
 
 
 def table(cells: list[dict], engines: int, args):
@@ -208,35 +248,40 @@ def table(cells: list[dict], engines: int, args):
 
     statics = [p for p in policies(engines) if p.startswith("static:")]
     t = Table(title=f"policies live: ratio vs colocated (> 1 better), {engines} emulated {args.gpu} engines x "
-                    f"{args.slots} slots, time scale {args.time_scale}, median of {args.repeats}",
+                    f"{args.slots} slots, time scale {args.time_scale}"
+                    + (f" ({args.family_scale})" if args.family_scale else "") + f", median of {args.repeats}",
               caption="sync: colocated makespan / policy makespan; async: policy traj/s / colocated traj/s. "
                       "* hindsight-best static. prorsa/best: prorsa vs max(colocated, best static), goal >= "
-                      f"{GOAL}. MAPE: forecast error per metric (P prefill, D decode). hit: cached/(cached+prefill). "
+                      f"{GOAL}. MAPE: forecast error per metric (P prefill tokens/s, D decoding sequences). hit: cached/(cached+prefill). "
+                      "load: highest 1-min load average around the cell's runs (yellow: above the core count, "
+                      "so other work may have skewed the ratios). "
                       "Red: a run lost trajectories, failed or stalled.")
     for col in ("family", "model", "mode", "colocated", *[s.removeprefix("static:") for s in statics],
-                "reactive", "prorsa", "prorsa/best", "switches", "MAPE", "hit"):
+                "reactive", "prorsa", "prorsa/best", "switches", "MAPE", "hit", "load"):
         t.add_column(col, justify="left" if col in ("family", "model", "mode", "MAPE") else "right")
     for c in cells:
         per = c["result"]["per_policy"]
 
         def cellv(pol: str) -> str:
-            p = per[pol]
+            p = per.get(pol)
+            if p is None:  # not run (--policies)
+                return "-"
             s = _fmt(p["ratio"]) + ("*" if pol == c["result"]["best_static"] else "")
             return f"[bold red]{s} !{len(p['problems'])}[/]" if p["problems"] else s
 
         colo = per["colocated"]
-        colo_s = (f"{_fmt(colo['makespan_s'], '.2f')}s" if c["mode"] == "sync"
-                  else f"{_fmt(colo['trajectories_per_s'], '.2f')}/s")
+        colo_fig = colo["makespan_s"] if c["mode"] == "sync" else colo["trajectories_per_s"]
+        colo_s = "-" if colo_fig is None else f"{colo_fig:.2f}" + ("s" if c["mode"] == "sync" else "/s")
         if colo["problems"]:
             colo_s = f"[bold red]{colo_s} !{len(colo['problems'])}[/]"
         pvb = c["result"]["prorsa_vs_best"]
         pvb_s = _fmt(pvb)
         if pvb is not None:
             pvb_s = f"[green]{pvb_s}[/]" if pvb >= GOAL else f"[yellow]{pvb_s}[/]"
-        pr = per["prorsa"]
+        pr = per.get("prorsa") or {"role_switches": None, "forecast_mape": None, "prefix_hit": None}
         t.add_row(c["family"], c["model"], c["mode"], colo_s, *[cellv(s) for s in statics], cellv("reactive"),
                   cellv("prorsa"), pvb_s, _fmt(pr["role_switches"], ".0f"), _mape_str(pr["forecast_mape"]),
-                  _fmt(pr["prefix_hit"]))
+                  _fmt(pr["prefix_hit"]), _load_str(c))
     return t
 
 
@@ -250,13 +295,19 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=32)
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--time-scale", type=float, default=0.05, help="wall s per cost-model s (tools too)")
-    ap.add_argument("--control-interval", type=float, default=1.0,
+    ap.add_argument("--family-scale", default="terminal=0.01",
+                    help="per-family time scale overrides, FAMILY=SCALE,... (terminal's minutes-long tools "
+                         "would make one run over a minute at 0.05)")
+    ap.add_argument("--control-interval", type=float, default=2.0,
                     help="policy interval in cost-model seconds (wall: x time scale)")
+    ap.add_argument("--min-control-wall", type=float, default=0.025,
+                    help="floor on the policy interval in wall seconds (the controller's own CPU)")
     ap.add_argument("--metrics-interval", type=float, default=0.5, help="engine sampling, wall seconds")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--run-timeout", type=float, default=180.0, help="wall seconds before a run counts as stalled")
     ap.add_argument("--policies", default=None, help="comma list to run a subset (colocated is always run)")
+    ap.add_argument("--warmup", type=int, default=1, help="discarded runs first (imports, first cluster)")
     ap.add_argument("--quick", action="store_true", help="one family, one model, sync only")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/policies_live.json"))
     args = ap.parse_args()
@@ -280,6 +331,10 @@ def main() -> None:
         bad = [g for g in got if g not in known]
         if bad:
             ap.error(f"unknown {name} {bad}; known: {', '.join(known)}")
+    try:
+        family_scales(args.family_scale)
+    except ValueError as e:
+        ap.error(str(e))
     if args.engines < 2:
         ap.error("--engines must be >= 2 (a static split needs a prefill and a decode engine)")
     pols = policies(args.engines)
@@ -295,7 +350,12 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     cells: list[dict] = []
     violations: list[str] = []
+    for w in range(args.warmup):
+        r = one_run(pipeline(args, "search", models[0], "sync", "colocated"), args.run_timeout)
+        console.print(f"warm-up {w}: {r['wall_s']:.1f}s wall" + (f" ({'; '.join(r['problems'])})" if r["problems"]
+                                                                else ""), highlight=False)
     n, t_start = 0, time.perf_counter()
+    cores = os.cpu_count() or 1
     for family, model, mode in cells_spec:
         runs: dict[str, list[dict]] = {p: [] for p in pols}
         for rep in range(args.repeats):
@@ -314,15 +374,31 @@ def main() -> None:
                         f"({r['wall_s']:.1f}s wall)")
                 if r["warnings"]:
                     line += f", {len(r['warnings'])} warning(s)"
+                if max(r["load1"]) > cores:
+                    line += f", load {max(r['load1']):.1f} on {cores} cores"
                 if r["problems"]:
                     msg = f"{family} {model} {mode} {pol} rep {rep}: " + "; ".join(r["problems"])
                     violations.append(msg)
                     console.print(f"[bold red]{line}\n  VIOLATION: {'; '.join(r['problems'])}[/]", highlight=False)
                 else:
                     console.print(line, highlight=False, markup=False)
+        # the workload is seeded, so every complete run of a cell takes the same number of turns
+        turns = {f"{p} rep {r['repeat']}": r["summary"]["turns"] for p, rs in runs.items() for r in rs
+                 if r["summary"] and not r["problems"]}
+        if len(set(turns.values())) > 1:
+            msg = f"{family} {model} {mode}: turn counts differ between runs of one workload: {turns}"
+            violations.append(msg)
+            console.print(f"[bold red]VIOLATION: {msg}[/]", highlight=False)
+        retried = {f"{p} rep {r['repeat']}": r["summary"].get("turns_retried") for p, rs in runs.items()
+                   for r in rs if r["summary"].get("turns_retried")}
+        if retried:
+            console.print(f"[yellow]{family} {model} {mode}: turns retried (engine or worker failures): "
+                          f"{retried}[/]", highlight=False)
         cells.append({"family": family, "model": model, "ep": MODELS[model]["ep"], "mode": mode,
+                      "time_scale": time_scale(args, family),
+                      "control_interval_wall_s": control_interval_wall(args, family),
                       "workload": (SYNC if mode == "sync" else ASYNC)[family],
-                      "result": cell_result(runs, mode, args.engines), "runs": runs})
+                      "result": cell_result(runs, mode), "runs": runs})
         _write(out, args, command, cells, violations, time.perf_counter() - t_start)
 
     console.print(table(cells, args.engines, args))
@@ -341,7 +417,9 @@ def main() -> None:
 
 
 def _write(out: Path, args, command: str, cells: list[dict], violations: list[str], elapsed: float) -> None:
-    doc = {"command": command, "args": vars(args), "elapsed_s": round(elapsed, 1), "goal": GOAL,
+    # the output path relative to the repository: results are committed and quoted
+    shown = {**vars(args), "out": os.path.relpath(args.out, REPO)}
+    doc = {"command": command, "args": shown, "elapsed_s": round(elapsed, 1), "goal": GOAL,
            "violations": violations, "cells": cells}
     out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
 

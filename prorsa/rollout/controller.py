@@ -39,7 +39,7 @@ from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import engine_here
-from prorsa.rollout.lifecycle_plugin import drain_events, engine_loads
+from prorsa.rollout.lifecycle_plugin import observe
 from prorsa.rollout.router import Router
 
 log = logging.getLogger(__name__)
@@ -105,8 +105,7 @@ class LiveController:
 
     async def step(self) -> Decision:
         t0 = time.perf_counter()
-        events = await self.client.run_on_scheduler(drain_events)
-        loads = await self.client.run_on_scheduler(engine_loads)
+        events, loads = await self.client.run_on_scheduler(observe)
         snap = self._snapshot(events, loads)
         decision = self.policy.decide(snap)
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},

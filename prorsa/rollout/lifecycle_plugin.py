@@ -3,6 +3,7 @@
     LifecyclePlugin(started_wall)        a SchedulerPlugin; register it before the first turn
     drain_events(dask_scheduler)         run_on_scheduler: the events since the last call
     engine_loads(dask_scheduler)         run_on_scheduler: per engine worker, what it holds now
+    observe(dask_scheduler)              both in one call: what a control interval reads
 
 A turn's tasks carry annotations (traj, turn, family, phase, append, max_tokens, context, done;
 see tasks.py), and their transitions are the lifecycle:
@@ -115,6 +116,10 @@ def engine_loads(dask_scheduler) -> dict[str, dict]:
                 load["kv_tokens"] += a.get("context", 0) + a.get("append", 0) + a.get("max_tokens", 0)
         out[str(ws.name)] = load
     return out
+
+
+def observe(dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, dict]]:
+    return drain_events(dask_scheduler), engine_loads(dask_scheduler)
 
 
 def hook_cost(dask_scheduler) -> tuple[float, int]:
