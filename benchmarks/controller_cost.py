@@ -1,0 +1,66 @@
+"""The controller's own cost at scale: the scheduler plugin's transition hook and the control
+step (one scheduler call for events and loads, then the policy's forecast and plan), as shares of
+the CPU of the process that holds scheduler, workers and driver.
+
+An async `search` workload on emulated engines at time scale 0 (no engine time, no tool time), so
+the control plane is all there is; --concurrency trajectories in flight, twice that many in all.
+
+    .venv/bin/python benchmarks/controller_cost.py [--concurrency 1024] [--engines 8] [--policy prorsa]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import resource
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from prorsa.config.pipeline import PipelineConfig
+    from prorsa.rollout.live import run_live
+
+    cfg = PipelineConfig.model_validate({
+        "name": "controller-cost", "seed": 1, "policy": args.policy,
+        "engines": {"backend": "emulated", "count": args.engines, "slots": 256, "time_scale": 0.0},
+        "workload": {"family": "search", "mode": "async", "concurrency": args.concurrency,
+                     "trajectories": 2 * args.concurrency, "tool_time_scale": 0.0, "max_turns": 4},
+        "runtime": {"metrics_interval_s": 1.0, "control_interval_s": args.interval, "dashboard_address": None},
+    })  # fmt: skip
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    with tempfile.TemporaryDirectory() as run_dir:
+        summary = asyncio.run(run_live(cfg, Path(run_dir), Console(file=io.StringIO())))
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    ctl = summary["control"]
+    steps_s = ctl["intervals"] * (ctl["step_s_median"] or 0.0)
+
+    table = Table(title=f"controller cost, {args.concurrency} concurrent trajectories, policy {args.policy}")
+    for col in ("what", "figure"):
+        table.add_column(col, justify="right")
+    table.add_row("trajectories completed", f"{summary['trajectories_completed']} / {summary['trajectories_expected']}")
+    table.add_row("turns", str(summary["turns"]))
+    table.add_row("run (makespan)", f"{summary['makespan_s']:.1f} s")
+    table.add_row("process CPU", f"{cpu:.1f} s")
+    table.add_row("plugin hook", f"{ctl['plugin_s']:.3f} s for {ctl['plugin_calls']} transitions "
+                  f"({ctl['plugin_s'] / max(ctl['plugin_calls'], 1) * 1e6:.1f} us each)")
+    table.add_row("plugin share of CPU", f"{ctl['plugin_s'] / cpu * 100:.2f}% (goal < 5%)")
+    table.add_row("control step, median", f"{(ctl['step_s_median'] or 0) * 1000:.1f} ms x {ctl['intervals']} intervals")
+    table.add_row("control steps' share of CPU", f"{steps_s / cpu * 100:.2f}%")
+    Console().print(table)
+    print("command: python benchmarks/controller_cost.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrency", type=int, default=1024)
+    ap.add_argument("--engines", type=int, default=8)
+    ap.add_argument("--policy", default="prorsa")
+    ap.add_argument("--interval", type=float, default=1.0, help="control interval, seconds")
+    main(ap.parse_args())
