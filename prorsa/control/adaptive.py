@@ -22,7 +22,6 @@ from dataclasses import replace
 
 from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first
 from prorsa.control.forecast import Forecaster
-from prorsa.control.lifecycle import LifecycleTracker
 from prorsa.control.policy import Decision, EngineSnapshot, PolicyContext, Snapshot, register
 from prorsa.roles import Role
 
@@ -131,7 +130,6 @@ class Prorsa:
         # Until decodes are measured, assume a half-full engine at a 4k context.
         prior_tps = 1.0 / self.capacity.decode_step(max(ctx.slots / 2, 1), 4096)
         self.forecaster = Forecaster(self.horizon_s, self.horizon_s / 8, decode_tps=prior_tps)
-        self.tracker = LifecycleTracker()
         self.allocator = Allocator(self.capacity, hysteresis=float(hyst),
                                    max_switches_per_interval=int(cap))
         # An engine that switched stays until its gain has been seen (a horizon), and a switch
@@ -151,10 +149,9 @@ class Prorsa:
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
-            self.forecaster.observe(ev)
-            self.tracker.apply(ev)
+            self.forecaster.observe(ev)  # folds the event into forecaster.tracker too
         engines = self._requests.engines(snapshot)
-        forecast = self.forecaster.predict(snapshot.time_s, self.tracker)
+        forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
         plan = self.allocator.plan(forecast, engines,
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))
         targets, why = self._vote(plan)

@@ -116,7 +116,8 @@ class Forecaster:
         self.priors = priors
         self._prior_tps = float(decode_tps)
         self._memory = memory
-        self._seen = LifecycleTracker()  # its own view: learning needs each event's predecessor
+        # learning needs each event's predecessor; a policy predicts from this same view
+        self.tracker = LifecycleTracker()
         self._queued_at: dict[str, float] = {}  # traj -> when its current turn was submitted
         self._families: dict[str, FamilyStats] = {}
         self._pool = FamilyStats(memory, priors)  # all families together: the first fallback
@@ -128,8 +129,8 @@ class Forecaster:
     # -- learning ------------------------------------------------------------------------------
 
     def observe(self, ev: LifecycleEvent) -> None:
-        prev = self._seen.get(ev.traj_id)
-        if not self._seen.apply(ev):
+        prev = self.tracker.get(ev.traj_id)
+        if not self.tracker.apply(ev):
             return
         fam = self._families.get(ev.family)
         if fam is None:

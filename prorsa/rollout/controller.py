@@ -8,7 +8,7 @@
 The policy runs here, beside the router, so a decision reaches the router before the next turn
 is routed; the scheduler plugin (lifecycle_plugin.py) is where the lifecycle comes from. The
 brain sees body seconds: with emulated engines at time_scale s, one wall second is 1/s seconds
-of the cost model the policy plans with.
+of the cost model the policy plans with (the plugin must be given the same unit).
 
 The switch protocol (engine E from role A to role B):
   1. the router stops sending E new work of role A (new work of role B may go there at once)
@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import replace
 
 from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
@@ -128,8 +127,7 @@ class LiveController:
                 active=min(held, self.slots), kv_tokens=load["kv_tokens"], kv_capacity=self.kv_capacity,
                 queued_prefill_tokens=load["queued_prefill_tokens"],
             ))  # fmt: skip
-        events = tuple(replace(ev, time_s=ev.time_s / self.unit) for ev in events)
-        return Snapshot(time_s=self.now(), engines=tuple(engines), events=events)
+        return Snapshot(time_s=self.now(), engines=tuple(engines), events=tuple(events))
 
     async def switch(self, engine: str, role: Role, reason: str = "", forecast: dict | None = None) -> RoleChange | None:
         old = self.router.roles[engine]

@@ -1,6 +1,7 @@
 """The scheduler's view of every trajectory: lifecycle events read off task transitions.
 
-    LifecyclePlugin(started_wall)        a SchedulerPlugin; register it before the first turn
+    LifecyclePlugin(started_wall, unit)  a SchedulerPlugin; register it before the first turn;
+                                         event times are (wall - started) / unit: body seconds
     drain_events(dask_scheduler)         run_on_scheduler: the events since the last call
     engine_loads(dask_scheduler)         run_on_scheduler: per engine worker, what it holds now
     observe(dask_scheduler)              both in one call: what a control interval reads
@@ -37,8 +38,9 @@ _FIRST_LEGS = ("prefill", "generate", "local")  # the leg that starts a turn
 class LifecyclePlugin(SchedulerPlugin):
     name = PLUGIN_NAME
 
-    def __init__(self, started_wall: float) -> None:
+    def __init__(self, started_wall: float, time_unit: float = 1.0) -> None:
         self.started = started_wall
+        self.unit = time_unit if time_unit > 0 else 1.0
         self._events: list[LifecycleEvent] = []
         self.hook_s = 0.0  # time spent in transition(): the controller's cost to the scheduler
         self.hook_calls = 0
@@ -74,7 +76,7 @@ class LifecyclePlugin(SchedulerPlugin):
     def _emit(self, a: dict, phase: Phase, tokens: int, ts=None) -> None:
         ws = ts.processing_on if ts is not None else None
         self._events.append(LifecycleEvent(
-            time_s=time.time() - self.started, traj_id=a["traj"], family=a.get("family", ""),
+            time_s=(time.time() - self.started) / self.unit, traj_id=a["traj"], family=a.get("family", ""),
             turn=a["turn"], phase=phase, tokens=int(tokens), context=int(a.get("context", 0)),
             engine=str(ws.name) if ws is not None else "",
         ))  # fmt: skip

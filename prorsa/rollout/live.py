@@ -94,7 +94,7 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict
 
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload))
         t0 = time.time()
-        await client.register_plugin(LifecyclePlugin(t0))
+        await client.register_plugin(LifecyclePlugin(t0, time_unit(cfg)))
         router = Router(dict(zip(engines, roles)), local_prefill_tokens=cfg.runtime.local_prefill_tokens)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries)
