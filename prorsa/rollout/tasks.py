@@ -3,6 +3,8 @@
     prefill_task(req)            engine worker, resources={"prefill": 1}  -> PrefillResult
     decode_task(pre, req)        engine worker, resources={"decode": 1}   -> DecodeResult
     generate_task(req)           engine worker, resources={"decode": 1}   -> DecodeResult (colocated)
+    decode_task(None, req)       the same, decode-local: the engine holding the context prefills
+                                 the append itself (key local-<traj>-<k>)
     tool_task(turn, pre, dec)    tool worker: runs the turn's tool        -> TurnResult
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
     leg_graph / turn_graph       a turn's task group as delayed tasks, submitted in batches
