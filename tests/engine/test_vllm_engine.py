@@ -223,6 +223,9 @@ def test_killed_server_is_detected_and_restarted(engines, run):
     os.kill(old_group, signal.SIGKILL)  # the API server; its engine core and worker are orphaned
     with pytest.raises(EngineUnavailable):
         run(b.generate(decode_req(ids)))
+    deadline = time.monotonic() + 10  # a killed process takes a moment to exit (more when niced)
+    while b.stats().healthy and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not b.stats().healthy
     t0 = time.monotonic()
     assert run(b.ensure_healthy()) is True
