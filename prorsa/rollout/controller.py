@@ -38,11 +38,10 @@ from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import engine_here
-from prorsa.rollout.lifecycle_plugin import observe
+from prorsa.rollout.lifecycle_plugin import DECODE_LEGS, PREFILL_LEGS, observe
 from prorsa.rollout.router import Router
 
 log = logging.getLogger(__name__)
-_LEGS = {"prefill": ("prefill",), "decode": ("decode", "generate", "local")}
 
 
 async def _retag(role: str, slots: int, dask_worker=None) -> None:
@@ -135,7 +134,7 @@ class LiveController:
         address = self.addresses[engine]
         try:
             self.router.set_role(engine, role)
-            old_legs = tuple(leg for r, legs in _LEGS.items() if not getattr(role, f"serves_{r}") for leg in legs)
+            old_legs = (() if role.serves_prefill else PREFILL_LEGS) + (() if role.serves_decode else DECODE_LEGS)
             # serve both legs while the old ones drain: nothing already sent here is stranded
             # behind resources it no longer has (it would block the worker's queue)
             await self.client.run(_retag, (Role.MIXED if old_legs else role).value, self.slots, workers=[address])

@@ -32,6 +32,8 @@ from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.roles import Role
 
 PLUGIN_NAME = "prorsa-lifecycle"
+PREFILL_LEGS = ("prefill",)
+DECODE_LEGS = ("decode", "generate", "local")  # every leg that generates: its engine serves decode
 _FIRST_LEGS = ("prefill", "generate", "local")  # the leg that starts a turn
 
 
@@ -65,10 +67,10 @@ class LifecyclePlugin(SchedulerPlugin):
         elif finish == "processing":
             if leg == "prefill":
                 self._emit(a, Phase.PREFILL, a.get("append", 0), ts)
-            elif leg in ("decode", "generate", "local"):
+            elif leg in DECODE_LEGS:
                 self._emit(a, Phase.DECODE, 0, ts)
         elif finish == "memory":
-            if leg in ("decode", "generate", "local"):
+            if leg in DECODE_LEGS:
                 self._emit(a, Phase.TOOL, a.get("max_tokens", 0))
             elif leg == "tool" and a.get("done"):
                 self._emit(a, Phase.DONE, 0)
@@ -113,7 +115,7 @@ def engine_loads(dask_scheduler) -> dict[str, dict]:
             if a.get("phase") == "prefill":
                 load["prefills"] += 1
                 load["queued_prefill_tokens"] += a.get("append", 0)
-            elif a.get("phase") in ("decode", "generate", "local"):
+            elif a.get("phase") in DECODE_LEGS:
                 load["decodes"] += 1
                 load["kv_tokens"] += a.get("context", 0) + a.get("append", 0) + a.get("max_tokens", 0)
         out[str(ws.name)] = load

@@ -41,15 +41,18 @@ class Router:
     def set_role(self, engine: str, role: Role) -> None:
         self.roles[engine] = role
 
-    def _pick(self, traj_id: str, leg: str, eligible: list[str]) -> str:
+    def _sticky_choice(self, traj_id: str, leg: str, eligible: list[str]) -> tuple[str, bool]:
+        """-> (engine, whether it is the trajectory's previous engine for this leg)."""
         if not eligible:
             raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}")
         least = min(eligible, key=lambda e: self.load[e])
         prev = self._sticky.get((traj_id, leg))
         if prev in eligible and self.load[prev] <= self.overload * max(self.load[least], 1):
-            choice = prev
-        else:
-            choice = least
+            return prev, True
+        return least, False
+
+    def _pick(self, traj_id: str, leg: str, eligible: list[str]) -> str:
+        choice, _ = self._sticky_choice(traj_id, leg, eligible)
         self._sticky[(traj_id, leg)] = choice
         self.load[choice] += 1
         return choice
@@ -61,15 +64,13 @@ class Router:
             # no prefill pool: the whole turn runs on one engine that does both phases
             pool = mixed or [e for e, r in self.roles.items() if r.serves_decode]
             return Route(prefill=None, decode=self._pick(traj_id, "decode", pool))
-        holder = self._sticky.get((traj_id, "decode"))
-        if (appended is not None and appended <= self.local_prefill_tokens and holder is not None
-                and self.roles.get(holder, Role.PREFILL).serves_decode):
-            decode = self._pick(traj_id, "decode", [e for e, r in self.roles.items() if r.serves_decode])
-            if decode == holder:  # still sticky (not overloaded): its cache holds the context
-                return Route(prefill=None, decode=decode, local_prefill=True)
-            self.load[decode] -= 1  # moved away: the context must be prefilled and shipped again
+        decoders = [e for e, r in self.roles.items() if r.serves_decode]
+        if appended is not None and appended <= self.local_prefill_tokens:
+            _, sticky = self._sticky_choice(traj_id, "decode", decoders)
+            if sticky:  # the decode engine of its last turn still holds the context
+                return Route(prefill=None, decode=self._pick(traj_id, "decode", decoders), local_prefill=True)
         prefill = self._pick(traj_id, "prefill", [e for e, r in self.roles.items() if r.serves_prefill])
-        decode = self._pick(traj_id, "decode", [e for e, r in self.roles.items() if r.serves_decode])
+        decode = self._pick(traj_id, "decode", decoders)
         return Route(prefill=prefill, decode=decode)
 
     def finished(self, route: Route) -> None:
