@@ -1,0 +1,239 @@
+"""The numbers a report shows, derived from stored runs only (plots.py draws them, report.py tabulates).
+
+    headline(run)                   summary.json's figures beside the same ones recomputed from metrics.nc
+    role_spans(run)                 per engine, (start, end, role code) of every sampled stretch
+    switches(run)                   the role changes on the report's clock
+    completion_times(run)           end times of the completed trajectories, sorted
+    latency_by_turn(run)            mean queue/prefill/transfer/decode/tool seconds per turn index
+    demand(run)                     actual demand series, the forecasts stored at switches, and
+                                    the forecast error per control interval
+    comparison(runs) / sweep_bars(sweep)   makespan and trajectories/s per policy
+
+Every time is on the run's report clock (rundata.py: wall for a live run, body for a simulated one).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from prorsa.metrics.recorder import RoleChange
+from prorsa.metrics.rundata import PHASES, RunData, Sweep
+from prorsa.roles import Role
+
+SUMMARY_KEYS = ("policy", "makespan_s", "trajectories_expected", "trajectories_completed",
+                "trajectories_failed", "trajectories_per_s", "turns", "tokens_per_s",
+                "decode_tokens_per_s", "role_switches", "mean_trajectory_s")
+
+
+def headline(run: RunData) -> dict[str, object]:
+    """summary.json's figures, then what metrics.nc and trajectories.parquet give for the same."""
+    ds = run.ds
+    done = ds.traj_completed.values.astype(bool)
+    durations = (ds.traj_end_s.values - ds.traj_start_s.values)[done]
+    ends = ds.traj_end_s.values[done]
+    out: dict[str, object] = {k: run.summary.get(k) for k in SUMMARY_KEYS}
+    out |= {
+        "dataset_trajectories": int(ds.sizes["trajectory"]),
+        "dataset_completed": int(done.sum()),
+        "dataset_role_switches": int(ds.sizes.get("switch", 0)),
+        "dataset_mean_trajectory_s": float(durations.mean()) if done.any() else None,
+        "dataset_completion_p50_s": float(np.percentile(ends, 50)) if done.any() else None,
+        "dataset_completion_p90_s": float(np.percentile(ends, 90)) if done.any() else None,
+        "dataset_control_intervals": int(ds.sizes.get("control", 0)),
+        "parquet_turns": len(run.turns),
+    }
+    for metric, value in (last_mape(run) or {}).items():
+        out[f"forecast_mape_{metric}"] = value
+    return out
+
+
+def role_spans(run: RunData) -> dict[str, list[tuple[float, float, int]]]:
+    """A sample's role holds until the next sample (the last one until the makespan)."""
+    t = run.ds.time.values.astype(float)
+    if not len(t):
+        return {}
+    end = max(float(run.summary.get("makespan_s") or 0.0), float(t[-1]))
+    stops = np.append(t[1:], end)
+    roles = run.ds.role.values
+    spans: dict[str, list[tuple[float, float, int]]] = {}
+    for j, engine in enumerate(run.ds.engine.values):
+        spans[str(engine)] = [(float(a), float(b), int(r)) for a, b, r in zip(t, stops, roles[:, j]) if r >= 0]
+    return spans
+
+
+def switches(run: RunData) -> list[RoleChange]:
+    """The run's role changes with t and drain_s on the report clock."""
+    ds, unit = run.ds, run.control_unit
+    if "switch_time_s" not in ds.variables:
+        return []
+    role = {code: Role(name) for code, name in run.role_names.items()}
+    out = []
+    for i in range(ds.sizes.get("switch", 0)):
+        raw = str(ds.switch_forecast.values[i]) if "switch_forecast" in ds.variables else ""
+        out.append(RoleChange(float(ds.switch_time_s.values[i]) * unit, str(ds.switch_engine.values[i]),
+                              role[int(ds.switch_from.values[i])], role[int(ds.switch_to.values[i])],
+                              str(ds.switch_reason.values[i]), float(ds.switch_drain_s.values[i]) * unit,
+                              json.loads(raw) if raw.startswith("{") else {}))
+    return out
+
+
+def completion_times(run: RunData) -> np.ndarray:
+    ds = run.ds
+    return np.sort(ds.traj_end_s.values[ds.traj_completed.values.astype(bool)].astype(float))
+
+
+def latency_by_turn(run: RunData) -> pd.DataFrame:
+    if run.turns.empty:
+        return pd.DataFrame(columns=list(PHASES))
+    return run.turns.groupby("turn")[list(PHASES)].mean()
+
+
+def latency_means(run: RunData) -> dict[str, float]:
+    """Mean seconds per turn in each phase, over every turn of the run."""
+    return {p: float(run.turns[p].mean()) if len(run.turns) else float("nan") for p in PHASES}
+
+
+def _bins(run: RunData) -> tuple[list[str], list[tuple[float, float]]]:
+    """forecast_bin labels and their (lo, hi) horizon offsets in body seconds."""
+    if "forecast_bin" not in run.ds.variables:
+        return [], []
+    labels = [str(b) for b in run.ds.forecast_bin.values]
+    spans = []
+    for b in labels:
+        lo, hi = b.split("@")[1].rstrip("s").split("-")
+        spans.append((float(lo), float(hi)))
+    return labels, spans
+
+
+def mape_by_metric(run: RunData) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per metric: control times and the MAPE averaged over the horizon bins known then."""
+    labels, _ = _bins(run)
+    if not labels or "control_t" not in run.ds.variables:
+        return {}
+    t = run.ds.control_t.values.astype(float) * run.control_unit
+    mape = run.ds.forecast_mape.values
+    out = {}
+    for metric in sorted({b.split("@")[0] for b in labels}):
+        cols = [j for j, b in enumerate(labels) if b.split("@")[0] == metric]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: nothing scored yet
+            vals = np.nanmean(mape[:, cols], axis=1) if len(t) else np.zeros(0)
+        out[metric] = (t, vals)
+    return out
+
+
+def last_mape(run: RunData) -> dict[str, float] | None:
+    """The error at the last interval that had one, per metric: summary.json's forecast_mape."""
+    labels, _ = _bins(run)
+    if not labels:
+        return None
+    mape = run.ds.forecast_mape.values
+    rows = [i for i in range(mape.shape[0]) if np.isfinite(mape[i]).any()]
+    if not rows:
+        return None
+    row = mape[rows[-1]]
+    out: dict[str, list[float]] = {}
+    for b, v in zip(labels, row):
+        if np.isfinite(v):
+            out.setdefault(b.split("@")[0], []).append(float(v))
+    return {m: round(float(np.mean(v)), 4) for m, v in out.items()}
+
+
+@dataclass(frozen=True)
+class Demand:
+    active_t: np.ndarray  # sample times
+    active: np.ndarray  # sequences admitted, all engines
+    prefill_edges: np.ndarray  # bin edges of the arrivals below
+    prefill_tps: np.ndarray  # tokens appended by turns k > 0, per report-clock second, per bin
+    checks: pd.DataFrame  # one row per switch (the only times a forecast's values are stored):
+    #   t, window_s, forecast and realised decode_seqs and prefill_tps, means over the horizon
+    mape: dict[str, tuple[np.ndarray, np.ndarray]]
+    missing: list[str]  # series the run does not record, in words
+
+
+def demand(run: RunData) -> Demand:
+    ds = run.ds
+    active_t = ds.time.values.astype(float)
+    active = ds.active.values.sum(axis=1) if ds.active.size else np.zeros(len(active_t))
+    _, spans = _bins(run)
+    horizon = max((hi for _, hi in spans), default=None)  # body seconds
+    makespan = float(run.summary.get("makespan_s") or (active_t[-1] if len(active_t) else 1.0))
+    # Bins as wide as the horizon (a forecast's figures are horizon means), or 1/40 of the run
+    width = max(horizon * run.control_unit if horizon else 0.0, makespan / 40, 1e-6)
+    edges = np.arange(0.0, makespan + width, width)
+    later = run.turns[run.turns.turn > 0]
+    tokens, _ = np.histogram(later.start_s.values, bins=edges, weights=later.prefill_tokens.values)
+    missing = ["the forecast's values per control interval (metrics.nc keeps them only at role "
+               "switches, `switch_forecast`, and their error per horizon bin, `forecast_mape`)"]
+    checks = _forecast_checks(run, horizon, active_t, active, later)
+    if checks.empty:
+        missing.append("forecast values at role switches (the run made none, or none with a forecast)")
+    mape = mape_by_metric(run)
+    if not mape:
+        missing.append("forecast error (no control interval scored a forecast)")
+    return Demand(active_t, active, edges, tokens / width, checks, mape, missing)
+
+
+def _forecast_checks(run: RunData, horizon: float | None, active_t: np.ndarray, active: np.ndarray,
+                     later: pd.DataFrame) -> pd.DataFrame:
+    """Each stored forecast beside what followed it over its horizon (decode: the sampled
+    sequences on every engine, which on a mixed engine include those prefilling)."""
+    rows = []
+    for s in switches(run):
+        if not s.forecast or not horizon:
+            continue
+        w = horizon * run.control_unit
+        in_window = (active_t >= s.t) & (active_t < s.t + w)
+        arrived = later.prefill_tokens[(later.start_s >= s.t) & (later.start_s < s.t + w)].sum()
+        rows.append({"t": s.t, "window_s": w,
+                     "forecast_decode_seqs": s.forecast.get("decode_seqs_mean", np.nan),
+                     "realised_decode_seqs": float(active[in_window].mean()) if in_window.any() else np.nan,
+                     "forecast_prefill_tps": s.forecast.get("prefill_tokens", np.nan) / w,
+                     "realised_prefill_tps": float(arrived) / w})
+    return pd.DataFrame(rows, columns=["t", "window_s", "forecast_decode_seqs", "realised_decode_seqs",
+                                       "forecast_prefill_tps", "realised_prefill_tps"])
+
+
+@dataclass(frozen=True)
+class Bars:
+    title: str
+    labels: list[str]
+    makespan_s: np.ndarray
+    trajectories_per_s: np.ndarray | None  # None: not recorded
+    spread: np.ndarray | None = None  # (2, n) min/max of makespan over the sweep's other dims
+
+
+def comparison(runs: list[RunData]) -> Bars:
+    labels = run_labels(runs)
+    return Bars("runs", labels, np.array([_num(r.summary.get("makespan_s")) for r in runs]),
+                np.array([_num(r.summary.get("trajectories_per_s")) for r in runs]))
+
+
+def sweep_bars(sweep: Sweep) -> Bars:
+    ds = sweep.ds
+
+    def per_policy(var: str, how: str) -> np.ndarray:
+        other = [d for d in ds[var].dims if d != "policy"]
+        return getattr(ds[var], how)(dim=other).values.astype(float) if other else ds[var].values.astype(float)
+
+    spread = None
+    if len(ds.makespan_s.dims) > 1:
+        spread = np.vstack([per_policy("makespan_s", "min"), per_policy("makespan_s", "max")])
+    tps = per_policy("trajectories_per_s", "mean") if "trajectories_per_s" in ds.variables else None
+    return Bars(sweep.name, [str(p) for p in ds.policy.values], per_policy("makespan_s", "mean"), tps, spread)
+
+
+def run_labels(runs: list[RunData]) -> list[str]:
+    """The policy names, with the directory where two runs share a policy."""
+    policies = [r.policy for r in runs]
+    return [p if policies.count(p) == 1 else f"{p} ({r.name})" for p, r in zip(policies, runs)]
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else float(x)
+

@@ -1,0 +1,262 @@
+"""`prorsa report` on stored runs: files, plots, figures equal to the Dataset's; bad input; and the
+progress display's plain lines when the console is not a terminal."""
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+from rich.console import Console
+
+from prorsa.agent.loop import TrajectoryResult, TurnResult
+from prorsa.agent.trace import TrajectorySpec, TurnSpec
+from prorsa.cli import main
+from prorsa.engine.base import EngineStats
+from prorsa.metrics.outputs import (metrics_dataset, summarise, write_dataset, write_summary,
+                                    write_trajectories)
+from prorsa.metrics.progress import Progress
+from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
+from prorsa.roles import Role
+
+matplotlib_image = pytest.importorskip("matplotlib.image")
+
+PIPELINE = """\
+name: rep
+seed: 1
+policy: {policy}
+engines: {{backend: emulated, count: 3, slots: 8, time_scale: 0}}
+workload: {{family: swe, mode: sync, prompts: 3, group_size: 2, steps: 1, max_turns: 3, token_scale: 0.5,
+           tool_time_scale: 0}}
+runtime: {{metrics_interval_s: 0.05, control_interval_s: 0.05, dashboard_address: null}}
+"""
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def live_run(base: Path, policy: str) -> Path:
+    f = base / f"{policy.replace(':', '_')}.yaml"
+    f.write_text(PIPELINE.format(policy=policy))
+    out = base / "runs" / policy.replace(":", "_")
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    """Two small stored runs from `prorsa run` on emulated engines at time scale 0."""
+    base = tmp_path_factory.mktemp("live")
+    return [live_run(base, "prorsa"), live_run(base, "static:2:1")]
+
+
+def synthetic_run(run_dir: Path) -> Path:
+    """A run with a role switch and scored forecasts, written by the run's own writers; its engines
+    ran at time scale 0.5, so its control records are stamped in body seconds (2x wall)."""
+    rec = RunRecorder(engines=["engine-0", "engine-1"], slots=8, expected=2)
+    for t, roles, active in ((0.0, "mm", (1, 1)), (1.0, "mm", (2, 3)), (2.0, "pm", (1, 2)), (3.0, "pm", (0, 0))):
+        role = {"m": Role.MIXED, "p": Role.PREFILL}
+        rec.sample(t, [EngineStats(f"engine-{j}", role[r], 0, a, 10 * a, 1000)
+                       for j, (r, a) in enumerate(zip(roles, active))])
+    rec.control(ControlRecord(2.0, {}, "keep", {}, {}))
+    rec.control(ControlRecord(4.0, {}, "move", {}, {"decode_seqs@0-0.5s": 0.2, "decode_seqs@0.5-1s": 0.4,
+                                                    "prefill_tps@0-0.5s": 1.0}))
+    rec.role_change(RoleChange(2.0, "engine-0", Role.MIXED, Role.PREFILL, "move to P1 M1", 1.0,
+                               {"decode_seqs_mean": 3.0, "prefill_tokens": 400.0}))
+    for i in range(2):
+        spec = TrajectorySpec(f"t{i}", "swe", i, 0, 0, (TurnSpec(100, 10, 0.1, False), TurnSpec(50, 10, 0.0, True)), i)
+        turns = [TurnResult(f"t{i}", 0, "engine-0", "engine-1", 100, 0, 10, start_s=0.1, end_s=0.9, queue_s=0.1,
+                            prefill_s=0.2, decode_s=0.4, tool_s=0.1),
+                 TurnResult(f"t{i}", 1, "engine-0", "engine-1", 50 + i, 100, 10, start_s=1.1 + i, end_s=1.8 + i,
+                            queue_s=0.1, prefill_s=0.1, transfer_s=0.1, decode_s=0.3)]
+        result = TrajectoryResult(spec, turns, "completed", start_s=0.1, end_s=1.8 + i)
+        for turn in turns:
+            rec.on_turn(spec, turn)
+        rec.on_done(result)
+    run_dir.mkdir(parents=True)
+    (run_dir / "pipeline.json").write_text(json.dumps({"engines": {"backend": "emulated", "time_scale": 0.5}}))
+    write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, {"name": "syn", "policy": "prorsa"}))
+    write_summary(run_dir / "summary.json", summarise(rec, 3.0, "prorsa", "0" * 16, "syn"))
+    return run_dir
+
+
+def report(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(main, ["report", *args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res.exit_code, res.stdout, res.stderr
+
+
+def table(md: str, first_header: str) -> dict[str, list[str]]:
+    """The Markdown table whose header starts with first_header: first cell -> the other cells."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    img = matplotlib_image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+    assert img.std() > 0.01  # something is drawn
+
+
+def test_report_of_one_run_has_every_plot_and_the_stored_figures(runs, tmp_path):
+    run_dir = runs[0]
+    code, out, err = report(str(run_dir), "--output", str(tmp_path / "r"))
+    assert code == 0, err
+    assert "report.md" in out
+    for name in ("roles.png", "demand.png", "completion.png", "latency.png"):
+        assert_png(tmp_path / "r" / name)
+    assert not (tmp_path / "r" / "comparison.png").exists()  # one run: nothing to compare
+
+    md = (tmp_path / "r" / "report.md").read_text()
+    rows = {k: v[0] for k, v in table(md, "figure").items()}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ds = xr.load_dataset(run_dir / "metrics.nc")
+    assert rows["policy"] == summary["policy"] == "prorsa"
+    for key in ("makespan_s", "trajectories_per_s", "tokens_per_s", "mean_trajectory_s"):
+        assert float(rows[key]) == round(summary[key], 4), key
+    for key in ("trajectories_expected", "trajectories_completed", "trajectories_failed", "turns", "role_switches"):
+        assert int(rows[key]) == summary[key], key
+    done = ds.traj_completed.values
+    assert int(rows["dataset_trajectories"]) == ds.sizes["trajectory"] == 6
+    assert int(rows["dataset_completed"]) == int(done.sum()) == summary["trajectories_completed"]
+    assert int(rows["dataset_role_switches"]) == ds.sizes["switch"]
+    assert int(rows["dataset_control_intervals"]) == ds.sizes["control"] > 0
+    assert int(rows["parquet_turns"]) == summary["turns"]
+    assert float(rows["dataset_mean_trajectory_s"]) == round(summary["mean_trajectory_s"], 4)
+    ends = ds.traj_end_s.values[done]
+    assert float(rows["dataset_completion_p50_s"]) == round(float(np.percentile(ends, 50)), 4)
+    latency = table(md, "phase")
+    assert set(latency) == {"queue", "prefill", "transfer", "decode", "tool"}
+
+
+def test_default_output_is_inside_the_run(runs):
+    code, out, err = report(str(runs[1]))
+    assert code == 0, err
+    assert (runs[1] / "report" / "report.md").is_file()
+
+
+def test_a_run_without_forecasts_says_what_is_not_recorded(runs, tmp_path):
+    code, _, err = report(str(runs[1]), "--output", str(tmp_path))
+    assert code == 0, err
+    md = (tmp_path / "report.md").read_text()
+    assert "Not recorded in this run:" in md
+    assert "forecast values at role switches" in md
+    assert "forecast error (no control interval scored a forecast)" in md  # a static policy forecasts nothing
+
+
+def test_several_runs_and_a_sweep_compare_policies(runs, tmp_path):
+    sweep = tmp_path / "results.nc"
+    xr.Dataset({"makespan_s": (("policy", "seed"), [[10.0, 12.0], [8.0, 9.0]]),
+                "trajectories_per_s": (("policy", "seed"), [[1.0, 1.0], [2.0, 3.0]])},
+               coords={"policy": ["colocated", "prorsa"]},
+               attrs={"clock": "body seconds", "mode": "sync"}).to_netcdf(sweep, engine="netcdf4")
+    code, _, err = report(*map(str, runs), str(sweep), "--output", str(tmp_path / "cmp"))
+    assert code == 0, err
+    out = tmp_path / "cmp"
+    assert_png(out / "comparison.png")
+    for run_dir in runs:
+        assert_png(out / f"{run_dir.name}-roles.png")
+        assert_png(out / f"{run_dir.name}-demand.png")
+    md = (out / "report.md").read_text()
+    rows = table(md.split("## Policy comparison", 1)[1], "policy")  # its first table: the runs
+    for run_dir in runs:
+        s = json.loads((run_dir / "summary.json").read_text())
+        assert float(rows[s["policy"]][0]) == round(s["makespan_s"], 4)
+        assert float(rows[s["policy"]][1]) == round(s["trajectories_per_s"], 4)
+    sweep_rows = table(md.split("results.nc:", 1)[1], "policy")
+    assert sweep_rows == {"colocated": ["11.0000", "1.0000"], "prorsa": ["8.5000", "2.5000"]}
+
+
+def test_switches_and_forecasts_are_put_on_the_wall_clock(tmp_path):
+    run_dir = synthetic_run(tmp_path / "syn")
+    code, _, err = report(str(run_dir), "--output", str(tmp_path / "r"))
+    assert code == 0, err
+    md = (tmp_path / "r" / "report.md").read_text()
+    rows = {k: v[0] for k, v in table(md, "figure").items()}
+    assert rows["forecast_mape_decode_seqs"] == "0.3000" and rows["forecast_mape_prefill_tps"] == "1.0000"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["forecast_mape"] == {"decode_seqs": 0.3, "prefill_tps": 1.0}
+    # body 2.0 s at time scale 0.5 is wall 1.0 s; the drain of 1.0 body s is 0.5 wall s
+    assert table(md, "t_s") == {"1.0000": ["engine-0", "mixed -> prefill", "0.5000", "move to P1 M1"]}
+    # horizon 1 body s = 0.5 wall s: forecast 3 seqs vs the sample at 1.0 (2 + 3); 400 tokens over
+    # 0.5 s vs the one later turn that started in [1.0, 1.5): 50 tokens
+    check = table(md, "t")["1.0000"]
+    assert check == ["0.5000", "3.0000", "5.0000", "800.0000", "100.0000"]
+    assert "x 0.5 (the engines' time scale)" in md
+    assert_png(tmp_path / "r" / "roles.png")
+
+
+def corrupt(runs, tmp_path, name: str, data: bytes) -> Path:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(runs[0], bad, ignore=shutil.ignore_patterns("report"))
+    (bad / name).write_bytes(data)
+    return bad / name
+
+
+@pytest.mark.parametrize("name", ["metrics.nc", "summary.json", "trajectories.parquet"])
+def test_a_corrupt_file_is_named_in_one_line(runs, tmp_path, name):
+    bad = corrupt(runs, tmp_path, name, b"{not what it should be")
+    code, _, err = report(str(bad.parent), "--output", str(tmp_path / "r"))
+    assert code == 2
+    assert err.startswith(f"error: {bad}: cannot read") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    xr.Dataset({"x": ("a", [1.0])}).to_netcdf(tmp_path / "other.nc", engine="netcdf4")
+    cases = {str(tmp_path / "missing.nc"): "no such file or directory",
+             str(tmp_path / "empty"): "not a run directory (no metrics.nc",
+             str(tmp_path / "other.nc"): "not a sweep Dataset"}
+    for path, why in cases.items():
+        code, _, err = report(path)
+        assert code == 2, path
+        assert err.startswith(f"error: {path}: {why}") and err.count("\n") == 1, err
+
+
+def test_a_dataset_that_is_not_a_run_is_refused(runs, tmp_path):
+    bad = corrupt(runs, tmp_path, "metrics.nc", b"")
+    xr.Dataset({"x": ("a", [1.0])}).to_netcdf(bad, engine="netcdf4")
+    code, _, err = report(str(bad.parent))
+    assert code == 2 and err.startswith(f"error: {bad}: not a run's metrics (no variable role")
+
+
+def test_progress_without_a_terminal_prints_plain_status_lines():
+    rec = RunRecorder(engines=["engine-0", "engine-1"], slots=4, expected=4)
+    rec.sample(0.0, [EngineStats("engine-0", Role.PREFILL, 1, 2, 10, 100),
+                     EngineStats("engine-1", Role.DECODE, 0, 3, 10, 100)])
+
+    def output(terminal: bool) -> str:
+        buf = io.StringIO()
+        console = Console(file=buf, force_terminal=terminal, width=120)
+        with Progress(rec, console, plain_every_s=0.0) as progress:
+            for _ in range(3):
+                progress.refresh()
+        return buf.getvalue()
+
+    plain = output(terminal=False)
+    lines = plain.splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith("[") and "trajectories 0/4" in line and "roles P1:50% D1:75%" in line
+               for line in lines)
+    assert "\x1b" not in plain and "\r" not in plain
+    assert not set(plain) & set("━╸╺█▏▌")
+    # the same display on a terminal is a bar redrawn in place: the check above can tell them apart
+    rich_out = output(terminal=True)
+    assert "\x1b[" in rich_out and set(rich_out) & set("━╸╺")
