@@ -1,0 +1,158 @@
+"""Rewards: how well a trajectory's final response solved its task.
+
+    extract_answer(response) -> str           the last \\boxed{...}, else the text after the last
+                                              "answer:", else the last non-empty line
+    normalize_answer(text) -> str             case, spaces, articles, punctuation, $, thousands
+                                              separators and number forms (3.0 == 3) made equal
+    exact_match(prediction, answer) -> float  1.0 or 0.0 after both are normalised
+    extract_code(response) -> str             the last ```python block (else the whole response)
+    await run_tests(source, tests, limits) -> TestReport    the tests run in the python sandbox
+    await code_test_pass_rate(source, tests) -> float       passed / total (0.0 if none ran)
+
+    REWARDS, @register("name"), make_reward("exact_match" | "code_tests" | "pkg.mod:fn")
+    await score(reward, task, response) -> Score(value, error)   never raises
+
+A reward function takes (task, response) and returns a float, sync or async; a user's is named
+by dotted path. The tests run in the same sandbox process as the solution, so a pass rate measures
+a solution that is not written to fool its harness: it is not a defence against one that is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import string
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from prorsa.agent.datasets.base import Task
+from prorsa.agent.datasets.swe_lite import runner
+from prorsa.agent.tools.registry import load_object
+from prorsa.agent.tools.sandbox import SandboxLimits, run_sandboxed
+
+Reward = Callable[[Task, str], Union[float, Awaitable[float]]]
+REWARDS: dict[str, Reward] = {}
+TEST_LIMITS = SandboxLimits(wall_s=10.0, cpu_s=10)
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+_RESULT = re.compile(r"^(PASS|FAIL) (\d+)", re.M)
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float  # the reward; NaN when the reward function failed
+    error: str = ""  # why it failed, for the trajectory record
+
+
+@dataclass(frozen=True)
+class TestReport:
+    passed: int  # tests that ran without an exception
+    total: int
+    output: str  # what the run printed (the sandbox's output)
+    kind: str  # how the sandbox run ended (SandboxRun.kind)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def register(name: str) -> Callable[[Reward], Reward]:
+    def add(fn: Reward) -> Reward:
+        REWARDS[name] = fn
+        return fn
+
+    return add
+
+
+def _last_boxed(text: str) -> str | None:
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None  # unclosed: the response was cut off
+
+
+def extract_answer(response: str) -> str:
+    boxed = _last_boxed(response)
+    if boxed is not None:
+        return boxed
+    lower = response.lower()
+    at = lower.rfind("answer:")
+    if at >= 0:
+        rest = response[at + len("answer:"):].strip()
+        return rest.splitlines()[0] if rest else ""
+    lines = [line for line in response.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def normalize_answer(text: str) -> str:
+    text = text.strip().strip("$").replace("\\text{", "").replace("}", "").replace("{", "")
+    number = text.replace(",", "").replace(" ", "")
+    if _NUMBER.match(number):
+        value = float(number)
+        if math.isfinite(value) and value == int(value) and abs(value) < 2**53:
+            return str(int(value))
+        return repr(value)
+    text = text.lower()
+    text = "".join(c for c in text if c not in string.punctuation)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, answer: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(answer))
+
+
+def extract_code(response: str) -> str:
+    blocks = _CODE_BLOCK.findall(response)
+    return blocks[-1] if blocks else response
+
+
+async def run_tests(source: str, tests: Sequence[str], limits: SandboxLimits = TEST_LIMITS) -> TestReport:
+    run = await run_sandboxed(runner(source, tuple(tests)), limits=limits)
+    # Count each test once, by index: a solution that prints "PASS 0" itself cannot count twice.
+    passed = {int(i) for verdict, i in _RESULT.findall(run.output) if verdict == "PASS"}
+    failed = {int(i) for verdict, i in _RESULT.findall(run.output) if verdict == "FAIL"}
+    return TestReport(len((passed - failed) & set(range(len(tests)))), len(tests), run.output, run.kind)
+
+
+async def code_test_pass_rate(source: str, tests: Sequence[str], limits: SandboxLimits = TEST_LIMITS) -> float:
+    return (await run_tests(source, tests, limits)).pass_rate
+
+
+@register("exact_match")
+def exact_match_reward(task: Task, response: str) -> float:
+    return exact_match(extract_answer(response), task.answer)
+
+
+@register("code_tests")
+async def code_tests_reward(task: Task, response: str) -> float:
+    return await code_test_pass_rate(extract_code(response), task.tests)
+
+
+def make_reward(spec: str) -> Reward:
+    if spec in REWARDS:
+        return REWARDS[spec]
+    if ":" in spec:
+        fn = load_object(spec)
+        if not callable(fn):
+            raise ValueError(f"reward {spec!r} is not callable")
+        return fn
+    raise ValueError(f"unknown reward {spec!r}: expected one of {sorted(REWARDS)} or 'package.module:function'")
+
+
+async def score(reward: Reward, task: Task, response: str) -> Score:
+    try:
+        value = reward(task, response)
+        if inspect.isawaitable(value):
+            value = await value
+        return Score(float(value))
+    except Exception as e:  # noqa: BLE001 - a broken reward is recorded, the rollout goes on
+        return Score(float("nan"), f"{type(e).__name__}: {e}")

@@ -1,0 +1,155 @@
+"""Run untrusted code in a throwaway process: own namespaces, rlimits, wall timeout, scratch dir.
+
+    SandboxLimits(...)                     what one call may use (frozen; defaults suit a tool call)
+    await run_sandboxed(source=... | argv=..., limits=..., files=...) -> SandboxRun
+    SandboxRun.kind                        "ok" | "exit" | "signal" | "timeout" | "cpu" |
+                                           "overflow" | "setup": how the call ended
+
+Every call gets a fresh scratch directory (its cwd, HOME and TMPDIR), seeded with `files`, and
+removed afterwards. The launcher (sandbox_child.py) enters new mount, network, pid and ipc
+namespaces (plus a user namespace when not root), so: the whole filesystem is read-only except
+the scratch directory; there is no network, not even loopback; when the call ends, everything it
+started is killed with its pid namespace. Started as root, it also drops to a fresh unprivileged
+uid, so RLIMIT_NPROC applies and the namespaces cannot be undone. Nothing here raises for what
+the code does: a crash, a timeout, a memory or fork bomb, an output flood all end as a SandboxRun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from prorsa.agent.tools import sandbox_child
+
+CHILD = Path(sandbox_child.__file__)
+READ_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_s: float = 10.0  # wall-clock limit of one call
+    cpu_s: int = 10  # RLIMIT_CPU: seconds of CPU per process (SIGXCPU, then SIGKILL 1 s later)
+    memory_bytes: int = 1 << 30  # RLIMIT_AS, per process
+    file_bytes: int = 16 << 20  # RLIMIT_FSIZE: the largest file the code may write
+    processes: int = 32  # RLIMIT_NPROC, processes of the sandbox at once (launcher included)
+    open_files: int = 256  # RLIMIT_NOFILE
+    output_bytes: int = 1 << 20  # output read back; past this the call is stopped as "overflow"
+    scratch_root: str | None = None  # where scratch directories are made (None: the system temp)
+
+
+@dataclass(frozen=True)
+class SandboxRun:
+    kind: str  # ok | exit (non-zero) | signal | timeout (wall) | cpu (RLIMIT_CPU) | overflow | setup
+    output: str  # stdout and stderr interleaved as written, decoded as UTF-8 (bad bytes replaced)
+    exit_code: int | None  # None when the sandbox was stopped from outside (timeout, overflow)
+    elapsed_s: float  # wall time from spawn to exit
+    signal: int | None = None  # the signal that ended the code, for kind "signal" and "cpu"
+
+
+def _python_paths() -> list[str]:
+    """The interpreter's prefixes: what an unprivileged uid must still be able to read."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))}
+    return sorted(p for p in paths if os.path.isdir(p))
+
+
+def _config(scratch: str, limits: SandboxLimits, argv: list[str] | None, env: Mapping[str, str]) -> str:
+    bin_dir = os.path.dirname(sys.executable)
+    base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": scratch,
+                "TMPDIR": os.path.join(scratch, ".tmp"), "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    return json.dumps({
+        "scratch": scratch, "network": "none", "argv": argv, "source_file": "main.py",
+        "env": {**base_env, **env}, "expose": _python_paths(),
+        "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
+                   "file_bytes": limits.file_bytes, "processes": limits.processes,
+                   "open_files": limits.open_files},
+    })
+
+
+def _seed(scratch: str, source: str | None, files: Mapping[str, str | bytes]) -> None:
+    os.makedirs(os.path.join(scratch, ".tmp"))
+    if source is not None:
+        files = {**files, "main.py": source}
+    for rel, content in files.items():
+        path = Path(scratch, rel).resolve()
+        if not path.is_relative_to(Path(scratch).resolve()):
+            raise ValueError(f"sandbox file {rel!r} is outside the scratch directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+
+
+async def _read_capped(stream: asyncio.StreamReader, out: bytearray, cap: int) -> bool:
+    """Read to EOF into `out` (kept when the caller times this out); True when past `cap`."""
+    while chunk := await stream.read(READ_CHUNK):
+        out += chunk
+        if len(out) > cap:
+            del out[cap:]
+            return True
+    return False
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    # The launcher leads its own process group; the rest dies with the pid namespace's init.
+    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _classify(code: int) -> tuple[str, int | None]:
+    if code == sandbox_child.SETUP_FAILED:
+        return "setup", None
+    if 128 < code <= 128 + 64:  # the launcher's convention for "ended by signal N"
+        sig = code - 128
+        return ("cpu" if sig == signal.SIGXCPU else "signal"), sig
+    return ("ok" if code == 0 else "exit"), None
+
+
+async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = None,
+                        limits: SandboxLimits = SandboxLimits(),
+                        files: Mapping[str, str | bytes] | None = None,
+                        env: Mapping[str, str] | None = None) -> SandboxRun:
+    """Run Python `source` (as main.py in scratch) or an `argv` command in a fresh sandbox."""
+    if (source is None) == (argv is None):
+        raise ValueError("give exactly one of source and argv")
+    start = time.perf_counter()
+    scratch = tempfile.mkdtemp(prefix="prorsa-sbx-", dir=limits.scratch_root)
+    proc = None
+    try:
+        _seed(scratch, source, files or {})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-u", "-X", "utf8", str(CHILD), _config(scratch, limits, argv, env or {}),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        raw, timed_out, overflowed = bytearray(), False, False
+        try:
+            overflowed = await asyncio.wait_for(
+                _read_capped(proc.stdout, raw, limits.output_bytes), limits.wall_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+        if timed_out or overflowed:
+            _kill(proc)
+        code = await proc.wait()
+        output = raw.decode("utf-8", "replace")
+        elapsed = time.perf_counter() - start
+        if timed_out or overflowed:
+            return SandboxRun("timeout" if timed_out else "overflow", output, None, elapsed)
+        kind, sig = _classify(code)
+        return SandboxRun(kind, output, code, elapsed, sig)
+    finally:
+        if proc is not None and proc.returncode is None:
+            _kill(proc)
+            await proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+

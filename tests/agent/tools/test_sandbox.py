@@ -1,0 +1,217 @@
+"""The python tool in its sandbox: the happy path and every way code can misbehave, each contained.
+
+Each failure test asserts what the code tried (its output) and that it was stopped or refused;
+where it helps, a control run outside the sandbox shows the same code would succeed there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+from prorsa.agent.tools import SandboxLimits, ToolStatus, Truncation, call_tool, run_sandboxed
+from prorsa.agent.tools.python_tool import PythonTool
+from prorsa.agent.tools.sandbox import CHILD
+
+FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
+
+
+def run(code: str, limits: SandboxLimits = FAST, **kw):
+    return asyncio.run(call_tool(PythonTool(limits=limits, **kw), {"code": code}))
+
+
+def sandbox_processes() -> list[int]:
+    """Host pids of sandbox processes still alive (their cmdline is the launcher's)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(CHILD).encode() in cmd:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_happy_path_prints_and_reads_seeded_files():
+    res = run("import json\nprint(json.load(open('data.json'))['x'] * 2)\nprint('done')",
+              files={"data.json": '{"x": 21}'})
+    assert res.status is ToolStatus.OK
+    assert res.observation == "42\ndone"
+    assert 0 < res.elapsed_s < 2
+
+
+def test_exception_is_an_error_observation_with_only_the_user_traceback():
+    res = run("def f():\n    raise ValueError('boom')\nf()")
+    assert res.status is ToolStatus.ERROR
+    assert "ValueError: boom" in res.observation and 'File "main.py", line 2' in res.observation
+    assert "sandbox_child" not in res.observation
+    assert res.observation.endswith("[exit code 1]")
+
+
+def test_segfault_is_a_crash():
+    res = run("import ctypes\nctypes.string_at(0)")
+    assert res.status is ToolStatus.CRASH
+    assert "SIGSEGV" in res.observation
+
+
+def test_wall_timeout_keeps_partial_output_and_returns_on_time():
+    limits = SandboxLimits(wall_s=1.0)
+    t0 = time.perf_counter()
+    res = run("import time\nprint('started', flush=True)\ntime.sleep(60)", limits)
+    assert res.status is ToolStatus.TIMEOUT
+    assert res.observation.startswith("started") and "timed out after 1 s" in res.observation
+    assert time.perf_counter() - t0 < 3
+    assert sandbox_processes() == []
+
+
+def test_cpu_limit_stops_a_busy_loop():
+    res = run("while True:\n    pass", SandboxLimits(wall_s=10.0, cpu_s=1))
+    assert res.status is ToolStatus.TIMEOUT
+    assert "CPU time limit of 1 s" in res.observation
+    assert res.elapsed_s < 5
+
+
+def test_output_flood_is_stopped_early_and_truncated():
+    limits = SandboxLimits(wall_s=10.0, output_bytes=64 << 10)
+    res = run("while True:\n    print('x' * 1000)", limits, truncation=Truncation(2000))
+    assert res.status is ToolStatus.TRUNCATED
+    assert res.elapsed_s < 5  # stopped at the byte cap, not at the wall timeout
+    assert len(res.observation) < 2200 and "cut" in res.observation
+
+
+def test_long_output_keeps_head_and_tail_within_the_budget():
+    res = run("for i in range(5000):\n    print('line', i)", truncation=Truncation(500))
+    assert res.status is ToolStatus.TRUNCATED
+    assert res.observation.startswith("line 0\n") and res.observation.rstrip().endswith("line 4999")
+    assert len(res.observation) < 560
+
+
+def test_no_network_even_to_a_local_server():
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted = []
+    server.settimeout(5)
+
+    def serve():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)")
+    try:
+        res = run(code)
+        assert res.status is ToolStatus.OK
+        assert "CONNECTED" not in res.observation and res.observation.startswith("refused")
+        assert accepted == []
+        # Control: the same connection from outside the sandbox goes through.
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        time.sleep(0.2)
+        assert len(accepted) == 1
+    finally:
+        server.close()
+
+
+def test_writes_outside_scratch_are_refused_and_inside_are_removed(tmp_path):
+    outside = tmp_path / "open"
+    outside.mkdir()
+    outside.chmod(0o777)  # so that only the sandbox, not file permissions, can refuse the write
+    scratch_root = tmp_path / "scratch"
+    scratch_root.mkdir()
+    code = (
+        "import os, tempfile\n"
+        f"for p in [{str(outside / 'escape.txt')!r}, '/tmp/prorsa-escape.txt', '/dev/shm/prorsa-escape']:\n"
+        "    try:\n        open(p, 'w').write('x')\n        print('WROTE', p)\n"
+        "    except OSError as e:\n        print('refused', e.errno)\n"
+        "open('inside.txt', 'w').write('ok')\n"
+        "open(os.path.join(tempfile.gettempdir(), 't.txt'), 'w').write('ok')\n"
+        "open(os.path.expanduser('~/h.txt'), 'w').write('ok')\n"
+        "print(sorted(os.listdir('.')))\n"
+    )
+    res = run(code, SandboxLimits(wall_s=5.0, scratch_root=str(scratch_root)))
+    assert res.status is ToolStatus.OK, res.observation
+    assert "WROTE" not in res.observation and res.observation.count("refused") == 3
+    assert "'h.txt'" in res.observation and "'inside.txt'" in res.observation
+    assert not (outside / "escape.txt").exists() and not Path("/tmp/prorsa-escape.txt").exists()
+    assert list(scratch_root.iterdir()) == []  # the scratch directory went with the call
+
+
+def test_file_size_limit():
+    res = run("try:\n    open('big', 'wb').write(b'x' * (4 << 20))\nexcept OSError as e:\n    print('refused', e)")
+    assert res.status is ToolStatus.OK
+    assert "refused" in res.observation and "File too large" in res.observation
+
+
+def test_process_limit_holds_and_fork_bomb_is_contained():
+    counted = run(
+        "import subprocess\nprocs = []\n"
+        "for i in range(60):\n    try:\n        procs.append(subprocess.Popen(['sleep', '30']))\n"
+        "    except OSError:\n        break\nprint(len(procs))", SandboxLimits(wall_s=5.0, processes=16))
+    assert counted.status is ToolStatus.OK, counted.observation
+    assert 5 <= int(counted.observation) < 16  # the launcher, init and payload count too
+    bomb = run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+               SandboxLimits(wall_s=1.5, processes=16))
+    assert bomb.status is ToolStatus.TIMEOUT
+    time.sleep(0.2)
+    assert sandbox_processes() == []  # the sleeps above and the bomb's children are all gone
+
+
+def test_memory_bomb_is_a_memory_error():
+    res = run("chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))", SandboxLimits(memory_bytes=256 << 20))
+    assert res.status is ToolStatus.ERROR
+    assert "MemoryError" in res.observation
+    res = run("x = bytearray(8 << 30)", SandboxLimits(memory_bytes=256 << 20))
+    assert res.status is ToolStatus.ERROR and "MemoryError" in res.observation
+
+
+def test_detached_child_dies_with_the_call():
+    res = run("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')")
+    assert res.status is ToolStatus.OK and res.observation == "parent done"
+    assert res.elapsed_s < 2
+    assert sandbox_processes() == []
+
+
+def test_caller_timeout_tightens_the_wall_limit():
+    tool = PythonTool(limits=SandboxLimits(wall_s=30.0))
+    res = asyncio.run(call_tool(tool, {"code": "import time\ntime.sleep(30)"}, timeout_s=0.5))
+    assert res.status is ToolStatus.TIMEOUT and res.elapsed_s < 2
+
+
+def test_cancelled_call_kills_the_sandbox():
+    async def go():
+        task = asyncio.create_task(run_sandboxed("import time\ntime.sleep(60)", limits=SandboxLimits(wall_s=60)))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(go())
+    assert sandbox_processes() == []
+
+
+def test_concurrent_calls_are_independent():
+    async def go():
+        tool = PythonTool(limits=FAST)
+        codes = [f"open('mine', 'w').write('{i}')\nimport os\nprint(open('mine').read(), os.listdir('.'))"
+                 for i in range(4)]
+        return await asyncio.gather(*(call_tool(tool, {"code": c}) for c in codes))
+
+    results = asyncio.run(go())
+    assert [r.status for r in results] == [ToolStatus.OK] * 4
+    assert [r.observation.split()[0] for r in results] == ["0", "1", "2", "3"]
+
+
+def test_runs_unprivileged():
+    res = run("import os\nprint(os.geteuid())")
+    assert res.status is ToolStatus.OK
+    assert int(res.observation) != 0 or os.geteuid() != 0
