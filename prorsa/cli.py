@@ -1,7 +1,9 @@
 """`prorsa`: the command line.
 
     prorsa run PIPELINE [--engine B] [--policy P] [--output DIR]   a live rollout on a LocalCluster
+    prorsa sim PIPELINE [--policy P,Q,...] [--gpus N] [--output DIR]  the same rollout in virtual time
     prorsa validate FILE...                                         check pipeline files, run nothing
+    prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
 
 Bad input ends with one line on stderr and exit code 2; no traceback.
@@ -109,6 +111,59 @@ def run(pipeline: str, engine: str | None, policy: str | None, output: str | Non
 
 
 @main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--policy", "policies", default="colocated,static:*,reactive,prorsa", show_default=True,
+              help="Comma-separated policies; static:* is every static:P:D split.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs in all (engines = GPUs / (tp x ep)).")
+@click.option("--gpu", help="Hardware profile, e.g. h200 (configs/hardware).")
+@click.option("--model", help="Model profile, e.g. qwen3-30b-a3b (configs/models).")
+@click.option("--tp", type=click.IntRange(min=1), help="Tensor parallelism per engine.")
+@click.option("--ep", type=click.IntRange(min=1), help="Expert parallelism (MoE models).")
+@click.option("--output", type=click.Path(file_okay=False), help="Write results.nc and one run directory per policy here.")
+def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: str | None,
+        tp: int | None, ep: int | None, output: str | None) -> None:
+    """Simulate PIPELINE's rollout in virtual time under each policy and compare them."""
+    overrides = {k: v for k, v in {"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
+                                   "engines.ep": ep}.items() if v is not None}
+    cfg = _load(pipeline, overrides)
+    if gpus is not None:
+        per_engine = cfg.engines.tp * cfg.engines.ep  # an EP engine is a DP-attention group of ep ranks
+        if gpus % per_engine:
+            _fail(f"--gpus {gpus} is not a multiple of engines.tp x engines.ep = {per_engine}")
+        cfg = _load(pipeline, overrides | {"engines.count": gpus // per_engine, "policy": "colocated"})
+    from prorsa.metrics.progress import comparison_table
+    from prorsa.sim.compare import compare, expand_policies
+    from prorsa.sim.run import write_run
+
+    specs = expand_policies([p.strip() for p in policies.split(",") if p.strip()], cfg.engines.count)
+    try:
+        from prorsa.control.policy import make_policy
+        for spec in specs:
+            make_policy(spec).initial_roles(cfg.engines.count)
+    except ValueError as e:
+        _fail(f"--policy: {e}")
+    console = Console(stderr=False)
+    e = cfg.engines
+    console.print(f"simulating {cfg.name}: {e.count} x {e.gpu} engines (tp={e.tp}, ep={e.ep}) serving "
+                  f"{e.model}, {cfg.workload.mode} {cfg.workload.family or 'trace'}, {len(specs)} policies")
+    out = Path(output) if output else None
+
+    def done(run) -> None:
+        s = run.summary
+        console.print(f"  {run.policy}: {s['makespan_s']:.2f} s, {s['role_switches']} switches "
+                      f"({run.wall_s:.1f} s to simulate)")
+        if out is not None:
+            write_run(run, out / "runs" / run.policy.replace(":", "_"))
+
+    ds, _ = compare(cfg, specs, done)
+    console.print(comparison_table(ds))
+    if out is not None:
+        from prorsa.metrics.outputs import write_dataset
+        write_dataset(out / "results.nc", ds)
+        console.print(f"wrote {out}")
+
+
+@main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
     """Check pipeline FILES without running them."""
@@ -143,6 +198,28 @@ def make_tiny(directory: str, seed: int, vocab_size: int) -> None:
         _fail(f"{target}: directory exists and is not empty")
     make_tiny_model(target, seed=seed, vocab_size=vocab_size)
     click.echo(f"made {target} (weights sha256 {weights_digest(target)[:16]})")
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@click.option("--output", type=click.Path(file_okay=False),
+              help="Directory for report.md and the plots (default: RUN_DIR/report for one run, "
+                   "else report/ beside the first input).")
+def report(inputs: tuple[str, ...], output: str | None) -> None:
+    """Plots and a Markdown summary of stored runs (RUN_DIR...) and sweep Datasets (FILE.nc)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        _fail("prorsa report needs matplotlib (pip install -e \".[plots]\")")
+    from prorsa.metrics.report import ReportError, default_output, split_inputs, write_report
+
+    paths = [Path(p) for p in inputs]
+    run_dirs, sweeps = split_inputs(paths)
+    try:
+        written = write_report(run_dirs, sweeps, Path(output) if output else default_output(paths))
+    except ReportError as e:
+        _fail(str(e))
+    click.echo(f"wrote {written}")
 
 
 if __name__ == "__main__":

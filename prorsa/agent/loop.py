@@ -54,6 +54,7 @@ class TurnResult:
     transfer_s: float = 0.0
     decode_s: float = 0.0
     tool_s: float = 0.0
+    recomputed_tokens: int = 0  # of the context before this turn's append, prefilled again (cache miss)
 
 
 @dataclass

@@ -20,8 +20,10 @@ trajectories spend over the horizon, in a fluid model run bin by bin:
 
 Switching: a PREFILL or DECODE engine serves its new role only after its drain
 (cost_model.switch_time), so its share of the gain comes that much later:
-switch_cost = gain x mean over moves of min(1, drain / horizon). A MIXED engine already serves
-the phase it keeps, so leaving MIXED delays nothing (nor does entering it: nothing drains).
+switch_cost = gain x mean over moves of min(1, drain / horizon). A MIXED engine turning DECODE
+already serves decode, so that delays nothing (nor does entering MIXED: nothing drains); a MIXED
+engine turning PREFILL first finishes its decodes, taking no new work meanwhile (the body's switch
+protocol), like a DECODE engine.
 The goal is the reachable split (unlocked engines only) with the least
 cost + hysteresis x switch_cost; it is adopted only if
 cost_now - (cost_goal + hysteresis x switch_cost) > min_gain x cost_now, else the roles stay.
@@ -54,28 +56,37 @@ class Capacity:
     slots: int  # sequences one engine admits at once
     kv_capacity_tokens: int  # KV tokens one engine holds
     prefill_budget: int = 8192  # tokens a prefill engine batches into one step
-    chunk_tokens: int = 2048  # prefill tokens a mixed engine co-batches with its decodes per step
+    chunk_tokens: int = 8192  # prefill tokens a mixed engine co-batches with its decodes per step (a rank)
     link: str = "net"  # how KV moves from a prefill engine to a decode engine
 
     @classmethod
     def from_cost(cls, cost: CostModel, slots: int, kv_capacity_tokens: int | None = None,
                   **kwargs) -> Capacity:
-        kv = cost.kv_capacity_tokens() if kv_capacity_tokens is None else kv_capacity_tokens
+        kv = cost.kv_capacity_tokens() * cost.ep if kv_capacity_tokens is None else kv_capacity_tokens
         return cls(cost=cost, slots=slots, kv_capacity_tokens=kv, **kwargs)
+
+    @property
+    def ranks(self) -> int:
+        """DP-attention ranks per engine: an MoE engine under expert parallelism is a group of
+        cost.ep ranks stepping in lockstep; slots and KV are the group's."""
+        return self.cost.ep
 
     def max_decode_seqs(self, context: float) -> float:
         return float(min(self.slots, self.kv_capacity_tokens / max(context, 1.0)))
 
     def decode_step(self, batch: float, context: float) -> float:
-        """One decode step of `batch` sequences (may be fractional: a fluid mean) at `context`."""
+        """One decode step of `batch` sequences (may be fractional: a fluid mean) at `context`,
+        spread evenly over the engine's ranks."""
         if batch <= 0:
             return 0.0
-        return self.cost.step_time(batch, batch, batch * (context + 0.5), batch * context)
+        b = batch / self.ranks
+        return self.cost.step_time(b, b, b * (context + 0.5), b * context)
 
     def mixed_step(self, batch: float, context: float, tokens: float, append: float,
                    prefix: float) -> float:
         """A decode step that also carries `tokens` prefill tokens, cut from appends of `append`
-        tokens on `prefix` cached tokens."""
+        tokens on `prefix` cached tokens, on one rank (the one every other rank waits for)."""
+        batch = batch / self.ranks
         piece = max(1.0, min(append, tokens))
         seqs = tokens / piece
         under = prefix + max(append - piece, 0.0) / 2  # a chunk of a long append sits mid-way
@@ -84,14 +95,16 @@ class Capacity:
                                    batch * context + seqs * under)
 
     def prefill_rate(self, append: float, prefix: float) -> float:
-        """Turns per second a PREFILL engine serves, batching appends up to its step budget."""
+        """Turns per second a PREFILL engine serves, batching appends up to its step budget
+        (on each of its ranks)."""
         if append <= self.prefill_budget:
             k = max(1, int(self.prefill_budget // max(append, 1.0)))
-            return k / self.cost.step_time(k * append, k, k * append * (prefix + append / 2), k * prefix)
+            return self.ranks * k / self.cost.step_time(k * append, k, k * append * (prefix + append / 2),
+                                                        k * prefix)
         steps = math.ceil(append / self.prefill_budget)
         under = prefix + append / 2
-        return 1.0 / (steps * self.cost.step_time(self.prefill_budget, 1,
-                                                  self.prefill_budget * under, under))
+        return self.ranks / (steps * self.cost.step_time(self.prefill_budget, 1,
+                                                         self.prefill_budget * under, under))
 
     def prefill_latency(self, append: float, prefix: float) -> float:
         return self.cost.prefill_time([(max(1, round(append)), round(prefix))])
@@ -232,9 +245,9 @@ class _Movers:
                  remaining_tokens: float):
         free = [e for e in engines if e.engine_id not in locked]
         self.pools = {r: cheapest_first([e for e in free if e.role is r]) for r in ROLES}
-        # A mixed engine already serves the phase it keeps, so what it gains by switching
-        # starts at once; a prefill or decode engine gains nothing until it has drained.
-        self.drain = {(e.engine_id, r): 0.0 if e.role is Role.MIXED
+        # A mixed engine turning decode already serves decode, so its gain starts at once; any
+        # other engine gains nothing until it has drained.
+        self.drain = {(e.engine_id, r): 0.0 if e.role is Role.MIXED and r is Role.DECODE
                       else cap.drain_time(e, r, remaining_tokens)
                       for e in free for r in ROLES if r is not e.role}
 
@@ -294,11 +307,11 @@ def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarr
         arriving = float(fc.prefill_tokens_per_s[b])
         want = q / dt + arriving
         x_p = np.minimum(want, P * rate_p)
-        cap_m = M * chunk / tc
+        cap_m = M * cap.ranks * chunk / tc
         x_m = np.minimum(want - x_p, cap_m)
         q_next = np.maximum(q + (arriving - x_p - x_m) * dt, 0.0)
-        tau_m = _mixed_step(td, tp, tc, np.divide(x_m, M, out=np.zeros_like(M), where=M > 0),
-                            piece, chunk, cap.cost.ep)
+        per_rank = np.divide(x_m, M * cap.ranks, out=np.zeros_like(M, dtype=float), where=M > 0)
+        tau_m = _mixed_step(td, tp, tc, per_rank, piece, chunk, cap.ranks)
         tau = (D * td + M * tau_m) / np.maximum(ed, 1)
         tps = np.divide(served, tau, out=np.zeros_like(tau), where=tau > 0)
         owed = np.maximum(present * u - tps * dt, 0.0)
@@ -314,7 +327,7 @@ def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarr
 
 def _mixed_step(td: np.ndarray, tp: np.ndarray, tc: np.ndarray, load: np.ndarray, piece: float,
                 chunk: float, ep: int) -> np.ndarray:
-    """Mean step of a mixed engine clearing `load` prefill tokens/s beside its decodes.
+    """Mean step of a mixed engine whose ranks each clear `load` prefill tokens/s beside their decodes.
 
     The step grows piecewise linearly with the prefill tokens x it carries: td at 0, tp at one
     piece (an append, at most a chunk), tc at a full chunk; x = load x step, solved in closed form.

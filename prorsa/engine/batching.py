@@ -1,6 +1,8 @@
 """Continuous-batching bookkeeping of the emulated engine: who waits, who runs, what a step does.
 
-Pure and synchronous: no clock, no asyncio, no cost model. The emulated engine's step loop calls
+Pure and synchronous: no clock, no asyncio, no cost model. An engine may hold several DP-attention
+ranks (an MoE expert-parallel group): each admitted sequence lives on the least-loaded rank, and
+each rank gets its own prefill token budget per step; the engine times a step by its slowest rank. The emulated engine's step loop calls
 it between sleeps, passing the time; the simulator may reuse it directly.
 
     submit(seq)                  a request joins the FIFO waiting queue
@@ -11,6 +13,7 @@ it between sleeps, passing the time; the simulator may reuse it directly.
     plan_prefill(max_tokens)     the next prefill step: chunks of waiting prefills + all decodes
     apply_prefill(plan, now)     account one prefill (or mixed) step -> finished sequences
     plan_decode()                the decode segment: batch, sum of contexts, steps to next finish
+    rank_batches()               the same batch per DP-attention rank (ranks > 1)
     advance(steps, now)          account `steps` decode steps -> finished sequences
     remove(seq)                  a cancelled request leaves, releasing its slot and KV
 
@@ -38,6 +41,7 @@ class SeqState:
     prefix: int  # context tokens already in KV before the next prefill chunk
     decode_left: int  # tokens still to generate; 0 = prefill only
     transfer: bool = False  # waits for a KV pull between admission and decoding
+    rank: int = 0  # the DP-attention rank serving it (engines with ranks > 1)
     ctx: int = 0  # KV length the next decode step reads
     arrived: float = 0.0  # engine times (loop clock) of each transition
     admitted: float | None = None
@@ -55,9 +59,11 @@ class PrefillPlan:
 
 
 class Batcher:
-    def __init__(self, slots: int, kv_capacity: int):
+    def __init__(self, slots: int, kv_capacity: int, ranks: int = 1):
         self.slots = slots  # sequences admitted at once
         self.kv_capacity = kv_capacity  # KV tokens admitted sequences may reserve
+        self.ranks = ranks  # DP-attention ranks: each admitted sequence lives on one
+        self._on_rank = [0] * ranks  # admitted sequences per rank
         self.waiting: deque[SeqState] = deque()
         self.transferring: set[SeqState] = set()
         self.prefilling: list[SeqState] = []  # FIFO: the oldest prefill gets the step first
@@ -88,6 +94,9 @@ class Batcher:
             seq = self.waiting.popleft()
             seq.admitted = now
             self.kv_used += seq.reserve
+            if self.ranks > 1:
+                seq.rank = min(range(self.ranks), key=self._on_rank.__getitem__)
+            self._on_rank[seq.rank] += 1
             if seq.transfer:
                 self.transferring.add(seq)
             elif seq.prefill_left > 0:
@@ -110,16 +119,20 @@ class Batcher:
             self._finish(seq, now)
 
     def plan_prefill(self, max_tokens: int) -> PrefillPlan:
-        # Decodes go first (one token each), prefill chunks fill the rest of the token budget;
-        # at least one prefill token runs so a full decode batch cannot starve prefills.
-        budget = max(max_tokens - len(self.decoding), 1)
+        # Per rank: decodes go first (one token each), prefill chunks fill the rest of the token
+        # budget; at least one prefill token runs so a full decode batch cannot starve prefills.
+        decodes = [0] * self.ranks
+        for seq in self.decoding:
+            decodes[seq.rank] += 1
+        budget = [max(max_tokens - d, 1) for d in decodes]
         chunks = []
         for seq in self.prefilling:
-            if budget <= 0:
-                break
-            n = min(seq.prefill_left, budget)
+            left = budget[seq.rank]
+            if left <= 0:
+                continue
+            n = min(seq.prefill_left, left)
             chunks.append((seq, n))
-            budget -= n
+            budget[seq.rank] = left - n
         return PrefillPlan(tuple(chunks), tuple(self.decoding))
 
     def apply_prefill(self, plan: PrefillPlan, now: float) -> list[SeqState]:
@@ -145,6 +158,14 @@ class Batcher:
         """(batch, sum of contexts, decode steps until the first sequence finishes)."""
         return (len(self.decoding), sum(s.ctx for s in self.decoding),
                 min(s.decode_left for s in self.decoding))
+
+    def rank_batches(self) -> list[tuple[int, int]]:
+        """Per DP-attention rank holding decodes: (batch, sum of contexts)."""
+        out = [[0, 0] for _ in range(self.ranks)]
+        for seq in self.decoding:
+            out[seq.rank][0] += 1
+            out[seq.rank][1] += seq.ctx
+        return [(b, c) for b, c in out if b]
 
     def advance(self, steps: int, now: float) -> list[SeqState]:
         self.steps += steps
@@ -172,6 +193,7 @@ class Batcher:
             if seq in held:  # admitted here (not into an earlier batcher): give its KV back
                 held.remove(seq)
                 self.kv_used -= seq.reserve
+                self._on_rank[seq.rank] -= 1
                 return
 
     def _decode_one(self, decodes: tuple[SeqState, ...], now: float) -> list[SeqState]:
@@ -197,3 +219,4 @@ class Batcher:
     def _finish(self, seq: SeqState, now: float) -> None:
         seq.finished = now
         self.kv_used -= seq.reserve
+        self._on_rank[seq.rank] -= 1

@@ -22,6 +22,10 @@ The step loop, one iteration per step or per skipped stretch of decode steps:
                         an admissible arrival ends the stretch at the next step boundary
     nothing          -> wait for an arrival (never spins)
 
+An MoE engine with expert parallelism ep is one DP-attention group of ep ranks (ep GPUs): slots and
+KV are the group's, sequences are spread over ranks, and every step lasts as long as its slowest
+rank's, so in a mixed engine one rank's prefill chunk stalls every rank's decodes.
+
 Every engine co-batches whatever it holds; roles decide only what the runtime sends it, so a
 MIXED engine is simply one that is sent both phases. Time comes only from the running loop
 (`loop.time()`, `asyncio.sleep`, `asyncio.wait_for`), so a virtual clock drives it unchanged.
@@ -58,10 +62,11 @@ class EmulatedEngine:
         self.cost = cost
         self.time_scale = time_scale
         self.max_batched_tokens = max_batched_tokens
-        self.kv_capacity = cost.kv_capacity_tokens() if kv_capacity is None else kv_capacity
+        self.ranks = cost.ep  # DP-attention ranks of an expert-parallel group, stepping in lockstep
+        self.kv_capacity = cost.kv_capacity_tokens() * self.ranks if kv_capacity is None else kv_capacity
         if self.kv_capacity < 1:
             raise ValueError(f"engine {engine_id}: no room for KV beside the weights ({cost!r})")
-        self._batch = Batcher(slots, self.kv_capacity)
+        self._batch = Batcher(slots, self.kv_capacity, self.ranks)
         self._prefix: dict[str, int] = {}  # ideal prefix cache: traj_id -> context tokens in KV
         self._counters = {"cached_tokens": 0, "transfers": 0, "transfer_tokens": 0, "busy_s": 0.0}
         self._task: asyncio.Task | None = None
@@ -84,7 +89,7 @@ class EmulatedEngine:
         for seq in [*b.waiting, *b.transferring, *b.prefilling, *b.decoding]:
             if seq.waiter is not None and not seq.waiter.done():
                 seq.waiter.set_exception(RuntimeError(f"engine {self.engine_id} stopped"))
-        self._batch = Batcher(b.slots, b.kv_capacity)
+        self._batch = Batcher(b.slots, b.kv_capacity, b.ranks)
 
     def set_role(self, role: Role) -> None:
         self.role = role
@@ -211,14 +216,26 @@ class EmulatedEngine:
             self._resolve(s for s in admitted if s.transfer or s.finished is not None)
             if b.prefilling:
                 plan = b.plan_prefill(self.max_batched_tokens)
-                t = self.cost.mixed_time([(n, s.prefix) for s, n in plan.chunks],
-                                         [s.ctx for s in plan.decodes])
-                await self._sleep(t)
+                await self._sleep(self._step_time(plan))
                 self._resolve(b.apply_prefill(plan, loop.time()))
             elif b.decoding:
                 self._resolve(b.advance(await self._decode_stretch(loop), loop.time()))
             else:
                 await self._wake.wait()
+
+    def _step_time(self, plan) -> float:
+        """One chunked-prefill step; with DP-attention ranks every rank waits for the slowest
+        (the all-to-all of each MoE layer is a barrier), so a prefill chunk on one rank stalls
+        the decodes of all."""
+        if self.ranks == 1:
+            return self.cost.mixed_time([(n, s.prefix) for s, n in plan.chunks], [s.ctx for s in plan.decodes])
+        chunks: list[list] = [[] for _ in range(self.ranks)]
+        ctxs: list[list] = [[] for _ in range(self.ranks)]
+        for s, n in plan.chunks:
+            chunks[s.rank].append((n, s.prefix))
+        for s in plan.decodes:
+            ctxs[s.rank].append(s.ctx)
+        return max(self.cost.mixed_time(c, x) for c, x in zip(chunks, ctxs))
 
     async def _decode_stretch(self, loop: asyncio.AbstractEventLoop) -> int:
         """Sleep through the decode steps until the first sequence finishes; an arrival cuts
@@ -227,7 +244,11 @@ class EmulatedEngine:
         if self.time_scale == 0:
             await asyncio.sleep(0)
             return steps
-        ends = np.cumsum(self.cost.decode_series(batch, ctx_sum, steps)) * self.time_scale
+        if self.ranks == 1:
+            series = self.cost.decode_series(batch, ctx_sum, steps)
+        else:  # lockstep: each step takes as long as the slowest rank's
+            series = np.max([self.cost.decode_series(b, c, steps) for b, c in self._batch.rank_batches()], axis=0)
+        ends = np.cumsum(series) * self.time_scale
         start = loop.time()
         try:
             await asyncio.wait_for(self._wake.wait(), timeout=float(ends[-1]))

@@ -31,6 +31,7 @@ ROLE_CODES = {Role.PREFILL: 0, Role.DECODE: 1, Role.MIXED: 2}
 _TURN = pa.struct([
     ("turn", pa.int32()), ("prefill_engine", pa.string()), ("decode_engine", pa.string()),
     ("prefill_tokens", pa.int32()), ("cached_tokens", pa.int32()), ("decode_tokens", pa.int32()),
+    ("recomputed_tokens", pa.int32()),
     ("token_ids", pa.list_(pa.int32())), ("logprobs", pa.list_(pa.float32())),
     ("start_s", pa.float64()), ("end_s", pa.float64()), ("queue_s", pa.float64()),
     ("prefill_s", pa.float64()), ("transfer_s", pa.float64()), ("decode_s", pa.float64()),
@@ -151,6 +152,8 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "turns": rec.turns,
         "prefill_tokens": rec.prefill_tokens,
         "cached_tokens": rec.cached_tokens,
+        "recomputed_tokens": rec.recomputed_tokens,
+        "prefix_hit_rate": rec.prefix_hit_rate(),
         "decode_tokens": rec.decode_tokens,
         "tokens_per_s": per_s(rec.prefill_tokens + rec.decode_tokens),
         "decode_tokens_per_s": per_s(rec.decode_tokens),

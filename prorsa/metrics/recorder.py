@@ -62,6 +62,7 @@ class RunRecorder:
     turns: int = 0
     prefill_tokens: int = 0
     cached_tokens: int = 0
+    recomputed_tokens: int = 0
     decode_tokens: int = 0
     completed: int = 0
     failed: int = 0
@@ -70,7 +71,14 @@ class RunRecorder:
         self.turns += 1
         self.prefill_tokens += res.prefill_tokens
         self.cached_tokens += res.cached_tokens
+        self.recomputed_tokens += res.recomputed_tokens
         self.decode_tokens += res.decode_tokens
+
+    def prefix_hit_rate(self) -> float | None:
+        """Of the context tokens later turns found already computed, the share a prefix cache
+        served (the rest were prefilled again); None before any later turn."""
+        reusable = self.cached_tokens + self.recomputed_tokens
+        return round(self.cached_tokens / reusable, 4) if reusable else None
 
     def on_done(self, result: TrajectoryResult) -> None:
         self.trajectories.append(result)

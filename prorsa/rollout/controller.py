@@ -1,9 +1,8 @@
 """The live control loop: the scheduler's lifecycle view -> the policy -> role switches on Dask.
 
-    LiveController(client, policy, router, addresses, recorder, ...)
-    await controller.run()                 every interval until cancelled: snapshot, decide, act
-    await controller.step()                one interval
-    await controller.switch(engine, role, reason, forecast)   the switch protocol, recorded
+    LiveController(client, policy, router, addresses, recorder, ...)   a ControlLoop (control_loop.py)
+    observe()                      one scheduler call: lifecycle events and what each engine holds
+    carry_out(engine, old, new)    the switch protocol below, on Dask
 
 The policy runs here, beside the router, so a decision reaches the router before the next turn
 is routed; the scheduler plugin (lifecycle_plugin.py) is where the lifecycle comes from. The
@@ -30,18 +29,16 @@ restrictions), tool workers included.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import time
 
-from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
-from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
+from prorsa.control.policy import EngineSnapshot, Policy, Snapshot
+from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role, role_resources
+from prorsa.rollout.control_loop import ControlLoop
 from prorsa.rollout.engine_host import engine_here
-from prorsa.rollout.lifecycle_plugin import DECODE_LEGS, PREFILL_LEGS, observe
+from prorsa.rollout.legs import legs_to_drain
+from prorsa.rollout.lifecycle_plugin import observe
 from prorsa.rollout.router import Router
-
-log = logging.getLogger(__name__)
 
 
 async def _retag(role: str, slots: int, dask_worker=None) -> None:
@@ -70,53 +67,21 @@ def _legs_on(address: str, phases: tuple[str, ...], dask_scheduler=None) -> int:
     return n
 
 
-class LiveController:
+class LiveController(ControlLoop):
     def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
                  recorder: RunRecorder, slots: int, kv_capacity: int, started_wall: float,
                  interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0) -> None:
+        self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
+        super().__init__(policy, router, recorder, interval_s,
+                         lambda: (time.time() - started_wall) / self.unit)
         self.client = client
-        self.policy = policy
-        self.router = router
         self.addresses = addresses
-        self.rec = recorder
         self.slots = slots
         self.kv_capacity = kv_capacity
-        self.started = started_wall
-        self.interval_s = interval_s  # wall seconds
-        self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
         self.drain_timeout_s = drain_timeout_s
-        self._switching: dict[str, asyncio.Task] = {}
-        self.step_s: list[float] = []  # wall time of each control step, for its cost
 
-    def now(self) -> float:
-        return (time.time() - self.started) / self.unit
-
-    async def run(self) -> None:
-        try:
-            while True:
-                await asyncio.sleep(self.interval_s)
-                await self.step()
-        finally:
-            for task in self._switching.values():
-                task.cancel()
-            await asyncio.gather(*self._switching.values(), return_exceptions=True)
-
-    async def step(self) -> Decision:
-        t0 = time.perf_counter()
+    async def observe(self) -> Snapshot:
         events, loads = await self.client.run_on_scheduler(observe)
-        snap = self._snapshot(events, loads)
-        decision = self.policy.decide(snap)
-        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
-                                       decision.reason, dict(decision.forecast), dict(decision.forecast_error)))
-        for engine, role in decision.targets.items():
-            if engine in self._switching or role is self.router.roles.get(engine):
-                continue
-            self._switching[engine] = asyncio.create_task(
-                self.switch(engine, role, decision.reason, dict(decision.forecast)))
-        self.step_s.append(time.perf_counter() - t0)
-        return decision
-
-    def _snapshot(self, events, loads: dict[str, dict]) -> Snapshot:
         engines = []
         for engine in sorted(loads):
             load = loads[engine]
@@ -128,35 +93,23 @@ class LiveController:
             ))  # fmt: skip
         return Snapshot(time_s=self.now(), engines=tuple(engines), events=tuple(events))
 
-    async def switch(self, engine: str, role: Role, reason: str = "", forecast: dict | None = None) -> RoleChange | None:
-        old = self.router.roles[engine]
-        t_req, w0 = self.now(), time.time()
+    async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         address = self.addresses[engine]
+        drain = legs_to_drain(new)
         try:
-            self.router.set_role(engine, role)
-            old_legs = (() if role.serves_prefill else PREFILL_LEGS) + (() if role.serves_decode else DECODE_LEGS)
             # serve both legs while the old ones drain: nothing already sent here is stranded
             # behind resources it no longer has (it would block the worker's queue)
-            await self.client.run(_retag, (Role.MIXED if old_legs else role).value, self.slots, workers=[address])
+            await self.client.run(_retag, (Role.MIXED if drain else new).value, self.slots, workers=[address])
             await self.client.run_on_scheduler(_wake, address)
-            while old_legs and time.time() - w0 < self.drain_timeout_s:
-                if not await self.client.run_on_scheduler(_legs_on, address, old_legs):
+            w0 = time.time()
+            while drain and time.time() - w0 < self.drain_timeout_s:
+                if not await self.client.run_on_scheduler(_legs_on, address, drain):
                     break
                 await asyncio.sleep(min(0.05, self.interval_s))
-            if old_legs:
-                await self.client.run(_retag, role.value, self.slots, workers=[address])
+            if drain:
+                await self.client.run(_retag, new.value, self.slots, workers=[address])
         except asyncio.CancelledError:
             raise
-        except Exception:  # the engine keeps its old role; the policy sees that and may ask again
-            log.exception("%s: switch %s -> %s failed", engine, old.value, role.value)
-            self.router.set_role(engine, old)
-            with contextlib.suppress(Exception):
-                await self.client.run(_retag, old.value, self.slots, workers=[address])
-            return None
-        finally:
-            self._switching.pop(engine, None)
-        change = RoleChange(t_req, engine, old, role, reason, (time.time() - w0) / self.unit,
-                            forecast=forecast or {})
-        self.rec.role_change(change)
-        log.info("%s: %s -> %s in %.2fs: %s", engine, old.value, role.value, time.time() - w0, reason)
-        return change
+        except Exception:
+            await self.client.run(_retag, old.value, self.slots, workers=[address])
+            raise

@@ -30,11 +30,9 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.roles import Role
+from prorsa.rollout.legs import DECODE_LEGS, FIRST_LEGS
 
 PLUGIN_NAME = "prorsa-lifecycle"
-PREFILL_LEGS = ("prefill",)
-DECODE_LEGS = ("decode", "generate", "local")  # every leg that generates: its engine serves decode
-_FIRST_LEGS = ("prefill", "generate", "local")  # the leg that starts a turn
 
 
 class LifecyclePlugin(SchedulerPlugin):
@@ -61,7 +59,7 @@ class LifecyclePlugin(SchedulerPlugin):
 
     def _on_leg(self, ts, a: dict, start: str, finish: str) -> None:
         leg = a["phase"]
-        first = leg in _FIRST_LEGS
+        first = leg in FIRST_LEGS
         if start == "released" and finish == "waiting" and first:
             self._emit(a, Phase.QUEUED, a.get("append", 0))
         elif finish == "processing":

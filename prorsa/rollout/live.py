@@ -16,13 +16,13 @@ from rich.console import Console
 from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import PolicyContext, make_policy
-from prorsa.costmodel import CostModel
+from prorsa.control.policy import Policy, make_policy
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.cluster import engine_addresses, start_local_cluster
+from prorsa.rollout.context import policy_context, time_unit
 from prorsa.rollout.controller import LiveController
 from prorsa.rollout.dask_runtime import DaskTurnRunner
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
@@ -50,18 +50,6 @@ async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRec
         await asyncio.sleep(interval)
 
 
-def time_unit(cfg: PipelineConfig) -> float:
-    """Wall seconds per body second: emulated engines run the cost model's time scaled."""
-    scale = cfg.engines.time_scale if cfg.engines.backend == "emulated" else 1.0
-    return scale if scale > 0 else 1.0
-
-
-def policy_context(cfg: PipelineConfig) -> PolicyContext:
-    cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=cfg.engines.tp, ep=cfg.engines.ep)
-    return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens(),
-                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg))
-
-
 def _median(xs: list[float]) -> float | None:
     return round(sorted(xs)[len(xs) // 2], 5) if xs else None
 
@@ -72,9 +60,10 @@ async def _cancel(task: asyncio.Task) -> None:
         await task
 
 
-async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console) -> dict:
+async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None) -> dict:
+    """`policy`: an object to run instead of cfg.policy's (the simulator takes the same)."""
     context = policy_context(cfg)
-    policy = make_policy(cfg.policy, context)
+    policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]
     console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "

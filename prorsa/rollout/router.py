@@ -3,6 +3,7 @@
     route(traj_id, colocated, appended)  -> Route (prefill engine, decode engine); counts the turn in flight
     finished(route)             the turn is over: its engines are free of it
     set_role(engine, role)      the controller moved an engine; new turns follow the new role
+    close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
 
 Sticky first: a trajectory's incremental prefill must run where its prefix is cached, or it
 recomputes the whole context, so a turn goes back to the engines of its previous turn unless
@@ -37,14 +38,24 @@ class Router:
         self.overload = overload
         self.local_prefill_tokens = local_prefill_tokens
         self._sticky: dict[tuple[str, str], str] = {}  # (traj, leg) -> engine
+        self.closed: set[str] = set()
 
     def set_role(self, engine: str, role: Role) -> None:
         self.roles[engine] = role
 
+    def close(self, engine: str) -> None:
+        self.closed.add(engine)
+
+    def reopen(self, engine: str) -> None:
+        self.closed.discard(engine)
+
+    def _open(self) -> dict[str, Role]:
+        return {e: r for e, r in self.roles.items() if e not in self.closed} if self.closed else self.roles
+
     def _sticky_choice(self, traj_id: str, leg: str, eligible: list[str]) -> tuple[str, bool]:
         """-> (engine, whether it is the trajectory's previous engine for this leg)."""
         if not eligible:
-            raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}")
+            raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}, closed {sorted(self.closed)}")
         least = min(eligible, key=lambda e: self.load[e])
         prev = self._sticky.get((traj_id, leg))
         if prev in eligible and self.load[prev] <= self.overload * max(self.load[least], 1):
@@ -59,17 +70,18 @@ class Router:
 
     def route(self, traj_id: str, colocated: bool = False, appended: int | None = None) -> Route:
         """`appended`: tokens this turn adds to the context (None: unknown, never decode-local)."""
-        mixed = [e for e, r in self.roles.items() if r is Role.MIXED]
-        if colocated or not any(r is Role.PREFILL for r in self.roles.values()):
+        roles = self._open()
+        mixed = [e for e, r in roles.items() if r is Role.MIXED]
+        if colocated or not any(r is Role.PREFILL for r in roles.values()):
             # no prefill pool: the whole turn runs on one engine that does both phases
-            pool = mixed or [e for e, r in self.roles.items() if r.serves_decode]
+            pool = mixed or [e for e, r in roles.items() if r.serves_decode]
             return Route(prefill=None, decode=self._pick(traj_id, "decode", pool))
-        decoders = [e for e, r in self.roles.items() if r.serves_decode]
+        decoders = [e for e, r in roles.items() if r.serves_decode]
         if appended is not None and appended <= self.local_prefill_tokens:
             _, sticky = self._sticky_choice(traj_id, "decode", decoders)
             if sticky:  # the decode engine of its last turn still holds the context
                 return Route(prefill=None, decode=self._pick(traj_id, "decode", decoders), local_prefill=True)
-        prefill = self._pick(traj_id, "prefill", [e for e, r in self.roles.items() if r.serves_prefill])
+        prefill = self._pick(traj_id, "prefill", [e for e, r in roles.items() if r.serves_prefill])
         decode = self._pick(traj_id, "decode", decoders)
         return Route(prefill=prefill, decode=decode)
 

@@ -31,6 +31,7 @@ from distributed import get_client, secede
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
 from prorsa.rollout.engine_host import engine_here
+from prorsa.rollout.legs import leg_requests, turn_result
 from prorsa.rollout.router import Route
 
 
@@ -55,40 +56,8 @@ def tool_task(
     t0 = time.time()
     if turn.tool_latency_s > 0:
         time.sleep(turn.tool_latency_s)
-    return TurnResult(
-        traj_id=turn.traj_id,
-        turn=turn.turn,
-        prefill_engine=pre.engine_id if pre else "",
-        decode_engine=dec.engine_id,
-        prefill_tokens=turn.appended_tokens,
-        cached_tokens=pre.cached_tokens if pre else dec.cached_tokens,
-        decode_tokens=dec.n_tokens,
-        token_ids=dec.token_ids,
-        logprobs=dec.logprobs,
-        start_s=submitted - started,
-        end_s=time.time() - started,
-        queue_s=(pre.queue_s if pre else 0.0) + dec.queue_s,
-        prefill_s=pre.compute_s if pre else dec.prefill_s,
-        transfer_s=dec.transfer_s,
-        decode_s=dec.decode_s,
-        tool_s=time.time() - t0,
-    )
-
-
-def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None, DecodeRequest]:
-    pre = None
-    if route.prefill is not None:
-        pre = PrefillRequest(turn.traj_id, turn.turn, turn.context_tokens, turn.appended_tokens, turn.token_ids)
-    dec = DecodeRequest(
-        traj_id=turn.traj_id,
-        turn=turn.turn,
-        context_tokens=turn.context_tokens,
-        max_tokens=turn.decode_tokens,
-        token_ids=turn.token_ids,
-        new_tokens=0 if pre else turn.appended_tokens,
-        seed=turn.seed,
-    )
-    return pre, dec
+    end = time.time()
+    return turn_result(turn, pre, dec, submitted - started, end - started, end - t0)
 
 
 def leg_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0):

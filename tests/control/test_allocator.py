@@ -1,11 +1,14 @@
 """The allocator: the cost model decides the split, switches pay for themselves, the cap holds.
 
 Demand is given as a steady Forecast (the same every bin) so the right answer follows from the
-cost model alone: H200 with Qwen3-8B (dense) or Qwen3-30B-A3B under DP attention + EP8 (MoE),
-eight engines of 16 slots.
+cost model alone: H200 with Qwen3-8B (dense), eight engines of 16 slots, or Qwen3-30B-A3B under DP
+attention + EP8 (MoE), eight engines that are each a group of 8 ranks with 16 slots a rank, given
+8 times the demand (the same per rank).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -28,7 +31,7 @@ def dense() -> Capacity:
 
 @pytest.fixture(scope="module")
 def moe() -> Capacity:
-    return Capacity.from_cost(CostModel.from_names("h200", "qwen3-30b-a3b", ep=8), slots=16)
+    return Capacity.from_cost(CostModel.from_names("h200", "qwen3-30b-a3b", ep=8), slots=16 * 8)
 
 
 def demand(append=0.0, turns_per_s=0.0, seqs=0.0, ctx=8192, backlog_turns=0, fresh=False,
@@ -42,6 +45,14 @@ def demand(append=0.0, turns_per_s=0.0, seqs=0.0, ctx=8192, backlog_turns=0, fre
         backlog_turns=backlog_turns, backlog_fresh_turns=backlog_turns if fresh else 0,
         prefill_prefix_tokens=0.0 if fresh else ctx, decode_tokens_per_turn=dec_turn,
         decode_tps_per_seq=rate, decode_remaining_tokens=200.0)
+
+
+def per_rank(fc: Forecast, ranks: int) -> Forecast:
+    """The same demand per rank for engines of `ranks` ranks."""
+    return replace(fc, prefill_tokens_per_s=fc.prefill_tokens_per_s * ranks,
+                   prefill_turns_per_s=fc.prefill_turns_per_s * ranks, decode_seqs=fc.decode_seqs * ranks,
+                   kv_tokens=fc.kv_tokens * ranks, backlog_tokens=fc.backlog_tokens * ranks,
+                   backlog_turns=fc.backlog_turns * ranks, backlog_fresh_turns=fc.backlog_fresh_turns * ranks)
 
 
 def engines(roles, active=4, kv=30000, cap=700000) -> list[EngineSnapshot]:
@@ -94,24 +105,25 @@ def test_dense_model_with_small_prefills_stays_mixed(dense):
 
 def test_prefill_flood_adds_prefill_engines(dense, moe):
     for cap in (dense, moe):
-        split, plans = settle(Allocator(cap), FLOOD, [M] * 8)
+        split, plans = settle(Allocator(cap), per_rank(FLOOD, cap.ranks), [M] * 8)
         assert split[0] >= 2, plans[-1].reason
         assert plans[0].targets and set(plans[0].targets.values()) == {P}  # prefill first
 
 
 def test_long_decodes_take_engines_from_prefill(dense, moe):
     for cap in (dense, moe):
-        split, plans = settle(Allocator(cap), LONG_DECODES, [P] * 6 + [D] * 2)
+        split, plans = settle(Allocator(cap), per_rank(LONG_DECODES, cap.ranks), [P] * 6 + [D] * 2)
         assert split[0] <= 1 and split[1] + split[2] >= 7, plans[-1].reason
 
 
 def test_moe_under_dp_attention_prefers_decode_engines(dense, moe):
     """A small prefill on one rank stalls all EP ranks at the barrier: the MoE keeps its decodes
     on DECODE engines and confines prefill to few engines; the dense model need not."""
-    split, plans = settle(Allocator(moe), SMALL_TURNS, [P] * 4 + [D] * 4)
+    small = per_rank(SMALL_TURNS, moe.ranks)
+    split, plans = settle(Allocator(moe), small, [P] * 4 + [D] * 4)
     assert split[1] >= 5 and split[1] > split[2], plans[-1].reason
     c = splits(8)
-    costs = score(moe, SMALL_TURNS, c[:, 0], c[:, 1], c[:, 2])
+    costs = score(moe, small, c[:, 0], c[:, 1], c[:, 2])
     assert costs[(c == (0, 0, 8)).all(1)][0] > 1.05 * costs.min()
     dense_costs = score(dense, SMALL_TURNS, c[:, 0], c[:, 1], c[:, 2])
     assert dense_costs[(c == (0, 0, 8)).all(1)][0] == pytest.approx(dense_costs.min(), rel=0.01)

@@ -30,8 +30,8 @@ MOE = """\
 name: switching
 seed: 5
 policy: prorsa
-engines: {backend: emulated, count: 4, slots: 16, time_scale: 0.1, model: qwen3-30b-a3b, ep: 8}
-workload: {family: swe, mode: async, concurrency: 32, trajectories: 48, tool_time_scale: 0.1, max_turns: 5}
+engines: {backend: emulated, count: 4, slots: 128, time_scale: 0.1, model: qwen3-30b-a3b, ep: 8}
+workload: {family: swe, mode: async, concurrency: 128, trajectories: 128, tool_time_scale: 0.1, max_turns: 3}
 runtime: {turn_shape: driver, metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: null}
 """
 
@@ -44,10 +44,10 @@ def test_prorsa_switches_roles_and_every_trajectory_completes_once(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["trajectories_completed"] == 48 and summary["trajectories_failed"] == 0
+    assert summary["trajectories_completed"] == 128 and summary["trajectories_failed"] == 0
     assert summary["role_switches"] >= 1 and summary["turns_retried"] == 0
     rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
-    assert len({r["traj_id"] for r in rows}) == 48
+    assert len({r["traj_id"] for r in rows}) == 128
     turns = [(r["traj_id"], t["turn"]) for r in rows for t in r["turns"]]
     assert len(turns) == len(set(turns)) == summary["turns"]  # no turn lost or run twice
     ds = xr.open_dataset(run_dir / "metrics.nc")

@@ -1,0 +1,99 @@
+"""The control loop both bodies share: observe -> policy.decide -> switch engines -> record.
+
+    ControlLoop(policy, router, recorder, interval_s, now)    subclassed by each body
+    await loop.run()      every interval_s (the body's sleep) until cancelled
+    await loop.step()     one interval: snapshot, decide, record, start the switches asked for
+    await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
+
+A body supplies two coroutines: `observe()` -> Snapshot (events since the last call and what each
+engine holds) and `carry_out(engine, old, new)` (the switch protocol on its transport; it returns
+once the engine serves only `new`, and raises to leave the engine in `old`). Everything else, the
+router's bookkeeping, the records and the skipping of engines already switching, is here once, so
+the live Dask controller and the simulator's differ only in transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from prorsa.control.policy import Decision, Policy, Snapshot
+from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
+from prorsa.roles import Role
+from prorsa.rollout.router import Router
+
+log = logging.getLogger(__name__)
+
+
+class ControlLoop:
+    def __init__(self, policy: Policy, router: Router, recorder: RunRecorder, interval_s: float,
+                 now: Callable[[], float]) -> None:
+        self.policy = policy
+        self.router = router
+        self.rec = recorder
+        self.interval_s = interval_s  # as the body's asyncio.sleep counts it
+        self.now = now  # body seconds since the rollout began
+        self._switching: dict[str, asyncio.Task] = {}
+        self.step_s: list[float] = []  # wall time of each control step, for its cost
+
+    async def observe(self) -> Snapshot:
+        raise NotImplementedError
+
+    async def carry_out(self, engine: str, old: Role, new: Role) -> None:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                await self.step()
+        finally:
+            for task in self._switching.values():
+                task.cancel()
+            await asyncio.gather(*self._switching.values(), return_exceptions=True)
+
+    async def step(self) -> Decision:
+        t0 = time.perf_counter()
+        snap = await self.observe()
+        decision = self.policy.decide(snap)
+        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
+                                       decision.reason, dict(decision.forecast), dict(decision.forecast_error)))
+        for engine, role in decision.targets.items():
+            if engine in self._switching or role is self.router.roles.get(engine):
+                continue
+            self._switching[engine] = asyncio.create_task(
+                self.switch(engine, role, decision.reason, dict(decision.forecast)))
+        self.step_s.append(time.perf_counter() - t0)
+        return decision
+
+    async def switch(self, engine: str, role: Role, reason: str = "",
+                     forecast: dict | None = None) -> RoleChange | None:
+        old = self.router.roles[engine]
+        t_req = self.now()
+        # An engine giving up decode takes no new work until its decodes are done: prefill
+        # chunks co-batched with them (at an MoE group's barrier, on every rank) would stretch
+        # them many times over. One giving up prefill takes new decodes at once.
+        closing = old.serves_decode and not role.serves_decode
+        try:
+            if closing:
+                self.router.close(engine)
+            else:
+                self.router.set_role(engine, role)  # new work of the old role goes elsewhere from now
+            await self.carry_out(engine, old, role)
+            self.router.set_role(engine, role)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the engine keeps its old role; the policy sees that and may ask again
+            log.exception("%s: switch %s -> %s failed", engine, old.value, role.value)
+            self.router.set_role(engine, old)
+            return None
+        finally:
+            self.router.reopen(engine)
+            self._switching.pop(engine, None)
+        change = RoleChange(t_req, engine, old, role, reason, self.now() - t_req, forecast=forecast or {})
+        self.rec.role_change(change)
+        log.info("%s: %s -> %s in %.2fs: %s", engine, old.value, role.value, change.drain_s, reason)
+        return change
+

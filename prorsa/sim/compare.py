@@ -1,0 +1,64 @@
+"""Several policies on one simulated workload, side by side: what `prorsa sim` prints and writes.
+
+    expand_policies(specs, n_engines)     "static:*" -> every static:P:D split of n engines
+    compare(cfg, specs, progress) -> xr.Dataset   one simulation per policy (dim `policy`)
+    figure(ds)                            the headline per policy: makespan (sync) or trajectories/s (async)
+    speedups(ds)                          that figure relative to colocated (> 1: faster)
+
+Every policy replays the same workload (same seed): only the roles differ.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import xarray as xr
+
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.sim.run import SimRun, simulate
+
+FIELDS = ("makespan_s", "trajectories_per_s", "tokens_per_s", "role_switches", "prefix_hit_rate",
+          "recomputed_tokens", "trajectories_completed", "trajectories_failed", "sim_wall_s")
+
+
+def expand_policies(specs: list[str], n_engines: int) -> list[str]:
+    out: list[str] = []
+    for spec in specs:
+        if spec == "static:*":
+            out += [f"static:{p}:{n_engines - p}" for p in range(1, n_engines)]
+        elif spec not in out:
+            out.append(spec)
+    return out
+
+
+def compare(cfg: PipelineConfig, specs: list[str],
+            on_run: Callable[[SimRun], None] | None = None) -> tuple[xr.Dataset, list[SimRun]]:
+    runs = []
+    for spec in specs:
+        run = simulate(cfg, spec)
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+    data = {k: ("policy", np.array([_num(r.summary.get(k)) for r in runs], dtype=float)) for k in FIELDS}
+    ds = xr.Dataset(data, coords={"policy": np.array(specs, dtype=str)},
+                    attrs={"name": cfg.name, "mode": cfg.workload.mode, "engines": cfg.engines.count,
+                           "gpu": cfg.engines.gpu, "model": cfg.engines.model, "tp": cfg.engines.tp,
+                           "ep": cfg.engines.ep, "seed": cfg.seed, "clock": "body seconds"})
+    return ds, runs
+
+
+def figure(ds: xr.Dataset) -> xr.DataArray:
+    return ds["makespan_s"] if ds.attrs["mode"] == "sync" else ds["trajectories_per_s"]
+
+
+def speedups(ds: xr.Dataset, baseline: str = "colocated") -> xr.DataArray | None:
+    if baseline not in ds.policy.values:
+        return None
+    fig = figure(ds)
+    base = fig.sel(policy=baseline)
+    return base / fig if ds.attrs["mode"] == "sync" else fig / base
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else float(x)

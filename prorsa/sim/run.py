@@ -1,0 +1,120 @@
+"""One simulated rollout: the live run's brain and emulated engines on a virtual clock.
+
+    simulate(cfg, policy=None) -> SimRun     run cfg's workload under `policy` (a spec or a Policy
+                                             object; default cfg.policy) in virtual time
+    write_run(sim, run_dir)                  the same files a live run writes (prorsa report reads them)
+
+Clock: the simulator counts body seconds, the cost model's own. A pipeline made for a live run
+with time-scaled emulated engines gives its wall-clock figures (tool latencies, an async run's
+duration, the control interval) in wall seconds, so they are divided by its time unit here, and a
+simulated makespan compares with a live one divided by that unit (benchmarks/fidelity.py).
+
+What is the same as live: Workload, drivers, agent loop, Router, EmulatedEngine, the policy and
+the ControlLoop. What differs: transport (direct awaits instead of Dask tasks, so no scheduling
+overhead) and clock (sim/clock.py: time jumps to the next timer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prorsa.agent.workload import Workload
+from prorsa.config.load import config_hash
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.policy import Policy, make_policy
+from prorsa.costmodel import CostModel
+from prorsa.engine.emulated import EmulatedEngine
+from prorsa.engine.registry import engine_name
+from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
+from prorsa.metrics.recorder import RunRecorder
+from prorsa.rollout.context import policy_context, time_unit
+from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
+from prorsa.rollout.router import Router
+from prorsa.sim.clock import run_virtual
+from prorsa.sim.controller import SimController
+from prorsa.sim.runner import SimTurnRunner
+
+
+@dataclass
+class SimRun:
+    cfg: PipelineConfig
+    policy: str
+    recorder: RunRecorder
+    makespan_s: float  # body seconds
+    wall_s: float  # what simulating it took
+    summary: dict = field(default_factory=dict)
+
+
+def simulate(cfg: PipelineConfig, policy: str | Policy | None = None) -> SimRun:
+    t0 = time.perf_counter()
+    sim = run_virtual(_simulate(cfg, policy))
+    sim.wall_s = time.perf_counter() - t0
+    sim.summary["sim_wall_s"] = round(sim.wall_s, 3)
+    return sim
+
+
+async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    def now() -> float:
+        return loop.time() - started
+
+    unit = time_unit(cfg)
+    context = policy_context(cfg)
+    if not isinstance(policy, str | None):
+        pol = policy
+    else:
+        pol = make_policy(policy or cfg.policy, context)
+    roles = pol.initial_roles(cfg.engines.count)
+    e = cfg.engines
+    cost = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
+    engines = {engine_name(i): EmulatedEngine(engine_name(i), role, cost, slots=e.slots, time_scale=1.0)
+               for i, role in enumerate(roles)}
+    for engine in engines.values():
+        await engine.start()
+    router = Router({name: eng.role for name, eng in engines.items()},
+                    local_prefill_tokens=cfg.runtime.local_prefill_tokens)
+    runner = SimTurnRunner(engines, router, now, tool_unit=unit)
+    rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
+    controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
+    wcfg = cfg.workload
+    if wcfg.duration_s is not None:
+        wcfg = wcfg.model_copy(update={"duration_s": wcfg.duration_s / unit})
+    workload = Workload.from_config(cfg.workload, cfg.seed)
+    drive = run_sync if wcfg.mode == "sync" else run_async
+    sampler = loop.create_task(_sample(engines, rec, now, cfg.runtime.metrics_interval_s / unit))
+    control = loop.create_task(controller.run())
+    try:
+        await drive(workload, wcfg, runner, now, rec.on_done, rec.on_turn)
+    finally:
+        for task in (control, sampler):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    makespan = now()
+    rec.sample(makespan, [eng.stats() for eng in engines.values()])
+    for engine in engines.values():
+        await engine.stop()
+    summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
+        "control": {"intervals": len(controller.step_s)}, "clock": "body"}
+    return SimRun(cfg, pol.name, rec, makespan, 0.0, summary)
+
+
+async def _sample(engines: dict[str, EmulatedEngine], rec: RunRecorder, now, interval_s: float) -> None:
+    while True:
+        rec.sample(now(), [eng.stats() for eng in engines.values()])
+        await asyncio.sleep(interval_s)
+
+
+def write_run(sim: SimRun, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attrs = {"name": sim.cfg.name, "policy": sim.policy, "config_hash": sim.summary["config_hash"],
+             "makespan_s": sim.makespan_s, "clock": "body (simulated)"}
+    write_trajectories(run_dir / "trajectories.parquet", sim.recorder.trajectories)
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(sim.recorder, attrs))
+    write_summary(run_dir / "summary.json", sim.summary)

@@ -1,0 +1,115 @@
+"""The simulator's transport: turns go straight to emulated engines on the virtual-clock loop.
+
+    SimTurnRunner(engines, router, now, tool_unit)   a TurnRunner (agent/loop.py), like the Dask
+                                          runtime's; tool latencies are divided by tool_unit
+    run_turn(turn)                        route, run the legs on their engines, sleep the tool out
+    take_events()                         the lifecycle events since the last call (for observe)
+    legs_on(engine, phases)               legs of those phases on the engine now
+    await drained(engine, phases)         returns once the engine holds none of them
+
+Events are emitted at the points the live scheduler plugin reads them off task transitions
+(lifecycle_plugin.py): QUEUED when the turn is routed, PREFILL/DECODE when a leg is handed to its
+engine, TOOL when the decode returns, DONE when the last turn's (empty) tool returns. So a policy
+sees the same stream in both bodies, without the scheduler's latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+from typing import Callable
+
+from prorsa.agent.loop import TurnRequest, TurnResult
+from prorsa.control.lifecycle import LifecycleEvent, Phase
+from prorsa.engine.base import Engine
+from prorsa.rollout.legs import leg_requests, turn_result
+from prorsa.rollout.router import Router
+
+
+class SimTurnRunner:
+    needs_token_ids = False
+    vocab_size = 0
+
+    def __init__(self, engines: dict[str, Engine], router: Router, now: Callable[[], float],
+                 tool_unit: float = 1.0) -> None:
+        self.engines = engines
+        self.tool_unit = tool_unit  # wall seconds per body second of the workload's tool latencies
+        self.router = router
+        self.now = now
+        self._events: list[LifecycleEvent] = []
+        self._legs: dict[str, Counter] = {e: Counter() for e in engines}  # engine -> phase -> legs
+        self.prefill_backlog: dict[str, int] = dict.fromkeys(engines, 0)  # tokens of prefill legs held
+        self._changed: dict[str, asyncio.Event] = {}
+
+    def take_events(self) -> list[LifecycleEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def legs_on(self, engine: str, phases: tuple[str, ...]) -> int:
+        held = self._legs[engine]
+        return sum(held[p] for p in phases)
+
+    async def drained(self, engine: str, phases: tuple[str, ...]) -> None:
+        while self.legs_on(engine, phases):
+            event = self._changed.setdefault(engine, asyncio.Event())
+            event.clear()
+            await event.wait()
+
+    async def run_turn(self, turn: TurnRequest) -> TurnResult:
+        start = self.now()
+        route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None)
+        context = turn.context_tokens - turn.appended_tokens
+        self._emit(turn, Phase.QUEUED, turn.appended_tokens, context)
+        pre_req, dec_req = leg_requests(turn, route)
+        try:
+            pre = None
+            if pre_req is not None:
+                self._emit(turn, Phase.PREFILL, turn.appended_tokens, context, route.prefill)
+                self.prefill_backlog[route.prefill] += turn.appended_tokens
+                async with self._leg(route.prefill, "prefill"):
+                    try:
+                        pre = await self.engines[route.prefill].prefill(pre_req)
+                    finally:
+                        self.prefill_backlog[route.prefill] -= turn.appended_tokens
+                dec_req = replace(dec_req, kv=pre.kv)
+                phase = "decode"
+            else:
+                phase = "local" if route.local_prefill else "generate"
+            self._emit(turn, Phase.DECODE, 0, context, route.decode)
+            engine = self.engines[route.decode]
+            async with self._leg(route.decode, phase):
+                dec = await (engine.generate(dec_req) if phase == "generate" else engine.decode(dec_req))
+        finally:
+            self.router.finished(route)
+        self._emit(turn, Phase.TOOL, turn.decode_tokens, context)
+        t_tool = self.now()
+        if turn.tool_latency_s > 0:
+            await asyncio.sleep(turn.tool_latency_s / self.tool_unit)
+        if turn.done:
+            self._emit(turn, Phase.DONE, 0, context)
+            self.router.forget(turn.traj_id)
+        return turn_result(turn, pre, dec, start, self.now(), self.now() - t_tool)
+
+    def _emit(self, turn: TurnRequest, phase: Phase, tokens: int, context: int, engine: str | None = "") -> None:
+        self._events.append(LifecycleEvent(self.now(), turn.traj_id, turn.family, turn.turn, phase,
+                                           tokens, context, engine or ""))
+
+    def _leg(self, engine: str, phase: str) -> _Leg:
+        return _Leg(self, engine, phase)
+
+
+class _Leg:
+    """Counts a leg on its engine while it runs, and wakes a switch waiting for the engine."""
+
+    def __init__(self, runner: SimTurnRunner, engine: str, phase: str) -> None:
+        self.runner, self.engine, self.phase = runner, engine, phase
+
+    async def __aenter__(self) -> None:
+        self.runner._legs[self.engine][self.phase] += 1
+
+    async def __aexit__(self, *exc) -> None:
+        self.runner._legs[self.engine][self.phase] -= 1
+        event = self.runner._changed.get(self.engine)
+        if event is not None:
+            event.set()
