@@ -32,12 +32,15 @@ def _ints(r, lo=-20, hi=20, n=None):
     return [r.randrange(lo, hi) for _ in range(n or r.randrange(1, 8))]
 
 
+_MAX_LOOP = "    for x in xs:\n        if x > best:\n            best = x\n    return best\n"
+_FIZZ = "    if n % 3 == 0:\n        return 'Fizz'\n"
+_BUZZ = "    if n % 5 == 0:\n        return 'Buzz'\n"
+_FIZZBUZZ = "    if n % 15 == 0:\n        return 'FizzBuzz'\n"
 BUGS = {
     "sum_to": Bug("def {f}(n):\n    return sum(range(1, n))\n",
                   "def {f}(n):\n    return sum(range(1, n + 1))\n",
                   lambda r: (r.randrange(0, 100),), ((1,), (10,))),
-    "largest": Bug("def {f}(xs):\n    best = 0\n    for x in xs:\n        if x > best:\n            best = x\n    return best\n",
-                   "def {f}(xs):\n    best = xs[0]\n    for x in xs:\n        if x > best:\n            best = x\n    return best\n",
+    "largest": Bug("def {f}(xs):\n    best = 0\n" + _MAX_LOOP, "def {f}(xs):\n    best = xs[0]\n" + _MAX_LOOP,
                    lambda r: (_ints(r),), (([-3, -7, -1],),)),
     "is_palindrome": Bug("def {f}(s):\n    return s == s[::-1]\n",
                          "def {f}(s):\n    s = s.lower()\n    return s == s[::-1]\n",
@@ -54,14 +57,12 @@ BUGS = {
     "mean": Bug("def {f}(xs):\n    return sum(xs) // len(xs)\n",
                 "def {f}(xs):\n    return sum(xs) / len(xs)\n",
                 lambda r: (_ints(r, 0, 50),), (([1, 2],), ([3, 4, 4],))),
-    "fizzbuzz": Bug("def {f}(n):\n    if n % 3 == 0:\n        return 'Fizz'\n    if n % 5 == 0:\n        return 'Buzz'\n"
-                    "    if n % 15 == 0:\n        return 'FizzBuzz'\n    return str(n)\n",
-                    "def {f}(n):\n    if n % 15 == 0:\n        return 'FizzBuzz'\n    if n % 3 == 0:\n        return 'Fizz'\n"
-                    "    if n % 5 == 0:\n        return 'Buzz'\n    return str(n)\n",
+    "fizzbuzz": Bug("def {f}(n):\n" + _FIZZ + _BUZZ + _FIZZBUZZ + "    return str(n)\n",
+                    "def {f}(n):\n" + _FIZZBUZZ + _FIZZ + _BUZZ + "    return str(n)\n",
                     lambda r: (r.randrange(1, 100),), ((15,), (30,))),
     "reverse_words": Bug("def {f}(s):\n    return s[::-1]\n",
                          "def {f}(s):\n    return ' '.join(reversed(s.split()))\n",
-                         lambda r: (" ".join(r.choice(["red", "fox", "sky", "owl"]) for _ in range(r.randrange(1, 5))),),
+                         lambda r: (" ".join(r.choices(["red", "fox", "sky", "owl"], k=r.randrange(1, 5))),),
                          (("hello big world",),)),
     "second_largest": Bug("def {f}(xs):\n    return sorted(xs)[-2]\n",
                           "def {f}(xs):\n    return sorted(set(xs))[-2]\n",

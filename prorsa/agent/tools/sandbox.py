@@ -2,6 +2,7 @@
 
     SandboxLimits(...)                     what one call may use (frozen; defaults suit a tool call)
     await run_sandboxed(source=... | argv=..., limits=..., files=...) -> SandboxRun
+    await probe() -> str | None            why sandboxes cannot start here, or None when they can
     SandboxRun.kind                        "ok" | "exit" | "signal" | "timeout" | "cpu" |
                                            "overflow" | "setup": how the call ended
 
@@ -62,14 +63,20 @@ def _python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
+def _import_path() -> list[str]:
+    """The parent's sys.path entries inside the interpreter's prefixes (stdlib, site-packages)."""
+    prefixes = tuple(os.path.join(p, "") for p in _python_paths())
+    return [p for p in sys.path if p and os.path.join(os.path.abspath(p), "").startswith(prefixes)]
+
+
 def _config(scratch: str, limits: SandboxLimits, argv: list[str] | None, env: Mapping[str, str]) -> str:
     bin_dir = os.path.dirname(sys.executable)
     base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": scratch,
                 "TMPDIR": os.path.join(scratch, ".tmp"), "LANG": "C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
     return json.dumps({
-        "scratch": scratch, "network": "none", "argv": argv, "source_file": "main.py",
-        "env": {**base_env, **env}, "expose": _python_paths(),
+        "scratch": scratch, "argv": argv, "source_file": "main.py",
+        "env": {**base_env, **env}, "expose": _python_paths(), "sys_path": _import_path(),
         "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
                    "file_bytes": limits.file_bytes, "processes": limits.processes,
                    "open_files": limits.open_files},
@@ -129,7 +136,7 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
     try:
         _seed(scratch, source, files or {})
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-u", "-X", "utf8", str(CHILD), _config(scratch, limits, argv, env or {}),
+            sys.executable, "-I", "-S", "-u", "-X", "utf8", str(CHILD), _config(scratch, limits, argv, env or {}),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         raw, timed_out, overflowed = bytearray(), False, False
@@ -153,3 +160,13 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
             await proc.wait()
         shutil.rmtree(scratch, ignore_errors=True)
 
+
+
+async def probe() -> str | None:
+    """Start one sandbox; the launcher's complaint when isolation is not available, else None.
+
+    Isolation needs either root or unprivileged user namespaces (some distributions switch those
+    off or confine them); without it every call ends as kind "setup" and nothing is run.
+    """
+    run = await run_sandboxed("pass", limits=SandboxLimits(wall_s=30.0))
+    return None if run.kind == "ok" else (run.output.strip() or f"sandbox ended as {run.kind}")

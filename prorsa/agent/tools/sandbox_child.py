@@ -1,6 +1,6 @@
-"""The sandbox launcher: run as a script, never imported by the parent process.
+"""The sandbox launcher, run as a script (the parent imports it only for its path and exit codes).
 
-    python -I sandbox_child.py CONFIG_JSON
+    python -I -S sandbox_child.py CONFIG_JSON
 
 It isolates itself, then runs the payload in a grandchild and exits with the payload's status:
 
@@ -10,9 +10,11 @@ It isolates itself, then runs the payload in a grandchild and exits with the pay
               +-- fork: payload (Python source run in-process, or an exec'd argv) in scratch
 
 Standard library only, so the interpreter starts quickly and the launcher does not depend on the
-package being importable inside the sandbox. Exit codes: the payload's own, 128+signal when it was
-killed by a signal, and SETUP_FAILED (125) when isolation could not be set up (the parent reports
-that as a crash rather than running the payload unisolated).
+package being importable inside the sandbox. It runs without `site` (-S; .pth processing took 40
+of the 55 ms of a bare start) and hands a Python payload the parent's import path instead.
+Exit codes: the payload's own, 128+signal when it was killed by a signal, and SETUP_FAILED (125)
+when isolation could not be set up (the parent reports that as a crash rather than running the
+payload unisolated).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import random
 import resource
 import signal
 import sys
@@ -40,6 +41,7 @@ AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
 # Unprivileged uids for sandboxes started as root: a fresh one per call, so RLIMIT_NPROC (counted
 # per uid) bounds one sandbox's processes and `kill` cannot reach another sandbox.
 UID_BASE, UID_SPAN = 2_000_000_000, 100_000_000
@@ -73,9 +75,8 @@ def isolate(cfg: dict) -> None:
     """Enter fresh namespaces; make every mount read-only except the scratch directory."""
     scratch = cfg["scratch"]
     as_root = os.geteuid() == 0
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC
-    if cfg["network"] == "none":
-        flags |= CLONE_NEWNET
+    # A new network namespace has only a loopback device, and it is down: no address is reachable.
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET
     uid, gid = os.getuid(), os.getgid()
     if not as_root:
         flags |= CLONE_NEWUSER  # the unprivileged way to own a mount and a network namespace
@@ -91,13 +92,15 @@ def isolate(cfg: dict) -> None:
     if as_root:
         # Root could undo all of the above (remount, setns); an unprivileged uid cannot.
         expose(cfg["expose"] + [scratch])
-        new = UID_BASE + random.randrange(UID_SPAN)
+        new = UID_BASE + int.from_bytes(os.urandom(4), "little") % UID_SPAN
         for root, dirs, files in os.walk(scratch):
             for name in [root] + [os.path.join(root, n) for n in dirs + files]:
                 os.lchown(name, new, new)
         os.setgroups([])
         os.setresgid(new, new, new)
         os.setresuid(new, new, new)
+    # No exec may gain privileges again: a setuid-root program (su, mount) would undo it all.
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
 def expose(paths: list[str]) -> None:
@@ -164,7 +167,7 @@ def run_payload(cfg: dict) -> None:
             os._exit(127)
     code = 0
     sys.argv = [cfg["source_file"]]
-    sys.path.insert(0, cfg["scratch"])  # as `python main.py` would; -I left the script dir out
+    sys.path[:] = [cfg["scratch"], *cfg["sys_path"]]  # as `python main.py` would see it
     try:
         with open(cfg["source_file"], encoding="utf-8") as f:
             source = f.read()

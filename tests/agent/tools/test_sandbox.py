@@ -6,16 +6,23 @@ where it helps, a control run outside the sandbox shows the same code would succ
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import errno
 import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from prorsa.agent.tools import SandboxLimits, ToolStatus, Truncation, call_tool, run_sandboxed
 from prorsa.agent.tools.python_tool import PythonTool
-from prorsa.agent.tools.sandbox import CHILD
+from prorsa.agent.tools.sandbox import CHILD, probe
 
 FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
 
@@ -215,3 +222,85 @@ def test_runs_unprivileged():
     res = run("import os\nprint(os.geteuid())")
     assert res.status is ToolStatus.OK
     assert int(res.observation) != 0 or os.geteuid() != 0
+
+
+def test_probe_finds_isolation_available():
+    assert asyncio.run(probe()) is None
+
+
+REPO = Path(__file__).resolve().parents[3]
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _others_can_read(path: Path) -> bool:
+    return all(p.stat().st_mode & 0o005 == 0o005 for p in [path, *path.parents])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not SYSTEM_PYTHON.exists()
+                    or not _others_can_read(REPO), reason="needs root, setpriv, a system python and a "
+                                                           "world-readable checkout to play a plain user")
+def test_unprivileged_caller_gets_the_same_isolation():
+    """The path a non-root user takes (a user namespace instead of dropping to a fresh uid)."""
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path sits in a 0700 directory
+        tmp_path = Path(tmp)
+        tmp_path.chmod(0o777)
+        _run_as_nobody(tmp_path)
+
+
+AS_NOBODY_PAYLOAD = """
+import os, socket, subprocess
+print(os.getuid())
+procs = []
+for i in range(40):
+    try:
+        procs.append(subprocess.Popen(["sleep", "30"]))
+    except OSError:
+        break
+print(len(procs))
+try:
+    socket.create_connection(("127.0.0.1", 9), timeout=1)
+except OSError as e:
+    print(e.errno)
+try:
+    open(os.getcwd() + "/../escape", "w")  # beside the scratch directory, in a 0777 directory
+except OSError as e:
+    print(e.errno)
+"""
+
+AS_NOBODY_DRIVER = """
+import asyncio, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+from prorsa.agent.tools import SandboxLimits, run_sandboxed
+here = pathlib.Path(__file__).parent
+limits = SandboxLimits(wall_s=5, processes=16, scratch_root=str(here))
+run = asyncio.run(run_sandboxed((here / "payload.py").read_text(), limits=limits))
+print(run.output, end="")
+"""
+
+
+def _run_as_nobody(tmp_path: Path) -> None:
+    (tmp_path / "payload.py").write_text(AS_NOBODY_PAYLOAD)
+    (tmp_path / "driver.py").write_text(AS_NOBODY_DRIVER)
+    for f in ("payload.py", "driver.py"):
+        (tmp_path / f).chmod(0o644)
+    out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                          str(SYSTEM_PYTHON), str(tmp_path / "driver.py"), str(REPO)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    uid, procs, net_errno, write_errno = out.stdout.split()
+    assert uid == "65534" and 3 <= int(procs) < 16
+    assert int(net_errno) == errno.ENETUNREACH and int(write_errno) == errno.EROFS
+    assert not (tmp_path / "escape").exists()
+
+
+def test_no_way_back_to_privilege():
+    code = ("import os\nstatus = open('/proc/self/status').read()\n"
+            "print({l.split(':')[0]: l.split()[1] for l in status.splitlines()\n"
+            "       if l.startswith(('NoNewPrivs', 'CapEff'))})\n"
+            "try:\n    os.setuid(0)\n    print('ROOT')\nexcept OSError as e:\n    print('refused', e.errno)")
+    res = run(code)
+    assert res.status is ToolStatus.OK
+    status = ast.literal_eval(res.observation.splitlines()[0])
+    assert status["NoNewPrivs"] == "1"  # a setuid-root program cannot raise privileges again
+    assert int(status["CapEff"], 16) == 0 or os.geteuid() != 0  # started as root: no capability left
+    assert res.observation.splitlines()[1] == f"refused {errno.EPERM}"

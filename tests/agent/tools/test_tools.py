@@ -55,7 +55,8 @@ def test_calculator_tool_statuses():
 # --- search -------------------------------------------------------------------------------------
 
 def test_search_ranks_the_matching_document_first():
-    docs = [Document("a", "Cats", "Cats purr and chase mice."), Document("b", "Paris", "Paris is the capital of France."),
+    docs = [Document("a", "Cats", "Cats purr and chase mice."),
+            Document("b", "Paris", "Paris is the capital of France."),
             Document("c", "Rivers", "The Seine flows through Paris.")]
     tool = SearchTool(docs, k=2)
     hits = tool.search("capital of France")
