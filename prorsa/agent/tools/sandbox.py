@@ -33,6 +33,9 @@ from prorsa.agent.tools import sandbox_child
 
 CHILD = Path(sandbox_child.__file__)
 READ_CHUNK = 1 << 16
+# The launcher kills its own process group this long after the wall limit, should the parent
+# that was to do it be gone or stuck.
+DEADLINE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ def _config(scratch: str, limits: SandboxLimits, argv: list[str] | None, env: Ma
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
     return json.dumps({
         "scratch": scratch, "argv": argv, "source_file": "main.py",
+        "parent": os.getpid(), "deadline_s": limits.wall_s + DEADLINE_GRACE_S,
         "env": {**base_env, **env}, "expose": _python_paths(), "sys_path": _import_path(),
         "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
                    "file_bytes": limits.file_bytes, "processes": limits.processes,

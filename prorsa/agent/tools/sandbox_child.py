@@ -193,6 +193,7 @@ def run_payload(cfg: dict) -> None:
 def init_process(cfg: dict) -> None:
     """Pid 1 of the sandbox: start the payload, reap every child, exit with the payload's status."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the launcher's deadline is not the payload's
     payload = os.fork()
     if payload == 0:
         run_payload(cfg)
@@ -214,6 +215,16 @@ def _exit_code(wstatus: int) -> int:
     return os.WEXITSTATUS(wstatus)
 
 
+def tie_to_parent(cfg: dict) -> None:
+    """Die with the process that asked for this sandbox, and in any case soon after its deadline."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != cfg["parent"]:  # it died before the line above took effect
+        os._exit(SETUP_FAILED)
+    # The parent normally stops a late sandbox itself; this covers a parent that cannot.
+    signal.signal(signal.SIGALRM, lambda *_: os.killpg(0, signal.SIGKILL))
+    signal.setitimer(signal.ITIMER_REAL, cfg["deadline_s"])
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     try:
@@ -222,6 +233,7 @@ def main() -> None:
     except OSError as e:
         print(f"sandbox: isolation failed: {e}", file=sys.stderr)
         os._exit(SETUP_FAILED)
+    tie_to_parent(cfg)  # after isolate: a change of uid clears the parent-death signal
     init = os.fork()
     if init == 0:
         init_process(cfg)

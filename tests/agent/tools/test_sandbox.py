@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -304,3 +305,30 @@ def test_no_way_back_to_privilege():
     assert status["NoNewPrivs"] == "1"  # a setuid-root program cannot raise privileges again
     assert int(status["CapEff"], 16) == 0 or os.geteuid() != 0  # started as root: no capability left
     assert res.observation.splitlines()[1] == f"refused {errno.EPERM}"
+
+
+def test_sandbox_dies_with_its_caller():
+    caller = subprocess.Popen([sys.executable, "-c", (
+        "import asyncio\nfrom prorsa.agent.tools import SandboxLimits, run_sandboxed\n"
+        "asyncio.run(run_sandboxed('import time\\ntime.sleep(60)', limits=SandboxLimits(wall_s=60)))")])
+    try:
+        # Launcher, init and payload all up; the payload writes nothing, so no broken pipe ends
+        # it: only the tie to its caller can.
+        deadline = time.monotonic() + 10
+        while len(sandbox_processes()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sandbox_processes()) == 3, "the sandbox never started"
+        time.sleep(0.3)
+    finally:
+        caller.kill()
+        caller.wait()
+    deadline = time.monotonic() + 5
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+
+
+def test_payload_may_use_its_own_alarm():
+    res = run("import signal, time\nsignal.signal(signal.SIGALRM, lambda *a: print('rang'))\n"
+              "signal.setitimer(signal.ITIMER_REAL, 0.1)\ntime.sleep(0.3)\nprint('after')")
+    assert res.status is ToolStatus.OK and res.observation == "rang\nafter"
