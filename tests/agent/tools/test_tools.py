@@ -97,6 +97,19 @@ USER_MODULE = textwrap.dedent('''
     reverse = CommandSpec("reverse", ("python", "-c", "import sys; print(sys.argv[1][::-1])", "{text}"),
                           description="Reverse a text.", limits=SandboxLimits(wall_s=5))
     not_a_tool = 42
+
+    class Echo:
+        name, description = "echo", "Say it back."
+        parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+        def __init__(self, prefix=""):
+            self.prefix = prefix
+
+        async def call(self, arguments, *, timeout_s=None):
+            from prorsa.agent.tools import ToolResult, ToolStatus
+            return ToolResult(self.prefix + arguments["text"], ToolStatus.OK, 0.0)
+
+    echo = Echo("> ")
 ''')
 
 
@@ -119,6 +132,13 @@ def test_user_function_tool(user_module):
     assert err.status is ToolStatus.ERROR and "KeyError" in err.observation
     slow = call(make_tool(f"{user_module}:slow"), {"seconds": 5}, timeout_s=0.2)
     assert slow.status is ToolStatus.TIMEOUT and slow.elapsed_s < 1
+
+
+def test_user_tool_objects_and_classes(user_module):
+    instance = make_tool(f"{user_module}:echo")
+    assert call(instance, {"text": "hi"}).observation == "> hi"
+    built = make_tool(f"{user_module}:Echo", prefix="# ")  # a tool class gets the options
+    assert built.name == "echo" and call(built, {"text": "hi"}).observation == "# hi"
 
 
 def test_user_command_tool_takes_arguments_as_single_words(user_module):
