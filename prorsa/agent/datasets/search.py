@@ -48,10 +48,13 @@ def make_world(seed: int = 0) -> World:
     r = random.Random(f"search-world:{seed}")
     used: set[str] = set()
     provinces = {_word(r, used, 2): {"export": r.choice(EXPORTS)} for _ in range(SIZES["province"])}
-    cities = {_word(r, used, 2): {"province": r.choice(sorted(provinces)), "river": _word(r, used, 2),
-                                  "year": r.randrange(900, 1900)} for _ in range(SIZES["city"])}
+    names = sorted(provinces)
+    # The first cities go one to each province, so that every province has a capital of its own.
+    cities = {_word(r, used, 2): {"province": names[i] if i < len(names) else r.choice(names),
+                                  "river": _word(r, used, 2), "year": r.randrange(900, 1900)}
+              for i in range(SIZES["city"])}
     for name, p in provinces.items():
-        p["capital"] = r.choice([c for c, v in cities.items() if v["province"] == name] or sorted(cities))
+        p["capital"] = r.choice([c for c, v in cities.items() if v["province"] == name])
     people = {f"{_word(r, used, 2)} {_word(r, used, 2)}": {"city": r.choice(sorted(cities)),
                                                           "profession": r.choice(PROFESSIONS)}
               for _ in range(SIZES["person"])}
