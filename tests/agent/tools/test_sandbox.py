@@ -23,7 +23,7 @@ import pytest
 
 from prorsa.agent.tools import SandboxLimits, ToolStatus, Truncation, call_tool, run_sandboxed
 from prorsa.agent.tools.python_tool import PythonTool
-from prorsa.agent.tools.sandbox import CHILD, probe
+from prorsa.agent.tools.sandbox import LAUNCH, probe
 
 FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
 
@@ -41,7 +41,7 @@ def sandbox_processes() -> list[int]:
                 cmd = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if str(CHILD).encode() in cmd:
+            if LAUNCH.encode() in cmd:
                 pids.append(int(entry.name))
     return pids
 
