@@ -11,8 +11,13 @@ removed afterwards. The launcher (sandbox_child.py) enters new mount, network, p
 namespaces (plus a user namespace when not root), so: the whole filesystem is read-only except
 the scratch directory; there is no network, not even loopback; when the call ends, everything it
 started is killed with its pid namespace. Started as root, it also drops to a fresh unprivileged
-uid, so RLIMIT_NPROC applies and the namespaces cannot be undone. Nothing here raises for what
-the code does: a crash, a timeout, a memory or fork bomb, an output flood all end as a SandboxRun.
+uid, so RLIMIT_NPROC applies and the namespaces cannot be undone. It dies with its caller, and
+by itself DEADLINE_GRACE_S after its wall limit. Nothing here raises for what the code does: a
+crash, a timeout, a memory or fork bomb, an output flood all end as a SandboxRun.
+
+Needs Linux 5.12+ (mount_setattr) and root or unprivileged user namespaces; probe() says when
+they are missing, and then no code runs. What is readable stays readable: the sandbox keeps the
+code from changing or reaching anything, not from reading world-readable files.
 """
 
 from __future__ import annotations
