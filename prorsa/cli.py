@@ -2,9 +2,11 @@
 
     prorsa run PIPELINE [--engine B] [--policy P] [--output DIR]   a live rollout on a LocalCluster
     prorsa sim PIPELINE [--policy P,Q,...] [--gpus N] [--output DIR]  the same rollout in virtual time
+    prorsa sweep SWEEP [--cluster ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
     prorsa validate FILE...                                         check pipeline files, run nothing
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
+    prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
 
 Bad input ends with one line on stderr and exit code 2; no traceback.
 """
@@ -17,6 +19,7 @@ import json
 import logging
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -112,7 +115,7 @@ def run(pipeline: str, engine: str | None, policy: str | None, output: str | Non
 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
-@click.option("--policy", "policies", default="colocated,static:*,reactive,prorsa", show_default=True,
+@click.option("--policy", "policies", default="colocated,static:*,reactive,prorsa,oracle", show_default=True,
               help="Comma-separated policies; static:* is every static:P:D split.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs in all (engines = GPUs / (tp x ep)).")
 @click.option("--gpu", help="Hardware profile, e.g. h200 (configs/hardware).")
@@ -136,10 +139,14 @@ def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: 
     from prorsa.sim.run import write_run
 
     specs = expand_policies([p.strip() for p in policies.split(",") if p.strip()], cfg.engines.count)
+    from prorsa.control.policy import make_policy
+    from prorsa.rollout.context import policy_context
+
+    # only to check the specs: the oracle is given a future here that it never reads
+    context = replace(policy_context(cfg), future=lambda traj_id: None)
     try:
-        from prorsa.control.policy import make_policy
         for spec in specs:
-            make_policy(spec).initial_roles(cfg.engines.count)
+            make_policy(spec, context).initial_roles(cfg.engines.count)
     except ValueError as e:
         _fail(f"--policy: {e}")
     console = Console(stderr=False)
@@ -164,6 +171,31 @@ def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: 
 
 
 @main.command()
+@click.argument("sweep_file", metavar="SWEEP", type=click.Path(dir_okay=False))
+@click.option("--cluster", "address", help="A running Dask scheduler, e.g. tcp://host:8786 (default: a LocalCluster).")
+@click.option("--output", type=click.Path(file_okay=False),
+              help="Results directory (default: runs/sweep-<name>); running again resumes it.")
+@click.option("--workers", type=click.IntRange(min=1), help="LocalCluster worker processes (default: one per core).")
+def sweep(sweep_file: str, address: str | None, output: str | None, workers: int | None) -> None:
+    """Simulate every point of SWEEP's grid as Dask tasks; write sweep.nc and speedup.png."""
+    if address and workers:
+        _fail("--workers sizes the LocalCluster; a --cluster brings its own workers")
+    from prorsa.sim.sweep import sweep_on_cluster
+
+    console = Console(stderr=False)
+    try:
+        done = sweep_on_cluster(Path(sweep_file), address, Path(output) if output else None, workers, console)
+    except ConfigError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail("interrupted; finished points are kept, run the same command to resume")
+    console.print(f"{len(done.computed)} simulated, {done.skipped} already done, {len(done.failed)} failed; "
+                  f"wrote {done.out / 'sweep.nc'}" + (f" and {done.plot}" if done.plot else ""), soft_wrap=True)
+    if done.failed:
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
     """Check pipeline FILES without running them."""
@@ -178,6 +210,32 @@ def validate(files: tuple[str, ...]) -> None:
             click.echo(f"ok: {f} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
                        f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
     sys.exit(2 if bad else 0)
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--output", default="configs/hardware/cpu.yaml", show_default=True, type=click.Path(dir_okay=False),
+              help="Hardware profile to write; the model profile goes to models/<model>.yaml beside a "
+                   "hardware/ directory, else next to it.")
+@click.option("--quick", is_flag=True, help="A few points only: a smoke test, not a profile to keep.")
+def calibrate(pipeline: str, output: str, quick: bool) -> None:
+    """Measure step times on one engine of PIPELINE's backend and fit the cost model to them."""
+    cfg = _load(pipeline, {})
+    if cfg.engines.backend != "vllm":
+        _fail(f"{pipeline}: engines.backend is {cfg.engines.backend}; calibrate measures vllm engines")
+    _check_vllm(cfg, pipeline)
+    from prorsa.costmodel.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
+
+    command = f"prorsa calibrate {pipeline} --output {output}" + (" --quick" if quick else "")
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # so the engine is stopped
+    try:
+        lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command,
+                                   _new_run_dir(Path(cfg.output_dir), "calibrate"), click.echo)
+    except KeyboardInterrupt:
+        _fail("interrupted")
+    except ValueError as e:
+        _fail(str(e))
+    click.echo("\n".join(lines))
 
 
 @main.group()

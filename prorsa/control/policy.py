@@ -20,6 +20,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from prorsa.agent.trace import TrajectorySpec
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.costmodel import CostModel
 from prorsa.roles import Role
@@ -61,6 +62,8 @@ class PolicyContext:
     slots: int  # concurrent sequences one engine admits
     kv_capacity_tokens: int  # KV tokens one engine holds
     interval_s: float  # seconds between decide() calls
+    # traj_id -> the trajectory's whole spec: the future, which only a simulator can give (oracle)
+    future: Callable[[str], TrajectorySpec] | None = None
 
     @classmethod
     def default(cls) -> PolicyContext:
@@ -91,8 +94,9 @@ def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Polic
 def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
     """`colocated`, `static:2:1`, `reactive`, `prorsa:4` ... -> a policy object. Policies that
     take a context get `context` (None: they build PolicyContext.default())."""
-    # Registers reactive and prorsa; imported here, not at the top, because it imports this module.
+    # Registers reactive, prorsa and oracle; imported here, not at the top, as they import this module.
     import prorsa.control.adaptive  # noqa: F401, PLC0415
+    import prorsa.control.oracle  # noqa: F401, PLC0415
 
     name, *args = spec.split(":")
     if name not in POLICIES:

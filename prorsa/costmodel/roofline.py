@@ -7,7 +7,10 @@ in __init__: no I/O, no YAML, no clock; cheap enough for ~1e6 calls per simulate
     prefill_time(chunks)            one batched prefill step; chunks = (new, cached_prefix) per seq
     decode_time(contexts)           one decode step; contexts = KV length per sequence
     mixed_time(chunks, contexts)    one chunked-prefill step co-batched with decodes
+    mixed_time_sums(chunks, n, c)   the same, the decodes given as their count and context sum
     decode_series(batch, ctx, k)    k consecutive decode steps (contexts grow by one a step)
+    prefill_compute_time(n, c)      prefill compute alone (no overhead, no weight reads): bounds
+    decode_token_time(ctx, batch)   one sequence's share of a full decode step: bounds
     kv_transfer_time(tokens, link)  pulling `tokens` of KV over "net" or "nvlink"
     switch_time(from, to, ...)      draining before a role switch (weights stay resident)
     kv_capacity_tokens()            KV tokens that fit beside the weights
@@ -105,6 +108,10 @@ class CostModel:
         return self.step_time(n, n, ctx + 0.5 * n, ctx)
 
     def mixed_time(self, chunks: Sequence[tuple[int, int]], contexts: Sequence[int]) -> float:
+        return self.mixed_time_sums(chunks, len(contexts), float(sum(contexts)))
+
+    def mixed_time_sums(self, chunks: Sequence[tuple[int, int]], n: int, ctx: float) -> float:
+        """mixed_time with the decodes given as their count and context sum."""
         tokens = seqs = 0
         attn = kv = 0.0
         for new, cached in chunks:
@@ -113,9 +120,7 @@ class CostModel:
                 seqs += 1
                 attn += new * (cached + 0.5 * new)
                 kv += cached
-        n = len(contexts)
         if n:
-            ctx = float(sum(contexts))
             tokens += n
             seqs += n
             attn += ctx + 0.5 * n
@@ -155,6 +160,18 @@ class CostModel:
         if self._a2a_fixed:
             comm += self._a2a_fixed + self._a2a_s * batch
         return self._oh + np.maximum(compute, memory) + comm
+
+    def prefill_compute_time(self, new: int, cached: int) -> float:
+        """The compute of prefilling `new` tokens on `cached` ones, with no step overhead and no
+        weight reads: what batching with others can never make cheaper (for lower bounds)."""
+        if new <= 0:
+            return 0.0
+        return self._lin_s * new + self._head_s + self._attn_s * new * (cached + 0.5 * new)
+
+    def decode_token_time(self, context: float, batch: int) -> float:
+        """One sequence's share of a decode step in a full batch of `batch` at `context`."""
+        b = max(batch, 1)
+        return self.step_time(b, b, b * (context + 0.5), b * context) / b
 
     def touched_weight_bytes(self, tokens: int) -> float:
         """Weight bytes one step of `tokens` tokens streams on this engine (all TP ranks)."""

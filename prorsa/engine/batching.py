@@ -13,7 +13,7 @@ it between sleeps, passing the time; the simulator may reuse it directly.
     plan_prefill(max_tokens)     the next prefill step: chunks of waiting prefills + all decodes
     apply_prefill(plan, now)     account one prefill (or mixed) step -> finished sequences
     plan_decode()                the decode segment: batch, sum of contexts, steps to next finish
-    rank_batches()               the same batch per DP-attention rank (ranks > 1)
+    rank_loads() / rank_batches()  decodes and their context sum per DP-attention rank
     advance(steps, now)          account `steps` decode steps -> finished sequences
     remove(seq)                  a cancelled request leaves, releasing its slot and KV
 
@@ -26,6 +26,8 @@ A sequence's life on one engine:
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,8 @@ class SeqState:
     decode_left: int  # tokens still to generate; 0 = prefill only
     transfer: bool = False  # waits for a KV pull between admission and decoding
     rank: int = 0  # the DP-attention rank serving it (engines with ranks > 1)
+    joined: int = 0  # the batcher's decode clock when it started decoding
+    end: int = 0  # the decode clock at which it has generated everything
     ctx: int = 0  # KV length the next decode step reads
     arrived: float = 0.0  # engine times (loop clock) of each transition
     admitted: float | None = None
@@ -55,7 +59,7 @@ class SeqState:
 @dataclass(frozen=True)
 class PrefillPlan:
     chunks: tuple[tuple[SeqState, int], ...]  # (sequence, tokens computed this step)
-    decodes: tuple[SeqState, ...]  # decodes co-batched in the same step (one token each)
+    decodes: tuple[tuple[int, int], ...]  # per rank: (decodes co-batched, one token each; their context sum)
 
 
 class Batcher:
@@ -67,7 +71,15 @@ class Batcher:
         self.waiting: deque[SeqState] = deque()
         self.transferring: set[SeqState] = set()
         self.prefilling: list[SeqState] = []  # FIFO: the oldest prefill gets the step first
-        self.decoding: list[SeqState] = []
+        # Decoding sequences all advance one token a step, so one clock serves them all: a
+        # sequence's context is its prefix + (clock - joined), and it finishes at clock == end.
+        # A step then costs O(sequences finishing), not O(batch).
+        self.decoding: set[SeqState] = set()
+        self.clock = 0
+        self._ends: list[tuple[int, int, SeqState]] = []  # heap of (end, tiebreak, seq)
+        self._tie = itertools.count()
+        self._n_dec = [0] * ranks  # decoding sequences per rank
+        self._base = [0] * ranks  # per rank: sum of (prefix - joined); context sum = base + n clock
         self.kv_used = 0  # KV tokens reserved by admitted sequences
         self.prefill_tokens = 0  # counters since start
         self.decode_tokens = 0
@@ -121,10 +133,7 @@ class Batcher:
     def plan_prefill(self, max_tokens: int) -> PrefillPlan:
         # Per rank: decodes go first (one token each), prefill chunks fill the rest of the token
         # budget; at least one prefill token runs so a full decode batch cannot starve prefills.
-        decodes = [0] * self.ranks
-        for seq in self.decoding:
-            decodes[seq.rank] += 1
-        budget = [max(max_tokens - d, 1) for d in decodes]
+        budget = [max(max_tokens - d, 1) for d in self._n_dec]
         chunks = []
         for seq in self.prefilling:
             left = budget[seq.rank]
@@ -133,11 +142,11 @@ class Batcher:
             n = min(seq.prefill_left, left)
             chunks.append((seq, n))
             budget[seq.rank] = left - n
-        return PrefillPlan(tuple(chunks), tuple(self.decoding))
+        return PrefillPlan(tuple(chunks), tuple(self.rank_loads()))
 
     def apply_prefill(self, plan: PrefillPlan, now: float) -> list[SeqState]:
         self.steps += 1
-        finished = self._decode_one(plan.decodes, now)
+        finished = self._tick(1, now)
         for seq, n in plan.chunks:
             if seq.removed:
                 continue
@@ -156,31 +165,45 @@ class Batcher:
 
     def plan_decode(self) -> tuple[int, int, int]:
         """(batch, sum of contexts, decode steps until the first sequence finishes)."""
-        return (len(self.decoding), sum(s.ctx for s in self.decoding),
-                min(s.decode_left for s in self.decoding))
+        self._drop_removed()
+        n = len(self.decoding)
+        return n, sum(self._base) + n * self.clock, self._ends[0][0] - self.clock
+
+    def rank_loads(self) -> list[tuple[int, int]]:
+        """Per DP-attention rank: (decoding sequences, sum of their contexts)."""
+        return [(n, base + n * self.clock) for n, base in zip(self._n_dec, self._base)]
 
     def rank_batches(self) -> list[tuple[int, int]]:
-        """Per DP-attention rank holding decodes: (batch, sum of contexts)."""
-        out = [[0, 0] for _ in range(self.ranks)]
-        for seq in self.decoding:
-            out[seq.rank][0] += 1
-            out[seq.rank][1] += seq.ctx
-        return [(b, c) for b, c in out if b]
+        """rank_loads() of the ranks holding decodes."""
+        return [(n, c) for n, c in self.rank_loads() if n]
 
     def advance(self, steps: int, now: float) -> list[SeqState]:
         self.steps += steps
+        return self._tick(steps, now)
+
+    def _tick(self, steps: int, now: float) -> list[SeqState]:
+        """Every decoding sequence generates `steps` tokens -> those that finished."""
         self.decode_tokens += steps * len(self.decoding)
+        self.clock += steps
         finished = []
-        for seq in self.decoding:
-            seq.ctx += steps
-            seq.decode_left -= steps
-            if seq.decode_left <= 0:
-                finished.append(seq)
-        if finished:
-            self.decoding = [s for s in self.decoding if s.decode_left > 0]
-            for seq in finished:
-                self._finish(seq, now)
+        while self._ends and self._ends[0][0] <= self.clock:
+            seq = heapq.heappop(self._ends)[2]
+            if seq.removed or seq not in self.decoding:
+                continue
+            self._leave(seq)
+            seq.ctx, seq.decode_left = seq.ctx + (seq.end - seq.joined), 0
+            self._finish(seq, now)
+            finished.append(seq)
         return finished
+
+    def _drop_removed(self) -> None:
+        while self._ends and self._ends[0][2] not in self.decoding:
+            heapq.heappop(self._ends)
+
+    def _leave(self, seq: SeqState) -> None:
+        self.decoding.discard(seq)
+        self._n_dec[seq.rank] -= 1
+        self._base[seq.rank] -= seq.ctx - seq.joined
 
     def remove(self, seq: SeqState) -> None:
         if seq.removed or seq.finished is not None:
@@ -189,32 +212,26 @@ class Batcher:
         if seq in self.waiting:
             self.waiting.remove(seq)
             return
-        for held in (self.transferring, self.prefilling, self.decoding):
+        if seq in self.decoding:
+            self._leave(seq)
+            self.kv_used -= seq.reserve
+            self._on_rank[seq.rank] -= 1
+            return
+        for held in (self.transferring, self.prefilling):
             if seq in held:  # admitted here (not into an earlier batcher): give its KV back
                 held.remove(seq)
                 self.kv_used -= seq.reserve
                 self._on_rank[seq.rank] -= 1
                 return
 
-    def _decode_one(self, decodes: tuple[SeqState, ...], now: float) -> list[SeqState]:
-        live = tuple(s for s in decodes if not s.removed)
-        if not live:
-            return []
-        self.decode_tokens += len(live)
-        for seq in live:
-            seq.ctx += 1
-            seq.decode_left -= 1
-        done = [s for s in live if s.decode_left <= 0]
-        if done:
-            self.decoding = [s for s in self.decoding if s.decode_left > 0]
-            for seq in done:
-                self._finish(seq, now)
-        return done
-
     def _start_decode(self, seq: SeqState, now: float) -> None:
-        seq.ctx = seq.prefix
+        seq.ctx = seq.prefix  # as of `joined`; current: prefix + clock - joined
         seq.decode_start = now
-        self.decoding.append(seq)
+        seq.joined, seq.end = self.clock, self.clock + seq.decode_left
+        self.decoding.add(seq)
+        self._n_dec[seq.rank] += 1
+        self._base[seq.rank] += seq.ctx - seq.joined
+        heapq.heappush(self._ends, (seq.end, next(self._tie), seq))
 
     def _finish(self, seq: SeqState, now: float) -> None:
         seq.finished = now

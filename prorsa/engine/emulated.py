@@ -70,13 +70,13 @@ class EmulatedEngine:
         self._prefix: dict[str, int] = {}  # ideal prefix cache: traj_id -> context tokens in KV
         self._counters = {"cached_tokens": 0, "transfers": 0, "transfer_tokens": 0, "busy_s": 0.0}
         self._task: asyncio.Task | None = None
-        self._wake: asyncio.Event | None = None  # set when the step loop should re-plan
+        self._wake: _Wake | None = None  # set when the step loop should re-plan
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         if self._task is None:
-            self._wake = asyncio.Event()
+            self._wake = _Wake()
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -228,14 +228,12 @@ class EmulatedEngine:
         (the all-to-all of each MoE layer is a barrier), so a prefill chunk on one rank stalls
         the decodes of all."""
         if self.ranks == 1:
-            return self.cost.mixed_time([(n, s.prefix) for s, n in plan.chunks], [s.ctx for s in plan.decodes])
+            (n, ctx), = plan.decodes
+            return self.cost.mixed_time_sums([(k, s.prefix) for s, k in plan.chunks], n, ctx)
         chunks: list[list] = [[] for _ in range(self.ranks)]
-        ctxs: list[list] = [[] for _ in range(self.ranks)]
-        for s, n in plan.chunks:
-            chunks[s.rank].append((n, s.prefix))
-        for s in plan.decodes:
-            ctxs[s.rank].append(s.ctx)
-        return max(self.cost.mixed_time(c, x) for c, x in zip(chunks, ctxs))
+        for s, k in plan.chunks:
+            chunks[s.rank].append((k, s.prefix))
+        return max(self.cost.mixed_time_sums(c, n, ctx) for c, (n, ctx) in zip(chunks, plan.decodes))
 
     async def _decode_stretch(self, loop: asyncio.AbstractEventLoop) -> int:
         """Sleep through the decode steps until the first sequence finishes; an arrival cuts
@@ -250,9 +248,7 @@ class EmulatedEngine:
             series = np.max([self.cost.decode_series(b, c, steps) for b, c in self._batch.rank_batches()], axis=0)
         ends = np.cumsum(series) * self.time_scale
         start = loop.time()
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=float(ends[-1]))
-        except asyncio.TimeoutError:
+        if not await self._wake.wait(timeout=float(ends[-1])):
             self._counters["busy_s"] += loop.time() - start
             return steps
         done = int(np.searchsorted(ends, loop.time() - start, side="right"))
@@ -267,3 +263,39 @@ class EmulatedEngine:
         if busy:
             self._counters["busy_s"] += seconds
         await asyncio.sleep(seconds)
+
+
+class _Wake:
+    """asyncio.Event with a timed wait that costs one future and one timer, not a task: the step
+    loop waits once per decode stretch, hundreds of thousands of times in a simulated rollout."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """True once set; False when `timeout` seconds passed first."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(False)

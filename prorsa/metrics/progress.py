@@ -87,9 +87,13 @@ def comparison_table(ds) -> Table:
         best = str((vals.idxmin() if sync else vals.idxmax()).item())
     table = Table(title=f"{ds.attrs['name']}: {ds.attrs['engines']} x {ds.attrs['gpu']}, {ds.attrs['model']}, "
                         f"{ds.attrs['mode']}  ({'makespan' if sync else 'throughput'}, body seconds)")
+    bound = ds.attrs.get("bound_s")
+    if bound is not None:
+        table.caption = (f"lower bound: makespan >= {bound:.2f} s (critical path {ds.attrs['critical_path_s']:.2f} s, "
+                         f"work over capacity {ds.attrs['work_s']:.2f} s)")
     for col in ("policy", "makespan s" if sync else "traj/s", "vs colocated", "switches",
                 "prefix hit", "recomputed tok", "sim s"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col == "policy")
     for p in ds.policy.values:
         p = str(p)
         row = ds.sel(policy=p)

@@ -72,5 +72,14 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
 def run_virtual(main: Coroutine[Any, Any, _T], start: float = 0.0) -> _T:
     """Run `main` to completion on a fresh virtual-clock loop, like asyncio.run."""
+    out: list[_T] = []
+
+    async def keep() -> None:
+        # The result stays out of the main task: on exit the Runner restores its SIGINT handler,
+        # and CPython 3.11 formats a repr of that handler, the task and its result (seconds, for
+        # a rollout's worth of trajectories).
+        out.append(await main)
+
     with asyncio.Runner(loop_factory=lambda: VirtualClockLoop(start)) as runner:
-        return runner.run(main)
+        runner.run(keep())
+    return out[0]

@@ -1,7 +1,8 @@
 """Several policies on one simulated workload, side by side: what `prorsa sim` prints and writes.
 
     expand_policies(specs, n_engines)     "static:*" -> every static:P:D split of n engines
-    compare(cfg, specs, progress) -> xr.Dataset   one simulation per policy (dim `policy`)
+    compare(cfg, specs, on_run) -> (Dataset, runs)  one simulation per policy (dim `policy`), with
+                                          the makespan lower bound in its attrs (bound_s, ...)
     figure(ds)                            the headline per policy: makespan (sync) or trajectories/s (async)
     speedups(ds)                          that figure relative to colocated (> 1: faster)
 
@@ -16,6 +17,7 @@ import numpy as np
 import xarray as xr
 
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.sim.bounds import lower_bound
 from prorsa.sim.run import SimRun, simulate
 
 FIELDS = ("makespan_s", "trajectories_per_s", "tokens_per_s", "role_switches", "prefix_hit_rate",
@@ -41,8 +43,12 @@ def compare(cfg: PipelineConfig, specs: list[str],
         if on_run is not None:
             on_run(run)
     data = {k: ("policy", np.array([_num(r.summary.get(k)) for r in runs], dtype=float)) for k in FIELDS}
+    bound = {}
+    if cfg.workload.mode == "sync" or cfg.workload.trajectories is not None:
+        b = lower_bound(cfg)
+        bound = {"bound_s": b.makespan_s, "critical_path_s": b.critical_path_s, "work_s": b.work_s}
     ds = xr.Dataset(data, coords={"policy": np.array(specs, dtype=str)},
-                    attrs={"name": cfg.name, "mode": cfg.workload.mode, "engines": cfg.engines.count,
+                    attrs={**bound, "name": cfg.name, "mode": cfg.workload.mode, "engines": cfg.engines.count,
                            "gpu": cfg.engines.gpu, "model": cfg.engines.model, "tp": cfg.engines.tp,
                            "ep": cfg.engines.ep, "seed": cfg.seed, "clock": "body seconds"})
     return ds, runs

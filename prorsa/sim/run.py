@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
@@ -65,7 +67,8 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
         return loop.time() - started
 
     unit = time_unit(cfg)
-    context = policy_context(cfg)
+    workload = Workload.from_config(cfg.workload, cfg.seed)
+    context = replace(policy_context(cfg), future=future_of(workload, unit))
     if not isinstance(policy, str | None):
         pol = policy
     else:
@@ -85,9 +88,9 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     wcfg = cfg.workload
     if wcfg.duration_s is not None:
         wcfg = wcfg.model_copy(update={"duration_s": wcfg.duration_s / unit})
-    workload = Workload.from_config(cfg.workload, cfg.seed)
     drive = run_sync if wcfg.mode == "sync" else run_async
-    sampler = loop.create_task(_sample(engines, rec, now, cfg.runtime.metrics_interval_s / unit))
+    # a simulated rollout may span an hour of body time: a sample a second is plenty
+    sampler = loop.create_task(_sample(engines, rec, now, max(cfg.runtime.metrics_interval_s / unit, 1.0)))
     control = loop.create_task(controller.run())
     try:
         await drive(workload, wcfg, runner, now, rec.on_done, rec.on_turn)
@@ -103,6 +106,32 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
         "control": {"intervals": len(controller.step_s)}, "clock": "body"}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary)
+
+
+def future_of(workload: Workload, unit: float) -> Callable[[str], TrajectorySpec]:
+    """traj_id -> its spec with tool latencies in body seconds: what the oracle reads."""
+    specs: dict[str, TrajectorySpec] = {}
+
+    def lookup(traj_id: str) -> TrajectorySpec:
+        spec = specs.get(traj_id)
+        if spec is None:
+            if traj_id.startswith("a"):
+                spec = workload.trajectory(int(traj_id[1:]))
+            else:  # s{step}-p{prompt}-g{member}: the whole step at once
+                step = int(traj_id[1:].split("-")[0])
+                for s in workload.trajectories_for_step(step):
+                    specs[s.traj_id] = _in_body_seconds(s, unit)
+                return specs[traj_id]
+            spec = specs[traj_id] = _in_body_seconds(spec, unit)
+        return spec
+
+    return lookup
+
+
+def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:
+    if unit == 1.0:
+        return spec
+    return replace(spec, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s / unit) for t in spec.turns))
 
 
 async def _sample(engines: dict[str, EmulatedEngine], rec: RunRecorder, now, interval_s: float) -> None:

@@ -1,0 +1,80 @@
+"""How fast the simulator runs: one synchronous step of SWE trajectories (~20 turns each) on
+simulated H200s serving Qwen3-8B, colocated, pinned to one core.
+
+Each point runs in its own process (fresh interpreter, pinned with sched_setaffinity) and reports
+wall time, CPU time, turns simulated and engine steps, so the scaling with trajectories and GPUs
+can be read off the table (near-linear: time per turn roughly constant).
+
+    .venv/bin/python benchmarks/sim_speed.py [--trajectories 1024,4096] [--gpus 16,64] [--policy colocated]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+
+def one_point(trajectories: int, gpus: int, policy: str) -> dict:
+    from prorsa.config.pipeline import PipelineConfig
+    from prorsa.sim.run import simulate
+
+    group = 8
+    cfg = PipelineConfig.model_validate({
+        "name": "sim-speed", "seed": 0, "policy": "colocated",
+        "engines": {"backend": "emulated", "count": gpus, "slots": 64, "gpu": "h200", "model": "qwen3-8b"},
+        "workload": {"family": "swe", "mode": "sync", "prompts": trajectories // group, "group_size": group},
+    })  # fmt: skip
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    run = simulate(cfg, policy)
+    wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    s = run.summary
+    return {"trajectories": trajectories, "gpus": gpus, "policy": policy, "wall_s": wall,
+            "cpu_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime),
+            "turns": s["turns"], "completed": s["trajectories_completed"], "makespan_s": s["makespan_s"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trajectories", default="1024,4096")
+    ap.add_argument("--gpus", default="16,64")
+    ap.add_argument("--policy", default="colocated")
+    ap.add_argument("--core", type=int, default=0, help="the one core each point is pinned to")
+    ap.add_argument("--point", help=argparse.SUPPRESS)  # internal: run one point, print JSON
+    args = ap.parse_args()
+    if args.point:
+        os.sched_setaffinity(0, {args.core})
+        n, g = (int(x) for x in args.point.split(","))
+        print(json.dumps(one_point(n, g, args.policy)))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = []
+    for n in (int(x) for x in args.trajectories.split(",")):
+        for g in (int(x) for x in args.gpus.split(",")):
+            out = subprocess.run([sys.executable, __file__, "--point", f"{n},{g}", "--policy", args.policy,
+                                  "--core", str(args.core)], capture_output=True, text=True, check=True)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            r = rows[-1]
+            print(f"{n} trajectories on {g} GPUs: {r['wall_s']:.1f} s", file=sys.stderr)
+    table = Table(title=f"simulator speed, one sync SWE step, policy {args.policy}, one core")
+    for col in ("trajectories", "GPUs", "turns", "wall s", "CPU s", "turns/s", "us/turn", "makespan (body s)"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["trajectories"]), str(r["gpus"]), f"{r['turns']:,}", f"{r['wall_s']:.1f}",
+                      f"{r['cpu_s']:.1f}", f"{r['turns'] / r['wall_s']:,.0f}", f"{1e6 * r['wall_s'] / r['turns']:.0f}",
+                      f"{r['makespan_s']:.0f}")
+    Console().print(table)
+    print("command: python benchmarks/sim_speed.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
