@@ -1,6 +1,7 @@
 """Reading pipeline files: YAML -> PipelineConfig, or one clear ConfigError line.
 
     load_pipeline(path, overrides)   parse, apply dotted overrides, validate
+    read_mapping(path)               a YAML file's top-level mapping (any config file)
     describe(error)                  pydantic's error -> "field.path: got X; expected Y"
 """
 
@@ -44,8 +45,8 @@ def describe(err: dict[str, Any]) -> str:
     return f"{loc}: {msg}"
 
 
-def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
-    path = Path(path)
+def read_mapping(path: Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping, or one ConfigError line."""
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
     try:
@@ -59,6 +60,12 @@ def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         raise ConfigError(f"{path}: cannot read ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
+    path = Path(path)
+    data = read_mapping(path)
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
     try:

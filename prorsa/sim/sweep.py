@@ -3,8 +3,9 @@
     sweep_on_cluster(path, address, out, workers, console) -> Outcome
                                         check the file, then run it on a running scheduler, or on
                                         a LocalCluster of `workers` single-threaded processes
-    run_sweep(grid, out, client, console) -> Outcome
-                                        run what OUT/points/ lacks, merge into OUT/sweep.nc, plot
+    run_sweep(grid, out, client, console, on_point) -> Outcome
+                                        run what OUT/points/ lacks, merge into OUT/sweep.nc, plot;
+                                        on_point(point, summary or None) as each one lands
     simulate_point(cfg, spec) -> dict   the task: one simulation's summary (runs on a worker)
 
 simulate() is pure Python, so a worker process runs one at a time (threads would share a GIL).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,7 +67,8 @@ def sweep_on_cluster(path: Path, address: str | None, out: Path | None, workers:
         return run_sweep(grid, out, client, console)
 
 
-def run_sweep(grid: Grid, out: Path | None, client: Client, console: Console) -> Outcome:
+def run_sweep(grid: Grid, out: Path | None, client: Client, console: Console,
+              on_point: Callable[[Point, dict | None], None] | None = None) -> Outcome:
     out = out or Path(grid.points[0].cfg.output_dir) / f"sweep-{grid.spec.name}"
     (out / "points").mkdir(parents=True, exist_ok=True)
     _atomic_json(out / "sweep.json", grid.spec.model_dump(mode="json"))
@@ -83,6 +86,8 @@ def run_sweep(grid: Grid, out: Path | None, client: Client, console: Console) ->
             else:
                 outcome.failed[p.key] = error
             progress.point(p, summary, error)
+            if on_point is not None:
+                on_point(p, summary)
     ds = merge(grid, results)
     write_dataset(out / "sweep.nc", ds)
     outcome.plot = _plot(ds, out / "speedup.png", console)

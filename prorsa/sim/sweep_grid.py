@@ -23,7 +23,7 @@ from typing import Any
 from prorsa.config.load import ConfigError, config_hash, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.config.sweep import ModelChoice, SweepSpec, load_sweep
-from prorsa.control.policy import make_policy
+from prorsa.control.policy import PolicyContext, make_policy
 from prorsa.rollout.context import policy_context
 from prorsa.sim.compare import expand_policies
 
@@ -57,12 +57,13 @@ class Grid:
 def expand(spec: SweepSpec, source: Path) -> Grid:
     base = _load(source, spec.base, spec.overrides, "base")
     ax = spec.axes
+    policies = ax.policy or [base.policy]
     models = [_fill_model(m, base) for m in (ax.model or [ModelChoice(name=base.engines.model)])]
     family = base.workload.family if base.workload.trace is None else "trace"
     if ax.workload is not None and base.workload.trace is not None:
         raise ConfigError(f"{source}: axes.workload: the base pipeline replays a trace; drop the trace or the axis")
     coords = {
-        "policy": list(dict.fromkeys(STATIC_BEST if p == STATIC_ALL else p for p in ax.policy or [base.policy])),
+        "policy": list(dict.fromkeys(STATIC_BEST if p == STATIC_ALL else p for p in policies)),
         "workload": ax.workload or [family],
         "model": [m.name for m in models],
         "gpu": ax.gpu or [base.engines.gpu],
@@ -74,9 +75,11 @@ def expand(spec: SweepSpec, source: Path) -> Grid:
     points = []
     for cell in product(*(coords[d] for d in DIMS[1:])):
         cfg = _cell_config(spec, source, dict(zip(DIMS[1:], cell)), by_name, ax.workload is not None)
-        for label in ax.policy or [base.policy]:
+        # the oracle refuses a context without the workload's future; the simulator gives it one
+        context = replace(policy_context(cfg), future=lambda traj_id: None)
+        for label in policies:
             for policy in expand_policies([label], cfg.engines.count):
-                _check_policy(source, cfg, policy, cell)
+                _check_policy(source, cfg, context, policy, cell)
                 key = hashlib.sha256(f"{config_hash(cfg)}|{policy}".encode()).hexdigest()[:20]
                 points.append(Point(cell, STATIC_BEST if label == STATIC_ALL else label, policy, cfg, key))
     return Grid(spec, points, coords, models)
@@ -115,9 +118,7 @@ def _load(source: Path, base: str, overrides: dict[str, Any], what: str) -> Pipe
         raise ConfigError(f"{source}: {what}: {e}") from None
 
 
-def _check_policy(source: Path, cfg: PipelineConfig, policy: str, cell: tuple) -> None:
-    # the oracle refuses a context without the workload's future; the simulator gives it one
-    context = replace(policy_context(cfg), future=lambda traj_id: None)
+def _check_policy(source: Path, cfg: PipelineConfig, context: PolicyContext, policy: str, cell: tuple) -> None:
     try:
         make_policy(policy, context).initial_roles(cfg.engines.count)
     except ValueError as e:

@@ -37,7 +37,8 @@ def speedup_plot(ds: xr.Dataset, path: Path) -> Path | None:
             ax.set_xticks(x, [str(w) for w in ds.workload.values])
             ax.set_title(f"{model}, {mode} ({n_gpus} x {gpu})", fontsize=10)
             ax.set_ylabel("speedup vs colocated")
-    axes[0][-1].legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(len(labels), 1), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.4 / fig.get_figheight(), 1, 1))  # room for the legend below
     fig.savefig(path, dpi=100, format="png")
     return path
