@@ -3,9 +3,10 @@
     reactive[:queue_tokens[:kv_util[:cooldown_s[:prefill_share]]]]
         thresholds, no forecast (the Dynamo-planner style): a deep prefill queue takes a decode
         engine, a full decode KV takes a prefill engine; one engine at a time, then a cooldown
-    prorsa[:horizon_s[:hysteresis[:max_switches[:votes]]]]
+    prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]
         lifecycle events -> Forecaster -> Allocator each interval; a new goal split must win
-        `votes` intervals in a row, and an engine that switched stays put for `horizon_s`
+        `votes` intervals in a row by more than min_gain of the goal being carried out (or of
+        the current split), and an engine that switched stays put for `horizon_s`
 
     decide(snapshot)   folds snapshot.events in (prorsa), returns Decision(targets, reason,
                        forecast, forecast_error); called once per control interval by the body
@@ -115,12 +116,14 @@ class Reactive:
 
 @register("prorsa")
 class Prorsa:
-    """prorsa[:horizon_s[:hysteresis[:max_switches[:votes]]]] (defaults 4:2:1:2)."""
+    """prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults 4:2:1:2:0.15)."""
 
     def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
-        if len(args) > 4:
-            raise ValueError("prorsa takes at most 4 arguments")
-        h, hyst, cap, votes = (list(args) + ["4", "2", "1", "2"][len(args):])
+        if len(args) > 5:
+            raise ValueError("prorsa takes at most 5 arguments")
+        # min_gain 0.15: the forecast's and the fluid model's errors move a split's predicted cost
+        # by ~10%, and a switch on noise costs a drain (benchmarks/paper.py: 0.05 lost up to 9%)
+        h, hyst, cap, votes, gain = (list(args) + ["4", "2", "1", "2", "0.15"][len(args):])
         ctx = context or PolicyContext.default()
         self.horizon_s = float(h)
         self.votes = int(votes)
@@ -131,7 +134,7 @@ class Prorsa:
         prior_tps = 1.0 / self.capacity.decode_step(max(ctx.slots / 2, 1), 4096)
         self.forecaster = Forecaster(self.horizon_s, self.horizon_s / 8, decode_tps=prior_tps)
         self.allocator = Allocator(self.capacity, hysteresis=float(hyst),
-                                   max_switches_per_interval=int(cap))
+                                   max_switches_per_interval=int(cap), min_gain=float(gain))
         # An engine that switched stays until its gain has been seen (a horizon), and a switch
         # not seen through within ten intervals (or 30 s) is taken as lost and planned afresh.
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
@@ -152,7 +155,7 @@ class Prorsa:
             self.forecaster.observe(ev)  # folds the event into forecaster.tracker too
         engines = self._requests.engines(snapshot)
         forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
-        plan = self.allocator.plan(forecast, engines,
+        plan = self.allocator.plan(forecast, engines, anchor=self._committed,
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))
         targets, why = self._vote(plan)
         self._requests.ask(targets, snapshot.time_s)
@@ -162,7 +165,9 @@ class Prorsa:
     def _vote(self, plan: Plan) -> tuple[dict[str, Role], str]:
         """A new goal must win `votes` plans in a row; a committed goal is carried on at once."""
         if not plan.targets:
-            self._committed, self._streak = None, (None, 0)
+            if plan.goal == plan.current:  # reached (or never left); else blocked for now: keep it
+                self._committed = None
+            self._streak = (None, 0)
             return {}, ""
         if plan.goal == self._committed:
             return plan.targets, ""

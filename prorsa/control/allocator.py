@@ -170,39 +170,58 @@ class Allocator:
         self.max_scan = max_scan  # candidates priced for switching, best-scoring first
 
     def plan(self, forecast: Forecast, engines: Sequence[EngineSnapshot],
-             locked: Collection[str] = ()) -> Plan:
-        """A goal split and this interval's switches toward it (module docstring)."""
+             locked: Collection[str] = (), anchor: Split | None = None) -> Plan:
+        """A goal split and this interval's switches toward it (module docstring).
+
+        `anchor`: the goal a caller is already moving to. The splits on the way to a goal can
+        score far worse than either end, so gains are judged against the anchor, not the
+        transitional split: a new goal must beat the anchor, or the moves toward it go on.
+        """
         cur = count_roles([e.role for e in engines])
         cands = splits(len(engines))
         if len(cands) == 0:
             return Plan({}, cur, cur, cur, cur, 0.0, 0.0, 0.0, "no engines", forecast.summary())
         costs = score(self.capacity, forecast, cands[:, 0], cands[:, 1], cands[:, 2])
-        here = np.flatnonzero((cands == cur).all(axis=1))
-        cost_now = float(costs[here[0]]) if len(here) else math.inf  # inf: a phase unserved
+        ref = cur if anchor is None or sum(anchor) != len(engines) else anchor
+
+        def cost_of(split: Split) -> float:
+            here = np.flatnonzero((cands == split).all(axis=1))
+            return float(costs[here[0]]) if len(here) else math.inf  # inf: a phase unserved
+
+        cost_now, cost_ref = cost_of(cur), cost_of(ref)
         best = _split(cands[int(np.argmin(costs))])
         movers = _Movers(self.capacity, engines, locked, forecast.decode_remaining_tokens)
         leave = np.maximum(np.array(cur) - cands, 0)  # engines each candidate takes from a role
-        pick = self._goal(cur, cands, costs, leave, cost_now, movers, forecast.horizon_s)
+        pick = self._goal(cur, cands, costs, leave, cost_ref, movers, forecast.horizon_s, skip=ref)
         head = f"{_fmt(cur)} {cost_now:.1f} seq-s, best {_fmt(best)} {float(costs.min()):.1f}"
-        if pick is None or not (math.isinf(cost_now) or cost_now - pick.net > self.min_gain * cost_now):
-            why = "nothing can move" if pick is None else (
-                f"{_fmt(pick.split)} gains {cost_now - pick.cost:.1f}, needs {self.hysteresis:g}x "
-                f"switch {pick.switch_cost:.2f} + {self.min_gain:.0%}")
-            return Plan({}, cur, cur, cur, best, cost_now, cost_now, 0.0, f"keep {head}: {why}",
-                        forecast.summary())
+        if ref != cur:
+            head += f", toward {_fmt(ref)} {cost_ref:.1f}"
+        if pick is None or not (math.isinf(cost_ref) or cost_ref - pick.net > self.min_gain * cost_ref):
+            reachable = ref != cur and (np.maximum(np.array(cur) - ref, 0) <= np.array(movers.counts())).all()
+            if not reachable:
+                why = "nothing can move" if pick is None else (
+                    f"{_fmt(pick.split)} gains {cost_ref - pick.cost:.1f}, needs {self.hysteresis:g}x "
+                    f"switch {pick.switch_cost:.2f} + {self.min_gain:.0%}")
+                return Plan({}, cur, ref, cur, best, cost_now, cost_ref, 0.0, f"keep {head}: {why}",
+                            forecast.summary())
+            moves, _ = movers.moves(cur, ref)
+            pick = _Pick(cost_ref, ref, moves, cost_ref, 0.0)
         step = self._step(cur, pick.split, cands, costs, leave, movers.counts())
         now = dict(pick.moves[:self.max_switches] if step is None else movers.moves(cur, step)[0])
         nxt = count_roles([now.get(e.engine_id, e.role) for e in engines])
         return Plan(now, cur, pick.split, nxt, best, cost_now, pick.cost, pick.switch_cost,
-                    f"move to {_fmt(pick.split)} via {_fmt(nxt)}: gain {cost_now - pick.cost:.1f} "
+                    f"move to {_fmt(pick.split)} via {_fmt(nxt)}: gain {cost_ref - pick.cost:.1f} "
                     f"seq-s over {forecast.horizon_s:g} s beats {self.hysteresis:g}x switch "
                     f"{pick.switch_cost:.2f}; {head}", forecast.summary())
 
     def _goal(self, cur: Split, cands: np.ndarray, costs: np.ndarray, leave: np.ndarray,
-              cost_now: float, movers: _Movers, horizon_s: float) -> _Pick | None:
-        """The reachable split with the least cost + hysteresis x switch cost, or None."""
+              cost_now: float, movers: _Movers, horizon_s: float, skip: Split | None = None) -> _Pick | None:
+        """The reachable split other than `skip` with the least cost + hysteresis x switch cost, or None."""
         k = leave.sum(1)
-        ok = np.flatnonzero((leave <= np.array(movers.counts())).all(1) & (k > 0))
+        ok = (leave <= np.array(movers.counts())).all(1) & (k > 0)
+        if skip is not None:
+            ok &= ~(cands == skip).all(1)
+        ok = np.flatnonzero(ok)
         order = ok[np.lexsort((cands[ok, 2], cands[ok, 1], cands[ok, 0], k[ok], costs[ok]))]
         pick = None
         for i in order[:self.max_scan]:  # by cost, then fewest moves

@@ -1,6 +1,6 @@
 """The oracle: prorsa's allocator fed with the true future of a replayed workload (simulator only).
 
-    oracle[:horizon_s[:hysteresis[:max_switches[:votes]]]]   as prorsa, but its forecast knows each
+    oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]   as prorsa, but its forecast knows each
         live trajectory's remaining turns exactly: decode lengths, tool latencies, which turn is the
         last and what each observation appends. Only timing is still estimated (the measured
         decode rate and submit-to-decode wait), so the gap between prorsa and the oracle is the
@@ -100,7 +100,7 @@ class TrueFutureForecaster(Forecaster):
 
 @register("oracle")
 class Oracle(Prorsa):
-    """oracle[:horizon_s[:hysteresis[:max_switches[:votes]]]] (defaults as prorsa; simulator only)."""
+    """oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults as prorsa; simulator only)."""
 
     def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
         if context is None or context.future is None:

@@ -92,7 +92,7 @@ def test_policies_load_without_importing_adaptive_first():
     assert res.stdout.split() == ["prorsa", "reactive:2000", "4", "prefill"]
 
 
-@pytest.mark.parametrize("spec", ["prorsa:0", "prorsa:4:2:1:0", "prorsa:x", "prorsa:1:2:3:4:5",
+@pytest.mark.parametrize("spec", ["prorsa:0", "prorsa:4:2:1:0", "prorsa:x", "prorsa:1:2:3:4:0.1:6",
                                   "reactive:-1", "reactive:100:1.5", "reactive:1:0.5:1:0.5:9"])
 def test_bad_adaptive_specs(spec):
     with pytest.raises(ValueError, match="bad policy"):

@@ -168,3 +168,20 @@ def test_plan_is_always_a_valid_role_map(dense, roles, append, turns, seqs, back
     if plan.targets:  # a move never leaves a phase unserved
         assert nxt[0] + nxt[2] >= 1 and nxt[1] + nxt[2] >= 1
         assert plan.cost_goal < plan.cost_now
+
+
+def test_a_goal_being_carried_out_is_judged_against_itself_not_the_split_on_the_way(moe):
+    """Half-way between two splits the roles can score far worse than either end; measured
+    against that transitional split any goal looks like a gain, and the policy flaps. With the
+    goal as anchor, the moves toward it go on unless another split beats the goal itself."""
+    small = per_rank(SMALL_TURNS, moe.ranks)
+    c = splits(8)
+    costs = score(moe, small, c[:, 0], c[:, 1], c[:, 2])
+    goal = tuple(int(x) for x in c[int(np.argmin(costs))])
+    assert goal[2] < 8  # the MoE wants dedicated roles here
+    alloc = Allocator(moe, min_gain=0.15)
+    roles = [P] * goal[0] + [M] * (8 - goal[0])  # on the way: prefill engines made, decode not yet
+    plan = alloc.plan(small, engines(roles), anchor=goal)
+    assert plan.goal == goal and plan.targets and set(plan.targets.values()) <= {D, P}
+    # a goal no better than the anchor by min_gain does not replace it
+    assert all(alloc.plan(small, engines(roles), anchor=goal).goal == goal for _ in range(3))

@@ -29,7 +29,7 @@ from prorsa.rollout.router import Router
 MOE = """\
 name: switching
 seed: 5
-policy: prorsa
+policy: prorsa:4:1:2:1:0.02  # a low bar: this test is about the switches, not their pay-off
 engines: {backend: emulated, count: 4, slots: 128, time_scale: 0.1, model: qwen3-30b-a3b, ep: 8}
 workload: {family: swe, mode: async, concurrency: 128, trajectories: 128, tool_time_scale: 0.1, max_turns: 3}
 runtime: {turn_shape: driver, metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: null}
