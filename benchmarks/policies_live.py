@@ -3,7 +3,8 @@
 Emulated engines on a real LocalCluster (run_live, the path `prorsa run` takes), in this process.
 
 For each cell, task family (swe, search, math-tir, terminal) x model (dense qwen3-8b, ep 1; MoE
-qwen3-30b-a3b, ep 8) x mode, it runs every policy on the same seeded workload:
+qwen3-30b-a3b, ep 4: an engine is a DP-attention group of 4 ranks, given 4x the slots and 4x the
+trajectories, the same load per rank) x mode, it runs every policy on the same seeded workload:
   prorsa, colocated, static:P:D for every P + D = engines (P, D >= 1), reactive
   sync    one step of B x G trajectories; the figure is the makespan
           (ratio = colocated makespan / policy makespan, so > 1 is better)
@@ -48,7 +49,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("swe", "search", "math-tir", "terminal")
-MODELS = {"qwen3-8b": {"ep": 1, "kind": "dense"}, "qwen3-30b-a3b": {"ep": 8, "kind": "MoE"}}
+MODELS = {"qwen3-8b": {"ep": 1, "kind": "dense"}, "qwen3-30b-a3b": {"ep": 4, "kind": "MoE"}}
 ALIASES = {"dense": "qwen3-8b", "moe": "qwen3-30b-a3b"}
 MODES = ("sync", "async")
 GOAL = 0.97
@@ -99,14 +100,19 @@ def pipeline(args, family: str, model: str, mode: str, policy: str):
     from prorsa.config.pipeline import PipelineConfig
 
     scale = time_scale(args, family)
+    ranks = MODELS[model]["ep"]
+    sizes = dict((SYNC if mode == "sync" else ASYNC)[family])
+    for key in ("prompts", "concurrency", "trajectories"):  # the same load per rank
+        if key in sizes:
+            sizes[key] *= ranks
     workload = {"family": family, "mode": mode, "tool_time_scale": scale,  # one clock for tools and engines
-                **(SYNC if mode == "sync" else ASYNC)[family]}
+                **sizes}
     if mode == "sync":
         workload["steps"] = 1
     return PipelineConfig.model_validate({
         "name": f"policies-{family}-{model}-{mode}", "seed": args.seed, "policy": policy,
-        "engines": {"backend": "emulated", "count": args.engines, "slots": args.slots, "gpu": args.gpu,
-                    "model": model, "tp": 1, "ep": MODELS[model]["ep"], "time_scale": scale},
+        "engines": {"backend": "emulated", "count": args.engines, "slots": args.slots * ranks, "gpu": args.gpu,
+                    "model": model, "tp": 1, "ep": ranks, "time_scale": scale},
         "workload": workload,
         "runtime": {"control_interval_s": control_interval_wall(args, family),
                     "metrics_interval_s": args.metrics_interval, "dashboard_address": None},

@@ -122,12 +122,14 @@ def run(pipeline: str, engine: str | None, policy: str | None, output: str | Non
 @click.option("--model", help="Model profile, e.g. qwen3-30b-a3b (configs/models).")
 @click.option("--tp", type=click.IntRange(min=1), help="Tensor parallelism per engine.")
 @click.option("--ep", type=click.IntRange(min=1), help="Expert parallelism (MoE models).")
+@click.option("--prefix-cache", type=click.Choice(["ideal", "lru"]), help="Override engines.prefix_cache.")
 @click.option("--output", type=click.Path(file_okay=False), help="Write results.nc and one run directory per policy here.")
 def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: str | None,
-        tp: int | None, ep: int | None, output: str | None) -> None:
+        tp: int | None, ep: int | None, prefix_cache: str | None, output: str | None) -> None:
     """Simulate PIPELINE's rollout in virtual time under each policy and compare them."""
     overrides = {k: v for k, v in {"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
-                                   "engines.ep": ep}.items() if v is not None}
+                                   "engines.ep": ep, "engines.prefix_cache": prefix_cache}.items()
+                 if v is not None}
     cfg = _load(pipeline, overrides)
     if gpus is not None:
         per_engine = cfg.engines.tp * cfg.engines.ep  # an EP engine is a DP-attention group of ep ranks

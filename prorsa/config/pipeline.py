@@ -49,6 +49,9 @@ class EnginesConfig(_Section):
     tp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)  # expert parallelism (MoE models): the cost model's all-to-all and barrier
     time_scale: float = Field(1.0, ge=0)  # emulated: 1.0 = real time, 0 = no engine time
+    # emulated: which contexts stay in an engine's KV between turns (engine/prefix_cache.py):
+    # ideal = all, forever; lru = idle contexts share the free KV, least recently used dropped first
+    prefix_cache: Literal["ideal", "lru"] = "ideal"
     vllm: VllmSettings = VllmSettings()
 
     @model_validator(mode="after")

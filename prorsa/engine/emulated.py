@@ -45,6 +45,7 @@ from prorsa.costmodel import CostModel
 from prorsa.engine.base import (DecodeRequest, DecodeResult, EngineStats, PrefillRequest,
                                 PrefillResult)
 from prorsa.engine.batching import Batcher, SeqState
+from prorsa.engine.prefix_cache import make_prefix_cache
 from prorsa.roles import Role
 
 
@@ -53,7 +54,7 @@ class EmulatedEngine:
 
     def __init__(self, engine_id: str, role: Role, cost: CostModel, slots: int,
                  time_scale: float = 1.0, max_batched_tokens: int = 8192,
-                 kv_capacity: int | None = None):
+                 kv_capacity: int | None = None, prefix_cache: str = "ideal"):
         if slots < 1 or max_batched_tokens < 1 or time_scale < 0:
             raise ValueError(f"need slots >= 1, max_batched_tokens >= 1, time_scale >= 0; got "
                              f"{slots}, {max_batched_tokens}, {time_scale}")
@@ -67,7 +68,7 @@ class EmulatedEngine:
         if self.kv_capacity < 1:
             raise ValueError(f"engine {engine_id}: no room for KV beside the weights ({cost!r})")
         self._batch = Batcher(slots, self.kv_capacity, self.ranks)
-        self._prefix: dict[str, int] = {}  # ideal prefix cache: traj_id -> context tokens in KV
+        self._prefix = make_prefix_cache(prefix_cache, self.kv_capacity)
         self._counters = {"cached_tokens": 0, "transfers": 0, "transfer_tokens": 0, "busy_s": 0.0}
         self._task: asyncio.Task | None = None
         self._wake: _Wake | None = None  # set when the step loop should re-plan
@@ -95,7 +96,7 @@ class EmulatedEngine:
         self.role = role
 
     async def reset_prefix_cache(self) -> None:
-        self._prefix.clear()
+        self._prefix.clear()  # a weight update: no cached KV is valid any more
 
     def stats(self) -> EngineStats:
         b, c = self._batch, self._counters
@@ -107,6 +108,8 @@ class EmulatedEngine:
             extra={"steps": float(b.steps), "busy_s": c["busy_s"],
                    "transfers": float(c["transfers"]),
                    "transfer_tokens_total": float(c["transfer_tokens"]),
+                   "prefix_cached_tokens": float(self._prefix.tokens),
+                   "prefix_evicted_tokens_total": float(self._prefix.evicted_tokens),
                    "decoding": float(len(b.decoding)), "prefilling": float(len(b.prefilling))})
 
     # -- requests ----------------------------------------------------------------------------
@@ -116,7 +119,7 @@ class EmulatedEngine:
         seq = SeqState(req.traj_id, reserve=req.context_tokens,
                        prefill_left=req.context_tokens - cached, prefix=cached, decode_left=0)
         await self._serve(seq)
-        self._prefix[req.traj_id] = req.context_tokens
+        self._prefix.put(req.traj_id, req.context_tokens, self._batch.kv_used)
         kv = {"engine_id": self.engine_id, "traj_id": req.traj_id, "turn": req.turn,
               "tokens": req.context_tokens}
         end = seq.prefill_end if seq.prefill_end is not None else seq.admitted
@@ -141,7 +144,7 @@ class EmulatedEngine:
                            decode_left=req.max_tokens)
             transfer = None
         transfer_s = await self._serve(seq, transfer)
-        self._prefix[req.traj_id] = req.context_tokens + req.max_tokens
+        self._prefix.put(req.traj_id, req.context_tokens + req.max_tokens, self._batch.kv_used)
         start = seq.decode_start if seq.decode_start is not None else seq.finished
         return DecodeResult(
             engine_id=self.engine_id, n_tokens=req.max_tokens, cached_tokens=cached,
@@ -156,7 +159,7 @@ class EmulatedEngine:
 
     def _reusable(self, traj_id: str, context: int, new: int) -> int:
         """Context tokens this engine's cache can serve: never the turn's newly appended ones."""
-        cached = max(0, min(self._prefix.get(traj_id, 0), context - new))
+        cached = max(0, min(self._prefix.take(traj_id, self._batch.kv_used), context - new))
         self._counters["cached_tokens"] += cached
         return cached
 

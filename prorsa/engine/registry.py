@@ -26,7 +26,8 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> En
         from prorsa.engine.emulated import EmulatedEngine
 
         cost = CostModel.from_names(cfg.gpu, cfg.model, tp=cfg.tp, ep=cfg.ep)
-        return EmulatedEngine(engine_name(index), role, cost, slots=cfg.slots, time_scale=cfg.time_scale)
+        return EmulatedEngine(engine_name(index), role, cost, slots=cfg.slots, time_scale=cfg.time_scale,
+                              prefix_cache=cfg.prefix_cache)
     if cfg.backend == "vllm":
         return _vllm_engine(index, role, cfg, run_dir)
     raise ValueError(f"engines.backend: unknown backend {cfg.backend!r}")

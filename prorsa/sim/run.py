@@ -76,7 +76,8 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
     cost = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
-    engines = {engine_name(i): EmulatedEngine(engine_name(i), role, cost, slots=e.slots, time_scale=1.0)
+    engines = {engine_name(i): EmulatedEngine(engine_name(i), role, cost, slots=e.slots, time_scale=1.0,
+                                              prefix_cache=e.prefix_cache)
                for i, role in enumerate(roles)}
     for engine in engines.values():
         await engine.start()
