@@ -3,7 +3,14 @@
 It speaks to the world through one protocol, `TurnRunner.run_turn`, which the live Dask runtime
 and the simulator both implement; the loop itself knows neither.
 
-    run_trajectory(spec, runner, ...)   play a TrajectorySpec to its end -> TrajectoryResult
+    run_trajectory(spec, runner, ..., episode=None)   play a TrajectorySpec to its end -> TrajectoryResult
+    Episode                             what an environment adds (agent/environment.py): the real
+                                        tool call after each decode, the reward at the end
+
+Without an episode every turn replays the spec (appended tokens, tool latency). With one, each
+turn carries the episode's tool call to the runner, and a runner that ran it reports the
+observation's length in `TurnResult.observation_tokens`: the next turn appends that instead of
+the spec's figure.
 
 A turn, as the loop sees it:
 
@@ -19,6 +26,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from prorsa.agent.tools.base import ToolCall
 from prorsa.agent.workload import TrajectorySpec
 
 
@@ -34,6 +42,7 @@ class TurnRequest:
     done: bool
     seed: int
     token_ids: tuple[int, ...] | None = None  # the whole context, for engines that need ids
+    tool_call: ToolCall | None = None  # run for real after the decode (environments); else the latency
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,10 @@ class TurnResult:
     decode_s: float = 0.0
     tool_s: float = 0.0
     recomputed_tokens: int = 0  # of the context before this turn's append, prefilled again (cache miss)
+    tool_name: str = ""  # the real tool called after the decode; "" when none ran
+    tool_status: str = ""  # ok | error | timeout | crash | truncated (agent/tools/base.py)
+    observation: str = ""  # what the tool returned, as the model sees it
+    observation_tokens: int | None = None  # the next turn's append; None: the spec's figure
 
 
 @dataclass
@@ -64,6 +77,8 @@ class TrajectoryResult:
     status: str = "running"  # completed | failed
     error: str = ""
     reward: float = float("nan")  # replay has no reward; environments set one
+    reward_error: str = ""  # why the reward function failed (reward NaN)
+    task_id: str = ""  # the environment's task this trajectory worked on
     start_s: float = 0.0
     end_s: float = 0.0
     prompt_ids: tuple[int, ...] = ()
@@ -88,34 +103,44 @@ def synth_ids(key: tuple[int, ...], n: int, vocab_size: int) -> list[int]:
 TurnListener = Callable[[TrajectorySpec, TurnResult], None]
 
 
+class Episode(Protocol):
+    def tool_call(self, turn: int) -> ToolCall | None: ...
+
+    async def finish(self, result: TrajectoryResult) -> None: ...
+
+
 async def run_trajectory(
     spec: TrajectorySpec,
     runner: TurnRunner,
     now: Callable[[], float],
     on_turn: TurnListener | None = None,
+    episode: Episode | None = None,
 ) -> TrajectoryResult:
     result = TrajectoryResult(spec=spec, start_s=now())
     ids: list[int] | None = [] if runner.needs_token_ids else None
     context = 0
+    observed: int | None = None  # the last tool's observation tokens, when a real tool ran
     for k, turn in enumerate(spec.turns):
-        context += turn.appended_tokens
+        appended = turn.appended_tokens if k == 0 or observed is None else observed
+        context += appended
         if ids is not None:
             if k == 0:  # one prompt per GRPO group: members share it, and its cached prefix
-                ids += synth_ids((0, spec.step, spec.prompt_index), turn.appended_tokens, runner.vocab_size)
+                ids += synth_ids((0, spec.step, spec.prompt_index), appended, runner.vocab_size)
                 result.prompt_ids = tuple(ids)
             else:
-                ids += synth_ids((1, spec.seed, k), turn.appended_tokens, runner.vocab_size)
+                ids += synth_ids((1, spec.seed, k), appended, runner.vocab_size)
         req = TurnRequest(
             traj_id=spec.traj_id,
             turn=k,
             family=spec.family,
-            appended_tokens=turn.appended_tokens,
+            appended_tokens=appended,
             context_tokens=context,
             decode_tokens=turn.decode_tokens,
             tool_latency_s=0.0 if turn.done else turn.tool_latency_s,
             done=turn.done,
             seed=spec.seed + k,
             token_ids=tuple(ids) if ids is not None else None,
+            tool_call=None if turn.done or episode is None else episode.tool_call(k),
         )
         try:
             res = await runner.run_turn(req)
@@ -125,6 +150,7 @@ async def run_trajectory(
             result.status, result.error = "failed", f"turn {k}: {type(e).__name__}: {e}"
             break
         result.turns.append(res)
+        observed = res.observation_tokens
         context += res.decode_tokens
         if ids is not None:
             ids += res.token_ids
@@ -135,5 +161,7 @@ async def run_trajectory(
             break
     if result.status == "running":
         result.status, result.error = "failed", "trajectory spec ended without a final turn"
+    if episode is not None and result.status == "completed":
+        await episode.finish(result)
     result.end_s = now()
     return result

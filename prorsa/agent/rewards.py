@@ -5,11 +5,14 @@
     normalize_answer(text) -> str             case, spaces, articles, punctuation, $, thousands
                                               separators and number forms (3.0 == 3) made equal
     exact_match(prediction, answer) -> float  1.0 or 0.0 after both are normalised
+    contains_answer(text, answer) -> float    1.0 when the normalised answer occurs in the
+                                              normalised text as whole words
     extract_code(response) -> str             the last ```python block (else the whole response)
     await run_tests(source, tests, limits) -> TestReport    the tests run in the python sandbox
     await code_test_pass_rate(source, tests) -> float       passed / total (0.0 if none ran)
 
-    REWARDS, @register("name"), make_reward("exact_match" | "code_tests" | "pkg.mod:fn")
+    REWARDS, @register("name"), make_reward("exact_match" | "contains_answer" | "code_tests"
+                                            (alias "pass_rate") | "pkg.mod:fn")
     await score(reward, task, response) -> Score(value, error)   never raises
 
 A reward function takes (task, response) and returns a float, sync or async; a user's is named
@@ -110,6 +113,11 @@ def exact_match(prediction: str, answer: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(answer))
 
 
+def contains_answer(text: str, answer: str) -> float:
+    needle = normalize_answer(answer)
+    return float(bool(needle) and f" {needle} " in f" {normalize_answer(text)} ")
+
+
 def extract_code(response: str) -> str:
     blocks = _CODE_BLOCK.findall(response)
     return blocks[-1] if blocks else response
@@ -132,6 +140,14 @@ def exact_match_reward(task: Task, response: str) -> float:
     return exact_match(extract_answer(response), task.answer)
 
 
+@register("contains_answer")
+def contains_answer_reward(task: Task, response: str) -> float:
+    """Retrieval recall: whether the answer appears anywhere in the response (e.g. the documents
+    a search returned), not whether the model stated it."""
+    return contains_answer(response, task.answer)
+
+
+@register("pass_rate")
 @register("code_tests")
 async def code_tests_reward(task: Task, response: str) -> float:
     return await code_test_pass_rate(extract_code(response), task.tests)

@@ -77,6 +77,9 @@ def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     cfg = cfg.resolve_paths(path.parent)
     if cfg.workload.trace and not Path(cfg.workload.trace).is_file():
         raise ConfigError(f"{path}: workload.trace: got {cfg.workload.trace!r}; no such file")
+    env = cfg.environment
+    if env is not None and env.dataset.endswith(".jsonl") and not Path(env.dataset).is_file():
+        raise ConfigError(f"{path}: environment.dataset: got {env.dataset!r}; no such file")
     return cfg
 
 

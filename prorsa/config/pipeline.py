@@ -100,6 +100,72 @@ class RuntimeConfig(_Section):
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
 
 
+class SandboxSettings(_Section):
+    """Limits of one sandboxed call (python tool, command tools); agent/tools/sandbox.py."""
+
+    wall_s: float = Field(10.0, gt=0)
+    cpu_s: int = Field(10, ge=1)
+    memory_bytes: int = Field(1 << 30, ge=16 << 20)
+    file_bytes: int = Field(16 << 20, ge=0)
+    processes: int = Field(32, ge=2)  # the launcher counts as one
+    output_bytes: int = Field(1 << 20, ge=1024)
+
+
+_BUILTIN_TOOLS = ("python", "calculator", "search")
+_DATASETS = ("math-tir", "search", "swe-lite")
+_DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"python"}}
+
+
+class EnvironmentConfig(_Section):
+    """Real tools in the rollout. Replay: each turn's tool call is taken from a dataset task and
+    run on a tool worker; its observation's length becomes the next turn's append."""
+
+    mode: Literal["replay"] = "replay"
+    dataset: str  # math-tir | search | swe-lite, or a JSONL file of tasks (agent/datasets/base.py)
+    tasks: int = Field(64, ge=1)  # tasks generated; prompts cycle over them
+    dataset_seed: int | None = None  # None: the pipeline's seed
+    tools: tuple[str, ...] = _BUILTIN_TOOLS  # registered names or "package.module:attr"
+    reward: str = "exact_match"  # a registered reward (agent/rewards.py) or "package.module:fn"
+    max_observation_tokens: int = Field(1024, ge=1)  # longer observations are cut (head and tail)
+    chars_per_token: int = Field(4, ge=1)  # how observations are counted without a tokenizer
+    tool_timeout_s: float = Field(30.0, gt=0)  # per call, on top of the sandbox's own limits
+    sandbox: SandboxSettings = SandboxSettings()
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_named(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for spec in v:
+            if spec not in _BUILTIN_TOOLS and ":" not in spec:
+                raise ValueError(f"tool {spec!r}: expected one of {list(_BUILTIN_TOOLS)} or 'package.module:attr'")
+        if not v:
+            raise ValueError("list at least one tool")
+        return v
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_known(cls, v: str) -> str:
+        from prorsa.agent.rewards import REWARDS
+
+        if v not in REWARDS and ":" not in v:
+            raise ValueError(f"reward {v!r}: expected one of {sorted(REWARDS)} or 'package.module:fn'")
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_known(cls, v: str) -> str:
+        if v not in _DATASETS and not v.endswith(".jsonl"):
+            raise ValueError(f"dataset {v!r}: expected one of {list(_DATASETS)} or a .jsonl file of tasks")
+        return v
+
+    @model_validator(mode="after")
+    def _dataset_tools_given(self) -> EnvironmentConfig:
+        # Only checkable when every tool is a built-in: a user tool's name is known once loaded.
+        needed = _DATASET_TOOLS.get(self.dataset, set())
+        if all(t in _BUILTIN_TOOLS for t in self.tools) and not needed <= set(self.tools):
+            raise ValueError(f"dataset {self.dataset} calls {sorted(needed)}; add them to tools")
+        return self
+
+
 class PipelineConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -107,6 +173,7 @@ class PipelineConfig(_Section):
     engines: EnginesConfig = EnginesConfig()
     workload: WorkloadConfig = WorkloadConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    environment: EnvironmentConfig | None = None  # None: tool calls replayed as latencies
     output_dir: str = "runs"
 
     @field_validator("policy")
@@ -121,9 +188,14 @@ class PipelineConfig(_Section):
         return self
 
     def resolve_paths(self, base: Path) -> PipelineConfig:
-        """Relative trace paths are relative to the pipeline file."""
-        if self.workload.trace and not Path(self.workload.trace).is_absolute():
-            trace = str((base / self.workload.trace).resolve())
-            return self.model_copy(update={"workload": self.workload.model_copy(update={"trace": trace})})
-        return self
+        """Relative trace and task-file paths are relative to the pipeline file."""
+        cfg = self
+        if cfg.workload.trace and not Path(cfg.workload.trace).is_absolute():
+            trace = str((base / cfg.workload.trace).resolve())
+            cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"trace": trace})})
+        env = cfg.environment
+        if env is not None and env.dataset.endswith(".jsonl") and not Path(env.dataset).is_absolute():
+            dataset = str((base / env.dataset).resolve())
+            cfg = cfg.model_copy(update={"environment": env.model_copy(update={"dataset": dataset})})
+        return cfg
 

@@ -1,7 +1,8 @@
 """A run directory, written from a RunRecorder:
 
-    trajectories.parquet   one row per trajectory: ids, status, reward, token ids and logprobs,
-                           and a list of per-turn structs (tokens, engines, timings)
+    trajectories.parquet   one row per trajectory: ids, status, reward (and the task behind it),
+                           token ids and logprobs, and a list of per-turn structs (tokens,
+                           engines, timings, the real tool call's name, status and observation)
     metrics.nc             xarray Dataset: per-engine time series (role, queue, active, KV) and
                            per-trajectory times; role changes and the forecast behind each;
                            per control interval, the forecast's error (MAPE per horizon bin)
@@ -36,11 +37,15 @@ _TURN = pa.struct([
     ("start_s", pa.float64()), ("end_s", pa.float64()), ("queue_s", pa.float64()),
     ("prefill_s", pa.float64()), ("transfer_s", pa.float64()), ("decode_s", pa.float64()),
     ("tool_s", pa.float64()),
+    # environments only ("" and null when the tool was a replayed latency)
+    ("tool_name", pa.string()), ("tool_status", pa.string()), ("observation", pa.string()),
+    ("observation_tokens", pa.int32()),
 ])
 TRAJECTORY_SCHEMA = pa.schema([
     ("traj_id", pa.string()), ("family", pa.string()), ("step", pa.int32()),
     ("prompt_index", pa.int32()), ("group_index", pa.int32()), ("status", pa.string()),
-    ("error", pa.string()), ("reward", pa.float64()), ("start_s", pa.float64()), ("end_s", pa.float64()),
+    ("error", pa.string()), ("reward", pa.float64()), ("reward_error", pa.string()), ("task_id", pa.string()),
+    ("start_s", pa.float64()), ("end_s", pa.float64()),
     ("n_turns", pa.int32()), ("prompt_ids", pa.list_(pa.int32())),
     ("response_ids", pa.list_(pa.int32())), ("response_logprobs", pa.list_(pa.float32())),
     ("turns", pa.list_(_TURN)),
@@ -62,7 +67,8 @@ def _row(r: TrajectoryResult) -> dict[str, Any]:
     return {
         "traj_id": r.spec.traj_id, "family": r.spec.family, "step": r.spec.step,
         "prompt_index": r.spec.prompt_index, "group_index": r.spec.group_index,
-        "status": r.status, "error": r.error, "reward": r.reward,
+        "status": r.status, "error": r.error, "reward": r.reward, "reward_error": r.reward_error,
+        "task_id": r.task_id,
         "start_s": r.start_s, "end_s": r.end_s, "n_turns": len(r.turns),
         "prompt_ids": list(r.prompt_ids),
         "response_ids": [i for t in r.turns for i in t.token_ids],
@@ -160,7 +166,22 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "role_switches": len(rec.role_changes),
         "forecast_mape": _last_mape(rec),
         "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else None,
+        **_environment_figures(rec),
     }
+
+
+def _environment_figures(rec: RunRecorder) -> dict[str, Any]:
+    """Real tool calls by status and the mean reward; nothing for a run without an environment."""
+    statuses: dict[str, int] = {}
+    for r in rec.trajectories:
+        for t in r.turns:
+            if t.tool_status:
+                statuses[t.tool_status] = statuses.get(t.tool_status, 0) + 1
+    rewards = [r.reward for r in rec.trajectories if np.isfinite(r.reward)]
+    if not statuses and not rewards:
+        return {}
+    return {"tool_calls": dict(sorted(statuses.items())),
+            "reward_mean": round(float(np.mean(rewards)), 4) if rewards else None}
 
 
 def _last_mape(rec: RunRecorder) -> dict[str, float] | None:

@@ -4,7 +4,8 @@
     engine_addresses(client)                   engine id -> worker address, read from the scheduler
 
 Every engine worker declares both role resources (0 where absent) and hosts its engine through
-an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines.
+an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines,
+and host the pipeline's tools through a ToolHost plugin when it has an environment.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import EngineHost
+from prorsa.rollout.tool_host import ToolHost
 
 
 def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[str, dict]:
@@ -44,6 +46,7 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[
                 "name": name,
                 "nthreads": cfg.runtime.tool_threads,
                 "resources": {"prefill": 0, "decode": 0, "env": cfg.runtime.tool_threads},
+                "plugins": {ToolHost(cfg.environment, cfg.seed)} if cfg.environment else set(),
                 "dashboard": False,
             },
         }

@@ -2,6 +2,8 @@
 
     run_sync(workload, cfg, runner, now, on_done)    steps of B x G; a step ends with its last trajectory
     run_async(workload, cfg, runner, now, on_done)   keep N in flight; stop at a count or a duration
+    episodes=                                        optional: spec -> Episode (an environment's
+                                                     tool calls and reward, agent/environment.py)
 
 Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
 """
@@ -11,11 +13,12 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRunner, run_trajectory
-from prorsa.agent.workload import Workload
+from prorsa.agent.loop import Episode, TrajectoryResult, TurnListener, TurnRunner, run_trajectory
+from prorsa.agent.workload import TrajectorySpec, Workload
 from prorsa.config.pipeline import WorkloadConfig
 
 Done = Callable[[TrajectoryResult], None]
+Episodes = Callable[[TrajectorySpec], Episode]
 
 
 def expected_trajectories(cfg: WorkloadConfig) -> int | None:
@@ -27,19 +30,19 @@ def expected_trajectories(cfg: WorkloadConfig) -> int | None:
 
 async def run_sync(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
-    on_done: Done, on_turn: TurnListener | None = None,
+    on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
         specs = workload.trajectories_for_step(step)
-        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn) for s in specs))
+        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes) for s in specs))
         results.extend(step_results)
     return results
 
 
 async def run_async(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
-    on_done: Done, on_turn: TurnListener | None = None,
+    on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     deadline = None if cfg.duration_s is None else now() + cfg.duration_s
@@ -53,7 +56,7 @@ async def run_async(
     while True:
         while len(in_flight) < cfg.concurrency and may_start():
             spec = workload.trajectory(started)
-            in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn)))
+            in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes)))
             started += 1
         if not in_flight:
             return results
@@ -62,7 +65,8 @@ async def run_async(
         results.extend(t.result() for t in finished)
 
 
-async def _one(spec, runner, now, on_done: Done, on_turn) -> TrajectoryResult:
-    result = await run_trajectory(spec, runner, now, on_turn)
+async def _one(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None) -> TrajectoryResult:
+    episode = episodes(spec) if episodes is not None else None
+    result = await run_trajectory(spec, runner, now, on_turn, episode)
     on_done(result)
     return result

@@ -17,6 +17,7 @@ from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy
+from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.progress import Progress
@@ -29,6 +30,7 @@ from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
 from prorsa.rollout.router import Router
+from prorsa.rollout.tool_host import replay_environment
 
 
 def _engine_stats(dask_worker):
@@ -75,7 +77,8 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
     async with await start_local_cluster(cfg, roles, run_dir) as cluster, \
             Client(cluster, asynchronous=True) as client:
         if cfg.runtime.dashboard_address is not None:
-            console.print(f"dashboard: {cluster.dashboard_link}")
+            status, page, data = dashboard_links(cluster)
+            console.print(f"dashboard: {status}\nprorsa page: {page}  data: {data}", soft_wrap=True)
         addresses = await engine_addresses(client)
         info = await client.run(_engine_info, workers=[addresses[engines[0]]])
         needs_ids, vocab = next(iter(info.values()))
@@ -84,19 +87,26 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload))
         t0 = time.time()
         await client.register_plugin(LifecyclePlugin(t0, time_unit(cfg)))
+        feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
+            client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
+                          "kv_capacity": context.kv_capacity_tokens, "time_unit": time_unit(cfg),
+                          "expected": rec.expected}, t0, time_unit(cfg))
         router = Router(dict(zip(engines, roles)), local_prefill_tokens=cfg.runtime.local_prefill_tokens)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries)
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
-                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, time_unit(cfg))
+                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, time_unit(cfg),
+                                    feed=feed)
         workload = Workload.from_config(cfg.workload, cfg.seed)
+        environment = replay_environment(cfg, client)
         drive = run_sync if cfg.workload.mode == "sync" else run_async
         with Progress(rec, console) as progress:
             sampler = asyncio.create_task(
                 _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
             control = asyncio.create_task(controller.run())
             try:
-                await drive(workload, cfg.workload, runner, lambda: time.time() - t0, rec.on_done, rec.on_turn)
+                await drive(workload, cfg.workload, runner, lambda: time.time() - t0, rec.on_done, rec.on_turn,
+                            episodes=environment.episode if environment else None)
             finally:
                 await _cancel(control)
                 await _cancel(sampler)

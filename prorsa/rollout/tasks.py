@@ -5,7 +5,8 @@
     generate_task(req)           engine worker, resources={"decode": 1}   -> DecodeResult (colocated)
     decode_task(None, req)       the same, decode-local: the engine holding the context prefills
                                  the append itself (key local-<traj>-<k>)
-    tool_task(turn, pre, dec)    tool worker: runs the turn's tool        -> TurnResult
+    tool_task(turn, pre, dec)    tool worker: runs the turn's tool call (environments) or sleeps
+                                 its replayed latency                     -> TurnResult
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
     leg_graph / turn_graph       a turn's task group as delayed tasks, submitted in batches
 
@@ -28,11 +29,13 @@ import dask
 from dask import delayed
 from distributed import get_client, secede
 
+from prorsa.agent.environment import with_observation
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.legs import leg_requests, turn_result
 from prorsa.rollout.router import Route
+from prorsa.rollout.tool_host import run_tool
 
 
 async def prefill_task(req: PrefillRequest) -> PrefillResult:
@@ -52,12 +55,15 @@ async def generate_task(req: DecodeRequest) -> DecodeResult:
 def tool_task(
     turn: TurnRequest, pre: PrefillResult | None, dec: DecodeResult, submitted: float, started: float
 ) -> TurnResult:
-    # Replay: the tool's latency is part of the workload; a live tool runs here (environments).
     t0 = time.time()
-    if turn.tool_latency_s > 0:
+    obs = None
+    if turn.tool_call is not None:
+        obs = run_tool(turn.tool_call)
+    elif turn.tool_latency_s > 0:  # no environment: the tool's latency is part of the workload
         time.sleep(turn.tool_latency_s)
     end = time.time()
-    return turn_result(turn, pre, dec, submitted - started, end - started, end - t0)
+    res = turn_result(turn, pre, dec, submitted - started, end - started, end - t0)
+    return res if obs is None else with_observation(res, obs)
 
 
 def leg_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0):
