@@ -99,6 +99,7 @@ class Forecast:
             "decode_seqs_peak": float(self.decode_seqs.max(initial=0.0)),
             "kv_tokens_peak": float(self.kv_tokens.max(initial=0.0)),
             "decode_tps_per_seq": float(self.decode_tps_per_seq),
+            "horizon_s": float(self.horizon_s),
         }
 
 

@@ -2,6 +2,7 @@
 
     LiveController(client, policy, router, addresses, recorder, ...)   a ControlLoop (control_loop.py)
     observe()                      one scheduler call: lifecycle events and what each engine holds
+                                   (with a dashboard feed, the same call carries the page's data)
     carry_out(engine, old, new)    the switch protocol below, on Dask
 
 The policy runs here, beside the router, so a decision reaches the router before the next turn
@@ -32,12 +33,12 @@ import asyncio
 import time
 
 from prorsa.control.policy import EngineSnapshot, Policy, Snapshot
+from prorsa.dashboard.feed import DashboardFeed, observe_and_publish
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.control_loop import ControlLoop
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.legs import legs_to_drain
-from prorsa.rollout.lifecycle_plugin import observe
 from prorsa.rollout.router import Router
 
 
@@ -70,7 +71,8 @@ def _legs_on(address: str, phases: tuple[str, ...], dask_scheduler=None) -> int:
 class LiveController(ControlLoop):
     def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
                  recorder: RunRecorder, slots: int, kv_capacity: int, started_wall: float,
-                 interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0) -> None:
+                 interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0,
+                 feed: DashboardFeed | None = None) -> None:
         self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
         super().__init__(policy, router, recorder, interval_s,
                          lambda: (time.time() - started_wall) / self.unit)
@@ -79,9 +81,11 @@ class LiveController(ControlLoop):
         self.slots = slots
         self.kv_capacity = kv_capacity
         self.drain_timeout_s = drain_timeout_s
+        self.feed = feed
 
     async def observe(self) -> Snapshot:
-        events, loads = await self.client.run_on_scheduler(observe)
+        report = self.feed.report(tuple(self._switching)) if self.feed is not None else None
+        events, loads = await self.client.run_on_scheduler(observe_and_publish, report)
         engines = []
         for engine in sorted(loads):
             load = loads[engine]

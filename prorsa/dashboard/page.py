@@ -1,0 +1,210 @@
+"""The Prorsa page: a Bokeh document over the scheduler-side LiveState (state.py).
+
+    prorsa_doc(state, extra, doc)   fills one browser session's document; distributed's
+                                    BokehApplication calls it per session (plugin.py registers it)
+
+Models carry names (`prorsa-summary`, `prorsa-roles`, `prorsa-demand-prefill`,
+`prorsa-demand-decode`, `prorsa-trajectories`, `prorsa-queues`, `prorsa-kv`, `prorsa-switches`)
+so a browser or a test finds them with `Bokeh.documents[0].get_model_by_name(...)`.
+
+Every session reads the state in process on the scheduler's event loop, twice a second, and
+sends the browser only what changed: new points are streamed, the small tables replaced.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+
+from bokeh.layouts import column, row
+from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, FactorRange, HoverTool, Legend, NumberFormatter,
+                          TableColumn)
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from prorsa.dashboard.state import STATES, LiveState
+
+log = logging.getLogger(__name__)
+
+ROLE_COLORS = {"prefill": "#e6550d", "decode": "#3182bd", "mixed": "#756bb1"}
+STATE_COLORS = ("#bdbdbd", "#fd8d3c", "#6baed6", "#74c476")  # queued, prefill, decode, tool
+LIVE_STATES = STATES[:4]  # done and failed only grow: they are in the summary line
+UPDATE_MS = 500
+
+
+def prorsa_doc(state: LiveState, extra: dict, doc) -> None:
+    page = _Page(state)
+    doc.title = "Dask: Prorsa"
+    doc.add_root(page.root)
+    doc.add_periodic_callback(page.update, UPDATE_MS)
+    try:  # the dashboard's own look and menu, when distributed's templates are there
+        from distributed.dashboard.components.scheduler import BOKEH_THEME, env  # noqa: PLC0415
+
+        doc.template = env.get_template("simple.html")
+        doc.template_variables.update(extra)
+        doc.theme = BOKEH_THEME
+    except Exception:
+        log.debug("prorsa dashboard: distributed's template not used", exc_info=True)
+    page.update()
+
+
+class _Page:
+    def __init__(self, state: LiveState) -> None:
+        self.state = state
+        self.engines = list(state.engines)
+        self.seen = -1  # state.version drawn
+        self.sent_points = 0  # folds already streamed
+        self.sent_forecasts = 0
+        self.n_switches = -1
+        unit = state.meta.get("time_unit", 1.0)
+        x_label = "seconds since the rollout began" + ("" if unit == 1 else f" (cost-model clock; wall = x {unit:g})")
+
+        self.summary = Div(name="prorsa-summary", text="waiting for the first control interval",
+                           sizing_mode="stretch_width")
+
+        # roles: one lane per engine, a bar per span of a role, a marker per finished switch
+        self.roles_src = ColumnDataSource({"engine": [], "left": [], "right": [], "role": [], "color": []})
+        self.switch_src = ColumnDataSource({"t": [], "engine": [], "change": [], "reason": [], "drain_s": []})
+        x_range = DataRange1d()  # one time axis for every time plot: pan or zoom one, all follow
+        roles = figure(name="prorsa-roles", title="Engine roles (observed) and role switches",
+                       height=70 + 28 * len(self.engines), y_range=FactorRange(*reversed(self.engines)),
+                       x_range=x_range, x_axis_label=x_label,
+                       sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", toolbar_location="above")
+        roles.hbar(y="engine", left="left", right="right", height=0.7, color="color", source=self.roles_src,
+                   legend_field="role")
+        marks = roles.scatter(x="t", y="engine", marker="inverted_triangle", size=11, color="black",
+                              source=self.switch_src)
+        roles.add_tools(HoverTool(renderers=[marks], tooltips=[("switch", "@engine: @change"), ("t", "@t{0.0}"),
+                                                               ("drain", "@drain_s{0.00} s"), ("why", "@reason")]))
+        roles.add_layout(roles.legend[0], "right")
+
+        # demand: what arrived beside what the policy forecast (horizon means, drawn at their centre)
+        self.series_src = ColumnDataSource(self._empty_series())
+        self.fc_src = ColumnDataSource({"t": [], "mid": [], "prefill_tps": [], "decode_seqs": []})
+        prefill = figure(name="prorsa-demand-prefill", title="Prefill demand: tokens/s of later turns",
+                         height=260, x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
+                         x_range=x_range)
+        prefill.line("t", "prefill_tps", source=self.series_src, color=ROLE_COLORS["prefill"], line_width=2,
+                     legend_label="realised")
+        prefill.line("t", "prefill_tps_all", source=self.series_src, color=ROLE_COLORS["prefill"], alpha=0.35,
+                     legend_label="realised, first turns too")
+        prefill.scatter("mid", "prefill_tps", source=self.fc_src, color="black", size=5, legend_label="forecast")
+        decode = figure(name="prorsa-demand-decode", title="Decode demand: sequences decoding", height=260,
+                        x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
+                        x_range=x_range)
+        decode.line("t", "decode_seqs", source=self.series_src, color=ROLE_COLORS["decode"], line_width=2,
+                    legend_label="realised")
+        decode.scatter("mid", "decode_seqs", source=self.fc_src, color="black", size=5, legend_label="forecast")
+        for f in (prefill, decode):
+            f.legend.location = "top_left"
+            f.legend.background_fill_alpha = 0.6
+
+        trajs = figure(name="prorsa-trajectories", title="Trajectories by lifecycle state", height=260,
+                       x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
+                       x_range=x_range)
+        areas = trajs.varea_stack([f"s_{s}" for s in LIVE_STATES], x="t", source=self.series_src,
+                                  color=list(STATE_COLORS))
+        trajs.add_layout(Legend(items=[(s, [a]) for s, a in zip(LIVE_STATES, areas)]), "right")
+
+        queues = figure(name="prorsa-queues", title="Queue depth per engine (requests waiting)", height=260,
+                        x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
+                        x_range=x_range)
+        for i, e in enumerate(self.engines):
+            queues.step("t", f"q{i}", source=self.series_src, mode="after", color=Category10_10[i % 10],
+                        legend_label=e)
+        queues.add_layout(queues.legend[0], "right")
+
+        self.kv_src = ColumnDataSource({"engine": [], "kv_use": [], "color": [], "text": []})
+        kv = figure(name="prorsa-kv", title="KV use per engine (now)", height=70 + 28 * len(self.engines),
+                    y_range=FactorRange(*reversed(self.engines)), x_range=(0, 1), sizing_mode="stretch_width",
+                    tools="", toolbar_location=None)
+        kv.hbar(y="engine", right="kv_use", height=0.7, color="color", source=self.kv_src)
+        kv.text(x=0.01, y="engine", text="text", source=self.kv_src, text_baseline="middle", text_font_size="10px")
+        kv.xaxis.axis_label = "share of the engine's KV capacity (bar colour: role)"
+
+        table = DataTable(name="prorsa-switches", source=self.switch_src, height=180, sizing_mode="stretch_width",
+                          index_position=None, columns=[
+                              TableColumn(field="t", title="t (s)", formatter=NumberFormatter(format="0.0"), width=60),
+                              TableColumn(field="engine", title="engine", width=80),
+                              TableColumn(field="change", title="switch", width=120),
+                              TableColumn(field="drain_s", title="drain (s)", formatter=NumberFormatter(format="0.00"),
+                                          width=70),
+                              TableColumn(field="reason", title="reason", width=600)])
+        self.root = column(self.summary, roles, row(prefill, decode, sizing_mode="stretch_width"),
+                           row(trajs, queues, kv, sizing_mode="stretch_width"),
+                           Div(text="<b>Role switches</b>"), table, sizing_mode="stretch_width")
+
+    def _empty_series(self) -> dict[str, list]:
+        cols = ["t", "prefill_tps", "prefill_tps_all", "decode_seqs"]
+        cols += [f"q{i}" for i in range(len(self.engines))] + [f"s_{s}" for s in LIVE_STATES]
+        return {c: [] for c in cols}
+
+    def update(self) -> None:
+        try:
+            self._update()
+        except Exception:  # a broken draw leaves the page stale; it must not hurt the scheduler
+            log.exception("prorsa dashboard: page update failed")
+
+    def _update(self) -> None:
+        s = self.state
+        if s.version == self.seen:
+            return
+        self.seen = s.version
+        self._stream_points()
+        self._stream_forecasts()
+        spans = [(e, t0, t1, role) for e, lane in s.roles.items() for t0, t1, role in lane]
+        self.roles_src.data = {"engine": [x[0] for x in spans], "left": [x[1] for x in spans],
+                               "right": [x[2] for x in spans], "role": [x[3] for x in spans],
+                               "color": [ROLE_COLORS.get(x[3], "gray") for x in spans]}
+        if len(s.switches) != self.n_switches:
+            self.n_switches = len(s.switches)
+            sw = list(s.switches)
+            self.switch_src.data = {"t": [c.t for c in sw], "engine": [c.engine for c in sw],
+                                    "change": [f"{c.from_role.value} -> {c.to_role.value}" for c in sw],
+                                    "reason": [c.reason for c in sw], "drain_s": [c.drain_s for c in sw]}
+        engines = s.engines
+        self.kv_src.data = {"engine": list(engines), "kv_use": [e.kv_use for e in engines.values()],
+                            "color": [ROLE_COLORS.get(e.role, "gray") for e in engines.values()],
+                            "text": [f"{e.role}{' (switching)' if e.switching else ''}  {e.kv_use:.0%}  "
+                                     f"{e.active} active, {e.queued} waiting" for e in engines.values()]}
+        self.summary.text = self._summary()
+
+    def _stream_points(self) -> None:
+        s = self.state
+        new = min(s.version - self.sent_points, len(s.points))
+        self.sent_points = s.version
+        if new <= 0:
+            return
+        rows = list(s.points)[-new:]
+        data = {"t": [p[0] for p in rows], "prefill_tps": [p[1] for p in rows],
+                "prefill_tps_all": [p[2] for p in rows], "decode_seqs": [p[3] for p in rows]}
+        for i in range(len(self.engines)):
+            data[f"q{i}"] = [p[4][i] for p in rows]
+        for j, name in enumerate(LIVE_STATES):
+            data[f"s_{name}"] = [p[6][j] for p in rows]
+        self.series_src.stream(data, rollover=s.history)
+
+    def _stream_forecasts(self) -> None:
+        s = self.state
+        new = min(s.n_forecasts - self.sent_forecasts, len(s.forecasts))
+        self.sent_forecasts = s.n_forecasts
+        if new <= 0:
+            return
+        rows = list(s.forecasts)[-new:]
+        self.fc_src.stream({"t": [r[0] for r in rows], "mid": [r[0] + r[1] / 2 for r in rows],
+                            "prefill_tps": [r[2] for r in rows], "decode_seqs": [r[3] for r in rows]},
+                           rollover=s.history)
+
+    def _summary(self) -> str:
+        s = self.state
+        m = s.meta
+        c = s.tracker.counts()
+        expected = m.get("expected")
+        done = f"{c['done']}/{expected}" if expected else str(c["done"])
+        roles = ", ".join(f"{n}: {e.role}{'*' if e.switching else ''}" for n, e in s.engines.items())
+        d = s.decision
+        why = html.escape(d.reason) if d is not None and d.reason else "(no decision yet)"
+        return (f"<b>{html.escape(str(m.get('name', '')))}</b> &middot; policy <b>{html.escape(str(m.get('policy', '')))}</b>"
+                f" &middot; t = {s.t:.1f} s &middot; trajectories done {done}, failed {c['failed']}, live "
+                f"{sum(c[x] for x in LIVE_STATES)} &middot; turns {s.turns} &middot; tokens {s.tokens}<br>"
+                f"roles: {html.escape(roles)} (* switching)<br>last decision: {why}")

@@ -1,0 +1,204 @@
+"""What the Prorsa dashboard page shows, kept on the scheduler and folded once per control interval.
+
+    Report(...)                     what the driver adds each interval (frozen; crosses the comm)
+    LiveState(meta)                 the page's data: current view plus bounded history
+    LiveState.begin(now, loads)     the engines' roles when the plugin starts
+    LiveState.fold(now, events, loads, report)   one control interval; called on the scheduler by
+                                    feed.observe_and_publish, inside the controller's own call
+    LiveState.to_json()             the JSON endpoint's document (schema below, version 1)
+    LiveState.version               bumped by every fold, so a page redraws only when it changed
+
+Two sources meet here. The scheduler knows the lifecycle events (drained from the lifecycle
+plugin in the same call) and what it has sent each engine worker, with the worker's role; the
+driver knows what only it sees: the policy's last decision and forecast, finished role switches,
+the engines' own readings (queue, admitted sequences, KV) and failed trajectories. The driver's
+part arrives one interval late (it rides on the next interval's call), stamped with its own time.
+
+Times are body seconds since the rollout began (the policy's clock: wall seconds / time_unit), so
+the forecast and what followed it are on one axis.
+
+JSON (`to_json`):
+    version, t, run{name, policy, engines, slots, kv_capacity, time_unit, expected, clock}
+    engines{name: {role, switching, queued, active, kv_tokens, kv_capacity, kv_use,
+                   legs_prefill, legs_decode, queued_prefill_tokens}}
+    trajectories{queued, prefill, decode, tool, done, failed}   now
+    decision{t, reason, forecast{}, forecast_error{}} | null    the policy's latest
+    roles{engine: [[t0, t1, role], ...]}                        observed, one span per role held
+    switches[{t, engine, from, to, reason, drain_s}]            finished role switches
+    series{t[], prefill_tps[], prefill_tps_all[], decode_seqs[], queued{engine: []},
+           kv_use{engine: []}, trajectories{state: []}}         one point per control interval
+    forecasts{t[], horizon_s[], prefill_tps[], decode_seqs[]}   each decision's horizon means
+    cost{folds, fold_s}                                         this module's time on the scheduler
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from prorsa.control.lifecycle import LifecycleEvent, LifecycleTracker, Phase
+from prorsa.metrics.recorder import ControlRecord, EngineSample, RoleChange
+
+SCHEMA_VERSION = 1
+STATES = ("queued", "prefill", "decode", "tool", "done", "failed")
+
+
+@dataclass(frozen=True)
+class Report:
+    """The driver's part of one interval: only what is new since the previous report."""
+
+    t: float  # body seconds when it was built
+    samples: tuple[EngineSample, ...] = ()  # each engine's latest own reading
+    decision: ControlRecord | None = None  # the policy's latest decision, if new
+    switches: tuple[RoleChange, ...] = ()  # role switches finished since the last report
+    switching: tuple[str, ...] = ()  # engines in the middle of a switch now
+    failed: tuple[str, ...] = ()  # trajectories that failed since the last report
+    turns: int = 0  # totals so far
+    tokens: int = 0
+
+
+@dataclass
+class _Engine:
+    role: str = "mixed"
+    switching: bool = False
+    queued: int = 0
+    active: int = 0
+    kv_tokens: int = 0
+    kv_capacity: int = 0
+    legs_prefill: int = 0
+    legs_decode: int = 0
+    queued_prefill_tokens: int = 0
+
+    @property
+    def kv_use(self) -> float:
+        return self.kv_tokens / self.kv_capacity if self.kv_capacity else 0.0
+
+
+@dataclass
+class LiveState:
+    meta: dict  # name, policy, engines, slots, kv_capacity, time_unit, expected: fixed for the run
+    history: int = 3600  # points kept per series (an hour at the default 1 s interval)
+    version: int = 0
+    t: float = 0.0
+    turns: int = 0
+    tokens: int = 0
+    decision: ControlRecord | None = None
+    fold_s: float = 0.0
+    engines: dict[str, _Engine] = field(default_factory=dict)
+    roles: dict[str, list[list]] = field(default_factory=dict)  # engine -> [[t0, t1, role], ...]
+    switches: deque = field(default_factory=lambda: deque(maxlen=1000))
+    points: deque = field(init=False)  # (t, prefill_tps, prefill_tps_all, decode_seqs, queued, kv, states)
+    forecasts: deque = field(init=False)  # (t, horizon_s, prefill_tps, decode_seqs)
+    n_forecasts: int = 0  # forecasts ever appended (a page streams those it has not sent)
+    tracker: LifecycleTracker = field(default_factory=LifecycleTracker)
+
+    def __post_init__(self) -> None:
+        self.points = deque(maxlen=self.history)
+        self.forecasts = deque(maxlen=self.history)
+        self.engines = {e: _Engine(kv_capacity=self.meta.get("kv_capacity", 0)) for e in self.meta["engines"]}
+        self.roles = {e: [] for e in self.meta["engines"]}
+
+    def begin(self, now: float, loads: dict[str, dict]) -> None:
+        """The engines' roles before the first interval, so each lane starts with the run."""
+        self._loads(now, loads)
+
+    def fold(self, now: float, events: list[LifecycleEvent], loads: dict[str, dict],
+             report: Report | None) -> None:
+        t0 = time.perf_counter()
+        dt = now - self.t if self.points else now
+        self.tracker.apply_all(events)
+        # what the forecaster predicts: appends of later turns (first prompts are not forecast)
+        later = sum(ev.tokens for ev in events if ev.phase is Phase.QUEUED and ev.turn > 0)
+        every = sum(ev.tokens for ev in events if ev.phase is Phase.QUEUED)
+        self._loads(now, loads)
+        if report is not None:
+            self._report(report)
+        counts = self.tracker.counts()
+        engines = list(self.engines)
+        self.points.append((
+            now, later / dt if dt > 0 else 0.0, every / dt if dt > 0 else 0.0, counts["decode"],
+            tuple(self.engines[e].queued for e in engines), tuple(self.engines[e].kv_use for e in engines),
+            tuple(counts[s] for s in STATES),
+        ))  # fmt: skip
+        self.t = now
+        self.version += 1
+        self.fold_s += time.perf_counter() - t0
+
+    def _loads(self, now: float, loads: dict[str, dict]) -> None:
+        for name, load in loads.items():
+            e = self.engines.get(name)
+            if e is None:  # not an engine of this run
+                continue
+            e.role, e.legs_prefill, e.legs_decode = load["role"], load["prefills"], load["decodes"]
+            e.queued_prefill_tokens = load["queued_prefill_tokens"]
+            spans = self.roles.setdefault(name, [])
+            if spans and spans[-1][2] == e.role:
+                spans[-1][1] = now
+            else:
+                if spans:
+                    spans[-1][1] = now
+                spans.append([now, now, e.role])
+
+    def _report(self, r: Report) -> None:
+        self.turns, self.tokens = r.turns, r.tokens
+        for s in r.samples:
+            e = self.engines.get(s.engine)
+            if e is None:
+                continue
+            e.queued, e.active, e.kv_tokens, e.kv_capacity = s.queued, s.active, s.kv_tokens, s.kv_capacity
+        for name, e in self.engines.items():
+            e.switching = name in r.switching
+        for traj in r.failed:  # the scheduler sees no failure: the driver gave up on the turn
+            cur = self.tracker.get(traj)
+            self.tracker.apply(LifecycleEvent(r.t, traj, "", cur.turn if cur else 0, Phase.FAILED))
+        self.switches.extend(r.switches)
+        if r.decision is not None:
+            self.decision = r.decision
+            f = r.decision.forecast
+            horizon = f.get("horizon_s", 0.0)
+            point = (r.decision.t, horizon, f.get("prefill_tokens", 0.0) / horizon if horizon > 0 else 0.0,
+                     f.get("decode_seqs_mean", 0.0))
+            if horizon > 0 and all(math.isfinite(x) for x in point):  # policies that do not forecast: {}
+                self.forecasts.append(point)
+                self.n_forecasts += 1
+
+    def to_json(self) -> dict:
+        names = list(self.engines)
+        cols = list(zip(*self.points)) if self.points else [()] * 7
+        fc = list(zip(*self.forecasts)) if self.forecasts else [()] * 4
+        counts = self.tracker.counts()
+        d = self.decision
+        return {
+            "version": SCHEMA_VERSION,
+            "t": self.t,
+            "run": {**self.meta, "clock": "body seconds since the rollout began (wall seconds / time_unit)"},
+            "engines": {n: {"role": e.role, "switching": e.switching, "queued": e.queued, "active": e.active,
+                            "kv_tokens": e.kv_tokens, "kv_capacity": e.kv_capacity, "kv_use": e.kv_use,
+                            "legs_prefill": e.legs_prefill, "legs_decode": e.legs_decode,
+                            "queued_prefill_tokens": e.queued_prefill_tokens} for n, e in self.engines.items()},
+            "trajectories": {s: counts[s] for s in STATES},
+            "turns": self.turns,
+            "tokens": self.tokens,
+            "decision": None if d is None else {"t": d.t, "reason": d.reason, "forecast": _finite(d.forecast),
+                                                "forecast_error": _finite(d.forecast_error)},
+            "roles": {n: [list(s) for s in spans] for n, spans in self.roles.items()},
+            "switches": [{"t": c.t, "engine": c.engine, "from": c.from_role.value, "to": c.to_role.value,
+                          "reason": c.reason, "drain_s": c.drain_s} for c in self.switches],
+            "series": {
+                "t": list(cols[0]), "prefill_tps": list(cols[1]), "prefill_tps_all": list(cols[2]),
+                "decode_seqs": list(cols[3]),
+                "queued": {n: [row[i] for row in cols[4]] for i, n in enumerate(names)},
+                "kv_use": {n: [row[i] for row in cols[5]] for i, n in enumerate(names)},
+                "trajectories": {s: [row[i] for row in cols[6]] for i, s in enumerate(STATES)},
+            },
+            "forecasts": {"t": list(fc[0]), "horizon_s": list(fc[1]), "prefill_tps": list(fc[2]),
+                          "decode_seqs": list(fc[3])},
+            "cost": {"folds": self.version, "fold_s": self.fold_s},
+        }
+
+
+def _finite(d: dict[str, float]) -> dict[str, float | None]:
+    """JSON has no inf or NaN (a policy may report either, e.g. an infeasible split's cost)."""
+    return {k: v if math.isfinite(v) else None for k, v in d.items()}
