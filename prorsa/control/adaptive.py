@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first
-from prorsa.control.forecast import Forecaster
-from prorsa.control.policy import Decision, EngineSnapshot, PolicyContext, Snapshot, register
+import numpy as np
+
+from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first, score, splits
+from prorsa.control.forecast import Forecast, Forecaster
+from prorsa.control.policy import Decision, EngineSnapshot, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.roles import Role
 
 
@@ -139,16 +141,28 @@ class Prorsa:
         # not seen through within ten intervals (or 30 s) is taken as lost and planned afresh.
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
         self.name = _name("prorsa", args)
+        self.hint = ctx.workload
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
 
     def initial_roles(self, n_engines: int) -> list[Role]:
-        # Nothing is known about the workload yet. Mixed engines serve either phase at once and
-        # leave MIXED cheaply (the drain of one phase, not a role flip); on a dense model with
-        # small per-turn appends they are also the best split; and a rollout opens with a burst
-        # of prompts that every engine can help prefill.
-        return [Role.MIXED] * n_engines
+        """The split the allocator scores best for the steady state the pipeline's workload hint
+        implies, unless all-mixed is within min_gain of it. Mixed is the default: it serves either
+        phase at once, leaves MIXED cheaply, and a rollout opens with a burst of prompts that
+        every engine can help prefill. But the roles a run opens with are the ones its first
+        turns settle on (their prefixes stay where they ran), and moving there later costs
+        drains: on an MoE model the opening decides most of the gain."""
+        if self.hint is None or n_engines < 2:
+            return [Role.MIXED] * n_engines
+        fc = steady_forecast(self.hint, self.capacity, n_engines, self.forecaster.n_bins, self.forecaster.bin_s)
+        cands = splits(n_engines)
+        costs = score(self.capacity, fc, cands[:, 0], cands[:, 1], cands[:, 2])
+        mixed = float(costs[(cands[:, 2] == n_engines)][0])
+        p, d, m = (int(x) for x in cands[int(np.argmin(costs))])
+        if mixed <= (1 + self.allocator.min_gain) * float(costs.min()):
+            return [Role.MIXED] * n_engines
+        return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
@@ -178,3 +192,23 @@ class Prorsa:
             return {}, f"vote {n}/{self.votes}: "
         self._committed, self._streak = plan.goal, (None, 0)
         return plan.targets, ""
+
+
+def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:
+    """The demand of `hint.concurrency` trajectories cycling prefill -> decode -> tool at their
+    means, the engines half-way through the trajectories' contexts."""
+    context = hint.prompt_tokens + (hint.observation_tokens + hint.decode_tokens) * max(hint.turns - 1, 0) / 2
+    batch = min(hint.concurrency / n_engines, cap.slots)
+    for _ in range(3):  # the decode rate depends on the batch, the batch on the time spent decoding
+        tps = 1.0 / max(cap.decode_step(max(batch, 1.0), context), 1e-9)
+        decode_s = hint.decode_tokens / tps
+        cycle = decode_s + hint.tool_s + cap.prefill_latency(hint.observation_tokens, context)
+        seqs = min(hint.concurrency * decode_s / cycle, n_engines * cap.slots)
+        batch = min(seqs / n_engines, cap.slots)
+    turns_per_s = hint.concurrency / cycle * (1 - 1 / max(hint.turns, 1.0))
+    return Forecast(
+        start_s=0.0, bin_s=bin_s, prefill_tokens_per_s=np.full(n_bins, turns_per_s * hint.observation_tokens),
+        prefill_turns_per_s=np.full(n_bins, turns_per_s), decode_seqs=np.full(n_bins, seqs),
+        kv_tokens=np.full(n_bins, seqs * context), prefill_prefix_tokens=context,
+        decode_tokens_per_turn=hint.decode_tokens, decode_tps_per_seq=tps,
+        decode_remaining_tokens=hint.decode_tokens / 2, live=hint.concurrency)

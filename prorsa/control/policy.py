@@ -55,6 +55,19 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class WorkloadHint:
+    """What a pipeline declares about its workload, as means over a sample of its trajectories:
+    enough to plan an opening split before anything has been observed (never the split itself)."""
+
+    concurrency: int  # trajectories in flight (sync: B x G; async: concurrency)
+    prompt_tokens: float  # the first turn's append
+    observation_tokens: float  # a later turn's append
+    decode_tokens: float  # per turn
+    tool_s: float  # per tool call, body seconds
+    turns: float  # per trajectory
+
+
+@dataclass(frozen=True)
 class PolicyContext:
     """What an adaptive policy knows about the engines it steers (all engines alike)."""
 
@@ -64,6 +77,7 @@ class PolicyContext:
     interval_s: float  # seconds between decide() calls
     # traj_id -> the trajectory's whole spec: the future, which only a simulator can give (oracle)
     future: Callable[[str], TrajectorySpec] | None = None
+    workload: WorkloadHint | None = None
 
     @classmethod
     def default(cls) -> PolicyContext:

@@ -2,12 +2,16 @@
 
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
+    workload_hint(cfg)    means over the first trajectories of cfg's workload (WorkloadHint)
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import PolicyContext
+from prorsa.control.policy import PolicyContext, WorkloadHint
 from prorsa.costmodel import CostModel
 
 
@@ -21,4 +25,25 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
     cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=cfg.engines.tp, ep=cfg.engines.ep)
     # an MoE engine under expert parallelism is a DP-attention group: KV of every rank
     return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
-                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg))
+                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg), workload=workload_hint(cfg))
+
+
+def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:
+    w = cfg.workload
+    workload = Workload.from_config(w, cfg.seed)
+    if w.mode == "sync":
+        specs = workload.trajectories_for_step(0)[:sample]
+        concurrency = w.prompts * w.group_size
+    else:
+        specs = [workload.trajectory(i) for i in range(sample)]
+        concurrency = w.concurrency
+    turns = [t for s in specs for t in s.turns]
+    later = [t.appended_tokens for s in specs for t in s.turns[1:]]
+    tools = [t.tool_latency_s for t in turns if not t.done]
+    return WorkloadHint(
+        concurrency=concurrency,
+        prompt_tokens=float(np.mean([s.turns[0].appended_tokens for s in specs])),
+        observation_tokens=float(np.mean(later)) if later else 0.0,
+        decode_tokens=float(np.mean([t.decode_tokens for t in turns])),
+        tool_s=float(np.mean(tools)) / time_unit(cfg) if tools else 0.0,
+        turns=len(turns) / len(specs))

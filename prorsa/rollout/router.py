@@ -5,6 +5,11 @@
     set_role(engine, role)      the controller moved an engine; new turns follow the new role
     close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
 
+Prefills go to PREFILL engines; MIXED engines take the overflow: when every prefill engine holds
+`slots` turns, a turn whose decode engine is MIXED runs whole there (colocated: its context is
+cached there, only the append is prefilled, nothing shipped). The allocator scores splits the
+same way (control/allocator.py: prefill engines first, mixed engines the overflow).
+
 Sticky first: a trajectory's incremental prefill must run where its prefix is cached, or it
 recomputes the whole context, so a turn goes back to the engines of its previous turn unless
 they no longer serve that leg or carry more than `overload` times the least-loaded engine's
@@ -32,8 +37,10 @@ class Route:
 
 
 class Router:
-    def __init__(self, roles: dict[str, Role], overload: float = 2.0, local_prefill_tokens: int = 0) -> None:
+    def __init__(self, roles: dict[str, Role], overload: float = 2.0, local_prefill_tokens: int = 0,
+                 slots: int | None = None) -> None:
         self.roles = dict(roles)
+        self.slots = slots  # turns a PREFILL engine takes before MIXED engines take the overflow
         self.load = {e: 0 for e in roles}
         self.overload = overload
         self.local_prefill_tokens = local_prefill_tokens
@@ -81,8 +88,12 @@ class Router:
             _, sticky = self._sticky_choice(traj_id, "decode", decoders)
             if sticky:  # the decode engine of its last turn still holds the context
                 return Route(prefill=None, decode=self._pick(traj_id, "decode", decoders), local_prefill=True)
-        prefill = self._pick(traj_id, "prefill", [e for e, r in roles.items() if r.serves_prefill])
+        prefillers = [e for e, r in roles.items() if r is Role.PREFILL]
         decode = self._pick(traj_id, "decode", decoders)
+        least = min(prefillers, key=lambda e: self.load[e])
+        if roles[decode] is Role.MIXED and self.slots is not None and self.load[least] >= self.slots:
+            return Route(prefill=None, decode=decode)  # prefill pool full: the mixed engine takes its own turn
+        prefill = self._pick(traj_id, "prefill", prefillers)
         return Route(prefill=prefill, decode=decode)
 
     def finished(self, route: Route) -> None:

@@ -82,7 +82,7 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     for engine in engines.values():
         await engine.start()
     router = Router({name: eng.role for name, eng in engines.items()},
-                    local_prefill_tokens=cfg.runtime.local_prefill_tokens)
+                    local_prefill_tokens=cfg.runtime.local_prefill_tokens, slots=e.slots)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)

@@ -187,3 +187,25 @@ def test_reactive_keeps_a_role_alive_and_holds_when_both_press():
     assert r.decide(snap(3.0, [P, D, D], queue=5000, kv=0.1)).targets == {"e1": P}
     # The request stands until seen: the same engine is not asked for twice.
     assert r.decide(snap(4.0, [P, D, D], queue=5000, kv=0.1)).targets == {}
+
+
+def test_the_opening_split_follows_the_workload_hint_not_a_told_split():
+    """Without a hint prorsa opens all mixed. With the pipeline's workload hint it opens with the
+    split the cost model scores best for that workload's steady state: mixed for a dense model
+    with small appends, dedicated roles for long SWE contexts on an MoE under DP attention."""
+    from dataclasses import replace
+
+    from prorsa.control.policy import PolicyContext, WorkloadHint
+    from prorsa.costmodel import CostModel
+
+    swe = WorkloadHint(concurrency=256, prompt_tokens=1750, observation_tokens=1560, decode_tokens=465,
+                       tool_s=0.9, turns=10.7)
+    small = WorkloadHint(concurrency=64, prompt_tokens=300, observation_tokens=100, decode_tokens=200,
+                         tool_s=0.5, turns=4)
+    dense = PolicyContext.default()
+    moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
+    moe = PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4, interval_s=1.0)
+    assert make_policy("prorsa", dense).initial_roles(8) == [M] * 8  # no hint
+    assert make_policy("prorsa", replace(dense, workload=small)).initial_roles(8) == [M] * 8
+    opening = make_policy("prorsa", replace(moe, workload=swe)).initial_roles(8)
+    assert Role.PREFILL in opening and len(opening) == 8

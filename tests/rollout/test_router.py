@@ -80,3 +80,27 @@ def test_decode_local_off_by_default():
     r = Router(roles(1, 1))
     r.finished(r.route("t0"))
     assert r.route("t0", appended=1).prefill is not None
+
+
+def test_prefill_engines_first_mixed_engines_take_the_overflow():
+    """With prefill engines holding `slots` turns each, a turn decoding on a mixed engine runs
+    whole there; until then its prefill goes to a prefill engine like everyone's."""
+    r = Router(roles(1, 0, 3), slots=2)
+    first = [r.route(f"t{i}") for i in range(2)]
+    assert all(x.prefill == "engine-0" for x in first)
+    over = r.route("t9")
+    assert over.prefill is None and r.roles[over.decode] is Role.MIXED
+    r.finished(first[0])  # room again on the prefill engine
+    assert r.route("t8").prefill == "engine-0"
+    # a turn decoding on a DECODE engine waits for a prefill engine rather than overflow
+    r2 = Router(roles(1, 1), slots=1)
+    routes = [r2.route(f"t{i}") for i in range(3)]
+    assert all(x.prefill == "engine-0" and x.decode == "engine-1" for x in routes)
+
+
+def test_a_closed_engine_gets_no_new_work_until_reopened():
+    r = Router(roles(1, 1, 1))
+    r.close("engine-2")
+    assert all("engine-2" not in (x.prefill, x.decode) for x in (r.route(f"t{i}") for i in range(6)))
+    r.reopen("engine-2")
+    assert any(x.decode == "engine-2" for x in (r.route(f"u{i}") for i in range(6)))
