@@ -4,8 +4,10 @@ It speaks to the world through one protocol, `TurnRunner.run_turn`, which the li
 and the simulator both implement; the loop itself knows neither.
 
     run_trajectory(spec, runner, ..., episode=None)   play a TrajectorySpec to its end -> TrajectoryResult
+    play_turn(runner, req, result, on_turn)   one turn, recorded in result; None when it failed
     Episode                             what an environment adds (agent/environment.py): the real
                                         tool call after each decode, the reward at the end
+                                        (an episode with `drive`, live mode, runs its own turns)
 
 Without an episode every turn replays the spec (appended tokens, tool latency). With one, each
 turn carries the episode's tool call to the runner, and a runner that ran it reports the
@@ -43,6 +45,7 @@ class TurnRequest:
     seed: int
     token_ids: tuple[int, ...] | None = None  # the whole context, for engines that need ids
     tool_call: ToolCall | None = None  # run for real after the decode (environments); else the latency
+    live: bool = False  # live mode: decode to the model's EOS; the tool worker parses the call from the text
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class TurnResult:
     tool_status: str = ""  # ok | error | timeout | crash | truncated (agent/tools/base.py)
     observation: str = ""  # what the tool returned, as the model sees it
     observation_tokens: int | None = None  # the next turn's append; None: the spec's figure
+    observation_ids: tuple[int, ...] = ()  # live mode: the observation as the chat template writes it
+    final: bool = False  # live mode: the model gave its answer
 
 
 @dataclass
@@ -103,6 +108,22 @@ def synth_ids(key: tuple[int, ...], n: int, vocab_size: int) -> list[int]:
 TurnListener = Callable[[TrajectorySpec, TurnResult], None]
 
 
+async def play_turn(runner: TurnRunner, req: TurnRequest, result: TrajectoryResult,
+                    on_turn: TurnListener | None) -> TurnResult | None:
+    """Run one turn and record it; None when it failed, which fails its trajectory (never the rollout)."""
+    try:
+        res = await runner.run_turn(req)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        result.status, result.error = "failed", f"turn {req.turn}: {type(e).__name__}: {e}"
+        return None
+    result.turns.append(res)
+    if on_turn is not None:
+        on_turn(result.spec, res)
+    return res
+
+
 class Episode(Protocol):
     def tool_call(self, turn: int) -> ToolCall | None: ...
 
@@ -116,6 +137,8 @@ async def run_trajectory(
     on_turn: TurnListener | None = None,
     episode: Episode | None = None,
 ) -> TrajectoryResult:
+    if hasattr(episode, "drive"):  # live: the model's text decides the turns (agent/live_episode.py)
+        return await episode.drive(spec, runner, now, on_turn)
     result = TrajectoryResult(spec=spec, start_s=now())
     ids: list[int] | None = [] if runner.needs_token_ids else None
     context = 0
@@ -142,20 +165,13 @@ async def run_trajectory(
             token_ids=tuple(ids) if ids is not None else None,
             tool_call=None if turn.done or episode is None else episode.tool_call(k),
         )
-        try:
-            res = await runner.run_turn(req)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a failed turn fails its trajectory, never the rollout
-            result.status, result.error = "failed", f"turn {k}: {type(e).__name__}: {e}"
+        res = await play_turn(runner, req, result, on_turn)
+        if res is None:
             break
-        result.turns.append(res)
         observed = res.observation_tokens
         context += res.decode_tokens
         if ids is not None:
             ids += res.token_ids
-        if on_turn is not None:
-            on_turn(spec, res)
         if turn.done:
             result.status = "completed"
             break

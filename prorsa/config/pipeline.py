@@ -118,9 +118,10 @@ _DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"py
 
 class EnvironmentConfig(_Section):
     """Real tools in the rollout. Replay: each turn's tool call is taken from a dataset task and
-    run on a tool worker; its observation's length becomes the next turn's append."""
+    run on a tool worker; its observation's length becomes the next turn's append. Live: the
+    model's generated text is parsed for calls, which run, and their observation is appended."""
 
-    mode: Literal["replay"] = "replay"
+    mode: Literal["replay", "live"] = "replay"
     dataset: str  # math-tir | search | swe-lite, or a JSONL file of tasks (agent/datasets/base.py)
     tasks: int = Field(64, ge=1)  # tasks generated; prompts cycle over them
     dataset_seed: int | None = None  # None: the pipeline's seed
@@ -130,6 +131,10 @@ class EnvironmentConfig(_Section):
     chars_per_token: int = Field(4, ge=1)  # how observations are counted without a tokenizer
     tool_timeout_s: float = Field(30.0, gt=0)  # per call, on top of the sandbox's own limits
     sandbox: SandboxSettings = SandboxSettings()
+    # live mode
+    max_turns: int = Field(8, ge=1)  # the turn cap: the trajectory ends here without an answer
+    max_response_tokens: int = Field(256, ge=1)  # per turn; the decode also stops at the model's EOS
+    parser: tuple[Literal["hermes", "json"], ...] = ("hermes", "json")  # tool-call formats, in order
 
     @field_validator("tools")
     @classmethod
@@ -185,6 +190,12 @@ class PipelineConfig(_Section):
     @model_validator(mode="after")
     def _policy_fits(self) -> PipelineConfig:
         make_policy(self.policy).initial_roles(self.engines.count)
+        return self
+
+    @model_validator(mode="after")
+    def _live_needs_text(self) -> PipelineConfig:
+        if self.environment is not None and self.environment.mode == "live" and self.engines.backend != "vllm":
+            raise ValueError("environment.mode live reads the model's text: it needs engines.backend vllm")
         return self
 
     def resolve_paths(self, base: Path) -> PipelineConfig:

@@ -16,7 +16,7 @@ import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.engine.registry import engine_name
+from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import EngineHost
 from prorsa.rollout.tool_host import ToolHost
@@ -46,11 +46,16 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[
                 "name": name,
                 "nthreads": cfg.runtime.tool_threads,
                 "resources": {"prefill": 0, "decode": 0, "env": cfg.runtime.tool_threads},
-                "plugins": {ToolHost(cfg.environment, cfg.seed)} if cfg.environment else set(),
+                "plugins": {_tool_host(cfg)} if cfg.environment else set(),
                 "dashboard": False,
             },
         }
     return specs
+
+
+def _tool_host(cfg: PipelineConfig) -> ToolHost:
+    live = cfg.environment.mode == "live"  # the tool workers read and write the model's tokens
+    return ToolHost(cfg.environment, cfg.seed, str(resolve_model_dir(cfg.engines)) if live else None)
 
 
 # The router places every leg (sticky to the engine holding the prefix); work stealing would move

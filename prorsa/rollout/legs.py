@@ -36,6 +36,7 @@ def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None
         token_ids=turn.token_ids,
         new_tokens=0 if pre else turn.appended_tokens,
         seed=turn.seed,
+        ignore_eos=not turn.live,  # replay wants exact lengths; a live model ends its own turn
     )
     return pre, dec
 

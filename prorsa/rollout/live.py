@@ -30,7 +30,7 @@ from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
 from prorsa.rollout.router import Router
-from prorsa.rollout.tool_host import replay_environment
+from prorsa.rollout.tool_host import driver_environment
 
 
 def _engine_stats(dask_worker):
@@ -99,7 +99,7 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, time_unit(cfg),
                                     feed=feed)
         workload = Workload.from_config(cfg.workload, cfg.seed)
-        environment = replay_environment(cfg, client)
+        environment = driver_environment(cfg, client)
         drive = run_sync if cfg.workload.mode == "sync" else run_async
         with Progress(rec, console) as progress:
             sampler = asyncio.create_task(

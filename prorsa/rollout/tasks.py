@@ -5,8 +5,9 @@
     generate_task(req)           engine worker, resources={"decode": 1}   -> DecodeResult (colocated)
     decode_task(None, req)       the same, decode-local: the engine holding the context prefills
                                  the append itself (key local-<traj>-<k>)
-    tool_task(turn, pre, dec)    tool worker: runs the turn's tool call (environments) or sleeps
-                                 its replayed latency                     -> TurnResult
+    tool_task(turn, pre, dec)    tool worker: runs the turn's tool call (environments; live: the
+                                 calls parsed from the decode's text) or sleeps its replayed
+                                 latency                                  -> TurnResult
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
     leg_graph / turn_graph       a turn's task group as delayed tasks, submitted in batches
 
@@ -30,12 +31,13 @@ from dask import delayed
 from distributed import get_client, secede
 
 from prorsa.agent.environment import with_observation
+from prorsa.agent.live_episode import with_step
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.legs import leg_requests, turn_result
 from prorsa.rollout.router import Route
-from prorsa.rollout.tool_host import run_tool
+from prorsa.rollout.tool_host import respond, run_tool
 
 
 async def prefill_task(req: PrefillRequest) -> PrefillResult:
@@ -56,13 +58,17 @@ def tool_task(
     turn: TurnRequest, pre: PrefillResult | None, dec: DecodeResult, submitted: float, started: float
 ) -> TurnResult:
     t0 = time.time()
-    obs = None
-    if turn.tool_call is not None:
+    obs = step = None
+    if turn.live:
+        step = respond(dec.token_ids)
+    elif turn.tool_call is not None:
         obs = run_tool(turn.tool_call)
     elif turn.tool_latency_s > 0:  # no environment: the tool's latency is part of the workload
         time.sleep(turn.tool_latency_s)
     end = time.time()
     res = turn_result(turn, pre, dec, submitted - started, end - started, end - t0)
+    if step is not None:
+        return with_step(res, step)
     return res if obs is None else with_observation(res, obs)
 
 

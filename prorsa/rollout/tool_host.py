@@ -1,12 +1,15 @@
 """A tool worker's environment: the tools and the reward live as long as the worker.
 
-    ToolHost(cfg, seed)           WorkerPlugin for tool workers: builds the ToolEnvironment once
-                                  (a search index, loaded user tools) at worker start
+    ToolHost(cfg, seed, model_dir)   WorkerPlugin for tool workers: builds the ToolEnvironment
+                                  once (a search index, loaded user tools) at worker start, and
+                                  in live mode the model's tokenizer and the call parser
     run_tool(call) -> Observation       in a task on a tool worker: one real call
+    respond(generated_ids) -> LiveStep  live mode, in a task on a tool worker: the turn's text
+                                        parsed, its calls run, the observation in tokens
     reward_task(task, response) -> Score   a task on a tool worker
     DaskScorer(client)            the driver's Scorer: each trajectory's reward as that task,
                                   key reward-<traj>
-    replay_environment(cfg, client)   the driver's ReplayEnvironment, or None without one
+    driver_environment(cfg, client)   the driver's Replay- or LiveEnvironment, or None
 
 Tool tasks are plain functions run in the worker's threads; each call runs on an event loop of
 its own thread, so a tool that blocks (a sync user function, a BM25 lookup) holds one thread,
@@ -21,9 +24,11 @@ from distributed import WorkerPlugin, get_worker
 
 from prorsa.agent.datasets.base import Task
 from prorsa.agent.environment import Observation, ReplayEnvironment, ToolEnvironment, dataset_tasks
+from prorsa.agent.live_episode import ChatFormat, LiveEnvironment, LiveStep, Responder
 from prorsa.agent.rewards import Score
-from prorsa.agent.tools.base import ToolCall
+from prorsa.agent.tools import ToolCall, ToolCallParser
 from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
+from prorsa.engine.registry import resolve_model_dir
 
 PLUGIN_NAME = "prorsa-tools"
 
@@ -31,29 +36,38 @@ PLUGIN_NAME = "prorsa-tools"
 class ToolHost(WorkerPlugin):
     name = PLUGIN_NAME
 
-    def __init__(self, cfg: EnvironmentConfig, seed: int) -> None:
+    def __init__(self, cfg: EnvironmentConfig, seed: int, model_dir: str | None = None) -> None:
         self.cfg = cfg
         self.seed = seed
+        self.model_dir = model_dir  # live mode: whose tokenizer reads and writes the turns
         self.env: ToolEnvironment | None = None
+        self.responder: Responder | None = None
 
     def setup(self, worker) -> None:
         self.env = ToolEnvironment.from_config(self.cfg, self.seed)
+        if self.cfg.mode == "live":
+            self.responder = Responder(self.env, ChatFormat.load(self.model_dir),
+                                       ToolCallParser(formats=tuple(self.cfg.parser)))
 
 
-def _env() -> ToolEnvironment:
+def _host() -> ToolHost:
     worker = get_worker()
     host = worker.plugins.get(PLUGIN_NAME)
     if host is None or host.env is None:
         raise RuntimeError(f"worker {worker.name} hosts no tool environment")
-    return host.env
+    return host
 
 
 def run_tool(call: ToolCall) -> Observation:
-    return asyncio.run(_env().call(call))
+    return asyncio.run(_host().env.call(call))
+
+
+def respond(generated: tuple[int, ...]) -> LiveStep:
+    return asyncio.run(_host().responder.respond(generated))
 
 
 def reward_task(task: Task, response: str) -> Score:
-    return asyncio.run(_env().score(task, response))
+    return asyncio.run(_host().env.score(task, response))
 
 
 class DaskScorer:
@@ -69,9 +83,15 @@ class DaskScorer:
         return await fut
 
 
-def replay_environment(cfg: PipelineConfig, client) -> ReplayEnvironment | None:
+def driver_environment(cfg: PipelineConfig, client) -> ReplayEnvironment | LiveEnvironment | None:
     """The driver's side of the pipeline's environment (None without one)."""
     env = cfg.environment
     if env is None:
         return None
-    return ReplayEnvironment(dataset_tasks(env, cfg.seed), cfg.workload.prompts, DaskScorer(client))
+    tasks = dataset_tasks(env, cfg.seed)
+    if env.mode == "replay":
+        return ReplayEnvironment(tasks, cfg.workload.prompts, DaskScorer(client))
+    fmt = ChatFormat.load(resolve_model_dir(cfg.engines))
+    schemas = ToolEnvironment.from_config(env, cfg.seed).toolbox.schemas()
+    return LiveEnvironment(tasks, cfg.workload.prompts, fmt, schemas, env.max_turns, env.max_response_tokens,
+                           cfg.engines.vllm.max_model_len, DaskScorer(client))

