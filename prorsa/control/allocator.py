@@ -20,7 +20,8 @@ trajectories spend over the horizon, in a fluid model run bin by bin:
 
 Switching: a PREFILL or DECODE engine serves its new role only after its drain
 (cost_model.switch_time), so its share of the gain comes that much later:
-switch_cost = gain x mean over moves of min(1, drain / horizon). A MIXED engine turning DECODE
+switch_cost = gain x max over moves of min(1, drain / horizon): the goal's cost holds only once its
+slowest move is done (a mean let one long drain hide among free moves). A MIXED engine turning DECODE
 already serves decode, so that delays nothing (nor does entering MIXED: nothing drains); a MIXED
 engine turning PREFILL first finishes its decodes, taking no new work meanwhile (the body's switch
 protocol), like a DECODE engine.
@@ -229,7 +230,7 @@ class Allocator:
                 break  # no candidate from here on can beat the pick once switches are added
             moves, drains = movers.moves(cur, _split(cands[i]))
             gain = cost_now - float(costs[i]) if math.isfinite(cost_now) else 0.0
-            sw = max(gain, 0.0) * float(np.mean(np.minimum(np.array(drains) / horizon_s, 1.0)))
+            sw = max(gain, 0.0) * float(np.max(np.minimum(np.array(drains) / horizon_s, 1.0)))
             net = float(costs[i]) + self.hysteresis * sw
             if pick is None or net < pick.net:
                 pick = _Pick(net, _split(cands[i]), moves, float(costs[i]), sw)

@@ -59,12 +59,12 @@ def engines(roles, active=4, kv=30000, cap=700000) -> list[EngineSnapshot]:
     return [EngineSnapshot(f"e{i}", r, 0, active, kv, cap) for i, r in enumerate(roles)]
 
 
-def settle(alloc: Allocator, fc: Forecast, roles, steps: int = 16) -> tuple[tuple[int, int, int], list]:
+def settle(alloc: Allocator, fc: Forecast, roles, steps: int = 16, active: int = 4) -> tuple[tuple[int, int, int], list]:
     """Plan, carry the plan out at once, repeat; -> the final (P, D, M) and the plans."""
     roles = list(roles)
     plans = []
     for _ in range(steps):
-        plan = alloc.plan(fc, engines(roles))
+        plan = alloc.plan(fc, engines(roles, active=active))
         for engine_id, role in plan.targets.items():
             roles[int(engine_id[1:])] = role
         plans.append(plan)
@@ -104,10 +104,14 @@ def test_dense_model_with_small_prefills_stays_mixed(dense):
 
 
 def test_prefill_flood_adds_prefill_engines(dense, moe):
+    """Engines with nothing to drain turn prefill at once; engines busy decoding do not, for a
+    flood the mixed engines can absorb: each would first finish its decodes, taking no new work."""
     for cap in (dense, moe):
-        split, plans = settle(Allocator(cap), per_rank(FLOOD, cap.ranks), [M] * 8)
+        split, plans = settle(Allocator(cap), per_rank(FLOOD, cap.ranks), [M] * 8, active=0)
         assert split[0] >= 2, plans[-1].reason
         assert plans[0].targets and set(plans[0].targets.values()) == {P}  # prefill first
+    busy, plans = settle(Allocator(dense), FLOOD, [M] * 8, active=16)
+    assert busy[0] <= 1, plans[-1].reason
 
 
 def test_long_decodes_take_engines_from_prefill(dense, moe):
