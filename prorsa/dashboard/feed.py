@@ -15,11 +15,14 @@ the client and the driver's share is building one small Report per interval.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from prorsa.dashboard.state import Report
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.lifecycle_plugin import observe
+
+log = logging.getLogger(__name__)
 
 PLUGIN_NAME = "prorsa-dashboard"
 
@@ -53,5 +56,5 @@ def observe_and_publish(report: Report | None = None, dask_scheduler=None):
         try:
             plugin.fold(events, loads, report)
         except Exception:  # the page may show stale data; the control loop must not lose its events
-            plugin.log.exception("prorsa dashboard: fold failed")
+            log.exception("prorsa dashboard: fold failed")
     return events, loads

@@ -1,13 +1,13 @@
 """The Prorsa page: a Bokeh document over the scheduler-side LiveState (state.py).
 
-    prorsa_doc(state, extra, doc)   fills one browser session's document; distributed's
-                                    BokehApplication calls it per session (plugin.py registers it)
+    prorsa_doc(state, extra, doc)   fills the document of one open page; distributed's
+                                    BokehApplication calls it for each (plugin.py registers it)
 
 Models carry names (`prorsa-summary`, `prorsa-roles`, `prorsa-demand-prefill`,
 `prorsa-demand-decode`, `prorsa-trajectories`, `prorsa-queues`, `prorsa-kv`, `prorsa-switches`)
 so a browser or a test finds them with `Bokeh.documents[0].get_model_by_name(...)`.
 
-Every session reads the state in process on the scheduler's event loop, twice a second, and
+Every open page reads the state in process on the scheduler's event loop, twice a second, and
 sends the browser only what changed: new points are streamed, the small tables replaced.
 """
 
@@ -57,7 +57,7 @@ class _Page:
         self.sent_forecasts = 0
         self.n_switches = -1
         unit = state.meta.get("time_unit", 1.0)
-        x_label = "seconds since the rollout began" + ("" if unit == 1 else f" (cost-model clock; wall = x {unit:g})")
+        x_label = "s since start" if unit == 1 else f"s since start (cost-model clock: wall s / {unit:g})"
 
         self.summary = Div(name="prorsa-summary", text="waiting for the first control interval",
                            sizing_mode="stretch_width")
@@ -170,35 +170,30 @@ class _Page:
         self.summary.text = self._summary()
 
     def _stream_points(self) -> None:
-        s = self.state
-        new = min(s.version - self.sent_points, len(s.points))
-        self.sent_points = s.version
-        if new <= 0:
+        rows = _unsent(self.state.points, self.state.version, self.sent_points)
+        self.sent_points = self.state.version
+        if not rows:
             return
-        rows = list(s.points)[-new:]
         data = {"t": [p[0] for p in rows], "prefill_tps": [p[1] for p in rows],
                 "prefill_tps_all": [p[2] for p in rows], "decode_seqs": [p[3] for p in rows]}
         for i in range(len(self.engines)):
             data[f"q{i}"] = [p[4][i] for p in rows]
         for j, name in enumerate(LIVE_STATES):
             data[f"s_{name}"] = [p[6][j] for p in rows]
-        self.series_src.stream(data, rollover=s.history)
+        self.series_src.stream(data, rollover=self.state.history)
 
     def _stream_forecasts(self) -> None:
-        s = self.state
-        new = min(s.n_forecasts - self.sent_forecasts, len(s.forecasts))
-        self.sent_forecasts = s.n_forecasts
-        if new <= 0:
-            return
-        rows = list(s.forecasts)[-new:]
-        self.fc_src.stream({"t": [r[0] for r in rows], "mid": [r[0] + r[1] / 2 for r in rows],
-                            "prefill_tps": [r[2] for r in rows], "decode_seqs": [r[3] for r in rows]},
-                           rollover=s.history)
+        rows = _unsent(self.state.forecasts, self.state.n_forecasts, self.sent_forecasts)
+        self.sent_forecasts = self.state.n_forecasts
+        if rows:
+            self.fc_src.stream({"t": [r[0] for r in rows], "mid": [r[0] + r[1] / 2 for r in rows],
+                                "prefill_tps": [r[2] for r in rows], "decode_seqs": [r[3] for r in rows]},
+                               rollover=self.state.history)
 
     def _summary(self) -> str:
         s = self.state
         m = s.meta
-        c = s.tracker.counts()
+        c = s.census.counts
         expected = m.get("expected")
         done = f"{c['done']}/{expected}" if expected else str(c["done"])
         roles = ", ".join(f"{n}: {e.role}{'*' if e.switching else ''}" for n, e in s.engines.items())
@@ -208,3 +203,10 @@ class _Page:
                 f" &middot; t = {s.t:.1f} s &middot; trajectories done {done}, failed {c['failed']}, live "
                 f"{sum(c[x] for x in LIVE_STATES)} &middot; turns {s.turns} &middot; tokens {s.tokens}<br>"
                 f"roles: {html.escape(roles)} (* switching)<br>last decision: {why}")
+
+
+def _unsent(rows, total: int, sent: int) -> list:
+    """The rows of a bounded history a page has not drawn yet: `total` ever appended, `sent`
+    drawn; those that fell off the front are gone for it too."""
+    new = min(total - sent, len(rows))
+    return list(rows)[-new:] if new > 0 else []

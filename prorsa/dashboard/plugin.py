@@ -50,7 +50,6 @@ class _StateHandler(web.RequestHandler):
 
 class DashboardPlugin(SchedulerPlugin):
     name = PLUGIN_NAME
-    log = log
 
     def __init__(self, meta: dict, started_wall: float, time_unit: float = 1.0, prefix: str = "/") -> None:
         self.meta = meta

@@ -38,7 +38,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from prorsa.control.lifecycle import LifecycleEvent, LifecycleTracker, Phase
+from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.metrics.recorder import ControlRecord, EngineSample, RoleChange
 
 SCHEMA_VERSION = 1
@@ -57,6 +57,38 @@ class Report:
     failed: tuple[str, ...] = ()  # trajectories that failed since the last report
     turns: int = 0  # totals so far
     tokens: int = 0
+
+
+class _Census:
+    """Trajectories per lifecycle state, kept up to date event by event: a dict lookup each, and
+    no pass over every live trajectory per interval (at 1024 in flight, LifecycleTracker's
+    bookkeeping cost the scheduler several ms an interval). Stale or repeated events are ignored
+    as the tracker does: by (turn, phase rank)."""
+
+    def __init__(self) -> None:
+        self.counts = {s: 0 for s in STATES}
+        self._at: dict[str, tuple[tuple[int, int], str]] = {}  # live traj -> ((turn, rank), state)
+        self._ended: set[str] = set()  # so a late event cannot bring one back
+
+    def apply(self, ev: LifecycleEvent) -> None:
+        if ev.traj_id in self._ended:
+            return
+        order = (ev.turn, ev.phase.rank)
+        cur = self._at.get(ev.traj_id)
+        if cur is not None:
+            if order <= cur[0]:
+                return
+            self.counts[cur[1]] -= 1
+        self.counts[ev.phase.value] += 1
+        if ev.phase.finished:
+            self._at.pop(ev.traj_id, None)
+            self._ended.add(ev.traj_id)
+        else:
+            self._at[ev.traj_id] = (order, ev.phase.value)
+
+    def fail(self, traj_id: str, t: float) -> None:
+        cur = self._at.get(traj_id)
+        self.apply(LifecycleEvent(t, traj_id, "", cur[0][0] if cur else 0, Phase.FAILED))
 
 
 @dataclass
@@ -92,7 +124,7 @@ class LiveState:
     points: deque = field(init=False)  # (t, prefill_tps, prefill_tps_all, decode_seqs, queued, kv, states)
     forecasts: deque = field(init=False)  # (t, horizon_s, prefill_tps, decode_seqs)
     n_forecasts: int = 0  # forecasts ever appended (a page streams those it has not sent)
-    tracker: LifecycleTracker = field(default_factory=LifecycleTracker)
+    census: _Census = field(default_factory=_Census)
 
     def __post_init__(self) -> None:
         self.points = deque(maxlen=self.history)
@@ -108,14 +140,18 @@ class LiveState:
              report: Report | None) -> None:
         t0 = time.perf_counter()
         dt = now - self.t if self.points else now
-        self.tracker.apply_all(events)
-        # what the forecaster predicts: appends of later turns (first prompts are not forecast)
-        later = sum(ev.tokens for ev in events if ev.phase is Phase.QUEUED and ev.turn > 0)
-        every = sum(ev.tokens for ev in events if ev.phase is Phase.QUEUED)
+        later = every = 0  # prompt tokens arriving; `later`: of turns k > 0, what the forecaster predicts
+        queued, census = Phase.QUEUED, self.census
+        for ev in events:
+            census.apply(ev)
+            if ev.phase is queued:
+                every += ev.tokens
+                if ev.turn > 0:
+                    later += ev.tokens
         self._loads(now, loads)
         if report is not None:
             self._report(report)
-        counts = self.tracker.counts()
+        counts = self.census.counts
         engines = list(self.engines)
         self.points.append((
             now, later / dt if dt > 0 else 0.0, every / dt if dt > 0 else 0.0, counts["decode"],
@@ -151,8 +187,7 @@ class LiveState:
         for name, e in self.engines.items():
             e.switching = name in r.switching
         for traj in r.failed:  # the scheduler sees no failure: the driver gave up on the turn
-            cur = self.tracker.get(traj)
-            self.tracker.apply(LifecycleEvent(r.t, traj, "", cur.turn if cur else 0, Phase.FAILED))
+            self.census.fail(traj, r.t)
         self.switches.extend(r.switches)
         if r.decision is not None:
             self.decision = r.decision
@@ -168,7 +203,7 @@ class LiveState:
         names = list(self.engines)
         cols = list(zip(*self.points)) if self.points else [()] * 7
         fc = list(zip(*self.forecasts)) if self.forecasts else [()] * 4
-        counts = self.tracker.counts()
+        counts = self.census.counts
         d = self.decision
         return {
             "version": SCHEMA_VERSION,

@@ -23,6 +23,17 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
 
+# MoE engines as DP-attention groups and a low bar for switching: the roles move within seconds.
+PIPELINE = """\
+name: {name}
+seed: 5
+policy: prorsa:4:1:2:1:0.02
+engines: {{backend: emulated, count: 4, slots: 128, time_scale: 0.1, model: qwen3-30b-a3b, ep: 8}}
+workload: {{family: swe, mode: async, tool_time_scale: 0.1, max_turns: 3, {workload}}}
+runtime: {{turn_shape: driver, metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: "127.0.0.1:0"}}
+"""
+
+
 class LiveRun:
     """`prorsa run` in a subprocess; its output read on a thread so the pipe never fills."""
 
@@ -69,8 +80,9 @@ class LiveRun:
 def live_run(tmp_path):
     runs: list[LiveRun] = []
 
-    def start(pipeline: str) -> LiveRun:
-        runs.append(LiveRun(pipeline, tmp_path))
+    def start(name: str, workload: str) -> LiveRun:
+        """A 4-engine async run with its dashboard on; `workload`: how many trajectories, how long."""
+        runs.append(LiveRun(PIPELINE.format(name=name, workload=workload), tmp_path))
         return runs[-1]
 
     yield start

@@ -8,15 +8,6 @@ import xarray as xr
 
 from prorsa.metrics.outputs import ROLE_CODES
 
-PIPELINE = """\
-name: dash
-seed: 5
-policy: prorsa:4:1:2:1:0.02
-engines: {backend: emulated, count: 4, slots: 128, time_scale: 0.1, model: qwen3-30b-a3b, ep: 8}
-workload: {family: swe, mode: async, concurrency: 128, trajectories: 128, tool_time_scale: 0.1, max_turns: 3}
-runtime: {turn_shape: driver, metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: "127.0.0.1:0"}
-"""
-
 TOP = {"version", "t", "run", "engines", "trajectories", "turns", "tokens", "decision", "roles", "switches",
        "series", "forecasts", "cost"}
 RUN = {"name", "policy", "engines", "slots", "kv_capacity", "time_unit", "expected", "clock"}
@@ -62,7 +53,7 @@ def check_schema(d: dict) -> None:
 
 
 def test_json_endpoint_while_a_run_goes(live_run):
-    run = live_run(PIPELINE)
+    run = live_run("dash", "concurrency: 128, trajectories: 128")
     page, data = run.urls()
     docs = []
     while run.proc.poll() is None:
