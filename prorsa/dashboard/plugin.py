@@ -45,7 +45,7 @@ class _StateHandler(web.RequestHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(self.plugin.state.to_json(), allow_nan=False, default=float))
+        self.write(self.plugin.json_body())
 
 
 class DashboardPlugin(SchedulerPlugin):
@@ -57,6 +57,7 @@ class DashboardPlugin(SchedulerPlugin):
         self.unit = time_unit if time_unit > 0 else 1.0
         self.prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
         self.state = LiveState(meta)
+        self._body: tuple[int, bytes] | None = None  # (state version, the JSON document)
 
     async def start(self, scheduler) -> None:
         self.state.begin(self._now(), engine_loads(scheduler))
@@ -69,6 +70,14 @@ class DashboardPlugin(SchedulerPlugin):
                 _add_page(scheduler, self)
         except Exception:  # a missing page must not take the run down
             log.exception("prorsa dashboard: could not add the page")
+
+    def json_body(self) -> bytes:
+        # Encoded once per interval however often scripts ask: the encoding grows with the
+        # history and runs on the event loop the run's driver and scheduler share.
+        if self._body is None or self._body[0] != self.state.version:
+            self._body = (self.state.version,
+                          json.dumps(self.state.to_json(), allow_nan=False, default=float).encode())
+        return self._body[1]
 
     def fold(self, events, loads, report) -> None:
         self.state.fold(self._now(), events, loads, report)

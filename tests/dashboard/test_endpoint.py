@@ -2,6 +2,7 @@
 goes, that it moves, and that it agrees with what the run wrote afterwards."""
 
 import json
+import time
 import urllib.request
 
 import xarray as xr
@@ -56,7 +57,9 @@ def test_json_endpoint_while_a_run_goes(live_run):
     run = live_run("dash", "concurrency: 128, trajectories: 128")
     page, data = run.urls()
     docs = []
-    while run.proc.poll() is None:
+    deadline = time.time() + 240
+    while run.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)  # as a script would poll; a tight loop would starve the run's event loop
         try:
             status, ctype, body = get(data)
         except OSError:  # the run ended between poll() and the request
