@@ -4,6 +4,8 @@
     await loop.run()      every interval_s (the body's sleep) until cancelled
     await loop.step()     one interval: snapshot, decide, record, start the switches asked for
     await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
+    loop.trajectory_done(result)   the driver saw a trajectory end: a DONE event for the next step
+                                   (an answer before the turn cap ends it unannounced to the body)
 
 A body supplies two coroutines: `observe()` -> Snapshot (events since the last call and what each
 engine holds) and `carry_out(engine, old, new)` (the switch protocol on its transport; it returns
@@ -17,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
+from prorsa.agent.loop import TrajectoryResult
+from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
 from prorsa.roles import Role
@@ -36,8 +41,15 @@ class ControlLoop:
         self.interval_s = interval_s  # as the body's asyncio.sleep counts it
         self.now = now  # body seconds since the rollout began
         self._switching: dict[str, asyncio.Task] = {}
+        self._ended: list[LifecycleEvent] = []  # DONE/FAILED seen by the driver, for the next step
         self.step_s: list[float] = []  # wall time of each control step, for its cost
 
+    def trajectory_done(self, result: TrajectoryResult) -> None:
+        """A live agent may answer before its last planned turn; no task says so to the body's
+        lifecycle source, so the driver does (a duplicate DONE is ignored by the tracker)."""
+        phase = Phase.DONE if result.status == "completed" else Phase.FAILED
+        self._ended.append(LifecycleEvent(self.now(), result.spec.traj_id, result.spec.family,
+                                          max(len(result.turns) - 1, 0), phase))
     async def observe(self) -> Snapshot:
         raise NotImplementedError
 
@@ -57,6 +69,9 @@ class ControlLoop:
     async def step(self) -> Decision:
         t0 = time.perf_counter()
         snap = await self.observe()
+        if self._ended:
+            ended, self._ended = self._ended, []
+            snap = replace(snap, events=(*snap.events, *ended))
         decision = self.policy.decide(snap)
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
                                        decision.reason, dict(decision.forecast), dict(decision.forecast_error)))

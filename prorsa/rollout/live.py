@@ -52,6 +52,13 @@ async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRec
         await asyncio.sleep(interval)
 
 
+def _both(*callbacks):
+    def call(result) -> None:
+        for cb in callbacks:
+            cb(result)
+    return call
+
+
 def _median(xs: list[float]) -> float | None:
     return round(sorted(xs)[len(xs) // 2], 5) if xs else None
 
@@ -106,7 +113,8 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
                 _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
             control = asyncio.create_task(controller.run())
             try:
-                await drive(workload, cfg.workload, runner, lambda: time.time() - t0, rec.on_done, rec.on_turn,
+                await drive(workload, cfg.workload, runner, lambda: time.time() - t0,
+                            _both(rec.on_done, controller.trajectory_done), rec.on_turn,
                             episodes=environment.episode if environment else None)
             finally:
                 await _cancel(control)
