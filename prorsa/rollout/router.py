@@ -24,7 +24,7 @@ of a prefill request elsewhere plus a transfer of the whole context.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prorsa.roles import Role
 
@@ -34,6 +34,14 @@ class Route:
     prefill: str | None  # None: no separate prefill leg (colocated or decode-local prefill)
     decode: str
     local_prefill: bool = False  # the decode engine prefills the append itself (disaggregated run)
+
+
+@dataclass
+class _Pools:
+    roles: dict[str, Role]
+    mixed: list[str] = field(default_factory=list)
+    decoders: list[str] = field(default_factory=list)
+    prefillers: list[str] = field(default_factory=list)
 
 
 class Router:
@@ -46,24 +54,40 @@ class Router:
         self.local_prefill_tokens = local_prefill_tokens
         self._sticky: dict[tuple[str, str], str] = {}  # (traj, leg) -> engine
         self.closed: set[str] = set()
+        self._pools: _Pools | None = None
 
     def set_role(self, engine: str, role: Role) -> None:
         self.roles[engine] = role
+        self._pools = None
 
     def close(self, engine: str) -> None:
         self.closed.add(engine)
+        self._pools = None
 
     def reopen(self, engine: str) -> None:
         self.closed.discard(engine)
+        self._pools = None
 
     def _open(self) -> dict[str, Role]:
         return {e: r for e, r in self.roles.items() if e not in self.closed} if self.closed else self.roles
+
+    def _pool(self) -> _Pools:
+        """The engines open for each kind of work, rebuilt only when a role or a closure changes
+        (a simulated rollout routes ~10^5 turns over dozens of engines)."""
+        if self._pools is None:
+            roles = self._open()
+            self._pools = _Pools(
+                roles=roles,
+                mixed=[e for e, r in roles.items() if r is Role.MIXED],
+                decoders=[e for e, r in roles.items() if r.serves_decode],
+                prefillers=[e for e, r in roles.items() if r is Role.PREFILL])
+        return self._pools
 
     def _sticky_choice(self, traj_id: str, leg: str, eligible: list[str]) -> tuple[str, bool]:
         """-> (engine, whether it is the trajectory's previous engine for this leg)."""
         if not eligible:
             raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}, closed {sorted(self.closed)}")
-        least = min(eligible, key=lambda e: self.load[e])
+        least = min(eligible, key=self.load.__getitem__)
         prev = self._sticky.get((traj_id, leg))
         if prev in eligible and self.load[prev] <= self.overload * max(self.load[least], 1):
             return prev, True
@@ -77,20 +101,17 @@ class Router:
 
     def route(self, traj_id: str, colocated: bool = False, appended: int | None = None) -> Route:
         """`appended`: tokens this turn adds to the context (None: unknown, never decode-local)."""
-        roles = self._open()
-        mixed = [e for e, r in roles.items() if r is Role.MIXED]
-        if colocated or not any(r is Role.PREFILL for r in roles.values()):
+        pools = self._pool()
+        roles, decoders, prefillers = pools.roles, pools.decoders, pools.prefillers
+        if colocated or not prefillers:
             # no prefill pool: the whole turn runs on one engine that does both phases
-            pool = mixed or [e for e, r in roles.items() if r.serves_decode]
-            return Route(prefill=None, decode=self._pick(traj_id, "decode", pool))
-        decoders = [e for e, r in roles.items() if r.serves_decode]
+            return Route(prefill=None, decode=self._pick(traj_id, "decode", pools.mixed or decoders))
         if appended is not None and appended <= self.local_prefill_tokens:
             _, sticky = self._sticky_choice(traj_id, "decode", decoders)
             if sticky:  # the decode engine of its last turn still holds the context
                 return Route(prefill=None, decode=self._pick(traj_id, "decode", decoders), local_prefill=True)
-        prefillers = [e for e, r in roles.items() if r is Role.PREFILL]
         decode = self._pick(traj_id, "decode", decoders)
-        least = min(prefillers, key=lambda e: self.load[e])
+        least = min(prefillers, key=self.load.__getitem__)
         if roles[decode] is Role.MIXED and self.slots is not None and self.load[least] >= self.slots:
             return Route(prefill=None, decode=decode)  # prefill pool full: the mixed engine takes its own turn
         prefill = self._pick(traj_id, "prefill", prefillers)
