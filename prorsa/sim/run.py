@@ -69,10 +69,7 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     unit = time_unit(cfg)
     workload = Workload.from_config(cfg.workload, cfg.seed)
     context = replace(policy_context(cfg), future=future_of(workload, unit))
-    if not isinstance(policy, str | None):
-        pol = policy
-    else:
-        pol = make_policy(policy or cfg.policy, context)
+    pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
     cost = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
