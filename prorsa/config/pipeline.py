@@ -76,6 +76,10 @@ class WorkloadConfig(_Section):
     tool_time_scale: float = Field(1.0, ge=0)  # multiplies drawn tool latencies
     max_turns: int | None = Field(None, ge=1)  # caps the family's turn count
     max_context: int | None = Field(None, ge=16)  # a trajectory ends before exceeding this
+    # the trainer's weight update after each training step (sync: between steps; async: every
+    # prompts x group_size finished trajectories): engines stall this long (wall seconds, like tool
+    # latencies) and every prefix cache is invalidated; 0: no updates modelled
+    weight_update_s: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:

@@ -12,6 +12,7 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
     stats()                 queue, batch, KV and counters; no I/O
     reset_prefix_cache()    forget every cached prefix (after a weight update)
+    update_weights(s)       stall s seconds (new weights loading) and forget every cached prefix
 
 The step loop, one iteration per step or per skipped stretch of decode steps:
 
@@ -72,6 +73,7 @@ class EmulatedEngine:
         self._counters = {"cached_tokens": 0, "transfers": 0, "transfer_tokens": 0, "busy_s": 0.0}
         self._task: asyncio.Task | None = None
         self._wake: _Wake | None = None  # set when the step loop should re-plan
+        self._held_until = 0.0  # loop time before which no step starts (a weight update)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -94,6 +96,15 @@ class EmulatedEngine:
 
     def set_role(self, role: Role) -> None:
         self.role = role
+
+    async def update_weights(self, seconds: float) -> None:
+        """Returns once the new weights are in; meanwhile no step starts (the one in flight ends)."""
+        loop = asyncio.get_running_loop()
+        self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
+        await self.reset_prefix_cache()
+        if self._wake is not None:
+            self._wake.set()
+        await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
 
     async def reset_prefix_cache(self) -> None:
         self._prefix.clear()  # a weight update: no cached KV is valid any more
@@ -214,6 +225,8 @@ class EmulatedEngine:
         loop = asyncio.get_running_loop()
         b = self._batch
         while True:
+            if loop.time() < self._held_until:
+                await asyncio.sleep(self._held_until - loop.time())
             self._wake.clear()
             admitted = b.admit(loop.time())
             self._resolve(s for s in admitted if s.transfer or s.finished is not None)

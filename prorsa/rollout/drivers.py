@@ -4,6 +4,10 @@
     run_async(workload, cfg, runner, now, on_done)   keep N in flight; stop at a count or a duration
     episodes=                                        optional: spec -> Episode (an environment's
                                                      tool calls and reward, agent/environment.py)
+    update_weights=                                  optional: the body's weight update (engines
+                                                     stall, prefix caches invalidated); sync: awaited
+                                                     between steps; async: started every B x G
+                                                     finished trajectories while rollout goes on
 
 Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
 """
@@ -11,6 +15,7 @@ Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Callable
 
 from prorsa.agent.loop import Episode, TrajectoryResult, TurnListener, TurnRunner, run_trajectory
@@ -19,6 +24,7 @@ from prorsa.config.pipeline import WorkloadConfig
 
 Done = Callable[[TrajectoryResult], None]
 Episodes = Callable[[TrajectorySpec], Episode]
+Update = Callable[[], Awaitable[None]]
 
 
 def expected_trajectories(cfg: WorkloadConfig) -> int | None:
@@ -31,9 +37,12 @@ def expected_trajectories(cfg: WorkloadConfig) -> int | None:
 async def run_sync(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
+    update_weights: Update | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
+        if step and update_weights is not None:
+            await update_weights()
         specs = workload.trajectories_for_step(step)
         step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes) for s in specs))
         results.extend(step_results)
@@ -43,8 +52,11 @@ async def run_sync(
 async def run_async(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
+    update_weights: Update | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
+    batch = cfg.prompts * cfg.group_size  # trajectories per training step
+    updates: list[asyncio.Task] = []
     deadline = None if cfg.duration_s is None else now() + cfg.duration_s
     limit = cfg.trajectories
     started = 0
@@ -59,10 +71,14 @@ async def run_async(
             in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes)))
             started += 1
         if not in_flight:
+            await asyncio.gather(*updates)
             return results
         timeout = None if deadline is None else max(deadline - now(), 0.0) or None
         finished, in_flight = await asyncio.wait(in_flight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        before = len(results) // batch
         results.extend(t.result() for t in finished)
+        if update_weights is not None and in_flight and len(results) // batch > before:
+            updates.append(asyncio.create_task(update_weights()))  # the rollout goes on meanwhile
 
 
 async def _one(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None) -> TrajectoryResult:

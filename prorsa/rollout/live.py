@@ -52,6 +52,25 @@ async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRec
         await asyncio.sleep(interval)
 
 
+async def _update_weights_here(body_s: float, dask_worker=None) -> None:
+    engine = engine_here(dask_worker)
+    if hasattr(engine, "update_weights"):  # emulated: stall and forget prefixes
+        await engine.update_weights(body_s)
+    else:  # real engines: new weights invalidate every cached prefix (loading them is issue 10's)
+        await engine.reset_prefix_cache()
+
+
+def _weight_update(client: Client, addresses: dict[str, str], cfg: PipelineConfig):
+    if cfg.workload.weight_update_s <= 0:
+        return None
+    body_s = cfg.workload.weight_update_s / time_unit(cfg)
+
+    async def update() -> None:
+        await client.run(_update_weights_here, body_s, workers=list(addresses.values()))
+
+    return update
+
+
 def _both(*callbacks):
     def call(result) -> None:
         for cb in callbacks:
@@ -115,7 +134,8 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
             try:
                 await drive(workload, cfg.workload, runner, lambda: time.time() - t0,
                             _both(rec.on_done, controller.trajectory_done), rec.on_turn,
-                            episodes=environment.episode if environment else None)
+                            episodes=environment.episode if environment else None,
+                            update_weights=_weight_update(client, addresses, cfg))
             finally:
                 await _cancel(control)
                 await _cancel(sampler)

@@ -91,7 +91,8 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     sampler = loop.create_task(_sample(engines, rec, now, max(cfg.runtime.metrics_interval_s / unit, 1.0)))
     control = loop.create_task(controller.run())
     try:
-        await drive(workload, wcfg, runner, now, rec.on_done, rec.on_turn)
+        await drive(workload, wcfg, runner, now, rec.on_done, rec.on_turn,
+                    update_weights=_weight_update(engines, wcfg.weight_update_s / unit))
     finally:
         for task in (control, sampler):
             task.cancel()
@@ -104,6 +105,16 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
         "control": {"intervals": len(controller.step_s)}, "clock": "body"}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary)
+
+
+def _weight_update(engines: dict[str, EmulatedEngine], body_s: float):
+    if body_s <= 0:
+        return None
+
+    async def update() -> None:
+        await asyncio.gather(*(e.update_weights(body_s) for e in engines.values()))
+
+    return update
 
 
 def future_of(workload: Workload, unit: float) -> Callable[[str], TrajectorySpec]:
