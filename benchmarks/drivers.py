@@ -8,6 +8,8 @@ async, 8 engines, policies colocated, static 1:7 / 2:6 / 3:5 (the best kept) and
     --factor tokens        every appended and decoded token count x 0.5, 1, 2, 4 (prefill length
                            and context length together), MoE EP4
     --factor prefix-cache  ideal vs lru, Qwen3-32B on H100s, whose KV memory is tight at SWE contexts
+    --factor weight-update 0 or 10 s weight updates (sync: between 3 steps; async: every 32 finished
+                           trajectories, rollout going on) that invalidate every prefix cache, MoE EP4
 
     .venv/bin/python benchmarks/drivers.py --factor ep [--workers 2]
 """
@@ -25,25 +27,29 @@ FACTORS = {
     "ep": [1, 2, 4, 8, 16],
     "tokens": [0.5, 1.0, 2.0, 4.0],
     "prefix-cache": ["ideal", "lru"],
+    "weight-update": [0.0, 10.0],
 }
 
 
 def config(factor: str, value, mode: str):
     from prorsa.config.pipeline import PipelineConfig
 
-    ep, model, gpu, scale, cache, slots = 4, "qwen3-30b-a3b", "h200", 1.0, "ideal", 32
-    if factor == "ep":
+    ep, model, gpu, scale, cache, slots, update, steps = 4, "qwen3-30b-a3b", "h200", 1.0, "ideal", 32, 0.0, 1
+    if factor == "weight-update":
+        update, steps = value, 3
+    elif factor == "ep":
         ep = value
     elif factor == "tokens":
         scale = value
-    else:
+    elif factor == "prefix-cache":
         ep, model, gpu, cache, slots = 1, "qwen3-32b", "h100", value, 32
     return PipelineConfig.model_validate({
         "name": f"drivers-{factor}-{value}-{mode}", "seed": 0, "policy": "colocated",
         "engines": {"backend": "emulated", "count": 8, "slots": slots * ep, "gpu": gpu, "model": model,
                     "ep": ep, "prefix_cache": cache},
-        "workload": {"family": "swe", "mode": mode, "prompts": 4 * ep, "group_size": 8,
-                     "concurrency": 16 * ep, "trajectories": 32 * ep, "max_turns": 12, "token_scale": scale},
+        "workload": {"family": "swe", "mode": mode, "prompts": 4 * ep, "group_size": 8, "steps": steps,
+                     "concurrency": 16 * ep, "trajectories": 32 * ep * steps, "max_turns": 12, "token_scale": scale,
+                     "weight_update_s": update},
     })  # fmt: skip
 
 
