@@ -67,7 +67,7 @@ class SimTurnRunner:
             if pre_req is not None:
                 self._emit(turn, Phase.PREFILL, turn.appended_tokens, context, route.prefill)
                 self.prefill_backlog[route.prefill] += turn.appended_tokens
-                async with self._leg(route.prefill, "prefill"):
+                with self._leg(route.prefill, "prefill"):
                     try:
                         pre = await self.engines[route.prefill].prefill(pre_req)
                     finally:
@@ -78,7 +78,7 @@ class SimTurnRunner:
                 phase = "local" if route.local_prefill else "generate"
             self._emit(turn, Phase.DECODE, 0, context, route.decode)
             engine = self.engines[route.decode]
-            async with self._leg(route.decode, phase):
+            with self._leg(route.decode, phase):
                 dec = await (engine.generate(dec_req) if phase == "generate" else engine.decode(dec_req))
         finally:
             self.router.finished(route)
@@ -105,10 +105,10 @@ class _Leg:
     def __init__(self, runner: SimTurnRunner, engine: str, phase: str) -> None:
         self.runner, self.engine, self.phase = runner, engine, phase
 
-    async def __aenter__(self) -> None:
+    def __enter__(self) -> None:
         self.runner._legs[self.engine][self.phase] += 1
 
-    async def __aexit__(self, *exc) -> None:
+    def __exit__(self, *exc) -> None:
         self.runner._legs[self.engine][self.phase] -= 1
         event = self.runner._changed.get(self.engine)
         if event is not None:
