@@ -1,6 +1,7 @@
 """`prorsa`: the command line.
 
     prorsa run PIPELINE [--engine B] [--policy P] [--output DIR]   a live rollout on a LocalCluster
+    prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa sim PIPELINE [--policy P,Q,...] [--gpus N] [--output DIR]  the same rollout in virtual time
     prorsa sweep SWEEP [--cluster ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
     prorsa validate FILE...                                         check pipeline files, run nothing
@@ -36,6 +37,13 @@ def _fail(msg: str) -> None:
 def _load(path: str, overrides: dict) -> object:
     try:
         return load_pipeline(path, overrides)
+    except ConfigError as e:
+        _fail(str(e))
+
+
+def _or_fail(fn, *args):
+    try:
+        return fn(*args)
     except ConfigError as e:
         _fail(str(e))
 
@@ -84,29 +92,53 @@ def main(verbose: bool) -> None:
 
 
 @main.command()
-@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
 @click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
 @click.option("--policy", help="Override the policy, e.g. colocated or static:2:1.")
 @click.option("--output", type=click.Path(file_okay=False), help="Directory for runs (default: the pipeline's output_dir).")
-def run(pipeline: str, engine: str | None, policy: str | None, output: str | None) -> None:
+@click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(),
+              help="Finish a stopped run: its pipeline.json, the trajectories it has not saved yet.")
+def run(pipeline: str | None, engine: str | None, policy: str | None, output: str | None,
+        resume_dir: str | None) -> None:
     """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/."""
-    overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
-    cfg = _load(pipeline, overrides)
+    from prorsa.metrics.journal import JournalError
+    from prorsa.rollout.resume import open_journal, resume_config
+
+    if (pipeline is None) == (resume_dir is None):
+        _fail("give a PIPELINE to start a run, or --resume RUN_DIR to finish one")
+    if resume_dir is not None:
+        if engine or policy or output:
+            _fail("--resume runs the pipeline the run started with; drop --engine, --policy and --output")
+        cfg, pipeline = _or_fail(resume_config, resume_dir), f"{resume_dir}/pipeline.json"
+        run_dir = Path(resume_dir)
+    else:
+        overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
+        cfg = _load(pipeline, overrides)
     from prorsa.metrics.progress import summary_table
     from prorsa.rollout.live import run_live
 
     console = Console(stderr=False)
     if cfg.engines.backend == "vllm":
         _check_vllm(cfg, pipeline)
-    run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
-    (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
-    console.print(f"run directory: {run_dir}")
+    if resume_dir is None:
+        run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
+        (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+    try:
+        journal = open_journal(cfg, run_dir)
+    except JournalError as e:
+        _fail(str(e))
+    if journal.complete:
+        journal.close()
+        console.print(f"{run_dir}: every trajectory is saved; nothing left to run")
+        return
+    console.print(f"run directory: {run_dir}" + (f" ({len(journal.done_ids)} trajectories saved earlier)"
+                                                 if resume_dir else ""))
     # SIGTERM (a batch system, `timeout`) unwinds like Ctrl-C, so engines and servers are stopped
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        summary = asyncio.run(run_live(cfg, run_dir, console))
+        summary = asyncio.run(run_live(cfg, run_dir, console, journal=journal))
     except KeyboardInterrupt:
-        _fail(f"interrupted; partial run left in {run_dir}")
+        _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
     console.print(summary_table(summary))
     console.print(f"wrote {run_dir}")
     if summary["trajectories_failed"]:

@@ -102,6 +102,10 @@ class RuntimeConfig(_Section):
     # its context instead of on a prefill engine (no KV shipped); 0: never
     local_prefill_tokens: int = Field(0, ge=0)
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
+    # finished trajectories go to disk in parts of this many, or once the oldest has waited
+    # output_flush_s; a killed driver loses at most that much work, which --resume re-runs
+    output_batch: int = Field(64, ge=1)
+    output_flush_s: float = Field(5.0, ge=0)
 
 
 class SandboxSettings(_Section):

@@ -58,7 +58,7 @@ def _atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def _row(r: TrajectoryResult) -> dict[str, Any]:
+def trajectory_row(r: TrajectoryResult) -> dict[str, Any]:
     turns = [
         {k: getattr(t, k) for k in _TURN.names if k not in ("token_ids", "logprobs")}
         | {"token_ids": list(t.token_ids), "logprobs": list(t.logprobs)}
@@ -78,7 +78,7 @@ def _row(r: TrajectoryResult) -> dict[str, Any]:
 
 
 def write_trajectories(path: Path, results: list[TrajectoryResult]) -> None:
-    table = pa.Table.from_pylist([_row(r) for r in results], schema=TRAJECTORY_SCHEMA)
+    table = pa.Table.from_pylist([trajectory_row(r) for r in results], schema=TRAJECTORY_SCHEMA)
     _atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 

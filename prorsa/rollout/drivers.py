@@ -8,6 +8,8 @@
                                                      stall, prefix caches invalidated); sync: awaited
                                                      between steps; async: started every B x G
                                                      finished trajectories while rollout goes on
+    skip=                                            optional: trajectory ids finished earlier (a
+                                                     resumed run); the same slots, left out
 
 Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
 """
@@ -15,7 +17,7 @@ Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Container
 from typing import Callable
 
 from prorsa.agent.loop import Episode, TrajectoryResult, TurnListener, TurnRunner, run_trajectory
@@ -37,13 +39,15 @@ def expected_trajectories(cfg: WorkloadConfig) -> int | None:
 async def run_sync(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None,
+    update_weights: Update | None = None, skip: Container[str] = frozenset(),
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
+        specs = [s for s in workload.trajectories_for_step(step) if s.traj_id not in skip]
+        if not specs:
+            continue
         if step and update_weights is not None:
             await update_weights()
-        specs = workload.trajectories_for_step(step)
         step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes) for s in specs))
         results.extend(step_results)
     return results
@@ -52,7 +56,7 @@ async def run_sync(
 async def run_async(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None,
+    update_weights: Update | None = None, skip: Container[str] = frozenset(),
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     batch = cfg.prompts * cfg.group_size  # trajectories per training step
@@ -68,8 +72,9 @@ async def run_async(
     while True:
         while len(in_flight) < cfg.concurrency and may_start():
             spec = workload.trajectory(started)
-            in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes)))
             started += 1
+            if spec.traj_id not in skip:  # an index is an identity: a skipped one still counts
+                in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes)))
         if not in_flight:
             await asyncio.gather(*updates)
             return results

@@ -1,6 +1,9 @@
 """A live run, top to bottom: cluster up, engines up, drive the workload, sample, write, tear down.
 
     run_live(cfg, run_dir, console) -> summary dict
+
+Finished trajectories go to the run's journal (metrics/journal.py) as they land; a journal that
+holds some from an earlier session (--resume) makes the drivers skip those.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.registry import engine_name, resolve_model_dir
-from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
+from prorsa.metrics.journal import RunJournal, flush_every
+from prorsa.rollout.resume import open_journal
+from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.cluster import engine_addresses, start_local_cluster
@@ -88,8 +93,20 @@ async def _cancel(task: asyncio.Task) -> None:
         await task
 
 
-async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None) -> dict:
-    """`policy`: an object to run instead of cfg.policy's (the simulator takes the same)."""
+async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
+                   journal: RunJournal | None = None) -> dict:
+    """`policy`: an object to run instead of cfg.policy's (the simulator takes the same);
+    `journal`: the run directory's, already open (default: opened here)."""
+    if journal is None:
+        journal = open_journal(cfg, run_dir)
+    try:
+        return await _run_live(cfg, run_dir, console, policy, journal)
+    finally:
+        journal.close()
+
+
+async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None,
+                    journal: RunJournal) -> dict:
     context = policy_context(cfg)
     policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
@@ -110,7 +127,8 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
         needs_ids, vocab = next(iter(info.values()))
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
-        rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload))
+        rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload),
+                          completed=journal.completed_before, failed=journal.failed_before)
         t0 = time.time()
         await client.register_plugin(LifecyclePlugin(t0, time_unit(cfg)))
         feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
@@ -131,12 +149,16 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
             sampler = asyncio.create_task(
                 _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
             control = asyncio.create_task(controller.run())
+            flusher = asyncio.create_task(flush_every(journal, cfg.runtime.output_flush_s))
             try:
                 await drive(workload, cfg.workload, runner, lambda: time.time() - t0,
-                            _both(rec.on_done, controller.trajectory_done), rec.on_turn,
+                            _both(journal.add, rec.on_done, controller.trajectory_done), rec.on_turn,
                             episodes=environment.episode if environment else None,
-                            update_weights=_weight_update(client, addresses, cfg))
+                            update_weights=_weight_update(client, addresses, cfg),
+                            skip=frozenset(journal.done_ids))
             finally:
+                journal.flush()  # interrupted or not, what finished is kept
+                await _cancel(flusher)
                 await _cancel(control)
                 await _cancel(sampler)
             makespan = time.time() - t0
@@ -148,10 +170,11 @@ async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy:
     digest = config_hash(cfg)
     summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
         "turns_retried": runner.retried,
+        "trajectories_resumed": journal.completed_before + journal.failed_before,
         "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
                     "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
     }
-    write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
+    journal.finish()
     attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
     write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs))
     write_summary(run_dir / "summary.json", summary)

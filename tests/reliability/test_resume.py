@@ -1,0 +1,58 @@
+"""SIGKILL the driver mid-run, then `prorsa run --resume`: every trajectory exactly once."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from prorsa.cli import main
+from prorsa.metrics.journal import MANIFEST
+
+from runs import assert_exactly_once, expected_specs, kill_group, prorsa, start, wait_for, write_pipeline
+
+
+def _committed(run_dir) -> int:
+    try:
+        return json.loads((run_dir / MANIFEST).read_text())["trajectories"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_sigkilled_driver_resumes_to_every_trajectory_exactly_once(tmp_path):
+    pipeline = write_pipeline(tmp_path / "p.yaml")
+    specs = expected_specs(pipeline)
+    out = tmp_path / "runs"
+    proc = start("run", str(pipeline), "--output", str(out))
+    run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
+    t0 = time.monotonic()
+    wait_for(lambda: _committed(run_dir) >= 3, 120, proc)
+    kill_group(proc)
+    print(f"killed {time.monotonic() - t0:.1f} s after the run directory appeared")
+
+    saved = _committed(run_dir)
+    assert 3 <= saved < len(specs), "killed too late to leave work for the resume"
+    assert not (run_dir / "trajectories.parquet").exists()
+    before = {r["traj_id"]: r for p in sorted((run_dir / "parts").glob("*.parquet"))
+              for r in pq.read_table(p).to_pylist()}
+
+    t0 = time.monotonic()
+    resumed = prorsa("run", "--resume", str(run_dir))
+    print(f"resumed in {time.monotonic() - t0:.1f} s")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"{saved} trajectories saved earlier" in resumed.stdout
+
+    rows = assert_exactly_once(run_dir, specs)
+    # what the killed session saved is kept as it was, not run again
+    kept = {r["traj_id"]: r for r in rows if r["traj_id"] in before}
+    assert len(kept) >= saved
+    assert json.dumps(kept, sort_keys=True) == json.dumps({k: before[k] for k in kept}, sort_keys=True)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_resumed"] == saved
+    assert summary["trajectories_completed"] == len(specs) and summary["trajectories_failed"] == 0
+    assert json.loads((run_dir / MANIFEST).read_text())["complete"] is True
+
+    again = CliRunner().invoke(main, ["run", "--resume", str(run_dir)])
+    assert again.exit_code == 0 and "nothing left to run" in again.output
