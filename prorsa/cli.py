@@ -1,9 +1,9 @@
 """`prorsa`: the command line.
 
-    prorsa run PIPELINE [--engine B] [--policy P] [--output DIR]   a live rollout on a LocalCluster
+    prorsa run PIPELINE [--engine B] [--policy P] [--output DIR] [--cluster FILE|ADDRESS]   a live rollout
     prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa sim PIPELINE [--policy P,Q,...] [--gpus N] [--output DIR]  the same rollout in virtual time
-    prorsa sweep SWEEP [--cluster ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
+    prorsa sweep SWEEP [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
     prorsa validate FILE...                                         check pipeline files, run nothing
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
@@ -96,10 +96,13 @@ def main(verbose: bool) -> None:
 @click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
 @click.option("--policy", help="Override the policy, e.g. colocated or static:2:1.")
 @click.option("--output", type=click.Path(file_okay=False), help="Directory for runs (default: the pipeline's output_dir).")
+@click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
+              help="Where the workers run: a cluster file (cluster/slurm.yaml, pbs.yaml, local.yaml) or a "
+                   "running scheduler, tcp://host:8786 (default: a LocalCluster).")
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(),
               help="Finish a stopped run: its pipeline.json, the trajectories it has not saved yet.")
 def run(pipeline: str | None, engine: str | None, policy: str | None, output: str | None,
-        resume_dir: str | None) -> None:
+        cluster_opt: str | None, resume_dir: str | None) -> None:
     """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/."""
     from prorsa.metrics.journal import JournalError
     from prorsa.rollout.resume import open_journal, resume_config
@@ -114,8 +117,15 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     else:
         overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
         cfg = _load(pipeline, overrides)
+    from prorsa.cluster.launch import ClusterError
+    from prorsa.cluster.spec import cluster_option
     from prorsa.metrics.progress import summary_table
     from prorsa.rollout.live import run_live
+
+    try:
+        cluster = cluster_option(cluster_opt) if cluster_opt else None
+    except ConfigError as e:
+        _fail(str(e))
 
     console = Console(stderr=False)
     if cfg.engines.backend == "vllm":
@@ -136,7 +146,9 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     # SIGTERM (a batch system, `timeout`) unwinds like Ctrl-C, so engines and servers are stopped
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        summary = asyncio.run(run_live(cfg, run_dir, console, journal=journal))
+        summary = asyncio.run(run_live(cfg, run_dir, console, journal=journal, cluster=cluster))
+    except ClusterError as e:
+        _fail(f"{cluster_opt}: {e}")
     except KeyboardInterrupt:
         _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
     console.print(summary_table(summary))
@@ -206,21 +218,31 @@ def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: 
 
 @main.command()
 @click.argument("sweep_file", metavar="SWEEP", type=click.Path(dir_okay=False))
-@click.option("--cluster", "address", help="A running Dask scheduler, e.g. tcp://host:8786 (default: a LocalCluster).")
+@click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
+              help="A cluster file (cluster/slurm.yaml, ...) or a running scheduler, tcp://host:8786 "
+                   "(default: a LocalCluster).")
 @click.option("--output", type=click.Path(file_okay=False),
               help="Results directory (default: runs/sweep-<name>); running again resumes it.")
 @click.option("--workers", type=click.IntRange(min=1), help="LocalCluster worker processes (default: one per core).")
-def sweep(sweep_file: str, address: str | None, output: str | None, workers: int | None) -> None:
+def sweep(sweep_file: str, cluster_opt: str | None, output: str | None, workers: int | None) -> None:
     """Simulate every point of SWEEP's grid as Dask tasks; write sweep.nc and speedup.png."""
-    if address and workers:
-        _fail("--workers sizes the LocalCluster; a --cluster brings its own workers")
+    from prorsa.cluster.launch import ClusterError
+    from prorsa.cluster.spec import cluster_option
     from prorsa.sim.sweep import sweep_on_cluster
 
-    console = Console(stderr=False)
     try:
-        done = sweep_on_cluster(Path(sweep_file), address, Path(output) if output else None, workers, console)
+        cluster = cluster_option(cluster_opt) if cluster_opt else None
     except ConfigError as e:
         _fail(str(e))
+    if workers and cluster is not None and cluster.kind != "local":
+        _fail("--workers sizes the LocalCluster; a --cluster brings its own workers")
+    console = Console(stderr=False)
+    try:
+        done = sweep_on_cluster(Path(sweep_file), cluster, Path(output) if output else None, workers, console)
+    except ConfigError as e:
+        _fail(str(e))
+    except ClusterError as e:
+        _fail(f"{cluster_opt}: {e}")
     except KeyboardInterrupt:
         _fail("interrupted; finished points are kept, run the same command to resume")
     console.print(f"{len(done.computed)} simulated, {done.skipped} already done, {len(done.failed)} failed; "

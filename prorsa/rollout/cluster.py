@@ -1,7 +1,9 @@
 """One place turns a pipeline into a running Dask cluster.
 
-    start_local_cluster(cfg, roles, run_dir)   SpecCluster: one worker per engine, tool workers
+    start_local_cluster(cfg, roles, run_dir[, host, security])   SpecCluster: one worker per engine,
+                                               tool workers (batch jobs and running schedulers: cluster/)
     engine_addresses(client)                   engine id -> worker address, read from the scheduler
+    engine_resources(role, slots), tool_resources(threads)   what each kind of worker declares
 
 Every engine worker declares both role resources (0 where absent) and hosts its engine through
 an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines,
@@ -22,8 +24,21 @@ from prorsa.rollout.engine_host import EngineHost
 from prorsa.rollout.tool_host import ToolHost
 
 
-def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[str, dict]:
+def engine_resources(role: Role, slots: int) -> dict[str, float]:
+    return {**role_resources(role, slots), "env": 0}
+
+
+def tool_resources(threads: int) -> dict[str, float]:
+    return {"prefill": 0, "decode": 0, "env": threads}
+
+
+def tool_name(index: int) -> str:
+    return f"tools-{index}"
+
+
+def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security=None) -> dict[str, dict]:
     cls = Nanny if cfg.runtime.processes else Worker
+    tls = {"security": security} if security is not None else {}
     specs: dict[str, dict] = {}
     for i, role in enumerate(roles):
         name = engine_name(i)
@@ -33,21 +48,23 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> dict[
                 "name": name,
                 # engine legs are coroutines; threads only bound how many the worker runs at once
                 "nthreads": cfg.engines.slots,
-                "resources": {**role_resources(role, cfg.engines.slots), "env": 0},
+                "resources": engine_resources(role, cfg.engines.slots),
                 "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))},
                 "dashboard": False,
+                **tls,
             },
         }
     for j in range(cfg.runtime.tool_workers):
-        name = f"tools-{j}"
+        name = tool_name(j)
         specs[name] = {
             "cls": cls,
             "options": {
                 "name": name,
                 "nthreads": cfg.runtime.tool_threads,
-                "resources": {"prefill": 0, "decode": 0, "env": cfg.runtime.tool_threads},
+                "resources": tool_resources(cfg.runtime.tool_threads),
                 "plugins": {_tool_host(cfg)} if cfg.environment else set(),
                 "dashboard": False,
+                **tls,
             },
         }
     return specs
@@ -63,23 +80,32 @@ def _tool_host(cfg: PipelineConfig) -> ToolHost:
 SCHEDULER_CONFIG = {"distributed.scheduler.work-stealing": False}
 
 
-async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> SpecCluster:
+async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path, host: str = "127.0.0.1",
+                              security=None) -> SpecCluster:
+    """`security` (TLS) puts even in-process workers on tls:// sockets, so every connection to the
+    scheduler, the driver's own included, must show a certificate."""
     dashboard = cfg.runtime.dashboard_address
+    if security is not None:
+        where = {"protocol": "tls", "host": host, "security": security}
+    elif cfg.runtime.processes:
+        where = {"host": host}
+    else:  # workers in this process talk to the scheduler without sockets or serialisation
+        where = {"protocol": "inproc"}
     scheduler = {
         "cls": Scheduler,
         "options": {
-            # workers in this process talk to the scheduler without sockets or serialisation
-            **({"protocol": "inproc"} if not cfg.runtime.processes else {"host": "127.0.0.1"}),
+            **where,
             "dashboard": dashboard is not None,
             "dashboard_address": dashboard or ":0",
         },
     }
     with dask.config.set(SCHEDULER_CONFIG):  # read when the scheduler starts
         return await SpecCluster(
-            workers=worker_specs(cfg, roles, run_dir),
+            workers=worker_specs(cfg, roles, run_dir, security),
             scheduler=scheduler,
             asynchronous=True,
             name=f"prorsa-{cfg.name}",
+            security=security,
         )
 
 

@@ -17,6 +17,8 @@ from distributed import Client
 from rich.console import Console
 
 from prorsa.agent.workload import Workload
+from prorsa.cluster.launch import open_run_cluster
+from prorsa.cluster.spec import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy
@@ -27,7 +29,7 @@ from prorsa.rollout.resume import open_journal
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.cluster import engine_addresses, start_local_cluster
+from prorsa.rollout.cluster import engine_addresses
 from prorsa.rollout.context import policy_context, time_unit
 from prorsa.rollout.controller import LiveController
 from prorsa.rollout.dask_runtime import DaskTurnRunner
@@ -94,19 +96,20 @@ async def _cancel(task: asyncio.Task) -> None:
 
 
 async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
-                   journal: RunJournal | None = None) -> dict:
+                   journal: RunJournal | None = None, cluster: ClusterSpec | None = None) -> dict:
     """`policy`: an object to run instead of cfg.policy's (the simulator takes the same);
-    `journal`: the run directory's, already open (default: opened here)."""
+    `journal`: the run directory's, already open (default: opened here);
+    `cluster`: where the workers come from (default: a LocalCluster; cluster/launch.py)."""
     if journal is None:
         journal = open_journal(cfg, run_dir)
     try:
-        return await _run_live(cfg, run_dir, console, policy, journal)
+        return await _run_live(cfg, run_dir, console, policy, journal, cluster)
     finally:
         journal.close()
 
 
 async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None,
-                    journal: RunJournal) -> dict:
+                    journal: RunJournal, cluster: ClusterSpec | None) -> dict:
     context = policy_context(cfg)
     policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
@@ -117,10 +120,10 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
     if cfg.engines.backend == "vllm":  # once here, not once per engine worker
         model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
         console.print(f"model: {model_dir}")
-    async with await start_local_cluster(cfg, roles, run_dir) as cluster, \
-            Client(cluster, asynchronous=True) as client:
+    async with open_run_cluster(cluster, cfg, roles, run_dir, console) as started:
+        client = started.client
         if cfg.runtime.dashboard_address is not None:
-            status, page, data = dashboard_links(cluster)
+            status, page, data = dashboard_links(started.dashboard)
             console.print(f"dashboard: {status}\nprorsa page: {page}  data: {data}", soft_wrap=True)
         addresses = await engine_addresses(client)
         info = await client.run(_engine_info, workers=[addresses[engines[0]]])

@@ -1,8 +1,9 @@
 """`prorsa sweep`: every point of a sweep's grid as one Dask task; one Dataset at the end.
 
-    sweep_on_cluster(path, address, out, workers, console) -> Outcome
-                                        check the file, then run it on a running scheduler, or on
-                                        a LocalCluster of `workers` single-threaded processes
+    sweep_on_cluster(path, cluster, out, workers, console) -> Outcome
+                                        check the file, then run it where the cluster file says
+                                        (cluster/launch.py: batch jobs, a running scheduler), or
+                                        on a LocalCluster of `workers` single-threaded processes
     run_sweep(grid, out, client, console, on_point) -> Outcome
                                         run what OUT/points/ lacks, merge into OUT/sweep.nc, plot;
                                         on_point(point, summary or None) as each one lands
@@ -23,11 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, as_completed
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from prorsa.config.load import ConfigError
+from prorsa.cluster.launch import open_sweep_client
+from prorsa.cluster.spec import ClusterSpec
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import write_dataset
 from prorsa.sim.sweep_grid import Grid, Point, load_grid
@@ -52,18 +54,10 @@ def simulate_point(cfg: PipelineConfig, spec: str) -> dict:
     return simulate(cfg, spec).summary
 
 
-def sweep_on_cluster(path: Path, address: str | None, out: Path | None, workers: int | None,
+def sweep_on_cluster(path: Path, cluster: ClusterSpec | None, out: Path | None, workers: int | None,
                      console: Console) -> Outcome:
     grid = load_grid(path)  # a bad file fails before any cluster starts
-    if address is None:
-        with LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                          host="127.0.0.1", dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:
-            return run_sweep(grid, out, client, console)
-    try:
-        client = Client(address, timeout="10s")
-    except (OSError, TimeoutError, ValueError) as e:
-        raise ConfigError(f"--cluster {address}: cannot connect ({e})") from None
-    with client:
+    with open_sweep_client(cluster, workers, console) as client:
         return run_sweep(grid, out, client, console)
 
 

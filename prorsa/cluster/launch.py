@@ -1,0 +1,264 @@
+"""The one place a cluster file becomes a running Dask cluster.
+
+    open_run_cluster(spec, cfg, roles, run_dir, console) -> RunCluster   async context manager (prorsa run)
+    open_sweep_client(spec, workers, console) -> Client                 context manager (prorsa sweep)
+
+    local     SpecCluster in this process (rollout/cluster.py), bound to localhost; TLS if the file says so
+    slurm/pbs the scheduler here (a login node), one job per engine (its GPUs, its initial role's
+              resources) and per tool worker; waits until each has joined; cancels every job on the
+              way out, whether the run finished, failed or was interrupted
+    address   a running scheduler whose workers are named engine-<i> and tools-<j>; each is given its
+              initial role's resources, its engine or toolbox (plugins), and work stealing is paused
+
+A cluster that cannot be had (no sbatch, jobs that never start, an address that does not answer)
+raises ClusterError with one line saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from distributed import Client
+from rich.console import Console
+
+from prorsa.cluster.hosts import WorkerEngineHost, WorkerToolHost
+from prorsa.cluster.security import make_security
+from prorsa.cluster.spec import AddressSpec, ClusterSpec, LocalSpec
+from prorsa.config.pipeline import EnginesConfig, PipelineConfig
+from prorsa.engine.registry import engine_name, resolve_model_dir
+from prorsa.roles import Role
+from prorsa.rollout.cluster import engine_resources, start_local_cluster, tool_name, tool_resources
+
+
+class ClusterError(Exception):
+    """The cluster could not be started or reached; the message is one line."""
+
+
+@dataclass
+class RunCluster:
+    client: Client
+    dashboard: object  # what dashboard/plugin.py's dashboard_links reads: a cluster, or its link
+    jobs: dict[str, str] = field(default_factory=dict)  # worker name -> batch job id
+
+
+def _teller(console: Console | None) -> Callable[[str], None]:
+    if console is None:
+        return lambda line: None
+    return lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+@contextlib.asynccontextmanager
+async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
+                           console: Console | None = None) -> AsyncIterator[RunCluster]:
+    spec, say = spec or LocalSpec(), _teller(console)
+    security = make_security(spec.tls)
+    if spec.kind == "local":
+        async with await start_local_cluster(cfg, roles, run_dir, spec.host, security) as cluster, \
+                Client(cluster, asynchronous=True, security=security) as client:
+            if security is not None or cfg.runtime.processes:
+                say(f"scheduler: {cluster.scheduler_address}")
+            yield RunCluster(client, cluster)
+    elif spec.kind == "address":
+        async with _connect(spec, security) as client:
+            say(f"scheduler: {spec.address}")
+            async with _adopt_workers(client, spec, cfg, roles, run_dir):
+                yield RunCluster(client, SimpleNamespace(dashboard_link=client.dashboard_link, scheduler=None))
+    else:
+        async with _batch_cluster(spec, cfg, roles, run_dir, security, say) as run:
+            yield run
+
+
+# --- batch systems -------------------------------------------------------------------------------
+
+@contextlib.asynccontextmanager
+async def _batch_cluster(spec, cfg, roles, run_dir, security, say) -> AsyncIterator[RunCluster]:
+    from prorsa.cluster.jobs import run_jobs, start_job_cluster, submit
+
+    _check_commands(spec)
+    cluster = await start_job_cluster(spec, f"prorsa-{cfg.name}", security,
+                                      spec.scheduler.dashboard_address or cfg.runtime.dashboard_address)
+    try:
+        say(f"scheduler: {cluster.scheduler_address}")
+        async with Client(cluster, asynchronous=True, security=security) as client:
+            try:
+                jobs = await submit(cluster, run_jobs(spec, cfg, roles))
+            except RuntimeError as e:  # dask-jobqueue's failed submit command: its stderr is the news
+                raise ClusterError(f"{spec.kind} job submission failed: {_last_line(e)}") from None
+            say(f"submitted {len(jobs)} {spec.kind} jobs: "
+                + ", ".join(f"{name} ({job})" for name, job in jobs.items()))
+            await wait_for_named(client, list(jobs), spec.start_timeout_s, jobs)
+            await _host(client, cfg, roles, run_dir)
+            yield RunCluster(client, cluster, jobs)
+    finally:
+        await _close_batch(cluster, say)
+
+
+async def _close_batch(cluster, say) -> None:
+    # close() cancels the jobs of the cluster's workers; a job submitted while an interrupt landed
+    # may not be one of them yet
+    strays = [j for j in list(cluster._created) if getattr(j, "job_id", None) and j not in cluster.workers.values()]
+    ids = [w.job_id for w in cluster.workers.values() if getattr(w, "job_id", None)]
+    await asyncio.shield(cluster.close())
+    for job in strays:
+        await job.close()
+    if ids or strays:
+        say(f"cancelled jobs {', '.join(ids + [j.job_id for j in strays])}")
+
+
+def _check_commands(spec) -> None:
+    import shutil
+
+    from prorsa.cluster.jobs import _JOBS
+
+    job = _JOBS[spec.kind]
+    for cmd in (job.submit_command, job.cancel_command):
+        if shutil.which(cmd) is None:
+            raise ClusterError(f"kind {spec.kind}: {cmd} not found on PATH (run prorsa where jobs can be submitted)")
+
+
+def _last_line(e: Exception) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+# --- a running scheduler -------------------------------------------------------------------------
+
+@contextlib.asynccontextmanager
+async def _connect(spec: AddressSpec, security) -> AsyncIterator[Client]:
+    try:
+        client = await Client(spec.address, asynchronous=True, security=security, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as e:
+        raise ClusterError(f"cannot connect to {spec.address} ({_last_line(e)})") from None
+    async with client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def _adopt_workers(client: Client, spec: AddressSpec, cfg: PipelineConfig, roles: list[Role],
+                         run_dir: Path) -> AsyncIterator[None]:
+    engines = [engine_name(i) for i in range(len(roles))]
+    tools = [tool_name(j) for j in range(cfg.runtime.tool_workers)]
+    addresses = await wait_for_named(client, engines + tools, spec.start_timeout_s)
+    # whatever the workers were started with, the run begins from its policy's initial roles
+    for name, role in zip(engines, roles):
+        await client.run(_set_resources, engine_resources(role, cfg.engines.slots), workers=[addresses[name]])
+    for name in tools:
+        await client.run(_set_tool_resources, workers=[addresses[name]])
+    await client.run_on_scheduler(_stealing, False)
+    try:
+        await _host(client, cfg, roles, run_dir)
+        yield
+    finally:
+        # the workers outlive the run: stop their engines and give the scheduler back as it was
+        with contextlib.suppress(Exception):
+            await client.unregister_worker_plugin(WorkerEngineHost.name)
+        if cfg.environment is not None:
+            with contextlib.suppress(Exception):
+                await client.unregister_worker_plugin(WorkerToolHost.name)
+        with contextlib.suppress(Exception):
+            await client.run_on_scheduler(_stealing, True)
+
+
+async def _set_resources(resources: dict[str, float], dask_worker=None) -> None:
+    await dask_worker.set_resources(**resources)
+
+
+async def _set_tool_resources(dask_worker=None) -> None:
+    await dask_worker.set_resources(**tool_resources(dask_worker.state.nthreads))
+
+
+async def _stealing(on: bool, dask_scheduler=None) -> None:
+    # the router places every leg; a stolen leg loses its prefix (rollout/cluster.py SCHEDULER_CONFIG)
+    ext = dask_scheduler.extensions.get("stealing")
+    if ext is not None:
+        await (ext.start() if on else ext.stop())
+
+
+# --- shared --------------------------------------------------------------------------------------
+
+async def wait_for_named(client: Client, names: list[str], timeout_s: float,
+                         jobs: dict[str, str] | None = None) -> dict[str, str]:
+    """Worker name -> address once every one of `names` has joined, or ClusterError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = await client.scheduler.identity(n_workers=-1)
+        present = {str(w.get("name")): addr for addr, w in info["workers"].items()}
+        missing = [n for n in names if n not in present]
+        if not missing:
+            return {n: present[n] for n in names}
+        if time.monotonic() > deadline:
+            which = ", ".join(f"{n} (job {jobs[n]})" if jobs else n for n in missing)
+            raise ClusterError(f"{len(missing)} worker(s) did not join within {timeout_s:g} s: {which}")
+        await asyncio.sleep(0.25)
+
+
+def portable_engines(cfg: EnginesConfig) -> EnginesConfig:
+    """Absolute model paths: a job may start in another directory (PBS starts in $HOME)."""
+    if cfg.backend != "vllm":
+        return cfg
+    vllm = cfg.vllm.model_copy(update={"model": str(resolve_model_dir(cfg).resolve()),
+                                       "cache_dir": str(Path(cfg.vllm.cache_dir).resolve())})
+    return cfg.model_copy(update={"vllm": vllm})
+
+
+async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> None:
+    """Engines (and the toolbox) on workers that joined by themselves; returns once all are up."""
+    await client.register_plugin(WorkerEngineHost(roles, portable_engines(cfg.engines), str(run_dir.resolve())))
+    if cfg.environment is not None:
+        live = cfg.environment.mode == "live"
+        model_dir = str(resolve_model_dir(cfg.engines).resolve()) if live else None
+        await client.register_plugin(WorkerToolHost(cfg.environment, cfg.seed, model_dir))
+
+
+# --- sweeps --------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def open_sweep_client(spec: ClusterSpec | None, workers: int | None,
+                      console: Console | None = None) -> Iterator[Client]:
+    """Single-threaded worker processes (simulate() is pure Python) wherever the file says."""
+    spec, say = spec or LocalSpec(), _teller(console)
+    security = make_security(spec.tls)
+    if spec.kind == "local":
+        from distributed import LocalCluster
+
+        n = workers or spec.workers or os.cpu_count() or 1
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host=spec.host,
+                          dashboard_address=f"{spec.host}:0", security=security,
+                          protocol="tls" if security else None) as cluster, \
+                Client(cluster, security=security) as client:
+            yield client
+    elif spec.kind == "address":
+        try:
+            client = Client(spec.address, security=security, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as e:
+            raise ClusterError(f"cannot connect to {spec.address} ({_last_line(e)})") from None
+        with client:
+            yield client
+    else:
+        yield from _sweep_jobs(spec, security, say)
+
+
+def _sweep_jobs(spec, security, say) -> Iterator[Client]:
+    from prorsa.cluster.jobs import job_cluster, sweep_job_options
+
+    _check_commands(spec)
+    job = sweep_job_options(spec)
+    n_jobs = spec.job("sweep").jobs or 1
+    with job_cluster(spec, "prorsa-sweep", security, spec.scheduler.dashboard_address, job,
+                     asynchronous=False) as cluster:
+        say(f"scheduler: {cluster.scheduler_address}")
+        cluster.scale(jobs=n_jobs)
+        say(f"submitted {n_jobs} {spec.kind} job(s) of {job['processes']} worker processes")
+        with Client(cluster, security=security) as client:
+            try:
+                client.wait_for_workers(1, timeout=spec.start_timeout_s)
+            except TimeoutError:
+                raise ClusterError(f"no {spec.kind} sweep job started within {spec.start_timeout_s:g} s") from None
+            yield client

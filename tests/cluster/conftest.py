@@ -1,0 +1,116 @@
+"""A batch system on this machine (fakebatch/fakebatch.py on PATH as sbatch, squeue, scancel, qsub,
+qstat, qdel: each job script runs at once, in its own process group), and TLS certificates."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FAKE = Path(__file__).parent / "fakebatch" / "fakebatch.py"
+COMMANDS = ("sbatch", "squeue", "scancel", "qsub", "qstat", "qdel")
+
+
+class FakeBatch:
+    def __init__(self, root: Path) -> None:
+        self.bin = root / "bin"
+        self.state = root / "jobs"
+        self.bin.mkdir(parents=True)
+        self.state.mkdir(parents=True)
+        for cmd in COMMANDS:
+            (self.bin / cmd).symlink_to(FAKE)
+
+    def env(self, base: dict | None = None) -> dict:
+        base = dict(os.environ if base is None else base)
+        return base | {"PATH": f"{self.bin}{os.pathsep}{base.get('PATH', '')}", "FAKE_BATCH_DIR": str(self.state)}
+
+    def jobs(self) -> list[str]:
+        return sorted(p.stem for p in self.state.glob("*.pid"))
+
+    def script(self, job: str) -> str:
+        return (self.state / f"{job}.sh").read_text()
+
+    def output(self, job: str) -> str:
+        return (self.state / f"{job}.out").read_text(errors="replace")
+
+    def cancelled(self, job: str) -> bool:
+        return (self.state / f"{job}.cancelled").exists()
+
+    def alive(self, job: str) -> bool:
+        try:
+            os.killpg(int((self.state / f"{job}.pid").read_text()), 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill_all(self) -> None:
+        for job in self.jobs():
+            if self.alive(job):
+                os.killpg(int((self.state / f"{job}.pid").read_text()), signal.SIGKILL)
+
+
+@pytest.fixture
+def fake_batch(tmp_path, monkeypatch):
+    batch = FakeBatch(tmp_path / "batch")
+    monkeypatch.setenv("PATH", batch.env()["PATH"])
+    monkeypatch.setenv("FAKE_BATCH_DIR", str(batch.state))
+    yield batch
+    batch.kill_all()  # a failed test must not leave workers behind
+
+
+def make_certs(where: Path, name: str = "prorsa") -> dict[str, Path]:
+    """A CA and a certificate it signed (with its key): ca.pem, <name>.pem, <name>-key.pem."""
+    where.mkdir(parents=True, exist_ok=True)
+    ca, cert, key = where / "ca.pem", where / f"{name}.pem", where / f"{name}-key.pem"
+    try:
+        _certs_with_cryptography(ca, cert, key)
+    except ImportError:
+        _certs_with_openssl(where, ca, cert, key)
+    return {"ca_file": ca, "cert": cert, "key": key}
+
+
+def _certs_with_cryptography(ca_path: Path, cert_path: Path, key_path: Path) -> None:
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{ca_path.parent.name}-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+          .not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "prorsa")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+
+
+def _certs_with_openssl(where: Path, ca: Path, cert: Path, key: Path) -> None:
+    ca_key, csr = where / "ca-key.pem", where / "req.csr"
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+        "-subj", f"/CN={where.name}-ca", "-days", "1")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=prorsa")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-out", str(cert), "-days", "1")
