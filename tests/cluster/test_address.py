@@ -82,6 +82,7 @@ def test_a_pipeline_runs_on_a_running_scheduler_and_leaves_it_as_it_was(tmp_path
     assert client.run_on_scheduler(lambda dask_scheduler: "stealing" in dask_scheduler.periodic_callbacks)
 
 
+@pytest.mark.slow  # four processes to start
 def test_missing_workers_are_named_in_one_error_line(tmp_path, hand_made_cluster):
     address, _ = hand_made_cluster
     spec = tmp_path / "scheduler.yaml"
