@@ -118,7 +118,7 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
         overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
         cfg = _load(pipeline, overrides)
     from prorsa.cluster.launch import ClusterError
-    from prorsa.cluster.spec import cluster_option
+    from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table
     from prorsa.rollout.live import run_live
 
@@ -227,7 +227,7 @@ def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: 
 def sweep(sweep_file: str, cluster_opt: str | None, output: str | None, workers: int | None) -> None:
     """Simulate every point of SWEEP's grid as Dask tasks; write sweep.nc and speedup.png."""
     from prorsa.cluster.launch import ClusterError
-    from prorsa.cluster.spec import cluster_option
+    from prorsa.config.cluster import cluster_option
     from prorsa.sim.sweep import sweep_on_cluster
 
     try:

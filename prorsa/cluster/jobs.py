@@ -34,7 +34,7 @@ from dask_jobqueue.slurm import SLURMJob  # noqa: E402
 if threading.current_thread() is threading.main_thread() and _sigint is not None:
     signal.signal(signal.SIGINT, _sigint)
 
-from prorsa.cluster.spec import JobSettings, PbsSpec, SlurmSpec
+from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role
@@ -153,16 +153,3 @@ def _with_cluster_settings(cluster: JobQueueCluster, opts: dict) -> dict:
     # what JobQueueCluster adds to its own template: the scheduler's protocol, TLS files, interface
     shared = {k: cluster._job_kwargs[k] for k in ("config_name", "interface", "protocol", "security")}
     return shared | opts
-
-
-def cancel_leftovers(cluster: JobQueueCluster) -> list[str]:
-    """Jobs submitted but never recorded as the cluster's workers (an interrupt during submission)
-    are cancelled here; closing the cluster cancels the others. Returns the ids cancelled."""
-    import subprocess
-
-    cancelled = []
-    for job in list(getattr(cluster, "_created", ())):
-        if getattr(job, "job_id", None) and job not in cluster.workers.values():
-            subprocess.run([*shlex.split(job.cancel_command), job.job_id], capture_output=True, timeout=60)
-            cancelled.append(job.job_id)
-    return cancelled

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from prorsa.cluster.hosts import WorkerEngineHost, WorkerToolHost
 from prorsa.cluster.security import make_security
-from prorsa.cluster.spec import AddressSpec, ClusterSpec, LocalSpec
+from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.roles import Role

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from distributed.security import Security
 
-from prorsa.cluster.spec import TlsSettings
+from prorsa.config.cluster import TlsSettings
 
 
 def make_security(tls: TlsSettings | None) -> Security | None:
@@ -23,6 +23,3 @@ def make_security(tls: TlsSettings | None) -> Security | None:
         pair[f"tls_{role}_key"] = tls.key
     return Security(tls_ca_file=tls.ca_file, require_encryption=tls.require_encryption, **pair)
 
-
-def protocol(security: Security | None) -> str:
-    return "tls" if security is not None else "tcp"

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from prorsa.agent.workload import Workload
 from prorsa.cluster.launch import open_run_cluster
-from prorsa.cluster.spec import ClusterSpec
+from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy

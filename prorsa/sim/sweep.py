@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from prorsa.cluster.launch import open_sweep_client
-from prorsa.cluster.spec import ClusterSpec
+from prorsa.config.cluster import ClusterSpec
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import write_dataset
 from prorsa.sim.sweep_grid import Grid, Point, load_grid

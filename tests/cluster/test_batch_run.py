@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from prorsa.cluster.launch import open_run_cluster
-from prorsa.cluster.spec import load_cluster
+from prorsa.config.cluster import load_cluster
 from prorsa.config.load import load_pipeline
 from prorsa.control.policy import make_policy
 from prorsa.rollout.engine_host import engine_here

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from prorsa.cli import main
 from prorsa.cluster.jobs import job_scripts, run_jobs, sweep_job_options
 from prorsa.cluster.security import make_security
-from prorsa.cluster.spec import JobSettings, cluster_option, load_cluster
+from prorsa.config.cluster import JobSettings, cluster_option, load_cluster
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.control.policy import make_policy
 
@@ -61,6 +61,7 @@ def test_the_tls_example_loads_with_its_certificates(tmp_path):
     ("kind: local\ntls: {ca_file: nowhere.pem, cert: c.pem}\n", "tls.ca_file: got "),
     ("kind: address\naddress: host:8786\n", "address: got 'host:8786'"),
     ("kind: slurm\nscheduler: {port: 99999}\n", "scheduler.port: got 99999"),
+    ("kind: slurm\ngpu_directive: '--gpus={n}'\n", "gpu_directive: got '--gpus={n}'; expected: unknown placeholder 'n'"),
 ])
 def test_a_bad_cluster_file_is_one_error_line_and_exit_2(tmp_path, text, expected):
     spec = tmp_path / "c.yaml"

@@ -18,7 +18,7 @@ from distributed import Client
 from distributed.security import Security
 
 from prorsa.cluster.launch import open_run_cluster
-from prorsa.cluster.spec import load_cluster
+from prorsa.config.cluster import load_cluster
 from prorsa.config.load import load_pipeline
 from prorsa.control.policy import make_policy
 from prorsa.rollout.cluster import engine_addresses

@@ -120,6 +120,15 @@ class SlurmSpec(_BatchSpec):
     kind: Literal["slurm"] = "slurm"
     gpu_directive: str = "--gres=gpu:{gpus}"  # some sites want --gpus-per-task={gpus}
 
+    @field_validator("gpu_directive")
+    @classmethod
+    def _gpus_placeholder(cls, v: str) -> str:
+        try:
+            v.format(gpus=1)
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"unknown placeholder {e}; use {{gpus}}") from None
+        return v
+
 
 class PbsSpec(_BatchSpec):
     kind: Literal["pbs"] = "pbs"
