@@ -4,7 +4,7 @@
     prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa sim PIPELINE [--policy P,Q,...] [--gpus N] [--output DIR]  the same rollout in virtual time
     prorsa sweep SWEEP [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
-    prorsa validate FILE...                                         check pipeline files, run nothing
+    prorsa validate FILE...                                         check pipeline and sweep files, run nothing
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
     prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
@@ -254,17 +254,16 @@ def sweep(sweep_file: str, cluster_opt: str | None, output: str | None, workers:
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
-    """Check pipeline FILES without running them."""
+    """Check pipeline and sweep FILES (and the traces they name) without running them."""
+    from prorsa.config.check import check_file
+
     bad = 0
     for f in files:
         try:
-            cfg = load_pipeline(f)
+            click.echo(check_file(f))
         except ConfigError as e:
             click.echo(f"error: {e}", err=True)
             bad += 1
-        else:
-            click.echo(f"ok: {f} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
-                       f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
     sys.exit(2 if bad else 0)
 
 

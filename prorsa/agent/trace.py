@@ -69,21 +69,27 @@ class TraceError(ValueError):
     """A trace file that cannot be replayed; the message is one line naming file, line and field."""
 
 
+_INT32 = 2**31 - 1
+MAX_TOOL_S = 7 * 86400.0
+
+
 class _Line(BaseModel):
     # strict: "12" or 12.0 for a token count is a producer bug worth reporting, not coercing.
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
+    # Upper bounds: trajectories.parquet stores counts and indices as int32, so a larger value
+    # would fail the run at its very end; a latency past MAX_TOOL_S is a unit mistake.
     traj: str = Field(min_length=1)
-    turn: int = Field(ge=0)
-    appended_tokens: int = Field(ge=0)  # 0 allowed after turn 0: a tool with empty output
-    decode_tokens: int = Field(ge=1)  # an engine cannot generate zero tokens
-    tool_latency_s: float = Field(ge=0)
+    turn: int = Field(ge=0, le=_INT32)
+    appended_tokens: int = Field(ge=0, le=_INT32)  # 0 allowed after turn 0: a tool with empty output
+    decode_tokens: int = Field(ge=1, le=_INT32)  # an engine cannot generate zero tokens
+    tool_latency_s: float = Field(ge=0, le=MAX_TOOL_S)
     done: bool
     family: str | None = Field(None, min_length=1)
-    seed: int | None = Field(None, ge=0)
-    step: int | None = Field(None, ge=0)
-    prompt: int | None = Field(None, ge=0)
-    group: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, lt=2**32)
+    step: int | None = Field(None, ge=0, le=_INT32)
+    prompt: int | None = Field(None, ge=0, le=_INT32)
+    group: int | None = Field(None, ge=0, le=_INT32)
 
 
 _PER_TRAJECTORY = ("family", "seed", "step", "prompt", "group")

@@ -21,6 +21,10 @@ from prorsa.config.pipeline import PipelineConfig
 class ConfigError(Exception):
     """A bad input file; the message is one line naming the file, the field and the problem."""
 
+    def __init__(self, message: str) -> None:
+        # the line may quote the input, and an input can hold line breaks
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
+
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
@@ -34,7 +38,8 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def describe(err: dict[str, Any]) -> str:
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    loc = ".".join(p if isinstance(p, str) and p.isprintable() and p.strip() == p and p else repr(p)
+                   for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown field"
@@ -45,9 +50,17 @@ def describe(err: dict[str, Any]) -> str:
     return f"{loc}: {msg}"
 
 
+def is_file(path: str | Path) -> bool:
+    """Path.is_file, False also for names no file can have (a NUL byte, too long)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
     """A YAML file whose top level is a mapping, or one ConfigError line."""
-    if not path.is_file():
+    if not is_file(path):
         raise ConfigError(f"{path}: no such file")
     try:
         data = yaml.safe_load(path.read_text())
@@ -56,6 +69,8 @@ def read_mapping(path: Path) -> dict[str, Any]:
         where = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}: {where}not valid YAML ({problem})") from None
+    except RecursionError:  # the parser recurses once per nesting level
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read ({e})") from None
     if not isinstance(data, dict):
@@ -75,12 +90,25 @@ def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> 
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
         raise ConfigError(f"{path}: {describe(errs[0])}{more}") from None
     cfg = cfg.resolve_paths(path.parent)
-    if cfg.workload.trace and not Path(cfg.workload.trace).is_file():
-        raise ConfigError(f"{path}: workload.trace: got {cfg.workload.trace!r}; no such file")
+    if cfg.workload.trace:
+        if not is_file(cfg.workload.trace):
+            raise ConfigError(f"{path}: workload.trace: got {cfg.workload.trace!r}; no such file")
+        _check_trace(path, cfg.workload.trace)
     env = cfg.environment
-    if env is not None and env.dataset.endswith(".jsonl") and not Path(env.dataset).is_file():
+    if env is not None and env.dataset.endswith(".jsonl") and not is_file(env.dataset):
         raise ConfigError(f"{path}: environment.dataset: got {env.dataset!r}; no such file")
     return cfg
+
+
+def _check_trace(path: Path, trace: str) -> None:
+    """Read the trace now: a bad line found after the cluster is up would cost its start-up."""
+    from prorsa.agent.trace import TraceError, read_trace
+
+    try:
+        if not read_trace(trace):
+            raise TraceError(f"{trace}: the trace holds no trajectories")
+    except TraceError as e:
+        raise ConfigError(f"{path}: workload.trace: {e}") from None
 
 
 def config_hash(cfg: PipelineConfig) -> str:

@@ -11,11 +11,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from prorsa.control.policy import make_policy
+from prorsa.control.policy import MAX_ENGINES, make_policy
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan pass gt/ge bounds, and an infinite interval or scale is never what was meant
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, v):
+        # names and paths: a NUL byte is no character of either, and os calls raise on it
+        texts = v if isinstance(v, tuple) else (v,)
+        if any(isinstance(t, str) and "\x00" in t for t in texts):
+            raise ValueError("text must not contain a NUL byte")
+        return v
 
 
 class VllmSettings(_Section):
@@ -42,7 +52,7 @@ class VllmSettings(_Section):
 
 class EnginesConfig(_Section):
     backend: Literal["emulated", "vllm"] = "emulated"
-    count: int = Field(3, ge=1)
+    count: int = Field(3, ge=1, le=MAX_ENGINES)
     slots: int = Field(32, ge=1)  # concurrent requests an engine admits (its role resource)
     gpu: str = "h200"  # cost-model profile (emulated engines, simulator)
     model: str = "qwen3-8b"  # cost-model profile
@@ -72,8 +82,9 @@ class WorkloadConfig(_Section):
     concurrency: int = Field(16, ge=1)  # async: trajectories kept in flight
     trajectories: int | None = Field(None, ge=1)  # async: stop after this many
     duration_s: float | None = Field(None, gt=0)  # async: stop starting new ones after this
-    token_scale: float = Field(1.0, gt=0)  # multiplies drawn token counts (tiny real models)
-    tool_time_scale: float = Field(1.0, ge=0)  # multiplies drawn tool latencies
+    # bounded so scaled token counts stay within the int32 columns of trajectories.parquet
+    token_scale: float = Field(1.0, gt=0, le=1000)  # multiplies drawn token counts (tiny real models)
+    tool_time_scale: float = Field(1.0, ge=0, le=1000)  # multiplies drawn tool latencies
     max_turns: int | None = Field(None, ge=1)  # caps the family's turn count
     max_context: int | None = Field(None, ge=16)  # a trajectory ends before exceeding this
     # the trainer's weight update after each training step (sync: between steps; async: every

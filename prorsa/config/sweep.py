@@ -32,7 +32,7 @@ AXIS_KEYS = {"policy": "policy", "workload": "workload.family", "model": "engine
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelChoice(_Strict):

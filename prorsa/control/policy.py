@@ -17,6 +17,7 @@ on the first make_policy call.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -105,6 +106,16 @@ def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Polic
     return deco
 
 
+MAX_ENGINES = 65536  # engines in one run; more is a typo, and a role list that long exhausts memory
+
+
+def _finite(arg: str) -> bool:
+    try:
+        return math.isfinite(float(arg))
+    except ValueError:
+        return True  # not a number: the policy's own parser says what it expected
+
+
 def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
     """`colocated`, `static:2:1`, `reactive`, `prorsa:4` ... -> a policy object. Policies that
     take a context get `context` (None: they build PolicyContext.default())."""
@@ -117,6 +128,8 @@ def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
         known = ", ".join(sorted(POLICIES))
         raise ValueError(f"unknown policy {name!r}; known: {known}")
     factory = POLICIES[name]
+    if not all(_finite(a) for a in args):
+        raise ValueError(f"bad policy {spec!r}: its numbers must be finite")
     kwargs = {"context": context} if "context" in inspect.signature(factory).parameters else {}
     try:
         return factory(*args, **kwargs)
@@ -158,7 +171,7 @@ class Static(_FixedRoles):
 
     def __init__(self, prefill: str, decode: str, mixed: str = "0") -> None:
         p, d, m = int(prefill), int(decode), int(mixed)
-        if min(p, d, m) < 0 or (m == 0 and (p == 0 or d == 0)):
+        if min(p, d, m) < 0 or (m == 0 and (p == 0 or d == 0)) or p + d + m > MAX_ENGINES:
             raise ValueError("a static split needs a prefill and a decode engine, or mixed ones")
         self.name = f"static:{p}:{d}" + (f":{m}" if m else "")
         self.roles = [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m

@@ -1,0 +1,25 @@
+"""`prorsa validate`: any input file checked as the command that reads it would, nothing run.
+
+    check_file(path) -> str     a one-line description of a good file; ConfigError otherwise
+
+A sweep file is told from a pipeline by its `base` key (a pipeline has none); a pipeline's trace
+is read whole (load_pipeline), a sweep's every point built and its policies checked (load_grid).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prorsa.config.load import ConfigError, load_pipeline, read_mapping
+
+
+def check_file(path: str | Path) -> str:
+    path = Path(path)
+    if "base" in read_mapping(path):
+        from prorsa.sim.sweep_grid import load_grid
+
+        grid = load_grid(path)
+        return f"ok: {path} (sweep {grid.spec.name}: {len(grid.points)} points)"
+    cfg = load_pipeline(path)
+    return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
+            f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
