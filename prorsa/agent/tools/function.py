@@ -5,9 +5,12 @@
 The name defaults to the function's, the description to the first line of its docstring, the
 schema to one derived from its signature (annotated str/int/float/bool/list/dict parameters;
 those without a default are required). A function reports failure by raising: that becomes an
-ERROR observation. A sync function runs in a worker thread, so a slow one does not stall the
+ERROR observation. A sync function runs in a thread of its own, so a slow one does not stall the
 event loop; a thread cannot be killed, so one that ignores its timeout keeps its thread until it
-returns (use CommandSpec or the python tool for code that may hang).
+returns (use CommandSpec or the python tool for code that may hang). That thread is a daemon
+outside any executor: a loop's executor is joined when the loop closes (asyncio.run) and at
+interpreter exit, so a hung call in one would hang the tool task past its timeout, and the
+process at exit.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 import time
 import typing
 from collections.abc import Callable, Mapping
@@ -55,7 +59,7 @@ class FunctionTool:
         if inspect.iscoroutinefunction(self.fn):
             run = self.fn(**arguments)
         else:
-            run = asyncio.to_thread(self.fn, **arguments)
+            run = _in_daemon_thread(self.fn, arguments, self.name)
         try:
             value = await (asyncio.wait_for(run, timeout_s) if timeout_s is not None else run)
         except asyncio.TimeoutError:
@@ -68,3 +72,29 @@ class FunctionTool:
             return value
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         return ToolResult(text, ToolStatus.OK, time.perf_counter() - start)
+
+
+def _in_daemon_thread(fn: Callable[..., Any], arguments: Mapping[str, Any], name: str) -> asyncio.Future:
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # timed out and cancelled meanwhile
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def target() -> None:
+        try:
+            value, error = fn(**arguments), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, error = None, e
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop is closed: nobody waits for this call any more
+            pass
+
+    threading.Thread(target=target, name=f"tool-{name}", daemon=True).start()
+    return future
