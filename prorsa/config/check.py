@@ -2,8 +2,9 @@
 
     check_file(path) -> str     a one-line description of a good file; ConfigError otherwise
 
-A sweep file is told from a pipeline by its `base` key (a pipeline has none); a pipeline's trace
-is read whole (load_pipeline), a sweep's every point built and its policies checked (load_grid).
+A sweep file is told from a pipeline by its `base` key (a pipeline has none), a cluster file by
+its `kind`; a pipeline's trace is read whole (load_pipeline), a sweep's every point built and its
+policies checked (load_grid), a cluster file's certificates looked for (load_cluster).
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from prorsa.config.load import ConfigError, load_pipeline, read_mapping
 
 def check_file(path: str | Path) -> str:
     path = Path(path)
-    if "base" in read_mapping(path):
+    data = read_mapping(path)
+    if "kind" in data and "base" not in data:  # a cluster file (config/cluster.py); a pipeline has no kind
+        from prorsa.config.cluster import load_cluster
+
+        spec = load_cluster(path)
+        return f"ok: {path} (cluster {spec.kind})"
+    if "base" in data:
         from prorsa.sim.sweep_grid import load_grid
 
         grid = load_grid(path)

@@ -23,13 +23,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prorsa.config.load import ConfigError, describe, read_mapping
+from prorsa.config.load import ConfigError, describe, is_file, read_mapping
 
 KINDS = ("local", "slurm", "pbs", "address")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan pass gt/ge bounds, and an infinite timeout is never what was meant
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TlsSettings(_Section):
@@ -42,12 +43,12 @@ class TlsSettings(_Section):
     require_encryption: bool = True  # refuse plain tcp:// connections
 
     def resolve(self, base: Path) -> TlsSettings:
-        paths = {f: str((base / v).resolve()) for f in ("ca_file", "cert", "key") if (v := getattr(self, f))}
+        paths = {f: str(base / v) for f in ("ca_file", "cert", "key") if (v := getattr(self, f))}
         return self.model_copy(update=paths)
 
     def missing(self) -> tuple[str, str] | None:
-        return next(((f, v) for f in ("ca_file", "cert", "key") if (v := getattr(self, f))
-                     and not Path(v).is_file()), None)
+        return next(((f, v) for f in ("ca_file", "cert", "key") if (v := getattr(self, f)) and not is_file(v)),
+                    None)
 
 
 class JobSettings(_Section):
@@ -163,7 +164,7 @@ def load_cluster(path: str | Path) -> ClusterSpec:
     path = Path(path)
     data = read_mapping(path)
     kind = data.get("kind")
-    if kind not in _MODELS:
+    if not isinstance(kind, str) or kind not in _MODELS:
         raise ConfigError(f"{path}: kind: got {kind!r}; expected one of {list(KINDS)}")
     try:
         spec = _MODELS[kind].model_validate(data)
@@ -175,7 +176,7 @@ def load_cluster(path: str | Path) -> ClusterSpec:
 
 
 def _resolve(spec: ClusterSpec, path: Path) -> ClusterSpec:
-    base = path.parent
+    base = path.parent.absolute()  # absolute, not resolved: a link farm of certificates stays as given
     update: dict = {}
     if spec.tls is not None:
         tls = spec.tls.resolve(base)
@@ -184,7 +185,7 @@ def _resolve(spec: ClusterSpec, path: Path) -> ClusterSpec:
             raise ConfigError(f"{path}: tls.{field}: got {value!r}; no such file")
         update["tls"] = tls
     if isinstance(spec, _BatchSpec) and spec.log_directory:
-        update["log_directory"] = str((base / spec.log_directory).resolve())
+        update["log_directory"] = str(base / spec.log_directory)
     return spec.model_copy(update=update)
 
 

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import yaml
 from click.testing import CliRunner
 
@@ -161,3 +163,36 @@ def test_tls_puts_the_certificates_on_every_workers_command_line(tmp_path):
         assert "dask_worker tls://10.1.2.3:8786" in s and "--protocol tls://" in s
         assert f"--tls-ca-file {certs['ca_file']}" in s and f"--tls-cert {certs['cert']}" in s
         assert f"--tls-key {certs['key']}" in s
+
+
+def test_validate_checks_cluster_files(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: slurm\nengines: {gpus: many}\n")
+    result = CliRunner().invoke(main, ["validate", str(REPO / "cluster" / "slurm.yaml"), str(bad)])
+    assert result.exit_code == 2
+    assert result.stdout == f"ok: {REPO / 'cluster' / 'slurm.yaml'} (cluster slurm)\n"
+    assert result.stderr.startswith(f"error: {bad}: engines.gpus: got 'many'") and result.stderr.count("\n") == 1
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True),
+                     st.text(max_size=20), st.sampled_from(["8GB", "{gpus}", "{x}", "tcp://h:1", "ca.pem", "\0"]))
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.text(max_size=8), inner, max_size=3), max_leaves=6)
+_sections = ["scheduler", "jobs", "engines", "tools", "sweep", "tls", "host", "workers", "address", "python",
+             "start_timeout_s", "gpu_directive", "resource_spec", "log_directory", "death_timeout_s"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.one_of(st.sampled_from(["local", "slurm", "pbs", "address"]), _values),
+       fields=st.dictionaries(st.sampled_from(_sections + ["cpus", "gpus", "memory"]), _values, max_size=4))
+def test_any_cluster_file_is_ok_or_one_error_line(tmp_path, kind, fields):
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump({"kind": kind, **fields}, allow_unicode=True))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    out = result.output
+    assert "Traceback" not in out and out.count("\n") == 1, out
+    if result.exit_code:
+        assert result.exit_code == 2 and out.startswith(f"error: {path}: "), out
+    else:
+        assert out.startswith(f"ok: {path} (cluster "), out
