@@ -32,6 +32,10 @@ PIPELINE = {
 }
 
 
+RESOURCES = {"engine-0": "prefill=8,decode=0,env=0", "engine-1": "prefill=8,decode=0,env=0",
+             "engine-2": "prefill=0,decode=8,env=0", "tools-0": "prefill=0,decode=0,env=4"}
+
+
 def cluster_file(tmp_path: Path, kind: str, **extra) -> Path:
     spec = {"kind": kind, "scheduler": {"host": "127.0.0.1"}, "start_timeout_s": 120,
             "engines": {"gpus": 1, "cpus": 2, "memory": "2GiB"}, "tools": {"cpus": 1, "memory": "1GiB"},
@@ -81,6 +85,9 @@ def test_a_pipeline_runs_on_batch_jobs_and_they_are_cancelled_after(tmp_path, fa
         assert f"dask_worker {scheduler} --name {name}" in scripts[job]
         # every job's worker joined the one scheduler prorsa started
         assert re.search(r"Registered to:\s+(\S+)", fake_batch.output(job)).group(1) == scheduler
+        gpu_request = "#SBATCH --gres=gpu:1" if kind == "slurm" else "#PBS -l select=1:ncpus=2:ngpus=1:mem="
+        assert (gpu_request in scripts[job]) == name.startswith("engine-")
+        assert f"--resources {RESOURCES[name]}" in scripts[job]
     expect_all_cancelled(fake_batch, jobs)
     assert "cancelled jobs" in proc.stdout
 
