@@ -11,6 +11,7 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
     generate(req)           local prefill + decode (colocated)
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
     stats()                 queue, batch, KV and counters; no I/O
+    queued, active, kv_tokens   the first of them alone, read without building stats()
     reset_prefix_cache()    forget every cached prefix (after a weight update)
     update_weights(s)       stall s seconds (new weights loading) and forget every cached prefix
 
@@ -108,6 +109,20 @@ class EmulatedEngine:
 
     async def reset_prefix_cache(self) -> None:
         self._prefix.clear()  # a weight update: no cached KV is valid any more
+
+    # What the simulator's sampler and controller read of every engine each interval; reading
+    # them costs nothing, where stats() builds a record with every counter.
+    @property
+    def queued(self) -> int:
+        return len(self._batch.waiting)
+
+    @property
+    def active(self) -> int:
+        return self._batch.active
+
+    @property
+    def kv_tokens(self) -> int:
+        return self._batch.kv_used
 
     def stats(self) -> EngineStats:
         b, c = self._batch, self._counters

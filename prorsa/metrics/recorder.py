@@ -2,7 +2,8 @@
 
     on_turn(spec, result)       a turn finished (from the trajectory loop)
     on_done(result)             a trajectory finished (completed or failed)
-    sample(t, stats)            a snapshot of every engine (from the body's sampler)
+    sample(t, stats)            a snapshot of every engine (from the body's sampler): EngineStats, or
+                                anything with their id, role and load fields (an emulated engine)
     role_change(change)         the controller moved an engine
     control(record)             one control interval: observed roles, the decision, its forecast
 
@@ -11,12 +12,24 @@ Counters are updated in place so the progress display reads them without copying
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec
-from prorsa.engine.base import EngineStats
 from prorsa.roles import Role
+
+
+class EngineLoad(Protocol):
+    """What a sample reads of an engine: EngineStats has it, and so has an EmulatedEngine."""
+
+    engine_id: str
+    role: Role
+    queued: int
+    active: int
+    kv_tokens: int
+    kv_capacity: int
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ class RunRecorder:
         else:
             self.failed += 1
 
-    def sample(self, t: float, stats: list[EngineStats]) -> None:
+    def sample(self, t: float, stats: Iterable[EngineLoad]) -> None:
         for s in stats:
             self.samples.append(EngineSample(t, s.engine_id, s.role, s.queued, s.active, s.kv_tokens, s.kv_capacity))
 

@@ -1,7 +1,8 @@
 """The simulator's control loop: the same ControlLoop and policy as live, on the engines directly.
 
     SimController(policy, router, runner, engines, recorder, interval_s, now)
-    observe()                      events from the runner, loads from the engines' stats
+    observe()                      events from the runner, loads from the engines (EmulatedEngine's
+                                   queued, active, kv_tokens, kv_capacity, engine_id)
     carry_out(engine, old, new)    the live protocol without the transport: the router already
                                    stopped sending old-role work; the engine serves both while the
                                    legs it holds of the old role finish, then serves only the new
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from prorsa.control.policy import EngineSnapshot, Policy, Snapshot
-from prorsa.engine.base import Engine
+from prorsa.engine.emulated import EmulatedEngine
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.control_loop import ControlLoop
@@ -24,21 +25,21 @@ from prorsa.sim.runner import SimTurnRunner
 
 
 class SimController(ControlLoop):
-    def __init__(self, policy: Policy, router: Router, runner: SimTurnRunner, engines: dict[str, Engine],
+    def __init__(self, policy: Policy, router: Router, runner: SimTurnRunner, engines: dict[str, EmulatedEngine],
                  recorder: RunRecorder, interval_s: float, now: Callable[[], float]) -> None:
         super().__init__(policy, router, recorder, interval_s, now)
         self.runner = runner
         self.engines = engines
+        self._sorted = [engines[e] for e in sorted(engines)]
 
     async def observe(self) -> Snapshot:
-        engines = []
-        for engine_id in sorted(self.engines):
-            s = self.engines[engine_id].stats()
-            engines.append(EngineSnapshot(
-                engine_id=engine_id, role=s.role, queued=s.queued, active=s.active, kv_tokens=s.kv_tokens,
-                kv_capacity=s.kv_capacity, queued_prefill_tokens=self.runner.prefill_backlog[engine_id],
-            ))  # fmt: skip
-        return Snapshot(time_s=self.now(), engines=tuple(engines), events=tuple(self.runner.take_events()))
+        # The engines' load fields, not stats(): this runs every interval for every engine.
+        backlog = self.runner.prefill_backlog
+        engines = tuple(
+            EngineSnapshot(engine_id=e.engine_id, role=e.role, queued=e.queued, active=e.active, kv_tokens=e.kv_tokens,
+                           kv_capacity=e.kv_capacity, queued_prefill_tokens=backlog[e.engine_id])
+            for e in self._sorted)  # fmt: skip
+        return Snapshot(time_s=self.now(), engines=engines, events=tuple(self.runner.take_events()))
 
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         drain = legs_to_drain(new)

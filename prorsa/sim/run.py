@@ -99,7 +99,7 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     makespan = now()
-    rec.sample(makespan, [eng.stats() for eng in engines.values()])
+    rec.sample(makespan, engines.values())
     for engine in engines.values():
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
@@ -145,7 +145,7 @@ def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:
 
 async def _sample(engines: dict[str, EmulatedEngine], rec: RunRecorder, now, interval_s: float) -> None:
     while True:
-        rec.sample(now(), [eng.stats() for eng in engines.values()])
+        rec.sample(now(), engines.values())
         await asyncio.sleep(interval_s)
 
 
