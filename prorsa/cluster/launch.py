@@ -26,6 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from distributed import Client
+from distributed.core import Status
 from rich.console import Console
 
 from prorsa.cluster.hosts import WorkerEngineHost, WorkerToolHost
@@ -105,6 +106,11 @@ async def _close_batch(cluster, say) -> None:
     # may not be one of them yet
     strays = [j for j in list(cluster._created) if getattr(j, "job_id", None) and j not in cluster.workers.values()]
     ids = [w.job_id for w in cluster.workers.values() if getattr(w, "job_id", None)]
+    for job in list(cluster._created):
+        if getattr(job, "job_id", None) is None and job.status == Status.created:
+            # its submit command failed: nothing to cancel, and SpecCluster's close insists that
+            # every worker it created has stopped or failed
+            job.status = Status.failed
     await asyncio.shield(cluster.close())
     for job in strays:
         await job.close()

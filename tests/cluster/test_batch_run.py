@@ -167,3 +167,18 @@ def test_no_sbatch_on_path_is_one_error_line(tmp_path, monkeypatch):
     assert proc.returncode == 2
     assert proc.stderr == f"error: {spec}: kind slurm: sbatch not found on PATH (run prorsa where jobs can be " \
                           "submitted)\n"
+
+
+def test_a_refused_submission_is_one_error_line(tmp_path, fake_batch):
+    # the site's sbatch says no (an account without GPU hours, say)
+    (fake_batch.bin / "sbatch").unlink()
+    (fake_batch.bin / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
+                                           "Invalid account or account/partition combination specified' >&2\n"
+                                           "exit 1\n")
+    (fake_batch.bin / "sbatch").chmod(0o755)
+    spec = cluster_file(tmp_path, "slurm")
+    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), "--output", str(tmp_path / "runs"),
+                  env=fake_batch.env())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (f"error: {spec}: slurm job submission failed: sbatch: error: Batch job submission "
+                           "failed: Invalid account or account/partition combination specified\n")
