@@ -144,7 +144,10 @@ async def submit(cluster: JobQueueCluster, jobs: dict[str, dict]) -> dict[str, s
     # dask-jobqueue's public scaling makes identical jobs; named jobs with their own resources and
     # GPUs are SpecCluster worker specs, which the cluster submits when it corrects its state
     for name, opts in jobs.items():
-        cluster.worker_spec[name] = {"cls": cluster.job_cls, "options": _with_cluster_settings(cluster, opts)}
+        spec = {"cls": cluster.job_cls, "options": _with_cluster_settings(cluster, opts)}
+        if opts.get("processes", 1) > 1:  # the worker names the job's processes take, as jobqueue's scale() says
+            spec["group"] = [f"-{i}" for i in range(opts["processes"])]
+        cluster.worker_spec[name] = spec
     await cluster._correct_state()
     return {name: cluster.workers[name].job_id for name in jobs}
 

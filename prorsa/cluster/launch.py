@@ -106,16 +106,20 @@ async def _close_batch(cluster, say) -> None:
     # may not be one of them yet
     strays = [j for j in list(cluster._created) if getattr(j, "job_id", None) and j not in cluster.workers.values()]
     ids = [w.job_id for w in cluster.workers.values() if getattr(w, "job_id", None)]
-    for job in list(cluster._created):
-        if getattr(job, "job_id", None) is None and job.status == Status.created:
-            # its submit command failed: nothing to cancel, and SpecCluster's close insists that
-            # every worker it created has stopped or failed
-            job.status = Status.failed
+    _forget_failed_submissions(cluster)
     await asyncio.shield(cluster.close())
     for job in strays:
         await job.close()
     if ids or strays:
         say(f"cancelled jobs {', '.join(ids + [j.job_id for j in strays])}")
+
+
+def _forget_failed_submissions(cluster) -> None:
+    for job in list(cluster._created):
+        if getattr(job, "job_id", None) is None and job.status == Status.created:
+            # its submit command failed: nothing to cancel, and SpecCluster's close insists that
+            # every worker it created has stopped or failed
+            job.status = Status.failed
 
 
 def _check_commands(spec) -> None:
@@ -252,7 +256,7 @@ def open_sweep_client(spec: ClusterSpec | None, workers: int | None,
 
 
 def _sweep_jobs(spec, security, say) -> Iterator[Client]:
-    from prorsa.cluster.jobs import job_cluster, sweep_job_options
+    from prorsa.cluster.jobs import job_cluster, submit, sweep_job_options
 
     _check_commands(spec)
     job = sweep_job_options(spec)
@@ -260,8 +264,13 @@ def _sweep_jobs(spec, security, say) -> Iterator[Client]:
     with job_cluster(spec, "prorsa-sweep", security, spec.scheduler.dashboard_address, job,
                      asynchronous=False) as cluster:
         say(f"scheduler: {cluster.scheduler_address}")
-        cluster.scale(jobs=n_jobs)
-        say(f"submitted {n_jobs} {spec.kind} job(s) of {job['processes']} worker processes")
+        try:  # as a run's jobs rather than cluster.scale(), whose refused submissions go unreported
+            ids = cluster.sync(submit, cluster, {f"prorsa-sweep-{i}": job for i in range(n_jobs)})
+        except RuntimeError as e:
+            _forget_failed_submissions(cluster)
+            raise ClusterError(f"{spec.kind} job submission failed: {_last_line(e)}") from None
+        say(f"submitted {n_jobs} {spec.kind} job(s) of {job['processes']} worker processes: "
+            + ", ".join(ids.values()))
         with Client(cluster, security=security) as client:
             try:
                 client.wait_for_workers(1, timeout=spec.start_timeout_s)

@@ -104,3 +104,15 @@ def test_an_interrupted_sweep_cancels_its_jobs_and_a_rerun_finishes_it(tmp_path,
     assert complete(out)
     second_jobs = [j for j in fake_batch.jobs() if j not in first_jobs]
     assert len(second_jobs) == 2 and all(fake_batch.cancelled(j) and not fake_batch.alive(j) for j in second_jobs)
+
+
+def test_a_refused_sweep_submission_is_one_error_line(tmp_path, fake_batch):
+    (fake_batch.bin / "sbatch").unlink()
+    (fake_batch.bin / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: QOSMaxSubmitJobPerUserLimit' >&2\nexit 1\n")
+    (fake_batch.bin / "sbatch").chmod(0o755)
+    sweep, spec = files(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "sweep", str(sweep), "--cluster", str(spec),
+                           "--output", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                          env=fake_batch.env())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == f"error: {spec}: slurm job submission failed: sbatch: error: QOSMaxSubmitJobPerUserLimit\n"
