@@ -148,6 +148,7 @@ def test_an_interrupted_run_cancels_its_jobs(tmp_path, fake_batch, sig):
     expect_all_cancelled(fake_batch, jobs)
 
 
+@pytest.mark.slow
 def test_a_job_that_never_joins_is_one_error_line_and_cancelled(tmp_path, fake_batch):
     # a prologue that never returns: the job is queued (here: running) but its worker never starts
     spec = cluster_file(tmp_path, "slurm", start_timeout_s=3, jobs={"prologue": ["sleep 600"]})
