@@ -1,6 +1,7 @@
 """An engine lives as long as its Dask worker: a WorkerPlugin starts it and stops it.
 
-    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up)
+    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up);
+                                  RUN_DIR/engines/<engine>.pid names the process hosting it
     EngineHost._watch_health()    every few seconds: restart the engine if it died or hangs
     EngineHost.teardown(worker)   stop it, so no server outlives the cluster
     engine_here(worker)           the engine of a worker (default: the one running this task)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
@@ -45,6 +47,7 @@ class EngineHost(WorkerPlugin):
     async def setup(self, worker) -> None:
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
         await self.engine.start()
+        _write_pid(Path(self.run_dir) / "engines" / f"{self.engine.engine_id}.pid")
         log.info("%s started on %s as %s", self.engine.engine_id, worker.address, self.role.value)
         if hasattr(self.engine, "ensure_healthy"):
             self._watch = asyncio.create_task(self._watch_health())
@@ -80,6 +83,16 @@ class EngineHost(WorkerPlugin):
                 await self._watch
         if self.engine is not None:
             await self.engine.stop()
+
+
+def _write_pid(path: Path) -> None:
+    """Which process hosts the engine (a restarted worker writes its new one): what an operator,
+    or a fault test, signals to stop it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{os.getpid()}\n")
+    except OSError as e:  # a run directory this node cannot write: the run goes on without it
+        log.warning("cannot write %s: %s", path, e)
 
 
 def engine_here(worker=None) -> Engine:

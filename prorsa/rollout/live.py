@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from prorsa.control.policy import Policy, make_policy
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.metrics.journal import RunJournal, flush_every
+from prorsa.rollout.recovery import LegRescue, live_addresses, rescued
 from prorsa.rollout.resume import open_journal
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
@@ -40,6 +42,9 @@ from prorsa.rollout.router import Router
 from prorsa.rollout.tool_host import driver_environment
 
 
+log = logging.getLogger(__name__)
+
+
 def _engine_stats(dask_worker):
     return engine_here(dask_worker).stats()
 
@@ -51,10 +56,13 @@ def _engine_info(dask_worker) -> tuple[bool, int]:
 
 async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRecorder,
                           progress: Progress, t0: float, interval: float) -> None:
-    workers = list(addresses.values())
     while True:
-        stats = await client.run(_engine_stats, workers=workers)
-        rec.sample(time.time() - t0, sorted(stats.values(), key=lambda s: s.engine_id))
+        try:
+            stats = await client.run(_engine_stats, workers=await live_addresses(client, addresses))
+        except Exception as e:  # an engine's worker died since the last look: sample next time
+            log.warning("engine sample failed (%s: %s)", type(e).__name__, e)
+        else:
+            rec.sample(time.time() - t0, sorted(stats.values(), key=lambda s: s.engine_id))
         progress.refresh()
         await asyncio.sleep(interval)
 
@@ -73,7 +81,7 @@ def _weight_update(client: Client, addresses: dict[str, str], cfg: PipelineConfi
     body_s = cfg.workload.weight_update_s / time_unit(cfg)
 
     async def update() -> None:
-        await client.run(_update_weights_here, body_s, workers=list(addresses.values()))
+        await client.run(_update_weights_here, body_s, workers=await live_addresses(client, addresses))
 
     return update
 
@@ -134,6 +142,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                           completed=journal.completed_before, failed=journal.failed_before)
         t0 = time.time()
         await client.register_plugin(LifecyclePlugin(t0, time_unit(cfg)))
+        await client.register_plugin(LegRescue())
         feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
             client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
                           "kv_capacity": context.kv_capacity_tokens, "time_unit": time_unit(cfg),
@@ -166,13 +175,15 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                 await _cancel(sampler)
             makespan = time.time() - t0
             plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
-            stats = await client.run(_engine_stats, workers=list(addresses.values()))
+            legs_rescued = await client.run_on_scheduler(rescued)
+            stats = await client.run(_engine_stats, workers=await live_addresses(client, addresses))
             rec.sample(makespan, sorted(stats.values(), key=lambda s: s.engine_id))
             progress.refresh()
 
     digest = config_hash(cfg)
     summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
         "turns_retried": runner.retried,
+        "legs_rescued": legs_rescued,
         "trajectories_resumed": journal.completed_before + journal.failed_before,
         "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
                     "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
-import pyarrow.parquet as pq
+import pytest
 
-from runs import assert_exactly_once, expected_specs, write_pipeline
+from runs import assert_exactly_once, expected_specs, kill_group, start, wait_for, write_pipeline
 
 HANGING_TOOLS = '''
 import asyncio
@@ -59,3 +60,44 @@ def test_a_tool_that_hangs_past_its_timeout_becomes_a_timeout_observation(tmp_pa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tool_calls"] == {"timeout": len(tool_turns)}
     print(f"run with {len(tool_turns)} hung tool calls took {took:.1f} s")
+
+
+def _pid(run_dir, engine: str) -> int | None:
+    try:
+        return int((run_dir / "engines" / f"{engine}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _committed(run_dir) -> int:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())["trajectories"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.slow  # worker processes start and stop: ~40 s
+@pytest.mark.parametrize("engine", ["engine-0", "engine-2"])  # a prefill engine; the one decode engine
+def test_killing_an_engine_worker_process_mid_rollout_loses_no_trajectory(tmp_path, engine):
+    pipeline = write_pipeline(tmp_path / "p.yaml", runtime=", processes: true, turn_retries: 3")
+    specs = expected_specs(pipeline)
+    out = tmp_path / "runs"
+    proc = start("run", str(pipeline), "--output", str(out))
+    try:
+        run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
+        pid = wait_for(lambda: _pid(run_dir, engine), 60, proc)
+        wait_for(lambda: _committed(run_dir) >= 2, 60, proc)
+        os.kill(pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    # (the worker processes' own logs may show the dropped connection's traceback; the run's are clean)
+    assert proc.returncode == 0 and "error:" not in output, output
+    assert _committed(run_dir) > 2 and _pid(run_dir, engine) != pid  # killed mid-run, and restarted
+    assert_exactly_once(run_dir, specs)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_completed"] == len(specs) and summary["trajectories_failed"] == 0
+    assert summary["legs_rescued"] >= 0
+    print(f"{engine} killed: {summary['turns_retried']} turns retried, {summary['legs_rescued']} legs re-bound, "
+          f"makespan {summary['makespan_s']:.1f} s")
