@@ -159,7 +159,11 @@ class CostModel:
             comm += self._ar_fixed + self._ar_s * batch
         if self._a2a_fixed:
             comm += self._a2a_fixed + self._a2a_s * batch
-        return self._oh + np.maximum(compute, memory) + comm
+        step = np.maximum(compute, memory, out=compute)
+        step += self._oh
+        if comm:  # adding 0.0 changes nothing but costs an array pass, once per decode stretch
+            step += comm
+        return step
 
     def prefill_compute_time(self, new: int, cached: int) -> float:
         """The compute of prefilling `new` tokens on `cached` ones, with no step overhead and no

@@ -277,12 +277,15 @@ class EmulatedEngine:
             series = self.cost.decode_series(batch, ctx_sum, steps)
         else:  # lockstep: each step takes as long as the slowest rank's
             series = np.max([self.cost.decode_series(b, c, steps) for b, c in self._batch.rank_batches()], axis=0)
-        ends = np.cumsum(series) * self.time_scale
+        # Array methods, not np.* wrappers: this runs once per decode stretch.
+        ends = series.cumsum()
+        if self.time_scale != 1.0:
+            ends *= self.time_scale
         start = loop.time()
         if not await self._wake.wait(timeout=float(ends[-1])):
             self._counters["busy_s"] += loop.time() - start
             return steps
-        done = int(np.searchsorted(ends, loop.time() - start, side="right"))
+        done = int(ends.searchsorted(loop.time() - start, side="right"))
         if done < steps:  # the step in flight completes; the arrival joins the next one
             await asyncio.sleep(float(ends[done]) - (loop.time() - start))
             done += 1
