@@ -36,8 +36,15 @@ class _VirtualSelector(selectors.BaseSelector):
     def __init__(self, loop: VirtualClockLoop):
         self._real = selectors.DefaultSelector()
         self._loop = loop
+        self._watched = 0  # registered files; the first is the loop's own wake-up pipe
 
     def select(self, timeout: float | None = None):
+        # With only the wake-up pipe watched there is nothing to poll before moving time: a
+        # thread's call_soon_threadsafe puts its callback in the ready queue itself, and the
+        # pipe is read when the loop next blocks.
+        if timeout is not None and timeout > 0 and self._watched <= 1:
+            self._loop.advance(timeout)
+            return []
         events = self._real.select(0)
         if events or timeout is not None and timeout <= 0:
             return events
@@ -47,10 +54,14 @@ class _VirtualSelector(selectors.BaseSelector):
         return []
 
     def register(self, fileobj, events, data=None):
-        return self._real.register(fileobj, events, data)
+        key = self._real.register(fileobj, events, data)
+        self._watched += 1
+        return key
 
     def unregister(self, fileobj):
-        return self._real.unregister(fileobj)
+        key = self._real.unregister(fileobj)
+        self._watched -= 1
+        return key
 
     def modify(self, fileobj, events, data=None):
         return self._real.modify(fileobj, events, data)
