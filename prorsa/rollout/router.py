@@ -50,6 +50,7 @@ class Router:
         self.roles = dict(roles)
         self.slots = slots  # turns a PREFILL engine takes before MIXED engines take the overflow
         self.load = {e: 0 for e in roles}
+        self._floor = 0  # at most every engine's load: finished() lowers it, a scan raises it
         self.overload = overload
         self.local_prefill_tokens = local_prefill_tokens
         self._sticky: dict[tuple[str, str], str] = {}  # (traj, leg) -> engine
@@ -87,9 +88,15 @@ class Router:
         """-> (engine, whether it is the trajectory's previous engine for this leg)."""
         if not eligible:
             raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}, closed {sorted(self.closed)}")
-        least = min(eligible, key=self.load.__getitem__)
         prev = self._sticky.get((traj_id, leg))
-        if prev in eligible and self.load[prev] <= self.overload * max(self.load[least], 1):
+        sticky = prev in eligible
+        # A turn usually stays: if its engine is within `overload` of a lower bound of the least
+        # load, it is within it of the least load too, and no scan of the engines is needed.
+        if sticky and self.load[prev] <= self.overload * max(self._floor, 1):
+            return prev, True
+        least = min(eligible, key=self.load.__getitem__)
+        self._floor = min(self.load.values())
+        if sticky and self.load[prev] <= self.overload * max(self.load[least], 1):
             return prev, True
         return least, False
 
@@ -121,6 +128,7 @@ class Router:
         for engine in (route.prefill, route.decode):
             if engine is not None:
                 self.load[engine] -= 1
+                self._floor = min(self._floor, self.load[engine])
 
     def forget(self, traj_id: str) -> None:
         self._sticky.pop((traj_id, "prefill"), None)
