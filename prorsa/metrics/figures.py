@@ -150,8 +150,9 @@ class Demand:
     active: np.ndarray  # sequences admitted, all engines
     prefill_edges: np.ndarray  # bin edges of the arrivals below
     prefill_tps: np.ndarray  # tokens appended by turns k > 0, per report-clock second, per bin
-    checks: pd.DataFrame  # one row per switch (the only times a forecast's values are stored):
-    #   t, window_s, forecast and realised decode_seqs and prefill_tps, means over the horizon
+    checks: pd.DataFrame  # one row per control interval with a forecast (per switch for runs stored
+    #   before metrics.nc kept them all): t, window_s, forecast and realised decode_seqs and
+    #   prefill_tps, means over the horizon
     mape: dict[str, tuple[np.ndarray, np.ndarray]]
     missing: list[str]  # series the run does not record, in words
 
@@ -168,32 +169,51 @@ def demand(run: RunData) -> Demand:
     edges = np.arange(0.0, makespan + width, width)
     later = run.turns[run.turns.turn > 0]
     tokens, _ = np.histogram(later.start_s.values, bins=edges, weights=later.prefill_tokens.values)
-    missing = ["the forecast's values per control interval (metrics.nc keeps them only at role "
-               "switches, `switch_forecast`, and their error per horizon bin, `forecast_mape`)"]
-    checks = _forecast_checks(run, horizon, active_t, active, later)
+    missing = []
+    stored = _stored_forecasts(run)
+    if stored is None:
+        missing.append("the forecast's values per control interval (this metrics.nc keeps them only at "
+                       "role switches, `switch_forecast`)")
+        stored = [(s.t, s.forecast) for s in switches(run)]
+    checks = _forecast_checks(run, horizon, active_t, active, later, stored)
     if checks.empty:
-        missing.append("forecast values at role switches (the run made none, or none with a forecast)")
+        missing.append("forecast values (the policy made no forecast)")
     mape = mape_by_metric(run)
     if not mape:
         missing.append("forecast error (no control interval scored a forecast)")
     return Demand(active_t, active, edges, tokens / width, checks, mape, missing)
 
 
+def _stored_forecasts(run: RunData) -> list[tuple[float, dict[str, float]]] | None:
+    """(t on the report clock, figures) per control interval; None when metrics.nc predates them."""
+    ds = run.ds
+    if "control_forecast" not in ds.variables:
+        return None
+    names = [str(f) for f in ds.forecast_figure.values]
+    out = []
+    for t, row in zip(ds.control_t.values, ds.control_forecast.values):
+        figures = {k: float(v) for k, v in zip(names, row) if np.isfinite(v)}
+        if figures:
+            out.append((float(t) * run.control_unit, figures))
+    return out
+
+
 def _forecast_checks(run: RunData, horizon: float | None, active_t: np.ndarray, active: np.ndarray,
-                     later: pd.DataFrame) -> pd.DataFrame:
+                     later: pd.DataFrame, stored: list[tuple[float, dict[str, float]]]) -> pd.DataFrame:
     """Each stored forecast beside what followed it over its horizon (decode: the sampled
     sequences on every engine, which on a mixed engine include those prefilling)."""
     rows = []
-    for s in switches(run):
-        if not s.forecast or not horizon:
+    for t, forecast in stored:
+        span = forecast.get("horizon_s", horizon)  # body seconds; older runs lack it
+        if not forecast or not span:
             continue
-        w = horizon * run.control_unit
-        in_window = (active_t >= s.t) & (active_t < s.t + w)
-        arrived = later.prefill_tokens[(later.start_s >= s.t) & (later.start_s < s.t + w)].sum()
-        rows.append({"t": s.t, "window_s": w,
-                     "forecast_decode_seqs": s.forecast.get("decode_seqs_mean", np.nan),
+        w = span * run.control_unit
+        in_window = (active_t >= t) & (active_t < t + w)
+        arrived = later.prefill_tokens[(later.start_s >= t) & (later.start_s < t + w)].sum()
+        rows.append({"t": t, "window_s": w,
+                     "forecast_decode_seqs": forecast.get("decode_seqs_mean", np.nan),
                      "realised_decode_seqs": float(active[in_window].mean()) if in_window.any() else np.nan,
-                     "forecast_prefill_tps": s.forecast.get("prefill_tokens", np.nan) / w,
+                     "forecast_prefill_tps": forecast.get("prefill_tokens", np.nan) / w,
                      "realised_prefill_tps": float(arrived) / w})
     return pd.DataFrame(rows, columns=["t", "window_s", "forecast_decode_seqs", "realised_decode_seqs",
                                        "forecast_prefill_tps", "realised_prefill_tps"])

@@ -5,7 +5,8 @@
                            engines, timings, the real tool call's name, status and observation)
     metrics.nc             xarray Dataset: per-engine time series (role, queue, active, KV) and
                            per-trajectory times; role changes and the forecast behind each;
-                           per control interval, the forecast's error (MAPE per horizon bin)
+                           per control interval, the roles the policy saw, the forecast's figures
+                           and its error (MAPE per horizon bin)
     summary.json           the headline figures (see summarise)
 
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
@@ -124,19 +125,37 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
 
 
 def _control_vars(rec: RunRecorder) -> dict[str, Any]:
-    """Per control interval: when, and the forecast's error per metric and horizon bin."""
+    """Per control interval: when, the roles seen, the forecast's figures and its error per
+    metric and horizon bin."""
     keys = sorted({k for c in rec.controls for k in c.forecast_error})
-    mape = np.full((len(rec.controls), len(keys)), np.nan)
+    mape = _table(rec.controls, keys, lambda c: c.forecast_error)
+    figures = sorted({k for c in rec.controls for k in c.forecast})
+    roles = np.full((len(rec.controls), len(rec.engines)), -1, dtype=np.int64)
+    e_index = {e: j for j, e in enumerate(rec.engines)}
     for i, c in enumerate(rec.controls):
-        for j, k in enumerate(keys):
-            mape[i, j] = c.forecast_error.get(k, np.nan)
+        for engine, role in c.roles.items():
+            if engine in e_index:
+                roles[i, e_index[engine]] = ROLE_CODES[role]
     return {
         "control_t": ("control", np.array([c.t for c in rec.controls], dtype=float)),
         "control_reason": ("control", np.array([c.reason for c in rec.controls], dtype=str)),
+        "control_role": (("control", "engine"), roles, {"long_name": "each engine's role as the policy saw it"}),
+        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: c.forecast),
+                             {"long_name": "the forecast and plan figures behind each decision (NaN: none)"}),
+        "forecast_figure": ("forecast_figure", np.array(figures, dtype=str)),
         "forecast_mape": (("control", "forecast_bin"), mape,
                           {"long_name": "mean absolute percentage error of the forecast, per metric@horizon bin"}),
         "forecast_bin": ("forecast_bin", np.array(keys, dtype=str)),
     }
+
+
+def _table(controls, keys: list[str], row) -> np.ndarray:
+    out = np.full((len(controls), len(keys)), np.nan)
+    for i, c in enumerate(controls):
+        values = row(c)
+        for j, k in enumerate(keys):
+            out[i, j] = values.get(k, np.nan)
+    return out
 
 
 def write_dataset(path: Path, ds: xr.Dataset) -> None:

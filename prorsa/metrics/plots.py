@@ -71,14 +71,14 @@ def demand_plot(run: RunData, path: Path) -> Path:
     d = demand(run)
     fig = Figure(figsize=(10, 8))
     top, mid, low = fig.subplots(3, 1, sharex=True)
-    top.set_title(f"{run.name}: demand, forecast at switches, forecast error")
+    top.set_title(f"{run.name}: demand, forecasts, forecast error")
     top.plot(d.active_t, d.active, label="active sequences, all engines (sampled)")
     mid.stairs(d.prefill_tps, d.prefill_edges, label="prefill tokens arriving, turns > 0")
     for ax, key in ((top, "decode_seqs"), (mid, "prefill_tps")):
         if not d.checks.empty:
             c = d.checks
-            ax.hlines(c[f"realised_{key}"], c.t, c.t + c.window_s, color="black", label="realised over the horizon")
-            ax.plot(c.t, c[f"forecast_{key}"], "o", color="black", label="forecast at a switch (horizon mean)")
+            ax.plot(c.t, c[f"realised_{key}"], color="black", lw=1, label="realised, mean over the next horizon")
+            ax.plot(c.t, c[f"forecast_{key}"], ".", ms=4, color="tab:red", label="forecast at t (horizon mean)")
         ax.legend(fontsize=8)
     top.set_ylabel("sequences")
     mid.set_ylabel(f"tokens / {run.clock} s")

@@ -22,12 +22,15 @@ import numbers
 import re
 from pathlib import Path
 
+import numpy as np
+
 from prorsa.metrics import plots
 from prorsa.metrics.figures import (Bars, comparison, demand, headline, latency_means, run_labels, switches,
                                     sweep_bars)
 from prorsa.metrics.rundata import PHASES, ReportError, RunData, Sweep, load_run, load_sweep
 
 MAX_SWITCH_ROWS = 30  # a run that flaps would drown the report; the Dataset keeps them all
+MAX_FORECAST_ROWS = 20  # one per control interval would be hundreds
 
 
 def split_inputs(paths: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -126,9 +129,11 @@ def _run_section(run: RunData, prefix: str, out: Path) -> list[str]:
     d = demand(run)
     if not d.checks.empty:
         cols = list(d.checks.columns)
-        md += ["Forecasts stored at switches beside what followed over their horizon "
-               f"(per {run.clock} second):", "", _row(cols), _row(["---"] * len(cols))]
-        md += [_row([fmt(v) for v in row]) for row in d.checks.itertuples(index=False)] + [""]
+        shown = d.checks.iloc[np.unique(np.linspace(0, len(d.checks) - 1, MAX_FORECAST_ROWS).round().astype(int))]
+        md += ["Forecasts beside what followed over their horizon (per "
+               f"{run.clock} second; {len(shown)} of {len(d.checks)}, evenly spaced):", "",
+               _row(cols), _row(["---"] * len(cols))]
+        md += [_row([fmt(v) for v in row]) for row in shown.itertuples(index=False)] + [""]
     if run.clock == "wall" and run.control_unit != 1.0:
         md += [f"Control records are stamped in body seconds; shown here x {run.control_unit:g} "
                "(the engines' time scale) to share the wall clock.", ""]

@@ -3,6 +3,7 @@ progress display's plain lines when the console is not a terminal."""
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +64,7 @@ def synthetic_run(run_dir: Path) -> Path:
         role = {"m": Role.MIXED, "p": Role.PREFILL}
         rec.sample(t, [EngineStats(f"engine-{j}", role[r], 0, a, 10 * a, 1000)
                        for j, (r, a) in enumerate(zip(roles, active))])
-    rec.control(ControlRecord(2.0, {}, "keep", {}, {}))
+    rec.control(ControlRecord(2.0, {}, "move to P1 M1", {"decode_seqs_mean": 3.0, "prefill_tokens": 400.0}, {}))
     rec.control(ControlRecord(4.0, {}, "move", {}, {"decode_seqs@0-0.5s": 0.2, "decode_seqs@0.5-1s": 0.4,
                                                     "prefill_tps@0-0.5s": 1.0}))
     rec.role_change(RoleChange(2.0, "engine-0", Role.MIXED, Role.PREFILL, "move to P1 M1", 1.0,
@@ -154,8 +155,23 @@ def test_a_run_without_forecasts_says_what_is_not_recorded(runs, tmp_path):
     assert code == 0, err
     md = (tmp_path / "report.md").read_text()
     assert "Not recorded in this run:" in md
-    assert "forecast values at role switches" in md
+    assert "forecast values (the policy made no forecast)" in md
     assert "forecast error (no control interval scored a forecast)" in md  # a static policy forecasts nothing
+
+
+def test_every_control_interval_keeps_its_roles_and_forecast(runs, tmp_path):
+    ds = xr.open_dataset(runs[0] / "metrics.nc")  # prorsa
+    assert ds.control_role.dims == ("control", "engine") and set(np.unique(ds.control_role)) <= {0, 1, 2}
+    figures = [str(f) for f in ds.forecast_figure.values]
+    assert {"decode_seqs_mean", "prefill_tokens"} <= set(figures)
+    forecast = ds.control_forecast.sel(forecast_figure="decode_seqs_mean").values
+    assert np.isfinite(forecast).sum() > ds.sizes["switch"]  # not only where it switched
+    code, _, err = report(str(runs[0]), "--output", str(tmp_path))
+    assert code == 0, err
+    md = (tmp_path / "report.md").read_text()
+    shown, total = map(int, re.search(r"; (\d+) of (\d+), evenly spaced", md).groups())
+    assert total == np.isfinite(forecast).sum() and shown == min(total, 20)
+    assert "forecast's values per control interval" not in md
 
 
 def test_several_runs_and_a_sweep_compare_policies(runs, tmp_path):
