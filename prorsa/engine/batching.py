@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SeqState:
     """Mutable state of one request on one engine (engine-private; results are frozen records)."""
 

@@ -24,7 +24,7 @@ of a prefill request elsewhere plus a transfer of the whole context.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from prorsa.roles import Role
 
@@ -36,12 +36,20 @@ class Route:
     local_prefill: bool = False  # the decode engine prefills the append itself (disaggregated run)
 
 
+class _Pool(list):
+    """Engines in engine order (ties break by it), with a set of them for the sticky test."""
+
+    def __init__(self, engines: list[str]) -> None:
+        super().__init__(engines)
+        self.members = frozenset(engines)
+
+
 @dataclass
 class _Pools:
     roles: dict[str, Role]
-    mixed: list[str] = field(default_factory=list)
-    decoders: list[str] = field(default_factory=list)
-    prefillers: list[str] = field(default_factory=list)
+    mixed: _Pool
+    decoders: _Pool
+    prefillers: _Pool
 
 
 class Router:
@@ -53,7 +61,7 @@ class Router:
         self._floor = 0  # at most every engine's load: finished() lowers it, a scan raises it
         self.overload = overload
         self.local_prefill_tokens = local_prefill_tokens
-        self._sticky: dict[tuple[str, str], str] = {}  # (traj, leg) -> engine
+        self._sticky: dict[str, dict[str, str]] = {"prefill": {}, "decode": {}}  # leg -> traj -> engine
         self.closed: set[str] = set()
         self._pools: _Pools | None = None
 
@@ -79,17 +87,17 @@ class Router:
             roles = self._open()
             self._pools = _Pools(
                 roles=roles,
-                mixed=[e for e, r in roles.items() if r is Role.MIXED],
-                decoders=[e for e, r in roles.items() if r.serves_decode],
-                prefillers=[e for e, r in roles.items() if r is Role.PREFILL])
+                mixed=_Pool([e for e, r in roles.items() if r is Role.MIXED]),
+                decoders=_Pool([e for e, r in roles.items() if r.serves_decode]),
+                prefillers=_Pool([e for e, r in roles.items() if r is Role.PREFILL]))
         return self._pools
 
-    def _sticky_choice(self, traj_id: str, leg: str, eligible: list[str]) -> tuple[str, bool]:
+    def _sticky_choice(self, traj_id: str, leg: str, eligible: _Pool) -> tuple[str, bool]:
         """-> (engine, whether it is the trajectory's previous engine for this leg)."""
         if not eligible:
             raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}, closed {sorted(self.closed)}")
-        prev = self._sticky.get((traj_id, leg))
-        sticky = prev in eligible
+        prev = self._sticky[leg].get(traj_id)
+        sticky = prev in eligible.members
         # A turn usually stays: if its engine is within `overload` of a lower bound of the least
         # load, it is within it of the least load too, and no scan of the engines is needed.
         if sticky and self.load[prev] <= self.overload * max(self._floor, 1):
@@ -100,9 +108,9 @@ class Router:
             return prev, True
         return least, False
 
-    def _pick(self, traj_id: str, leg: str, eligible: list[str]) -> str:
+    def _pick(self, traj_id: str, leg: str, eligible: _Pool) -> str:
         choice, _ = self._sticky_choice(traj_id, leg, eligible)
-        self._sticky[(traj_id, leg)] = choice
+        self._sticky[leg][traj_id] = choice
         self.load[choice] += 1
         return choice
 
@@ -131,5 +139,5 @@ class Router:
                 self._floor = min(self._floor, self.load[engine])
 
     def forget(self, traj_id: str) -> None:
-        self._sticky.pop((traj_id, "prefill"), None)
-        self._sticky.pop((traj_id, "decode"), None)
+        self._sticky["prefill"].pop(traj_id, None)
+        self._sticky["decode"].pop(traj_id, None)
