@@ -1,6 +1,7 @@
 """A virtual clock for asyncio: code that only uses the loop's time runs unchanged, instantly.
 
-    VirtualClockLoop(start)   an event loop whose time() jumps to the next timer instead of waiting
+    VirtualClockLoop(start)   an event loop whose time() jumps to the next timer instead of waiting;
+                              timers_fired counts the timers it has run (the simulation's events)
     run_virtual(main)         asyncio.run(main) on a VirtualClockLoop; returns main's result
 
 Anything written against `loop.time()`, `asyncio.sleep`, `asyncio.wait_for` and call_later (the
@@ -87,6 +88,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def __init__(self, start: float = 0.0):
         self._now = float(start)  # virtual seconds; set before the base class may read time()
         self._timers: list[tuple[float, asyncio.TimerHandle]] = []  # heap; asyncio's _scheduled stays empty
+        self.timers_fired = 0  # the simulation's events: each is a moment virtual time reaches
         super().__init__(selector=_VirtualSelector(self))
 
     def call_at(self, when, callback, *args, context=None) -> asyncio.TimerHandle:
@@ -132,6 +134,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         while timers and timers[0][0] < end_time:
             handle = heapq.heappop(timers)[1]
             handle._scheduled = False
+            if not handle._cancelled:
+                self.timers_fired += 1
             ready.append(handle)
 
         for _ in range(len(ready)):

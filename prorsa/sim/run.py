@@ -51,6 +51,7 @@ class SimRun:
     makespan_s: float  # body seconds
     wall_s: float  # what simulating it took
     summary: dict = field(default_factory=dict)
+    events: int = 0  # timers the virtual clock fired: engine steps, transfers, tool calls, intervals
 
 
 def simulate(cfg: PipelineConfig, policy: str | Policy | None = None) -> SimRun:
@@ -135,7 +136,7 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
         "control": {"intervals": len(controller.step_s)}, "clock": "body"}
-    return SimRun(cfg, pol.name, rec, makespan, 0.0, summary)
+    return SimRun(cfg, pol.name, rec, makespan, 0.0, summary, events=getattr(loop, "timers_fired", 0))
 
 
 def _weight_update(engines: dict[str, EmulatedEngine], body_s: float):
