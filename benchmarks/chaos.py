@@ -1,0 +1,197 @@
+"""A longer live run with random faults, against the same run without them.
+
+`prorsa run` on emulated engines (time-scaled) whose workers are processes (runtime.processes),
+so a fault is a real one: `kill` SIGKILLs an engine worker's process (its Nanny starts a new
+one, the engine comes back empty), `stall` SIGSTOPs one for --stall-s seconds and then lets it
+go on (a hung worker, a network that stops answering). Faults arrive as a Poisson process at
+--rate per minute from the first saved trajectory on, each on an engine drawn at random, all
+from --seed. The same pipeline is then run without faults.
+
+Reported: faults injected by kind, faults survived (the engine served again afterwards: a new
+process for a kill, a resumed one for a stall, and the run finished), trajectories lost (expected
+and not completed in trajectories.parquet), duplicated (rows beyond one per id), failed, turns
+retried and legs re-bound, and the makespan overhead of the faulty run over the clean one.
+
+    .venv/bin/python benchmarks/chaos.py [--rate 6] [--trajectories 96] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "chaos.json"
+
+
+def pipeline(args) -> dict:
+    return {
+        "name": "chaos", "seed": args.seed, "policy": "static:2:2",
+        "engines": {"backend": "emulated", "count": 4, "slots": 16, "time_scale": args.time_scale},
+        "workload": {"family": "swe", "mode": "async", "concurrency": args.concurrency,
+                     "trajectories": args.trajectories, "max_turns": 8, "token_scale": 0.5,
+                     "tool_time_scale": args.time_scale},
+        "runtime": {"processes": True, "turn_retries": 3, "metrics_interval_s": 0.5,
+                    "dashboard_address": None, "output_batch": 8, "output_flush_s": 1.0},
+    }  # fmt: skip
+
+
+def _committed(run_dir: Path) -> int:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())["trajectories"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _pid(run_dir: Path, engine: str) -> int | None:
+    try:
+        return int((run_dir / "engines" / f"{engine}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Injector(threading.Thread):
+    """Faults at Poisson times while the run goes; each records whether its engine came back."""
+
+    def __init__(self, run_dir: Path, engines: list[str], rate_per_min: float, stall_s: float, seed: int,
+                 proc: subprocess.Popen) -> None:
+        super().__init__(daemon=True)
+        self.run_dir, self.engines, self.proc = run_dir, engines, proc
+        self.rate, self.stall_s = rate_per_min / 60.0, stall_s
+        self.rng = random.Random(seed)
+        self.faults: list[dict] = []
+
+    def run(self) -> None:
+        while _committed(self.run_dir) == 0 and self.proc.poll() is None:
+            time.sleep(0.1)  # engines up and the rollout going
+        t0 = time.monotonic()
+        while self.proc.poll() is None:
+            time.sleep(self.rng.expovariate(self.rate))
+            if self.proc.poll() is not None:
+                return
+            engine = self.rng.choice(self.engines)
+            kind = self.rng.choice(["kill", "stall"])
+            pid = _pid(self.run_dir, engine)
+            if pid is None:
+                continue
+            fault = {"t_s": round(time.monotonic() - t0, 2), "kind": kind, "engine": engine, "survived": False}
+            try:
+                if kind == "kill":
+                    os.kill(pid, signal.SIGKILL)
+                    fault["survived"] = self._back(engine, pid)
+                else:
+                    os.kill(pid, signal.SIGSTOP)
+                    time.sleep(self.stall_s)
+                    os.kill(pid, signal.SIGCONT)
+                    fault["survived"] = True
+            except ProcessLookupError:  # it was being restarted already: not a fault we made
+                continue
+            self.faults.append(fault)
+
+    def _back(self, engine: str, old_pid: int, timeout_s: float = 120.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pid = _pid(self.run_dir, engine)
+            if pid not in (None, old_pid):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def one_run(args, workdir: Path, faults: bool) -> dict:
+    label = "faults" if faults else "clean"
+    f = workdir / f"{label}.yaml"
+    f.write_text(yaml.safe_dump(pipeline(args)))
+    out = workdir / label
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            start_new_session=True)
+    injector = None
+    if faults:
+        while not out.exists() or not any(out.iterdir()):
+            time.sleep(0.1)
+        (run_dir,) = out.iterdir()
+        injector = Injector(run_dir, [f"engine-{i}" for i in range(4)], args.rate, args.stall_s, args.seed, proc)
+        injector.start()
+    try:
+        output, _ = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+    wall = time.monotonic() - t0
+    (run_dir,) = out.iterdir()
+    expected = {f"a{i}" for i in range(args.trajectories)}
+    rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist() if (run_dir / "trajectories.parquet").exists() else []
+    ids = [r["traj_id"] for r in rows]
+    completed = {r["traj_id"] for r in rows if r["status"] == "completed"}
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    result = {
+        "exit_code": proc.returncode, "wall_s": round(wall, 2), "makespan_s": summary.get("makespan_s"),
+        "trajectories_expected": len(expected), "rows": len(rows),
+        "lost": len(expected - completed), "duplicated": len(ids) - len(set(ids)),
+        "failed": sum(r["status"] != "completed" for r in rows),
+        "turns_retried": summary.get("turns_retried"), "legs_rescued": summary.get("legs_rescued"),
+    }
+    if injector is not None:
+        injector.join(timeout=5)
+        result["faults"] = injector.faults
+    if proc.returncode != 0:
+        result["output_tail"] = output[-2000:]
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=6.0, help="faults per minute")
+    ap.add_argument("--stall-s", type=float, default=3.0, help="how long a stalled worker stays stopped")
+    ap.add_argument("--trajectories", type=int, default=96)
+    ap.add_argument("--concurrency", type=int, default=24)
+    ap.add_argument("--time-scale", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--output", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="prorsa-chaos-") as tmp:
+        faulty = one_run(args, Path(tmp), faults=True)
+        clean = one_run(args, Path(tmp), faults=False)
+    faults = faulty.get("faults", [])
+    report = {
+        "command": "python benchmarks/chaos.py " + " ".join(sys.argv[1:]),
+        "settings": vars(args) | {"output": str(args.output.relative_to(REPO)) if args.output.is_relative_to(REPO)
+                                  else str(args.output)},
+        "faults_injected": len(faults),
+        "faults_by_kind": {k: sum(f["kind"] == k for f in faults) for k in ("kill", "stall")},
+        "faults_survived": sum(f["survived"] for f in faults) if faulty["exit_code"] == 0 else 0,
+        "trajectories_lost": faulty["lost"], "trajectories_duplicated": faulty["duplicated"],
+        "trajectories_failed": faulty["failed"],
+        "makespan_overhead": (round(faulty["makespan_s"] / clean["makespan_s"] - 1, 4)
+                              if faulty["makespan_s"] and clean["makespan_s"] else None),
+        "faulty_run": faulty, "clean_run": clean,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"faults injected {report['faults_injected']} {report['faults_by_kind']}, survived "
+          f"{report['faults_survived']}; trajectories lost {report['trajectories_lost']}, duplicated "
+          f"{report['trajectories_duplicated']}, failed {report['trajectories_failed']} of {args.trajectories}; "
+          f"turns retried {faulty['turns_retried']}, legs re-bound {faulty['legs_rescued']}; makespan "
+          f"{faulty['makespan_s']} s vs {clean['makespan_s']} s clean "
+          f"(overhead {report['makespan_overhead']:+.1%})" if report["makespan_overhead"] is not None
+          else json.dumps(report, indent=1))
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
