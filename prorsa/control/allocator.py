@@ -78,22 +78,30 @@ class Capacity:
     def decode_step(self, batch: float, context: float) -> float:
         """One decode step of `batch` sequences (may be fractional: a fluid mean) at `context`,
         spread evenly over the engine's ranks."""
-        if batch <= 0:
-            return 0.0
+        return float(self.decode_steps(np.array([batch], dtype=float), context)[0])
+
+    def decode_steps(self, batch: np.ndarray, context: float) -> np.ndarray:
+        """decode_step over an array of batches."""
         b = batch / self.ranks
-        return self.cost.step_time(b, b, b * (context + 0.5), b * context)
+        out = self.cost.step_times(b, b, b * (context + 0.5), b * context)
+        return np.where(batch > 0, out, 0.0)
 
     def mixed_step(self, batch: float, context: float, tokens: float, append: float,
                    prefix: float) -> float:
         """A decode step that also carries `tokens` prefill tokens, cut from appends of `append`
         tokens on `prefix` cached tokens, on one rank (the one every other rank waits for)."""
+        return float(self.mixed_steps(np.array([batch], dtype=float), context, tokens, append, prefix)[0])
+
+    def mixed_steps(self, batch: np.ndarray, context: float, tokens: float, append: float,
+                    prefix: float) -> np.ndarray:
+        """mixed_step over an array of batches."""
         batch = batch / self.ranks
         piece = max(1.0, min(append, tokens))
         seqs = tokens / piece
         under = prefix + max(append - piece, 0.0) / 2  # a chunk of a long append sits mid-way
-        return self.cost.step_time(batch + tokens, batch + seqs,
-                                   batch * (context + 0.5) + tokens * (under + piece / 2),
-                                   batch * context + seqs * under)
+        return self.cost.step_times(batch + tokens, batch + seqs,
+                                    batch * (context + 0.5) + tokens * (under + piece / 2),
+                                    batch * context + seqs * under)
 
     def prefill_rate(self, append: float, prefix: float) -> float:
         """Turns per second a PREFILL engine serves, batching appends up to its step budget
@@ -320,9 +328,9 @@ def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarr
         served = np.minimum(present, ed * per)
         beta = served / np.maximum(ed, 1)
         grid = np.linspace(0.0, max(per, 1e-9), 17)
-        td, tp, tc = (np.interp(beta, grid, [f(x) for x in grid]) for f in (
-            lambda x: cap.decode_step(x, ctx), lambda x: cap.mixed_step(x, ctx, piece, a, prefix),
-            lambda x: cap.mixed_step(x, ctx, chunk, a, prefix)))
+        td, tp, tc = (np.interp(beta, grid, ys) for ys in (
+            cap.decode_steps(grid, ctx), cap.mixed_steps(grid, ctx, piece, a, prefix),
+            cap.mixed_steps(grid, ctx, chunk, a, prefix)))
         # Prefill: prefill engines first, mixed engines take the overflow.
         arriving = float(fc.prefill_tokens_per_s[b])
         want = q / dt + arriving

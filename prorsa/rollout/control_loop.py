@@ -9,7 +9,8 @@
 
 A body supplies two coroutines: `observe()` -> Snapshot (events since the last call and what each
 engine holds) and `carry_out(engine, old, new)` (the switch protocol on its transport; it returns
-once the engine serves only `new`, and raises to leave the engine in `old`). Everything else, the
+once the engine serves only `new`, and raises to leave the engine in `old`); it may override
+`decide(snapshot)`, where the policy runs. Everything else, the
 router's bookkeeping, the records and the skipping of engines already switching, is here once, so
 the live Dask controller and the simulator's differ only in transport.
 """
@@ -56,6 +57,11 @@ class ControlLoop:
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         raise NotImplementedError
 
+    async def decide(self, snap: Snapshot) -> Decision:
+        """The policy's decision; a body whose event loop also carries the rollout may run it
+        off the loop (the simulator must not: its clock would move on meanwhile)."""
+        return self.policy.decide(snap)
+
     async def run(self) -> None:
         try:
             while True:
@@ -72,7 +78,7 @@ class ControlLoop:
         if self._ended:
             ended, self._ended = self._ended, []
             snap = replace(snap, events=(*snap.events, *ended))
-        decision = self.policy.decide(snap)
+        decision = await self.decide(snap)
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
                                        decision.reason, dict(decision.forecast), dict(decision.forecast_error)))
         for engine, role in decision.targets.items():

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from prorsa.control.policy import EngineSnapshot, Policy, Snapshot
+from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
 from prorsa.dashboard.feed import DashboardFeed, observe_and_publish
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role, role_resources
@@ -96,6 +96,11 @@ class LiveController(ControlLoop):
                 queued_prefill_tokens=load["queued_prefill_tokens"],
             ))  # fmt: skip
         return Snapshot(time_s=self.now(), engines=tuple(engines), events=tuple(events))
+
+    async def decide(self, snap: Snapshot) -> Decision:
+        # prorsa's plan takes tens of ms of numpy and Python; on the loop it would hold up every
+        # leg of the run (in-process workers and scheduler share this loop) at each interval
+        return await asyncio.to_thread(self.policy.decide, snap)
 
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         address = self.addresses[engine]
