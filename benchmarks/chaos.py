@@ -4,15 +4,19 @@
 so a fault is a real one: `kill` SIGKILLs an engine worker's process (its Nanny starts a new
 one, the engine comes back empty), `stall` SIGSTOPs one for --stall-s seconds and then lets it
 go on (a hung worker, a network that stops answering). Faults arrive as a Poisson process at
---rate per minute from the first saved trajectory on, each on an engine drawn at random, all
-from --seed. The same pipeline is then run without faults.
+--rate per minute from each session's first saved trajectory on, each on an engine drawn at
+random, all from --seed. The same pipeline runs first without faults, as the baseline.
+
+With --kill-driver F the driver itself (and every process it started) is SIGKILLed once, F of
+the clean run's wall time in, and `prorsa run --resume` finishes the run, under faults as well.
 
 Reported: faults injected by kind, faults survived (the engine served again afterwards: a new
 process for a kill, a resumed one for a stall, and the run finished), trajectories lost (expected
 and not completed in trajectories.parquet), duplicated (rows beyond one per id), failed, turns
-retried and legs re-bound, and the makespan overhead of the faulty run over the clean one.
+retried and legs re-bound, and the overhead of the faulty run over the clean one: makespan (one
+session), or wall time from the first start to the end (with a driver kill: every session).
 
-    .venv/bin/python benchmarks/chaos.py [--rate 6] [--trajectories 96] [--seed 0]
+    .venv/bin/python benchmarks/chaos.py [--rate 6] [--trajectories 96] [--kill-driver 0.5]
 """
 
 from __future__ import annotations
@@ -74,8 +78,9 @@ class Injector(threading.Thread):
         self.faults: list[dict] = []
 
     def run(self) -> None:
-        while _committed(self.run_dir) == 0 and self.proc.poll() is None:
-            time.sleep(0.1)  # engines up and the rollout going
+        saved = _committed(self.run_dir)  # a resumed session starts with some
+        while _committed(self.run_dir) == saved and self.proc.poll() is None:
+            time.sleep(0.1)  # engines up and this session's rollout going
         t0 = time.monotonic()
         while self.proc.poll() is None:
             time.sleep(self.rng.expovariate(self.rate))
@@ -110,45 +115,67 @@ class Injector(threading.Thread):
         return False
 
 
-def one_run(args, workdir: Path, faults: bool) -> dict:
+def _session(cmd: list[str], out: Path, args, faults: bool, seed: int, kill_driver_at: float | None):
+    """One `prorsa run` process (a fresh run or a --resume); engine faults while it goes, and a
+    SIGKILL of its whole process group (driver, scheduler, workers) at kill_driver_at seconds."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            start_new_session=True)
+    while not out.exists() or not any(out.iterdir()):
+        time.sleep(0.1)
+    (run_dir,) = out.iterdir()
+    injector = None
+    if faults:
+        injector = Injector(run_dir, [f"engine-{i}" for i in range(4)], args.rate, args.stall_s, seed, proc)
+        injector.start()
+    killed = False
+    try:
+        output, _ = proc.communicate(timeout=kill_driver_at if kill_driver_at is not None else args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        killed = kill_driver_at is not None
+    if injector is not None:
+        injector.join(timeout=5)
+    return run_dir, proc.returncode, output, time.monotonic() - t0, injector.faults if injector else [], killed
+
+
+def one_run(args, workdir: Path, faults: bool, kill_driver_at: float | None = None) -> dict:
     label = "faults" if faults else "clean"
     f = workdir / f"{label}.yaml"
     f.write_text(yaml.safe_dump(pipeline(args)))
     out = workdir / label
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            start_new_session=True)
-    injector = None
-    if faults:
-        while not out.exists() or not any(out.iterdir()):
-            time.sleep(0.1)
-        (run_dir,) = out.iterdir()
-        injector = Injector(run_dir, [f"engine-{i}" for i in range(4)], args.rate, args.stall_s, args.seed, proc)
-        injector.start()
-    try:
-        output, _ = proc.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-    wall = time.monotonic() - t0
-    (run_dir,) = out.iterdir()
+    cmd = [sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)]
+    wall, makespan, all_faults, driver_kills, session = 0.0, 0.0, [], 0, 0
+    while True:
+        run_dir, code, output, took, injected, killed = _session(cmd, out, args, faults, args.seed + session,
+                                                                 kill_driver_at)
+        wall += took
+        all_faults += injected
+        summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+        if not killed:
+            break
+        driver_kills += 1
+        kill_driver_at, session = None, session + 1  # one driver kill; the resumed session finishes
+        for stale in (run_dir / "engines").glob("*.pid"):  # its engines died with it; signal only new ones
+            stale.unlink()
+        cmd = [sys.executable, "-m", "prorsa.cli", "run", "--resume", str(run_dir)]
+    makespan = summary.get("makespan_s")
     expected = {f"a{i}" for i in range(args.trajectories)}
     rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist() if (run_dir / "trajectories.parquet").exists() else []
     ids = [r["traj_id"] for r in rows]
     completed = {r["traj_id"] for r in rows if r["status"] == "completed"}
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     result = {
-        "exit_code": proc.returncode, "wall_s": round(wall, 2), "makespan_s": summary.get("makespan_s"),
+        "exit_code": code, "wall_s": round(wall, 2), "makespan_s": makespan, "sessions": session + 1,
+        "driver_kills": driver_kills, "trajectories_resumed": summary.get("trajectories_resumed"),
         "trajectories_expected": len(expected), "rows": len(rows),
         "lost": len(expected - completed), "duplicated": len(ids) - len(set(ids)),
         "failed": sum(r["status"] != "completed" for r in rows),
         "turns_retried": summary.get("turns_retried"), "legs_rescued": summary.get("legs_rescued"),
     }
-    if injector is not None:
-        injector.join(timeout=5)
-        result["faults"] = injector.faults
-    if proc.returncode != 0:
+    if faults:
+        result["faults"] = all_faults
+    if code != 0:
         result["output_tail"] = output[-2000:]
     return result
 
@@ -162,12 +189,18 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--kill-driver", type=float, metavar="FRACTION",
+                    help="also SIGKILL the driver (and its workers) once, this far into the clean run's wall "
+                         "time, and finish with prorsa run --resume")
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="prorsa-chaos-") as tmp:
-        faulty = one_run(args, Path(tmp), faults=True)
         clean = one_run(args, Path(tmp), faults=False)
+        kill_at = None if args.kill_driver is None else args.kill_driver * clean["wall_s"]
+        faulty = one_run(args, Path(tmp), faults=True, kill_driver_at=kill_at)
     faults = faulty.get("faults", [])
+    if faulty["driver_kills"]:  # the killed session wrote no makespan: compare wall times
+        faulty["makespan_s"] = None
     report = {
         "command": "python benchmarks/chaos.py " + " ".join(sys.argv[1:]),
         "settings": vars(args) | {"output": str(args.output.relative_to(REPO)) if args.output.is_relative_to(REPO)
@@ -177,19 +210,23 @@ def main() -> None:
         "faults_survived": sum(f["survived"] for f in faults) if faulty["exit_code"] == 0 else 0,
         "trajectories_lost": faulty["lost"], "trajectories_duplicated": faulty["duplicated"],
         "trajectories_failed": faulty["failed"],
+        "driver_kills": faulty["driver_kills"],
         "makespan_overhead": (round(faulty["makespan_s"] / clean["makespan_s"] - 1, 4)
                               if faulty["makespan_s"] and clean["makespan_s"] else None),
+        "wall_overhead": round(faulty["wall_s"] / clean["wall_s"] - 1, 4),
         "faulty_run": faulty, "clean_run": clean,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1) + "\n")
+    overhead = (f"makespan {faulty['makespan_s']} s vs {clean['makespan_s']} s clean "
+                f"(overhead {report['makespan_overhead']:+.1%}); " if report["makespan_overhead"] is not None else "")
     print(f"faults injected {report['faults_injected']} {report['faults_by_kind']}, survived "
-          f"{report['faults_survived']}; trajectories lost {report['trajectories_lost']}, duplicated "
-          f"{report['trajectories_duplicated']}, failed {report['trajectories_failed']} of {args.trajectories}; "
-          f"turns retried {faulty['turns_retried']}, legs re-bound {faulty['legs_rescued']}; makespan "
-          f"{faulty['makespan_s']} s vs {clean['makespan_s']} s clean "
-          f"(overhead {report['makespan_overhead']:+.1%})" if report["makespan_overhead"] is not None
-          else json.dumps(report, indent=1))
+          f"{report['faults_survived']}; driver kills {faulty['driver_kills']} "
+          f"(resumed {faulty['trajectories_resumed']} saved); trajectories lost {report['trajectories_lost']}, "
+          f"duplicated {report['trajectories_duplicated']}, failed {report['trajectories_failed']} of "
+          f"{args.trajectories}; turns retried {faulty['turns_retried']}, legs re-bound {faulty['legs_rescued']} "
+          f"(last session); {overhead}wall {faulty['wall_s']} s vs {clean['wall_s']} s clean "
+          f"(overhead {report['wall_overhead']:+.1%})")
     print(f"wrote {args.output}")
 
 
