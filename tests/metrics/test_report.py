@@ -160,7 +160,8 @@ def test_a_run_without_forecasts_says_what_is_not_recorded(runs, tmp_path):
 
 
 def test_every_control_interval_keeps_its_roles_and_forecast(runs, tmp_path):
-    ds = xr.open_dataset(runs[0] / "metrics.nc")  # prorsa
+    # prorsa's; read and closed at once: netCDF4 crashes opening a file still held open
+    ds = xr.load_dataset(runs[0] / "metrics.nc")
     assert ds.control_role.dims == ("control", "engine") and set(np.unique(ds.control_role)) <= {0, 1, 2}
     figures = [str(f) for f in ds.forecast_figure.values]
     assert {"decode_seqs_mean", "prefill_tokens"} <= set(figures)
