@@ -27,6 +27,11 @@ different numbers of turns (the workload is seeded), and the script exits 1. Fig
 Each run writes to a temporary directory and its summary.json is read back; all results go to
 --out as JSON.
 
+`--pipeline FILE` runs that one pipeline as it stands instead of the grid (its engines, workload
+and time scale), every policy in turn: the controller's acceptance workload is
+pipelines/moe-step.yaml, a synchronous step whose demand moves from prefill to decode to a tail.
+
+    .venv/bin/python benchmarks/policies_live.py --pipeline pipelines/moe-step.yaml --repeats 3 --warmup 0
     .venv/bin/python benchmarks/policies_live.py [--quick] [--families swe,search,math-tir,terminal]
         [--models qwen3-8b,qwen3-30b-a3b] [--modes sync,async] [--engines 4] [--time-scale 0.05]
         [--family-scale terminal=0.01] [--control-interval 1.0] [--repeats 1]
@@ -94,6 +99,15 @@ def control_interval_wall(args, family: str) -> float:
     """The policy interval in wall seconds: --control-interval body seconds, at least the floor."""
     scale = time_scale(args, family)
     return max(args.control_interval * (scale if scale > 0 else 1.0), args.min_control_wall)
+
+
+def given_pipeline(path: str):
+    """--pipeline FILE: that pipeline as the one cell, each policy put in its place."""
+    from prorsa.config.load import load_pipeline
+
+    cfg = load_pipeline(path, {"runtime.dashboard_address": None})
+    cell = (cfg.workload.family or "trace", cfg.engines.model, cfg.workload.mode)
+    return cfg, cell, lambda policy: cfg.model_copy(update={"policy": policy})
 
 
 def pipeline(args, family: str, model: str, mode: str, policy: str):
@@ -315,6 +329,8 @@ def main() -> None:
     ap.add_argument("--policies", default=None, help="comma list to run a subset (colocated is always run)")
     ap.add_argument("--warmup", type=int, default=1, help="discarded runs first (imports, first cluster)")
     ap.add_argument("--quick", action="store_true", help="one family, one model, sync only")
+    ap.add_argument("--pipeline", help="one cell: this pipeline file as it is (engines, workload, time scale), "
+                                       "every policy in turn; the sizing options above do not apply")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/policies_live.json"))
     args = ap.parse_args()
 
@@ -341,6 +357,13 @@ def main() -> None:
         family_scales(args.family_scale)
     except ValueError as e:
         ap.error(str(e))
+    make = lambda family, model, mode, policy: pipeline(args, family, model, mode, policy)  # noqa: E731
+    cells_spec = [(f, m, mo) for f in families for m in models for mo in modes]
+    if args.pipeline:
+        given, cell, with_policy = given_pipeline(args.pipeline)
+        make = lambda family, model, mode, policy: with_policy(policy)  # noqa: E731
+        cells_spec, args.engines, args.time_scale = [cell], given.engines.count, given.engines.time_scale
+        args.slots, args.gpu, args.family_scale = given.engines.slots, given.engines.gpu, ""
     if args.engines < 2:
         ap.error("--engines must be >= 2 (a static split needs a prefill and a decode engine)")
     pols = policies(args.engines)
@@ -349,7 +372,6 @@ def main() -> None:
         pols = [p for p in pols if p in want]
     command = " ".join([".venv/bin/python", "benchmarks/policies_live.py", *sys.argv[1:]])
 
-    cells_spec = [(f, m, mo) for f in families for m in models for mo in modes]
     total = len(cells_spec) * len(pols) * args.repeats
     console.print(f"{len(cells_spec)} cells x {len(pols)} policies x {args.repeats} repeat(s) = {total} runs")
     out = Path(args.out)
@@ -357,7 +379,7 @@ def main() -> None:
     cells: list[dict] = []
     violations: list[str] = []
     for w in range(args.warmup):
-        r = one_run(pipeline(args, "search", models[0], "sync", "colocated"), args.run_timeout)
+        r = one_run(make("search", models[0], "sync", "colocated"), args.run_timeout)
         console.print(f"warm-up {w}: {r['wall_s']:.1f}s wall" + (f" ({'; '.join(r['problems'])})" if r["problems"]
                                                                 else ""), highlight=False)
     n, t_start = 0, time.perf_counter()
@@ -368,7 +390,7 @@ def main() -> None:
             shift = rep % len(pols)  # rotate the order so no policy always runs first
             for pol in pols[shift:] + pols[:shift]:
                 n += 1
-                r = one_run(pipeline(args, family, model, mode, pol), args.run_timeout)
+                r = one_run(make(family, model, mode, pol), args.run_timeout)
                 r["repeat"] = rep
                 runs[pol].append(r)
                 s = r["summary"]
@@ -400,10 +422,11 @@ def main() -> None:
         if retried:
             console.print(f"[yellow]{family} {model} {mode}: turns retried (engine or worker failures): "
                           f"{retried}[/]", highlight=False)
-        cells.append({"family": family, "model": model, "ep": MODELS[model]["ep"], "mode": mode,
-                      "time_scale": time_scale(args, family),
-                      "control_interval_wall_s": control_interval_wall(args, family),
-                      "workload": (SYNC if mode == "sync" else ASYNC)[family],
+        cfg = make(family, model, mode, "colocated")
+        cells.append({"family": family, "model": model, "ep": cfg.engines.ep, "mode": mode,
+                      "time_scale": cfg.engines.time_scale,
+                      "control_interval_wall_s": cfg.runtime.control_interval_s,
+                      "workload": cfg.workload.model_dump(mode="json"),
                       "result": cell_result(runs, mode), "runs": runs})
         _write(out, args, command, cells, violations, time.perf_counter() - t_start)
 
