@@ -130,21 +130,17 @@ class CostModel:
     def step_time(self, tokens: int, seqs: int, attn_units: float, kv_read_tokens: float) -> float:
         """The roofline of one step from its sums: `tokens` computed over `seqs` sequences,
         attention work sum(n (c + n/2)), and `kv_read_tokens` of KV streamed."""
-        compute = self._lin_s * tokens + self._head_s * seqs + self._attn_s * attn_units
-        weights = self._w_dense_s
-        if self._w_expert_s:
-            weights += self._w_expert_s * (1.0 - self._miss ** (tokens * self.ep))
-        memory = weights + self._kv_s * kv_read_tokens
-        comm = 0.0
-        if self._ar_fixed:
-            comm += self._ar_fixed + self._ar_s * tokens
-        if self._a2a_fixed:
-            comm += self._a2a_fixed + self._a2a_s * tokens
+        compute, memory, comm = self._terms(tokens, seqs, attn_units, kv_read_tokens)
         return self._oh + (compute if compute > memory else memory) + comm
 
     def step_times(self, tokens: np.ndarray, seqs: np.ndarray, attn_units: np.ndarray,
                    kv_read_tokens: np.ndarray) -> np.ndarray:
         """step_time over arrays of steps at once (the allocator prices a grid of batches)."""
+        compute, memory, comm = self._terms(tokens, seqs, attn_units, kv_read_tokens)
+        return self._oh + np.maximum(compute, memory) + comm
+
+    def _terms(self, tokens, seqs, attn_units, kv_read_tokens):
+        """(compute, memory, communication) seconds of a step; scalars or arrays alike."""
         compute = self._lin_s * tokens + self._head_s * seqs + self._attn_s * attn_units
         weights = self._w_dense_s
         if self._w_expert_s:
@@ -155,7 +151,7 @@ class CostModel:
             comm += self._ar_fixed + self._ar_s * tokens
         if self._a2a_fixed:
             comm += self._a2a_fixed + self._a2a_s * tokens
-        return self._oh + np.maximum(compute, memory) + comm
+        return compute, memory, comm
 
     def decode_series(self, batch: int, ctx_sum: float, steps: int) -> np.ndarray:
         """Times of `steps` consecutive decode steps of `batch` sequences whose contexts sum to
