@@ -5,7 +5,8 @@ and the agent loop replays them. Pure: no clock, no I/O after construction, no e
 
 Operations:
     Workload.from_config(cfg, seed)    build from a family profile, or read cfg.trace (TraceError)
-    trajectories_for_step(step)        sync: B prompts x G samples, prompt-major ("s{step}-p{p}-g{g}")
+    trajectories_for_step(step, first) sync: B prompts x G samples, prompt-major ("s{step}-p{p}-g{g}"),
+                                       or only the first `first`
     trajectory(index)                  async: the index-th trajectory started ("a{index}"); groups of
                                        G consecutive indices share a prompt
     prompt_hardness(step, prompt)      the factor a GRPO group shares (1.0 for traces)
@@ -79,14 +80,13 @@ class Workload:
 
     # --- slots --------------------------------------------------------------------------------
 
-    def trajectories_for_step(self, step: int) -> list[TrajectorySpec]:
-        """Sync mode: the B x G trajectories of one training step, prompt-major."""
+    def trajectories_for_step(self, step: int, first: int | None = None) -> list[TrajectorySpec]:
+        """Sync mode: the B x G trajectories of one training step, prompt-major (only the first
+        `first` of them when given: each is drawn on its own, so they are the same ones)."""
         b, g = self.cfg.prompts, self.cfg.group_size
-        return [
-            self._slot(f"s{step}-p{p}-g{m}", step, p, m, slot=(step * b + p) * g + m)
-            for p in range(b)
-            for m in range(g)
-        ]
+        n = b * g if first is None else min(first, b * g)
+        return [self._slot(f"s{step}-p{i // g}-g{i % g}", step, i // g, i % g, slot=step * b * g + i)
+                for i in range(n)]
 
     def trajectory(self, index: int) -> TrajectorySpec:
         """Async mode: the index-th trajectory started; index // G is its (global) prompt."""

@@ -32,7 +32,7 @@ def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:
     w = cfg.workload
     workload = Workload.from_config(w, cfg.seed)
     if w.mode == "sync":
-        specs = workload.trajectories_for_step(0)[:sample]
+        specs = workload.trajectories_for_step(0, first=sample)
         concurrency = w.prompts * w.group_size
     else:
         specs = [workload.trajectory(i) for i in range(sample)]

@@ -52,6 +52,8 @@ def test_order_independence():
     later_first = w.trajectories_for_step(2)
     w.trajectories_for_step(0), w.trajectories_for_step(1)
     assert w.trajectories_for_step(2) == later_first
+    assert make(3).trajectories_for_step(2, first=5) == later_first[:5]  # the first ones, drawn alone
+    assert make(3).trajectories_for_step(2, first=10**6) == later_first
 
 
 def test_sync_labels_and_ids():
