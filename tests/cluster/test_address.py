@@ -56,7 +56,11 @@ def hand_made_cluster(tmp_path):
         for p in procs:
             p.terminate()
         for p in procs:
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a worker can hang in `closing` on SIGTERM
+                p.kill()
+                p.wait(timeout=30)
 
 
 @pytest.mark.slow
