@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -159,7 +160,11 @@ def _table(controls, keys: list[str], row) -> np.ndarray:
 
 
 def write_dataset(path: Path, ds: xr.Dataset) -> None:
-    _atomic(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4"))
+    # The data is in memory. xarray still asks dask's default scheduler for a write lock, and a
+    # default left to a distributed Client that has gone (a notebook's, a finished sweep's)
+    # would fail the write at the very end of a run.
+    with dask.config.set(scheduler="synchronous"):
+        _atomic(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4"))
 
 
 def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str, name: str) -> dict[str, Any]:
