@@ -18,6 +18,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import os
 import signal
 import sys
 from dataclasses import replace
@@ -64,6 +65,10 @@ def _check_vllm(cfg, pipeline: str) -> None:
 
 def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def _as_sigint(signum, frame) -> None:
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _new_run_dir(base: Path, name: str) -> Path:
@@ -143,8 +148,10 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
         return
     console.print(f"run directory: {run_dir}" + (f" ({len(journal.done_ids)} trajectories saved earlier)"
                                                  if resume_dir else ""))
-    # SIGTERM (a batch system, `timeout`) unwinds like Ctrl-C, so engines and servers are stopped
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGTERM (a batch system, `timeout`) unwinds as Ctrl-C does, so engines, servers and jobs are
+    # stopped: passed on as SIGINT, whose asyncio.run handler cancels the run rather than raising
+    # KeyboardInterrupt inside whatever callback is running (distributed logged those as errors)
+    signal.signal(signal.SIGTERM, _as_sigint)
     try:
         summary = asyncio.run(run_live(cfg, run_dir, console, journal=journal, cluster=cluster))
     except ClusterError as e:
