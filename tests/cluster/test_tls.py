@@ -28,8 +28,9 @@ from .conftest import make_certs
 PIPELINE = {
     "name": "tls", "seed": 2, "policy": "static:1:1",
     "engines": {"backend": "emulated", "count": 2, "slots": 8, "time_scale": 0.05},
-    # long enough (about 10 s) to knock on the scheduler's door several times while it runs
-    "workload": {"family": "swe", "mode": "sync", "prompts": 2, "group_size": 2, "steps": 4, "max_turns": 3,
+    # long enough (about 30 s) to knock on the scheduler's door several times while it runs, even
+    # when a refused client takes its whole connect timeout on a busy machine
+    "workload": {"family": "swe", "mode": "sync", "prompts": 2, "group_size": 2, "steps": 12, "max_turns": 3,
                  "token_scale": 0.5, "tool_time_scale": 1.0},
     "runtime": {"metrics_interval_s": 0.2, "dashboard_address": None, "tool_threads": 4},
 }
@@ -99,7 +100,7 @@ def test_a_tls_cluster_runs_a_pipeline_and_refuses_clients_without_its_certifica
     assert proc.returncode == 0, out + err
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["trajectories_completed"] == 16 and summary["trajectories_failed"] == 0
+    assert summary["trajectories_completed"] == 48 and summary["trajectories_failed"] == 0
 
 
 def test_the_local_tls_cluster_refuses_what_its_ca_did_not_sign(tmp_path):
