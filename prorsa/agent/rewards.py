@@ -11,8 +11,13 @@
     await run_tests(source, tests, limits) -> TestReport    the tests run in the python sandbox
     await code_test_pass_rate(source, tests) -> float       passed / total (0.0 if none ran)
 
+    tool_use_reward(task, response) -> float  1.0 for the right \\boxed{} answer, else for a
+                                              well-formed call to the task's reference tool from
+                                              TOOL_FORMAT_CREDIT up to TOOL_CALL_CREDIT as its
+                                              numbers match the reference call's, else 0.0
+
     REWARDS, @register("name"), make_reward("exact_match" | "contains_answer" | "code_tests"
-                                            (alias "pass_rate") | "pkg.mod:fn")
+                                            (alias "pass_rate") | "tool_use" | "pkg.mod:fn")
     await score(reward, task, response) -> Score(value, error)   never raises
 
 A reward function takes (task, response) and returns a float, sync or async; a user's is named
@@ -23,15 +28,18 @@ a solution that is not written to fool its harness: it is not a defence against 
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import re
 import string
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
 from prorsa.agent.datasets.base import Task
 from prorsa.agent.datasets.swe_lite import runner
+from prorsa.agent.tools.parser import ToolCallParser
 from prorsa.agent.tools.registry import load_object
 from prorsa.agent.tools.sandbox import SandboxLimits, run_sandboxed
 
@@ -43,6 +51,11 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 _RESULT = re.compile(r"^(PASS|FAIL) (\d+)", re.M)
+_DIGITS = re.compile(r"\d+")
+# Partial credit for calling the tool right but answering wrong: enough for a policy that writes
+# the call format only sometimes to learn it, small enough that the answer stays what pays.
+TOOL_CALL_CREDIT = 0.3  # a call to the reference tool with exactly the reference call's numbers
+TOOL_FORMAT_CREDIT = 0.1  # a call to the reference tool with none of them
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,29 @@ def contains_answer_reward(task: Task, response: str) -> float:
     """Retrieval recall: whether the answer appears anywhere in the response (e.g. the documents
     a search returned), not whether the model stated it."""
     return contains_answer(response, task.answer)
+
+
+@register("tool_use")
+def tool_use_reward(task: Task, response: str) -> float:
+    """Graded so a policy that writes the call format only sometimes can climb: TOOL_FORMAT_CREDIT
+    for a parsed call to the reference tool, up to TOOL_CALL_CREDIT as its numbers match the
+    reference call's. Numbers count as a multiset over the longer of the two lists, so stuffing
+    a call with numbers lowers its credit."""
+    boxed = _last_boxed(response)
+    if boxed is not None and exact_match(boxed, task.answer):
+        return 1.0
+    if not task.calls:
+        return 0.0
+    ref = task.calls[0]
+    want = Counter(_DIGITS.findall(json.dumps(dict(ref.arguments))))
+    best = 0.0
+    for call in ToolCallParser(formats=("hermes",)).parse(response).calls:
+        if call.name != ref.name:
+            continue
+        got = Counter(_DIGITS.findall(json.dumps(dict(call.arguments))))
+        matched = sum((want & got).values()) / max(sum(want.values()), sum(got.values()), 1)
+        best = max(best, TOOL_FORMAT_CREDIT + (TOOL_CALL_CREDIT - TOOL_FORMAT_CREDIT) * matched)
+    return best
 
 
 @register("pass_rate")

@@ -5,6 +5,8 @@
     search.py     `search`: a generated corpus of short documents (make_corpus) and multi-hop
                   questions over it
     swe_lite.py   `swe-lite`: small buggy Python functions, their unit tests and the known fix
+    arith.py      `arith`: one- and two-digit sums, differences and products for the calculator
+                  (the RL toy task)
 """
 
 from prorsa.agent.datasets.base import DATASETS, Task, make_dataset, read_jsonl, register, write_jsonl

@@ -46,7 +46,7 @@ class Task:
 
 DATASETS: dict[str, Callable[[int, int], list[Task]]] = {}
 _BUILTINS = ("prorsa.agent.datasets.math_tir", "prorsa.agent.datasets.search",
-             "prorsa.agent.datasets.swe_lite")
+             "prorsa.agent.datasets.swe_lite", "prorsa.agent.datasets.arith")
 
 
 def register(name: str) -> Callable[[Callable[[int, int], list[Task]]], Callable[[int, int], list[Task]]]:

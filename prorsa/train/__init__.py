@@ -1,0 +1,10 @@
+"""The trainer side of the RL loop: pure torch and transformers, no Dask and no engines.
+
+    samples.py   Sample (token ids, loss mask, rollout logprobs, reward, group, policy version)
+                 and how rollouts become samples
+    grpo.py      group-normalised advantages and the clipped GRPO loss, as functions of tensors
+    trainer.py   Trainer: the model, GRPO and SFT steps with gradient accumulation, save
+    sft.py       the supervised warm-up on demonstrations of a tool-use task
+    evaluate.py  how often the model's generations are a well-formed tool call, and their reward
+    export.py    rollout batches as parquet for other trainers (verl, OpenRLHF, TRL), and back
+"""
