@@ -43,6 +43,8 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable], eps: 
     for idx in members.values():
         r = torch.tensor([float(rewards[i]) for i in idx], dtype=torch.float64)
         mean, std = r.mean(), r.std(unbiased=False)
+        if r.max() == r.min():  # said outright: the float mean of equal values may miss them by an ulp
+            continue
         for i, a in zip(idx, ((r - mean) / (std + eps)).tolist()):
             out[i] = a
     return out
