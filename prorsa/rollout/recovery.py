@@ -36,7 +36,20 @@ class LegRescue(SchedulerPlugin):
         if finish != "waiting" or self.scheduler is None:
             return
         ts = self.scheduler.tasks.get(key)
-        if ts is None or not ts.worker_restrictions or not ts.resource_restrictions:
+        if ts is not None:
+            self._rebind(ts)
+
+    def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
+        # A leg that reached "waiting" while its worker was still there waits on its input
+        # (the prefill it decodes after) and is placed when that input lands, with no second
+        # "waiting" for the hook above to see: it is re-bound here, when its worker goes.
+        for ts in list(scheduler.tasks.values()):
+            if ts.state in ("waiting", "no-worker") and ts.worker_restrictions \
+                    and worker in ts.worker_restrictions:
+                self._rebind(ts)
+
+    def _rebind(self, ts) -> None:
+        if not ts.worker_restrictions or not ts.resource_restrictions:
             return
         workers = self.scheduler.workers
         if any(addr in workers for addr in ts.worker_restrictions):
