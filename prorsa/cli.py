@@ -7,6 +7,7 @@
     prorsa validate FILE...                                         check pipeline and sweep files, run nothing
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
+    prorsa sft --model tiny|DIR --task arith --steps N --output DIR  supervised warm-up for RL
     prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
 
 Bad input ends with one line on stderr and exit code 2; no traceback.
@@ -318,6 +319,84 @@ def make_tiny(directory: str, seed: int, vocab_size: int) -> None:
         _fail(f"{target}: directory exists and is not empty")
     make_tiny_model(target, seed=seed, vocab_size=vocab_size)
     click.echo(f"made {target} (weights sha256 {weights_digest(target)[:16]})")
+
+
+@main.command()
+@click.option("--model", "model_spec", default="tiny", show_default=True,
+              help="A model directory, or tiny (made under .prorsa/models on first use).")
+@click.option("--task", default="arith", show_default=True, help="A dataset with demonstrations.")
+@click.option("--steps", default=60, show_default=True, type=click.IntRange(min=1), help="At most this many updates.")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--tasks", "n_tasks", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Demonstrations to draw batches from.")
+@click.option("--target-rate", default=0.4, show_default=True, type=click.FloatRange(0, 1),
+              help="Stop once this share of sampled first turns is a call to the tool (1: run every step).")
+@click.option("--eval-every", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
+              help="torch threads (a tiny model is fastest on one).")
+@click.option("--output", required=True, type=click.Path(file_okay=False), help="The warmed-up model directory.")
+def sft(model_spec: str, task: str, steps: int, batch_size: int, lr: float, n_tasks: int, target_rate: float,
+        eval_every: int, seed: int, threads: int, output: str) -> None:
+    """Supervised warm-up: teach a model the tool-call format of TASK from demonstrations, and stop
+    while it uses the format only sometimes, so RL has something to learn from."""
+    from prorsa.train.sft import DEMONSTRATIONS
+
+    if task not in DEMONSTRATIONS:
+        _fail(f"--task: {task!r} has no demonstrations; expected one of {sorted(DEMONSTRATIONS)}")
+    target = Path(output)
+    if target.exists() and any(target.iterdir()):
+        _fail(f"--output: {target}: directory exists and is not empty")
+    if model_spec == "tiny":
+        from prorsa.engine.tiny_model import ensure_tiny_model
+
+        model_dir = ensure_tiny_model(".prorsa/models")
+    else:
+        model_dir = Path(model_spec)
+        if not (model_dir / "config.json").is_file():
+            _fail(f"--model: {model_dir}: not a model directory (no config.json)")
+    _sft(model_dir, task, steps, batch_size, lr, n_tasks, target_rate, eval_every, seed, threads, target)
+
+
+def _sft(model_dir: Path, task: str, steps: int, batch_size: int, lr: float, n_tasks: int, target_rate: float,
+         eval_every: int, seed: int, threads: int, target: Path) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from prorsa.agent.datasets import make_dataset
+    from prorsa.agent.live_episode import ChatFormat
+    from prorsa.agent.tools.registry import make_tool
+    from prorsa.agent.tools.toolbox import Toolbox
+    from prorsa.train.sft import DEMONSTRATIONS, SftPlan, run_sft
+    from prorsa.train.trainer import Trainer, TrainerConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # its bars for loading and saving would cut into ours
+    console = Console(stderr=False)
+    trainer = Trainer(model_dir, TrainerConfig(lr=lr, micro_batch=batch_size, seed=seed, threads=threads))
+    fmt = ChatFormat(trainer.tokenizer)
+    tasks = make_dataset(task, n_tasks, seed)
+    held_out = make_dataset(task, 8, seed + 1)
+    schemas = Toolbox([make_tool(t.calls[0].name) for t in tasks[:1]]).schemas()
+    plan = SftPlan(steps=steps, batch_size=batch_size, eval_every=eval_every,
+                   target_call_rate=target_rate if target_rate < 1 else None, seed=seed)
+    with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[line]}"),
+                  TimeElapsedColumn(), console=console, disable=not console.is_terminal) as bar:
+        job = bar.add_task("sft", total=steps, line="")
+
+        def on_step(st, ev) -> None:
+            line = f"loss {st.policy_loss:.3f}" + (f"  call rate {ev.call_rate:.2f}" if ev is not None else "")
+            bar.update(job, advance=1, line=line)
+            if not console.is_terminal and ev is not None:
+                console.print(f"step {st.version}: {line}")
+
+        result = run_sft(trainer, tasks, held_out, DEMONSTRATIONS[task], fmt, schemas, plan, on_step)
+    trainer.save(target)
+    first, last = result.evals[0][1], result.evals[-1][1]
+    console.print(f"{result.steps} steps ({'target reached' if result.stopped_early else 'all steps'}): "
+                  f"tool-call rate {first.call_rate:.2f} -> {last.call_rate:.2f}, "
+                  f"correct calls {first.correct_call_rate:.2f} -> {last.correct_call_rate:.2f}")
+    console.print(f"wrote {target} (policy version {trainer.version})")
 
 
 @main.command()
