@@ -2,7 +2,7 @@
 wrote marked.
 
     Sample(token_ids, loss_mask, rollout_logprobs, reward, group, policy_version, traj_id)
-    samples_from_results(results, policy_version=0) -> [Sample]   from the rollout's TrajectoryResults
+    samples_from_results(results) -> [Sample]                     from the rollout's TrajectoryResults
     samples_from_rows(rows, fmt, policy_version=0) -> [Sample]    from trajectories.parquet rows
                                                                   (live mode; the tokenizer rebuilds
                                                                   the observations' ids)
@@ -84,8 +84,8 @@ def _trainable(status: str, reward: float) -> bool:
     return status == "completed" and not math.isnan(reward)
 
 
-def samples_from_results(results: Iterable[TrajectoryResult], policy_version: int = 0) -> list[Sample]:
-    """`policy_version` is used for results that carry none of their own (`policy_version`)."""
+def samples_from_results(results: Iterable[TrajectoryResult]) -> list[Sample]:
+    """Each sample's version is its result's `policy_version` (0 where a rollout tagged none)."""
     out = []
     for r in results:
         if not _trainable(r.status, r.reward) or not r.turns:
@@ -95,15 +95,16 @@ def samples_from_results(results: Iterable[TrajectoryResult], policy_version: in
             b.generated(t.token_ids, t.logprobs if t.logprobs else None, r.spec.traj_id)
             if k < len(r.turns) - 1:
                 b.appended(t.observation_ids)
-        version = getattr(r, "policy_version", None)
         out.append(b.sample(r.reward, group_key(r.spec.step, r.spec.prompt_index),
-                            policy_version if version is None else version, r.spec.traj_id))
+                            getattr(r, "policy_version", 0), r.spec.traj_id))
     return out
 
 
 def samples_from_rows(rows: Iterable[Mapping[str, Any]], fmt: ChatFormat, policy_version: int = 0) -> list[Sample]:
     """trajectories.parquet keeps each turn's observation as text, not ids; live mode made its ids
-    with `fmt.observation_ids(text, ended)`, so the same tokenizer makes them again exactly."""
+    with `fmt.observation_ids(text, ended)`, so the same tokenizer makes them again exactly.
+    `policy_version` stands in for rows without a policy_version column (files written before
+    the RL loop)."""
     out = []
     for row in rows:
         turns = row["turns"] or []

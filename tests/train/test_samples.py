@@ -29,7 +29,8 @@ def _result(fmt, traj_id="s1-p2-g0", reward=0.3, status="completed", turns=3, lo
 
 def test_mask_covers_exactly_the_generated_tokens(fmt):
     r = _result(fmt)
-    (s,) = samples_from_results([r], policy_version=4)
+    r.policy_version = 4
+    (s,) = samples_from_results([r])
     generated = [i for t in r.turns for i in t.token_ids]
     assert [i for i, m in zip(s.token_ids, s.loss_mask) if m] == generated
     # context order: prompt, turn 0, its observation, turn 1, its observation, turn 2 (no trailing observation)
@@ -51,10 +52,11 @@ def test_untrainable_trajectories_are_skipped_and_missing_logprobs_are_nan(fmt):
 
 def test_parquet_rows_give_the_same_samples(fmt):
     results = [_result(fmt, traj_id=f"t{i}", reward=float(i), turns=i + 1) for i in range(3)]
-    direct = samples_from_results(results, policy_version=2)
-    from_rows = samples_from_rows([trajectory_row(r) for r in results], fmt, policy_version=2)
+    direct = samples_from_results(results)
+    from_rows = samples_from_rows([trajectory_row(r) for r in results], fmt)
     for a, b in zip(direct, from_rows, strict=True):
-        assert (a.token_ids, a.loss_mask, a.reward, a.group) == (b.token_ids, b.loss_mask, b.reward, b.group)
+        assert (a.token_ids, a.loss_mask, a.reward, a.group, a.policy_version) == \
+            (b.token_ids, b.loss_mask, b.reward, b.group, b.policy_version)
         assert a.rollout_logprobs == pytest.approx(b.rollout_logprobs)
 
 
