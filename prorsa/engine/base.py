@@ -21,6 +21,7 @@ engine works from counts, so a 30k-token SWE context costs nothing to ship throu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from prorsa.roles import Role
@@ -108,3 +109,7 @@ class Engine(Protocol):
     def stats(self) -> EngineStats: ...
 
     async def reset_prefix_cache(self) -> None: ...
+
+    async def load_weights(self, model_dir: str | Path) -> None:
+        """The trainer's new weights, from a model directory; every cached prefix is dropped."""
+        ...

@@ -107,6 +107,11 @@ class EmulatedEngine:
             self._wake.set()
         await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
 
+    async def load_weights(self, model_dir) -> None:
+        """No weights to load (the cost model times a model it never runs); what a new policy
+        changes here is that no cached KV is valid any more."""
+        await self.reset_prefix_cache()
+
     async def reset_prefix_cache(self) -> None:
         self._prefix.clear()  # a weight update: no cached KV is valid any more
 

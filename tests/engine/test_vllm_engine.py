@@ -208,6 +208,30 @@ def test_idle_engine_leaves_its_core_alone(engines):
     print(f"[vllm] a busy process gets {share:.2f} of an idle engine's core")
 
 
+def test_new_weights_are_loaded_in_place_and_drop_every_cached_prefix(engines, run, models):
+    """The RL loop's weight update: same server, same process, other outputs; and back again."""
+    a, _ = engines
+    ids = context(7)
+    pid = a.server.pid
+    first = run(a.generate(decode_req(ids)))
+    cached = run(a.generate(decode_req(ids)))
+    assert cached.cached_tokens >= 256 and cached.token_ids == first.token_ids
+    t0 = time.monotonic()
+    run(a.load_weights(models[1]))
+    took = time.monotonic() - t0
+    try:
+        other = run(a.generate(decode_req(ids)))
+        assert other.cached_tokens == 0  # the prefix cache was reset with the weights
+        assert other.logprobs != first.logprobs and other.token_ids != first.token_ids
+    finally:
+        run(a.load_weights(models[0]))
+    back = run(a.generate(decode_req(ids)))
+    assert back.cached_tokens == 0 and back.token_ids == first.token_ids
+    assert back.logprobs == pytest.approx(first.logprobs, abs=1e-4)
+    assert a.server.pid == pid  # in place: no restart
+    print(f"[vllm] weights reloaded in place in {took:.2f} s")
+
+
 def test_killed_server_is_detected_and_restarted(engines, run):
     a, b = engines
     ids = context(7)

@@ -77,6 +77,9 @@ class VllmEngine:
         self._totals: Counter[str] = Counter()
         self._metrics: _Metrics | None = None
         self._lock: asyncio.Lock | None = None  # serialises start/restart
+        # the weights last loaded in place; a restarted server serves its --model (the path
+        # every engine shares, which NIXL's handshake compares) and loads these again
+        self._weights_dir: Path | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -103,7 +106,27 @@ class VllmEngine:
                 return False
             await self.stop()
             await self.start()
+            if self._weights_dir is not None:
+                await self.load_weights(self._weights_dir)
             return True
+
+    async def load_weights(self, model_dir: str | Path, timeout_s: float = 600.0) -> None:
+        """New weights in place, from a model directory in the checkpoint format the server
+        loaded (vLLM's reload_weights, through the dev-mode /collective_rpc endpoint): no restart,
+        no recompile. Requests in flight go on with the new weights from the next step; every
+        cached prefix is dropped, since its KV was computed by the old ones."""
+        if self._client is None:
+            raise EngineUnavailable(f"{self.engine_id}: not started")
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}, "timeout": timeout_s}
+        try:
+            r = await self._client.post("/collective_rpc", json=body, timeout=timeout_s)
+        except httpx.TransportError as e:
+            raise EngineUnavailable(f"{self.engine_id}: {e}") from e
+        if r.status_code != 200:
+            raise EngineError(f"{self.engine_id}: reloading weights from {model_dir} failed "
+                              f"({r.status_code}): {r.text[:300]}")
+        self._weights_dir = Path(model_dir)
+        await self.reset_prefix_cache()
 
     # --- the two legs and the colocated turn ------------------------------------------------
 
