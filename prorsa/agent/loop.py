@@ -87,6 +87,7 @@ class TrajectoryResult:
     start_s: float = 0.0
     end_s: float = 0.0
     prompt_ids: tuple[int, ...] = ()
+    policy_version: int = 0  # the engines' weights when it started (RL loop: updates pushed so far)
 
 
 class TurnRunner(Protocol):

@@ -131,8 +131,9 @@ class SandboxSettings(_Section):
 
 
 _BUILTIN_TOOLS = ("python", "calculator", "search")
-_DATASETS = ("math-tir", "search", "swe-lite")
-_DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"python"}}
+_DATASETS = ("math-tir", "search", "swe-lite", "arith")
+_SFT_DATASETS = ("arith",)  # with demonstrations (train/sft.py DEMONSTRATIONS)
+_DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"python"}, "arith": {"calculator"}}
 
 
 class EnvironmentConfig(_Section):
@@ -190,6 +191,26 @@ class EnvironmentConfig(_Section):
         return self
 
 
+class TrainConfig(_Section):
+    """The RL loop (prorsa/rollout/learning.py): GRPO on the rollouts, new weights into every
+    engine after each step. Sync: one update between steps; async: one every prompts x
+    group_size finished trajectories while rollout goes on, no trajectory trained more than
+    max_staleness versions behind the policy being trained."""
+
+    algorithm: Literal["grpo"] = "grpo"
+    lr: float = Field(1e-4, gt=0, le=1)
+    clip_eps: float = Field(0.2, gt=0, le=10)
+    kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model for a k3 KL term
+    micro_batch: int = Field(8, ge=1)  # sequences per forward/backward
+    # micro-batches whose gradients accumulate into one optimizer update; None: one update per step
+    grad_accum: int | None = Field(None, ge=1)
+    max_staleness: int = Field(1, ge=0)  # async: versions a trained trajectory may lag the trainer
+    sft_steps: int = Field(0, ge=0)  # supervised warm-up on the task's demonstrations before RL
+    sft_lr: float = Field(1e-3, gt=0, le=1)
+    keep_checkpoints: int = Field(2, ge=1)  # weight versions kept under RUN_DIR/weights
+    seed: int | None = None  # None: the pipeline's seed
+
+
 class PipelineConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = 0
@@ -198,6 +219,7 @@ class PipelineConfig(_Section):
     workload: WorkloadConfig = WorkloadConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     environment: EnvironmentConfig | None = None  # None: tool calls replayed as latencies
+    train: TrainConfig | None = None  # None: rollout only (weight updates, if any, are modelled)
     output_dir: str = "runs"
 
     @field_validator("policy")
@@ -215,6 +237,20 @@ class PipelineConfig(_Section):
     def _live_needs_text(self) -> PipelineConfig:
         if self.environment is not None and self.environment.mode == "live" and self.engines.backend != "vllm":
             raise ValueError("environment.mode live reads the model's text: it needs engines.backend vllm")
+        return self
+
+    @model_validator(mode="after")
+    def _train_needs_a_model(self) -> PipelineConfig:
+        if self.train is None:
+            return self
+        if self.engines.backend != "vllm":
+            raise ValueError("train: trains the model the engines run: it needs engines.backend vllm")
+        if self.environment is None or self.environment.mode != "live":
+            raise ValueError("train: learns from the model's own text and rewards: it needs an "
+                             "environment with mode live")
+        if self.train.sft_steps and self.environment.dataset not in _SFT_DATASETS:
+            raise ValueError(f"train.sft_steps: dataset {self.environment.dataset!r} has no demonstrations "
+                             f"to warm up on (those with: {list(_SFT_DATASETS)})")
         return self
 
     def resolve_paths(self, base: Path) -> PipelineConfig:

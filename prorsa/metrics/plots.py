@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -145,4 +146,21 @@ def comparison_bars(groups: list[Bars], path: Path) -> Path:
             right.bar(x, g.trajectories_per_s, color="tab:orange")
             right.set_title(f"{g.title}: trajectories / s")
             right.set_xticks(x, g.labels, rotation=30, ha="right", fontsize=8)
+    return _save(fig, path)
+
+
+def reward_curve(versions: pd.DataFrame, updates: pd.DataFrame, path: Path) -> Path:
+    """Mean reward of the rollouts each policy version generated, and the trainer's loss."""
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.add_subplot()
+    ax.plot(versions["policy_version"], versions["reward_mean"], marker="o", label="mean reward of its rollouts")
+    ax.set_xlabel("policy version (weight updates pushed)")
+    ax.set_ylabel("mean reward")
+    ax.set_title("reward curve")
+    if "loss" in updates:
+        loss = ax.twinx()
+        loss.plot(updates["version"] - 1, updates["loss"], color="tab:gray", linestyle="--", label="GRPO loss")
+        loss.set_ylabel("loss of the update it went into")
+        loss.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     return _save(fig, path)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prorsa.metrics import plots
+from prorsa.metrics import plots, training
 from prorsa.metrics.figures import (Bars, comparison, demand, headline, latency_means, run_labels, switches,
                                     sweep_bars)
 from prorsa.metrics.rundata import PHASES, ReportError, RunData, Sweep, load_run, load_sweep
@@ -76,6 +76,7 @@ def _render(runs: list[RunData], sweeps: list[Sweep], out: Path) -> str:
         md += _latency(runs, labels)
     for run, prefix in zip(runs, _prefixes(runs)):
         md += _run_section(run, prefix, out)
+        md += _training_section(run, prefix, out)
     return "\n".join(md) + "\n"
 
 
@@ -139,6 +140,24 @@ def _run_section(run: RunData, prefix: str, out: Path) -> list[str]:
                "(the engines' time scale) to share the wall clock.", ""]
     md += ["Not recorded in this run:", ""] + [f"- {m}" for m in d.missing] + [""]
     return md
+
+
+def _training_section(run: RunData, prefix: str, out: Path) -> list[str]:
+    versions, ups = training.by_version(run.path), training.updates(run.path)
+    if versions is None or ups is None:
+        return []
+    plots.reward_curve(versions, ups, out / f"{prefix}reward.png")
+    md = [f"### Training ({run.name})", "", f"![reward]({prefix}reward.png)", "",
+          "The rollouts of each policy version (wall seconds since the rollout began):", "",
+          _row(["version", "trajectories", "reward_mean", "rollout_start_s", "rollout_end_s", "makespan_s"]),
+          _row(["---"] * 6)]
+    md += [_row([str(int(r.policy_version)), str(int(r.trajectories)), fmt(r.reward_mean), fmt(r.rollout_start_s),
+                 fmt(r.rollout_end_s), fmt(r.makespan_s)]) for r in versions.itertuples()]
+    cols = [c for c in ("version", "trajectories", "dropped_stale", "max_staleness", "reward_mean", "loss", "kl",
+                        "clip_fraction", "train_s", "push_s") if c in ups]
+    md += ["", "Weight updates (`reward_mean`: of the trajectories trained):", "", _row(cols), _row(["---"] * len(cols))]
+    md += [_row([fmt(v) for v in row]) for row in ups[cols].itertuples(index=False)]
+    return md + [""]
 
 
 def _prefixes(runs: list[RunData]) -> list[str]:

@@ -10,6 +10,10 @@
                                                      finished trajectories while rollout goes on
     skip=                                            optional: trajectory ids finished earlier (a
                                                      resumed run); the same slots, left out
+    version=                                         optional: the engines' policy version now; each
+                                                     result is tagged with the one it started under
+    gate=                                            async, optional: started count -> may another
+                                                     start now (the RL loop's staleness bound)
 
 Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
 """
@@ -27,6 +31,7 @@ from prorsa.config.pipeline import WorkloadConfig
 Done = Callable[[TrajectoryResult], None]
 Episodes = Callable[[TrajectorySpec], Episode]
 Update = Callable[[], Awaitable[None]]
+Version = Callable[[], int]
 
 
 def expected_trajectories(cfg: WorkloadConfig) -> int | None:
@@ -39,7 +44,7 @@ def expected_trajectories(cfg: WorkloadConfig) -> int | None:
 async def run_sync(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None, skip: Container[str] = frozenset(),
+    update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
@@ -48,7 +53,8 @@ async def run_sync(
             continue
         if step and update_weights is not None:
             await update_weights()
-        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes) for s in specs))
+        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes, version)
+                                              for s in specs))
         results.extend(step_results)
     return results
 
@@ -56,7 +62,8 @@ async def run_sync(
 async def run_async(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None, skip: Container[str] = frozenset(),
+    update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
+    gate: Callable[[int], bool] | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     batch = cfg.prompts * cfg.group_size  # trajectories per training step
@@ -66,28 +73,37 @@ async def run_async(
     started = 0
     in_flight: set[asyncio.Task] = set()
 
-    def may_start() -> bool:
+    def more_to_start() -> bool:
         return (limit is None or started < limit) and (deadline is None or now() < deadline)
 
     while True:
-        while len(in_flight) < cfg.concurrency and may_start():
+        while len(in_flight) < cfg.concurrency and more_to_start() and (gate is None or gate(started)):
             spec = workload.trajectory(started)
             started += 1
             if spec.traj_id not in skip:  # an index is an identity: a skipped one still counts
-                in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes)))
+                in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes, version)))
+        pending = [u for u in updates if not u.done()]
         if not in_flight:
             await asyncio.gather(*updates)
+            if pending and more_to_start():  # held back by the gate: the update just made opens it
+                continue
             return results
         timeout = None if deadline is None else max(deadline - now(), 0.0) or None
-        finished, in_flight = await asyncio.wait(in_flight, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        # an update that ends may open the gate, so it wakes the loop as a finished trajectory does
+        done, _ = await asyncio.wait(in_flight | set(pending), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finished = done & in_flight
+        in_flight -= finished
         before = len(results) // batch
         results.extend(t.result() for t in finished)
-        if update_weights is not None and in_flight and len(results) // batch > before:
+        if update_weights is not None and (in_flight or more_to_start()) and len(results) // batch > before:
             updates.append(asyncio.create_task(update_weights()))  # the rollout goes on meanwhile
 
 
-async def _one(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None) -> TrajectoryResult:
+async def _one(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None,
+               version: Version | None = None) -> TrajectoryResult:
     episode = episodes(spec) if episodes is not None else None
+    started_under = version() if version is not None else 0
     result = await run_trajectory(spec, runner, now, on_turn, episode)
+    result.policy_version = started_under
     on_done(result)
     return result

@@ -40,6 +40,7 @@ from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
 from prorsa.rollout.router import Router
 from prorsa.rollout.tool_host import driver_environment
+from prorsa.rollout.training import open_learner, warm_start
 
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
     console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
                   f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
     t_boot = time.time()
+    cfg = await warm_start(cfg, run_dir, console)  # RL: the engines start from the warmed-up weights
     if cfg.engines.backend == "vllm":  # once here, not once per engine worker
         model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
         console.print(f"model: {model_dir}")
@@ -157,6 +159,10 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
         workload = Workload.from_config(cfg.workload, cfg.seed)
         environment = driver_environment(cfg, client)
         drive = run_sync if cfg.workload.mode == "sync" else run_async
+        learner = None if cfg.train is None else await open_learner(
+            cfg, run_dir, client, addresses, lambda: time.time() - t0)
+        rl = {} if learner is None else {"version": lambda: learner.version} | (
+            {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
         with Progress(rec, console) as progress:
             sampler = asyncio.create_task(
                 _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
@@ -164,10 +170,11 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
             flusher = asyncio.create_task(flush_every(journal, cfg.runtime.output_flush_s))
             try:
                 await drive(workload, cfg.workload, runner, lambda: time.time() - t0,
-                            _both(journal.add, rec.on_done, controller.trajectory_done), rec.on_turn,
+                            _both(journal.add, rec.on_done, controller.trajectory_done,
+                                  *([learner.on_done] if learner else [])), rec.on_turn,
                             episodes=environment.episode if environment else None,
-                            update_weights=_weight_update(client, addresses, cfg),
-                            skip=frozenset(journal.done_ids))
+                            update_weights=learner.update if learner else _weight_update(client, addresses, cfg),
+                            skip=frozenset(journal.done_ids), **rl)
             finally:
                 journal.flush()  # interrupted or not, what finished is kept
                 await _cancel(flusher)
@@ -187,7 +194,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
         "trajectories_resumed": journal.completed_before + journal.failed_before,
         "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
                     "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
-    }
+    } | ({"train": learner.summary()} if learner else {})
     journal.finish()
     attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
     write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs))

@@ -1,0 +1,101 @@
+"""The live body's side of the RL loop (a pipeline with a `train:` section).
+
+    await warm_start(cfg, run_dir, console) -> cfg   train.sft_steps > 0: the supervised warm-up
+                                        runs first, and the engines start from its weights
+                                        (RUN_DIR/weights/v0); else cfg unchanged
+    await open_learner(cfg, run_dir, client, addresses, now) -> Learner   the trainer in the
+                                        driver, pushing each new version to every engine worker
+
+Weights travel as a model directory on a filesystem every engine worker can read (the run
+directory): each engine loads it in place (vLLM's reload_weights) and drops its cached prefixes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Callable
+
+from distributed import Client
+from rich.console import Console
+
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.engine.registry import resolve_model_dir
+from prorsa.rollout.engine_host import engine_here
+from prorsa.metrics.training import TRAIN_LOG
+from prorsa.rollout.learning import Learner, Push
+from prorsa.rollout.recovery import live_addresses
+
+WEIGHTS = "weights"
+BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
+
+
+async def _load_weights_here(model_dir: str, dask_worker=None) -> None:
+    await engine_here(dask_worker).load_weights(model_dir)
+
+
+def push_weights(client: Client, addresses: dict[str, str]) -> Push:
+    async def push(model_dir: Path) -> None:
+        await client.run(_load_weights_here, str(model_dir), workers=await live_addresses(client, addresses))
+    return push
+
+
+def _trainer_config(cfg: PipelineConfig, lr: float):
+    from prorsa.train.trainer import TrainerConfig
+
+    t = cfg.train
+    # one torch thread: the engines hold the cores, and a small model gains nothing from more
+    return TrainerConfig(lr=lr, clip_eps=t.clip_eps, kl_coef=t.kl_coef, micro_batch=t.micro_batch,
+                         grad_accum=t.grad_accum, seed=cfg.seed if t.seed is None else t.seed, threads=1)
+
+
+def _warm_up(cfg: PipelineConfig, base: Path, out: Path, say: Callable[[str], None]) -> None:
+    from prorsa.agent.environment import ToolEnvironment, dataset_tasks
+    from prorsa.agent.datasets import make_dataset
+    from prorsa.agent.live_episode import ChatFormat
+    from prorsa.train.sft import DEMONSTRATIONS, SftPlan, run_sft
+    from prorsa.train.trainer import Trainer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # its loading bars would cut into the run's progress
+    env = cfg.environment
+    trainer = Trainer(base, _trainer_config(cfg, cfg.train.sft_lr))
+    tasks = dataset_tasks(env, cfg.seed)
+    held_out = make_dataset(env.dataset, 8, cfg.seed + 10_000)  # apart from the RL tasks
+    schemas = ToolEnvironment.from_config(env, cfg.seed).toolbox.schemas()
+    plan = SftPlan(steps=cfg.train.sft_steps, seed=cfg.seed)
+
+    def on_step(stats, ev) -> None:
+        if ev is not None:
+            say(f"warm-up step {stats.version}: loss {stats.policy_loss:.3f}, tool-call rate {ev.call_rate:.2f}")
+
+    result = run_sft(trainer, tasks, held_out, DEMONSTRATIONS[env.dataset], ChatFormat(trainer.tokenizer),
+                     schemas, plan, on_step)
+    trainer.version = 0  # the policy RL starts from
+    trainer.save(out)
+    say(f"warm-up: {result.steps} steps, tool-call rate {result.evals[0][1].call_rate:.2f} -> "
+        f"{result.evals[-1][1].call_rate:.2f}")
+
+
+async def warm_start(cfg: PipelineConfig, run_dir: Path, console: Console) -> PipelineConfig:
+    if cfg.train is None or cfg.train.sft_steps == 0:
+        return cfg
+    base = await asyncio.to_thread(resolve_model_dir, cfg.engines)
+    out = run_dir / WEIGHTS / "v0"
+    if not (out / "config.json").exists():  # a resumed run keeps its warm-up
+        await asyncio.to_thread(_warm_up, cfg, base, out, console.print)
+    vllm = cfg.engines.vllm.model_copy(update={"model": str(out.resolve())})
+    return cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"vllm": vllm})})
+
+
+async def open_learner(cfg: PipelineConfig, run_dir: Path, client: Client, addresses: dict[str, str],
+                       now: Callable[[], float]) -> Learner:
+    from prorsa.train.trainer import Trainer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
+    trainer = await asyncio.to_thread(Trainer, model_dir, _trainer_config(cfg, cfg.train.lr))
+    return Learner(cfg.train, trainer, run_dir / WEIGHTS, push_weights(client, addresses),
+                   cfg.workload.prompts * cfg.workload.group_size, cfg.workload.mode, now,
+                   log_path=run_dir / TRAIN_LOG, batches_dir=run_dir / BATCHES)

@@ -1,0 +1,76 @@
+"""The RL loop's learner with the real trainer on the tiny model: what it trains, drops, saves,
+pushes and records, and how far it lets an async rollout run ahead."""
+
+import asyncio
+import json
+
+import pytest
+
+from prorsa.agent.loop import TrajectoryResult, TurnResult
+from prorsa.agent.workload import TrajectorySpec, TurnSpec
+from prorsa.config.pipeline import TrainConfig
+from prorsa.rollout.learning import Learner
+from prorsa.train.export import read_batch
+from prorsa.train.trainer import Trainer, TrainerConfig
+
+
+def _result(traj_id: str, prompt: int, reward: float, version: int) -> TrajectoryResult:
+    spec = TrajectorySpec(traj_id, "arith", prompt, 0, 0, (TurnSpec(5, 4, 0.0, True),), 7)
+    r = TrajectoryResult(spec=spec, status="completed", reward=reward, prompt_ids=(11, 12, 13, 14, 15),
+                         policy_version=version)
+    gen = (100 + prompt, 101, 102, 103)
+    r.turns.append(TurnResult(traj_id, 0, "", "e0", 5, 0, len(gen), token_ids=gen, logprobs=(-1.0,) * len(gen)))
+    return r
+
+
+@pytest.fixture
+def learner(tiny_dir, tmp_path):
+    def make(mode: str, batch: int, max_staleness: int = 1):
+        pushed = []
+
+        async def push(path):
+            pushed.append(path)
+
+        trainer = Trainer(tiny_dir, TrainerConfig(lr=1e-3, micro_batch=4, threads=1))
+        learner = Learner(TrainConfig(max_staleness=max_staleness, keep_checkpoints=2), trainer,
+                          tmp_path / "weights", push, batch, mode, log_path=tmp_path / "train.jsonl",
+                          batches_dir=tmp_path / "batches")
+        return learner, pushed
+    return make
+
+
+def test_sync_update_trains_the_step_saves_pushes_and_records(learner, tmp_path):
+    lr, pushed = learner("sync", batch=4)
+    for i, reward in enumerate([0.0, 1.0, 0.2, 0.2]):
+        lr.on_done(_result(f"t{i}", prompt=i // 2, reward=reward, version=0))
+    asyncio.run(lr.update())
+    assert lr.version == 1 and pushed == [tmp_path / "weights" / "v1"]
+    assert (tmp_path / "weights" / "v1" / "config.json").is_file()
+    (row,) = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert row["version"] == 1 and row["trajectories"] == 4 and row["max_staleness"] == 0
+    assert row["reward_mean"] == pytest.approx(0.35)
+    exported = read_batch(tmp_path / "batches" / "v0.parquet")
+    # group-normalised: prompt 0 (0.0 vs 1.0) has signal, prompt 1 (0.2, 0.2) none
+    assert [round(e.advantage, 3) for e in exported] == [-1.0, 1.0, 0.0, 0.0]
+
+
+def test_async_learner_drops_what_is_too_stale_and_gates_the_rollout(learner, tmp_path):
+    lr, pushed = learner("async", batch=2, max_staleness=1)
+    assert [lr.may_start(i) for i in (0, 3, 4)] == [True, True, False]  # versions 0 and 1 may start at 0
+    lr.on_done(_result("a", 0, 1.0, version=0))
+    lr.on_done(_result("b", 0, 0.0, version=0))
+    lr.on_done(_result("c", 1, 1.0, version=0))  # stays queued: not among the first two to finish
+    asyncio.run(lr.update())
+    assert lr.version == 1 and lr.may_start(4) and not lr.may_start(6)
+    lr.on_done(_result("d", 1, 0.0, version=1))
+    asyncio.run(lr.update())  # c (1 behind) and d (0 behind) are trained
+    lr.on_done(_result("e", 2, 1.0, version=0))  # 2 behind at version 2: dropped
+    lr.on_done(_result("f", 2, 0.0, version=2))
+    asyncio.run(lr.update())
+    rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [(r["trajectories"], r["dropped_stale"], r["max_staleness"]) for r in rows] == [(2, 0, 0), (2, 0, 1), (1, 1, 0)]
+    assert [v for _, v, _ in lr.trained_versions] == [0, 0, 0, 1, 2]
+    assert lr.version == 3 and len(pushed) == 3
+    # keep_checkpoints=2: v1 went, the newest two stay
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v2", "v3"]
+    assert lr.summary()["max_trained_staleness"] == 1 and lr.summary()["dropped_stale"] == 1
