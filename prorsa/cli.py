@@ -126,6 +126,7 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table
+    from prorsa.rollout.interrupt import Interrupted, run_interruptible
     from prorsa.rollout.live import run_live
 
     try:
@@ -150,14 +151,14 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     console.print(f"run directory: {run_dir}" + (f" ({len(journal.done_ids)} trajectories saved earlier)"
                                                  if resume_dir else ""))
     # SIGTERM (a batch system, `timeout`) unwinds as Ctrl-C does, so engines, servers and jobs are
-    # stopped: passed on as SIGINT, whose asyncio.run handler cancels the run rather than raising
-    # KeyboardInterrupt inside whatever callback is running (distributed logged those as errors)
+    # stopped: during the run both stop the rollout and let the cleanup finish (rollout/interrupt.py);
+    # before the loop runs, SIGTERM is passed on as SIGINT
     signal.signal(signal.SIGTERM, _as_sigint)
     try:
-        summary = asyncio.run(run_live(cfg, run_dir, console, journal=journal, cluster=cluster))
+        summary = asyncio.run(run_interruptible(run_live(cfg, run_dir, console, journal=journal, cluster=cluster)))
     except ClusterError as e:
         _fail(f"{cluster_opt}: {e}")
-    except KeyboardInterrupt:
+    except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
         _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
     console.print(summary_table(summary))
     console.print(f"wrote {run_dir}")

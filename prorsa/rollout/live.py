@@ -37,6 +37,7 @@ from prorsa.rollout.controller import LiveController
 from prorsa.rollout.dask_runtime import DaskTurnRunner
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.rollout.engine_host import engine_here
+from prorsa.rollout.interrupt import guarded
 from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
 from prorsa.rollout.router import Router
 from prorsa.rollout.tool_host import driver_environment
@@ -168,13 +169,14 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                 _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
             control = asyncio.create_task(controller.run())
             flusher = asyncio.create_task(flush_every(journal, cfg.runtime.output_flush_s))
-            try:
-                await drive(workload, cfg.workload, runner, lambda: time.time() - t0,
+            rollout = drive(workload, cfg.workload, runner, lambda: time.time() - t0,
                             _both(journal.add, rec.on_done, controller.trajectory_done,
                                   *([learner.on_done] if learner else [])), rec.on_turn,
                             episodes=environment.episode if environment else None,
                             update_weights=learner.update if learner else _weight_update(client, addresses, cfg),
                             skip=frozenset(journal.done_ids), **rl)
+            try:
+                await guarded(asyncio.create_task(rollout))  # a signal stops it here (rollout/interrupt.py)
             finally:
                 journal.flush()  # interrupted or not, what finished is kept
                 await _cancel(flusher)
