@@ -207,6 +207,9 @@ class TrainConfig(_Section):
     max_staleness: int = Field(1, ge=0)  # async: versions a trained trajectory may lag the trainer
     sft_steps: int = Field(0, ge=0)  # supervised warm-up on the task's demonstrations before RL
     sft_lr: float = Field(1e-3, gt=0, le=1)
+    # the warm-up stops once this share of sampled first turns calls the tool: RL learns from the
+    # differences within a group, and a model that always (or never) calls has none to learn from
+    sft_target_call_rate: float = Field(0.4, gt=0, le=1)
     keep_checkpoints: int = Field(2, ge=1)  # weight versions kept under RUN_DIR/weights
     seed: int | None = None  # None: the pipeline's seed
 

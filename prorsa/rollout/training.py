@@ -63,11 +63,12 @@ def _warm_up(cfg: PipelineConfig, base: Path, out: Path, say: Callable[[str], No
     tasks = dataset_tasks(env, cfg.seed)
     held_out = make_dataset(env.dataset, 8, cfg.seed + 10_000)  # apart from the RL tasks
     schemas = ToolEnvironment.from_config(env, cfg.seed).toolbox.schemas()
-    plan = SftPlan(steps=cfg.train.sft_steps, seed=cfg.seed)
+    plan = SftPlan(steps=cfg.train.sft_steps, target_call_rate=cfg.train.sft_target_call_rate, seed=cfg.seed)
 
     def on_step(stats, ev) -> None:
         if ev is not None:
-            say(f"warm-up step {stats.version}: loss {stats.policy_loss:.3f}, tool-call rate {ev.call_rate:.2f}")
+            say(f"warm-up step {stats.version}: loss {stats.policy_loss:.3f}, tool-call rate {ev.call_rate:.2f} "
+                f"(with the prompt's numbers {ev.correct_call_rate:.2f})")
 
     result = run_sft(trainer, tasks, held_out, DEMONSTRATIONS[env.dataset], ChatFormat(trainer.tokenizer),
                      schemas, plan, on_step)
