@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -55,9 +56,35 @@ def _teller(console: Console | None) -> Callable[[str], None]:
     return lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
+class _GoingWorkers(logging.Filter):
+    """Once the run unwinds, a broadcast still in flight from a task just cancelled (the
+    sampler's client.run) can reach a worker that is being stopped: the scheduler logs that as an
+    error, but it is the teardown, not a fault."""
+
+    armed = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.armed and record.getMessage().startswith("broadcast to "))
+
+
 @contextlib.asynccontextmanager
 async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
                            console: Console | None = None) -> AsyncIterator[RunCluster]:
+    going, log = _GoingWorkers(), logging.getLogger("distributed.scheduler")
+    log.addFilter(going)
+    try:
+        async with _open_run_cluster(spec, cfg, roles, run_dir, console) as run:
+            try:
+                yield run
+            finally:
+                going.armed = True
+    finally:
+        log.removeFilter(going)
+
+
+@contextlib.asynccontextmanager
+async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
+                            console: Console | None) -> AsyncIterator[RunCluster]:
     spec, say = spec or LocalSpec(), _teller(console)
     security = make_security(spec.tls)
     if spec.kind == "local":
