@@ -126,6 +126,7 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table
+    from prorsa.rollout.cluster import EngineStartFailed
     from prorsa.rollout.interrupt import Interrupted, run_interruptible
     from prorsa.rollout.live import run_live
 
@@ -158,6 +159,8 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
         summary = asyncio.run(run_interruptible(run_live(cfg, run_dir, console, journal=journal, cluster=cluster)))
     except ClusterError as e:
         _fail(f"{cluster_opt}: {e}")
+    except EngineStartFailed as e:
+        _fail(f"{pipeline or resume_dir}: engines did not start: {e}")
     except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
         _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
     console.print(summary_table(summary))

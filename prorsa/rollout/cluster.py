@@ -12,13 +12,15 @@ and host the pipeline's tools through a ToolHost plugin when it has an environme
 
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+import logging
 
 import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import engine_name, resolve_model_dir
+from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import EngineHost
 from prorsa.rollout.tool_host import ToolHost
@@ -99,14 +101,54 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
             "dashboard_address": dashboard or ":0",
         },
     }
-    with dask.config.set(SCHEDULER_CONFIG):  # read when the scheduler starts
-        return await SpecCluster(
+    with dask.config.set(SCHEDULER_CONFIG), _engine_failures_unlogged():  # config read at scheduler start
+        cluster = SpecCluster(
             workers=worker_specs(cfg, roles, run_dir, security),
             scheduler=scheduler,
             asynchronous=True,
             name=f"prorsa-{cfg.name}",
             security=security,
         )
+        try:
+            return await cluster
+        except RuntimeError as e:  # "Worker failed to start.": the engine's own error says why
+            await cluster.close()  # the scheduler and the workers that did start
+            cause = _root(e)
+            if cause is e:
+                raise
+            raise EngineStartFailed(str(cause).splitlines()[0].rstrip(":")) from None
+
+
+class EngineStartFailed(Exception):
+    """An engine worker could not start its engine; the message is one line."""
+
+
+def _root(e: BaseException) -> BaseException:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return e
+
+
+class _EngineFailure(logging.Filter):
+    """distributed logs an engine that fails to start with its traceback, twice; the run says it
+    in one line (EngineStartFailed) and the engine's log has the rest."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and isinstance(_root(exc), EngineUnavailable))
+
+
+@contextlib.contextmanager
+def _engine_failures_unlogged():
+    handlers = logging.getLogger("distributed").handlers + logging.getLogger().handlers
+    quiet = _EngineFailure()
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)
 
 
 async def engine_addresses(client) -> dict[str, str]:

@@ -177,3 +177,19 @@ def test_lost_port_race_is_retried_on_fresh_ports(tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 30
     assert len(ports) == server_mod.PORT_CLASH_ATTEMPTS and not server.alive()
     assert (tmp_path / "s.log").read_text().count("# prorsa:") == server_mod.PORT_CLASH_ATTEMPTS
+
+
+@pytest.mark.vllm
+def test_engines_that_do_not_start_end_the_run_with_one_error_line(tmp_path):
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[2] / "pipelines" / "quickstart.yaml").read_text()
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(text.replace("    cores_per_engine: 1", "    cores_per_engine: 1\n    start_timeout_s: 1"))
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--output", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: {pipeline}: engines did not start: ") and \
+        "not healthy after 1 s" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
