@@ -131,9 +131,10 @@ class SandboxSettings(_Section):
 
 
 _BUILTIN_TOOLS = ("python", "calculator", "search")
-_DATASETS = ("math-tir", "search", "swe-lite", "arith")
-_SFT_DATASETS = ("arith",)  # with demonstrations (train/sft.py DEMONSTRATIONS)
-_DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"python"}, "arith": {"calculator"}}
+_DATASETS = ("math-tir", "search", "swe-lite", "arith", "arith-digits")
+_SFT_DATASETS = ("arith", "arith-digits")  # with demonstrations (train/sft.py DEMONSTRATIONS)
+_DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"python"},
+                  "arith": {"calculator"}, "arith-digits": {"calculator"}}
 
 
 class EnvironmentConfig(_Section):

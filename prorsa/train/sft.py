@@ -46,7 +46,7 @@ def _arith_demo(task: Task) -> Demo:
     return Demo(call, task.answer, answer)  # the calculator prints an integer result as its repr
 
 
-DEMONSTRATIONS: dict[str, Callable[[Task], Demo]] = {"arith": _arith_demo}
+DEMONSTRATIONS: dict[str, Callable[[Task], Demo]] = {"arith": _arith_demo, "arith-digits": _arith_demo}
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ the tiny model to learn on a CPU.
 
     make_arith(n, seed) -> [Task]    "What is 17 + 25? Use the calculator." -> answer "42"; the
                                      reference call is calculator({"expression": "17 + 25"})
+    make_arith_digits(n, seed)       `arith-digits`: the same with operands 1-9
     demonstration(task) -> (call_text, answer_text)   what a solver writes in its two turns
 
 The reward meant for it is `tool_use` (agent/rewards.py): full marks for the right \\boxed{}
@@ -23,19 +24,30 @@ INSTRUCTION = "Use the calculator."
 
 
 @register("arith")
-def make_arith(n: int, seed: int = 0) -> list[Task]:
+def make_arith(n: int, seed: int = 0, digits: bool = False) -> list[Task]:
+    name = "arith-digits" if digits else "arith"
     tasks = []
     for i in range(n):
-        r = random.Random(f"arith:{seed}:{i}")
+        r = random.Random(f"{name}:{seed}:{i}")
         op = r.choice(sorted(OPS))
-        a, b = r.randrange(1, 100), r.randrange(1, 100)
-        if op == "*":  # keeps answers to at most three digits, so prompts and answers stay short
-            b = r.randrange(2, 10)
+        if digits:
+            a, b = r.randrange(1, 10), r.randrange(1, 10)
+        else:
+            a, b = r.randrange(1, 100), r.randrange(1, 100)
+            if op == "*":  # keeps answers to at most three digits, so prompts and answers stay short
+                b = r.randrange(2, 10)
         expression = f"{a} {op} {b}"
-        tasks.append(Task(f"arith-{seed}-{i}", "arith", f"What is {expression}? {INSTRUCTION}",
+        tasks.append(Task(f"{name}-{seed}-{i}", name, f"What is {expression}? {INSTRUCTION}",
                           str(OPS[op](a, b)), (ToolCall("calculator", {"expression": expression}),),
                           meta={"a": a, "b": b, "op": op}))
     return tasks
+
+
+@register("arith-digits")
+def make_arith_digits(n: int, seed: int = 0) -> list[Task]:
+    """Single-digit operands: 243 distinct problems, few enough for the tiny model to learn the
+    prompt-to-call mapping it cannot yet copy in general."""
+    return make_arith(n, seed, digits=True)
 
 
 def demonstration(task: Task) -> tuple[str, str]:
