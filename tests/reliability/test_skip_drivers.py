@@ -1,4 +1,6 @@
-"""The drivers on a resumed run: the same slots as a fresh one, the saved ones left out."""
+"""The drivers on a resumed run: the same slots as a fresh one, the saved ones left out. And under
+the RL loop: every result tagged with the version it started under, and the async gate holding
+starts back until weight updates catch up, without a deadlock."""
 
 from __future__ import annotations
 
@@ -39,3 +41,43 @@ def test_a_resumed_run_runs_exactly_the_rest(mode):
     rest = _ids(mode, saved)
     assert sorted(rest) == sorted(set(every) - saved) and len(rest) == len(set(rest))
     assert _ids(mode, frozenset(every)) == []
+
+
+def _cfg(mode: str) -> WorkloadConfig:
+    return WorkloadConfig(family="search", mode=mode, prompts=2, group_size=2, steps=3, concurrency=8,
+                          trajectories=16, max_turns=2)
+
+
+def test_async_gate_keeps_rollout_within_max_staleness_of_the_updates():
+    cfg, version, batch, max_staleness = _cfg("async"), [0], 4, 1
+    refused = []
+
+    async def update() -> None:
+        await asyncio.sleep(0.02)  # longer than a trajectory: without the gate rollout would run ahead
+        version[0] += 1
+
+    def gate(started: int) -> bool:
+        ok = version[0] >= started // batch - max_staleness
+        if not ok:
+            refused.append(started)
+        return ok
+
+    results = asyncio.run(run_async(Workload.from_config(cfg, 3), cfg, InstantRunner(), lambda: 0.0,
+                                    lambda r: None, update_weights=update, version=lambda: version[0], gate=gate))
+    assert len(results) == 16 and len({r.spec.traj_id for r in results}) == 16
+    for r in results:
+        index = int(r.spec.traj_id[1:])
+        assert r.policy_version >= index // batch - max_staleness, (r.spec.traj_id, r.policy_version)
+    assert max(r.policy_version for r in results) >= 2
+    assert refused  # the gate held starts back, and the updates let them go on
+
+
+def test_sync_results_carry_the_version_of_their_step():
+    cfg, version = _cfg("sync"), [0]
+
+    async def update() -> None:
+        version[0] += 1
+
+    results = asyncio.run(run_sync(Workload.from_config(cfg, 3), cfg, InstantRunner(), lambda: 0.0,
+                                   lambda r: None, update_weights=update, version=lambda: version[0]))
+    assert [(r.spec.step, r.policy_version) for r in results] == [(s, s) for s in range(3) for _ in range(4)]
