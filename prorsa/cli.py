@@ -136,11 +136,11 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
         _fail(str(e))
 
     console = Console(stderr=False)
-    if cfg.engines.backend == "vllm":
-        _check_vllm(cfg, pipeline)
     if resume_dir is not None and cfg.train is not None:
         # the trainer's optimizer state and the versions of what was saved are not kept yet
         _fail(f"{resume_dir}: a run with a train: section cannot be resumed yet; start it again")
+    if cfg.engines.backend == "vllm":
+        _check_vllm(cfg, pipeline)
     if resume_dir is None:
         run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
         (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")

@@ -123,6 +123,9 @@ def make_tiny_model(
     the float noise of batching, which tests comparing outputs across engines rely on."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a progress bar for one small file, on stderr, in every first run
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
