@@ -202,6 +202,8 @@ class TrainConfig(_Section):
     lr: float = Field(1e-4, gt=0, le=1)
     clip_eps: float = Field(0.2, gt=0, le=10)
     kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model for a k3 KL term
+    # verl's loss_agg_mode: every generated token weighs the same, or every sequence (train/grpo.py)
+    loss_agg: Literal["token-mean", "seq-mean-token-mean"] = "token-mean"
     micro_batch: int = Field(8, ge=1)  # sequences per forward/backward
     # micro-batches whose gradients accumulate into one optimizer update; None: one update per step
     grad_accum: int | None = Field(None, ge=1)

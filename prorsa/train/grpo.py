@@ -2,7 +2,8 @@
 
     group_advantages(rewards, groups, eps) -> [float]   (r - mean of its group) / (std of its group + eps)
     token_advantages(advantages, mask) -> Tensor        each sequence's advantage on its masked tokens
-    grpo_loss(new, old, advantages, mask, clip_eps, kl_coef, ref=None, num_tokens=None) -> (loss, LossStats)
+    grpo_loss(new, old, advantages, mask, clip_eps, kl_coef, ref=None, num_tokens=None,
+              loss_agg="token-mean", num_sequences=None) -> (loss, LossStats)
 
 The loss per generated token t of a sequence with advantage A, ratio rho = exp(new_t - old_t):
 
@@ -10,8 +11,12 @@ The loss per generated token t of a sequence with advantage A, ratio rho = exp(n
 
 summed over masked tokens and divided by `num_tokens` (default: the masked tokens given). The
 trainer passes the whole update's token count, so micro-batches accumulate to the same gradient
-as one big batch, and every token weighs the same whatever its sequence's length. The KL term is
-the k3 estimator of KL(new || ref): non-negative, zero where the policies agree.
+as one big batch, and every token weighs the same whatever its sequence's length. verl's
+`seq-mean-token-mean` is the other choice (LOSS_AGG): each sequence's mean over its own tokens,
+summed and divided by `num_sequences`, so every sequence weighs the same. A small model needs it:
+under token-mean its long, rambling failures outweigh its short successes in every group, and
+pushing them down moves the policy more than pulling the successes up. The KL term is the k3
+estimator of KL(new || ref): non-negative, zero where the policies agree.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+LOSS_AGG = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,8 @@ def token_advantages(advantages: Sequence[float] | torch.Tensor, mask: torch.Ten
 def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, clip_eps: float = 0.2, kl_coef: float = 0.0,
               ref_logprobs: torch.Tensor | None = None,
-              num_tokens: int | None = None) -> tuple[torch.Tensor, LossStats]:
+              num_tokens: int | None = None, loss_agg: str = "token-mean",
+              num_sequences: int | None = None) -> tuple[torch.Tensor, LossStats]:
     """All tensors are (batch, tokens); `advantages` per token (token_advantages) or per sequence
     (batch,). Gradients flow through `new_logprobs` only."""
     mask = mask.to(new_logprobs.dtype)
@@ -79,8 +87,13 @@ def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
         kl = torch.exp(diff) - diff - 1.0
         per_token = per_token + kl_coef * kl
     tokens = int(mask.sum().item())
-    denom = float(num_tokens if num_tokens is not None else max(tokens, 1))
-    loss = (per_token * mask).sum() / denom
+    if loss_agg == "token-mean":
+        loss = (per_token * mask).sum() / float(num_tokens if num_tokens is not None else max(tokens, 1))
+    elif loss_agg == "seq-mean-token-mean":
+        per_sequence = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        loss = per_sequence.sum() / float(num_sequences if num_sequences is not None else mask.shape[0])
+    else:
+        raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGG)}, got {loss_agg!r}")
     with torch.no_grad():
         n = max(tokens, 1)
         stats = LossStats(

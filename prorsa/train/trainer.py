@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from prorsa.train.grpo import LossStats, group_advantages, grpo_loss, sft_loss
+from prorsa.train.grpo import LOSS_AGG, LossStats, group_advantages, grpo_loss, sft_loss
 from prorsa.train.samples import Sample
 
 POLICY_FILE = "policy.json"  # {"policy_version": N} in every saved model directory
@@ -50,6 +50,7 @@ class TrainerConfig:
     micro_batch: int = 8  # samples per forward/backward pass
     grad_accum: int | None = None  # micro-batches per optimizer update; None: one update per step
     seed: int = 0  # orders the samples into mini-batches
+    loss_agg: str = "token-mean"  # or "seq-mean-token-mean" (grpo.py): how tokens are averaged
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
     adv_eps: float = 1e-6
@@ -144,7 +145,7 @@ class Trainer:
         rows = [(s, a, o) for s, a, o in zip(samples, advantages, old)]
         cfg = self.config
 
-        def loss_fn(micro, new_lp, mask, num_tokens):
+        def loss_fn(micro, new_lp, mask, num_tokens, num_sequences):
             width = new_lp.shape[1]
             ref = None
             if self.reference is not None:
@@ -152,12 +153,12 @@ class Trainer:
                     ref = sequence_logprobs(self.reference, [s.token_ids for s, _, _ in micro], self.pad_id)
             return grpo_loss(new_lp, _padded([o for _, _, o in micro], width),
                              torch.tensor([a for _, a, _ in micro], dtype=torch.float32), mask,
-                             cfg.clip_eps, cfg.kl_coef, ref, num_tokens)
+                             cfg.clip_eps, cfg.kl_coef, ref, num_tokens, cfg.loss_agg, num_sequences)
 
         return self._update(rows, loss_fn)
 
     def sft_step(self, samples: Sequence[Sample]) -> StepStats:
-        def loss_fn(micro, new_lp, mask, num_tokens):
+        def loss_fn(micro, new_lp, mask, num_tokens, num_sequences):
             loss = sft_loss(new_lp, mask, num_tokens)
             tokens = int(mask.sum().item())
             ce = float(-(new_lp.detach() * mask).sum() / max(tokens, 1))
@@ -187,7 +188,7 @@ class Trainer:
                 micro = mini[mlo:mlo + cfg.micro_batch]
                 new_lp = sequence_logprobs(self.model, [s.token_ids for s, _, _ in micro], self.pad_id)
                 mask = _padded([s.loss_mask for s, _, _ in micro], new_lp.shape[1])
-                loss, st = loss_fn(micro, new_lp, mask, num_tokens)
+                loss, st = loss_fn(micro, new_lp, mask, num_tokens, len(mini))
                 loss.backward()
                 loss_sum += float(loss.detach())
                 for k in weighted:

@@ -100,6 +100,25 @@ def test_token_count_normaliser_makes_micro_batches_add_up():
     assert torch.equal(token_advantages(adv, mask)[:, 0], adv * mask[:, 0])
 
 
+def test_seq_mean_weighs_every_sequence_the_same_whatever_its_length():
+    # At ratio 1 the policy loss is -(weighted mean advantage). A one-token success (+1) and a
+    # three-token failure (-1): token-mean counts the failure three times, seq-mean once each.
+    new = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0])
+    token, _ = grpo_loss(new, new.detach(), adv, mask)
+    seq, _ = grpo_loss(new, new.detach(), adv, mask, loss_agg="seq-mean-token-mean")
+    assert float(token) == pytest.approx(0.5) and float(seq) == pytest.approx(0.0)
+    seq.backward()
+    # each sequence's tokens share its 1/2 weight: the success's one token, the failure's three
+    assert new.grad[0, 0] == pytest.approx(-0.5) and new.grad[1].tolist() == pytest.approx([0.5 / 3] * 3)
+    halves = sum(grpo_loss(new[i:i + 1], new[i:i + 1].detach(), adv[i:i + 1], mask[i:i + 1],
+                           loss_agg="seq-mean-token-mean", num_sequences=2)[0] for i in (0, 1))
+    assert float(halves) == pytest.approx(float(seq))
+    with pytest.raises(ValueError, match="loss_agg"):
+        grpo_loss(new, new.detach(), adv, mask, loss_agg="sum")
+
+
 def test_sft_loss_is_mean_negative_logprob_on_masked_tokens():
     lp = torch.tensor([[-9.0, -1.0, -3.0]])
     assert float(sft_loss(lp, torch.tensor([[0.0, 1.0, 1.0]]))) == pytest.approx(2.0)
