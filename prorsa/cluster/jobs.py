@@ -1,6 +1,7 @@
 """Batch jobs through dask-jobqueue: one job per engine, one per tool worker, or sweep jobs.
 
-    run_jobs(spec, cfg, roles) -> {worker name: job options}   engine-<i> and tools-<j>
+    run_jobs(spec, cfg, roles) -> {worker name: job options}   engine-<i>, tools-<j>, and trainer
+                                                                under train.placement: worker
     sweep_job_options(spec) -> job options                     `sweep.cpus` single-threaded workers
     job_scripts(spec, jobs, address) -> {name: script}         the scripts as they are submitted
     job_cluster(spec, name, security, dashboard, job) -> JobQueueCluster   the scheduler here, no jobs
@@ -38,7 +39,8 @@ from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role
-from prorsa.rollout.cluster import SCHEDULER_CONFIG, engine_resources, tool_name, tool_resources
+from prorsa.rollout.cluster import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, tool_name, tool_resources,
+                                    trainer_resources, wants_trainer_worker)
 
 BatchSpec = SlurmSpec | PbsSpec
 _CLUSTERS = {"slurm": SLURMCluster, "pbs": PBSCluster}
@@ -104,6 +106,11 @@ def run_jobs(spec: BatchSpec, cfg: PipelineConfig, roles: list[Role]) -> dict[st
         name = tool_name(j)
         jobs[name] = job_options(spec, tools, threads=cfg.runtime.tool_threads, job_name=f"prorsa-{name}",
                                  resources=tool_resources(cfg.runtime.tool_threads))
+    if wants_trainer_worker(cfg):
+        trainer = spec.job("trainer")
+        # the worker's threads are the cores booked, and torch's follow them (rollout/remote_trainer.py)
+        jobs[TRAINER_NAME] = job_options(spec, trainer, threads=trainer.over(DEFAULTS).cpus,
+                                         job_name=f"prorsa-{TRAINER_NAME}", resources=trainer_resources())
     return jobs
 
 

@@ -5,10 +5,12 @@
 
     local     SpecCluster in this process (rollout/cluster.py), bound to localhost; TLS if the file says so
     slurm/pbs the scheduler here (a login node), one job per engine (its GPUs, its initial role's
-              resources) and per tool worker; waits until each has joined; cancels every job on the
-              way out, whether the run finished, failed or was interrupted
-    address   a running scheduler whose workers are named engine-<i> and tools-<j>; each is given its
-              initial role's resources, its engine or toolbox (plugins), and work stealing is paused
+              resources), per tool worker and for the trainer (train.placement: worker); waits
+              until each has joined; cancels every job on the way out, whether the run finished,
+              failed or was interrupted
+    address   a running scheduler whose workers are named engine-<i>, tools-<j> (and trainer under
+              train.placement: worker); each is given its initial role's (or the trainer's)
+              resources, its engine or toolbox (plugins), and work stealing is paused
 
 A cluster that cannot be had (no sbatch, jobs that never start, an address that does not answer)
 raises ClusterError with one line saying so.
@@ -36,7 +38,8 @@ from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.roles import Role
-from prorsa.rollout.cluster import engine_resources, start_local_cluster, tool_name, tool_resources
+from prorsa.rollout.cluster import (TRAINER_NAME, engine_resources, start_local_cluster, tool_name, tool_resources,
+                                    trainer_resources, wants_trainer_worker)
 
 
 class ClusterError(Exception):
@@ -182,12 +185,15 @@ async def _adopt_workers(client: Client, spec: AddressSpec, cfg: PipelineConfig,
                          run_dir: Path) -> AsyncIterator[None]:
     engines = [engine_name(i) for i in range(len(roles))]
     tools = [tool_name(j) for j in range(cfg.runtime.tool_workers)]
-    addresses = await wait_for_named(client, engines + tools, spec.start_timeout_s)
+    trainer = [TRAINER_NAME] if wants_trainer_worker(cfg) else []
+    addresses = await wait_for_named(client, engines + tools + trainer, spec.start_timeout_s)
     # whatever the workers were started with, the run begins from its policy's initial roles
     for name, role in zip(engines, roles):
         await client.run(_set_resources, engine_resources(role, cfg.engines.slots), workers=[addresses[name]])
     for name in tools:
         await client.run(_set_tool_resources, workers=[addresses[name]])
+    for name in trainer:
+        await client.run(_set_resources, trainer_resources(), workers=[addresses[name]])
     await client.run_on_scheduler(_stealing, False)
     try:
         await _host(client, cfg, roles, run_dir)

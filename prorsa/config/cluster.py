@@ -9,6 +9,7 @@
     jobs: {walltime: "02:00:00", prologue: [source .venv/bin/activate]}   # shared by every job
     engines: {gpus: 1, cpus: 8, memory: 64GB, queue: gpu}   # one job per engine (GPU or TP group)
     tools: {cpus: 4, memory: 16GB}                          # one job per tool worker
+    trainer: {cpus: 16, memory: 64GB}                       # train.placement: worker (one job)
     sweep: {jobs: 4, cpus: 8, memory: 16GB}                 # prorsa sweep: cpus worker processes per job
     tls: {ca_file: certs/ca.pem, cert: certs/node.pem, key: certs/node-key.pem}
 
@@ -105,6 +106,7 @@ class _BatchSpec(_Section):
     jobs: JobSettings = JobSettings()  # unset everywhere: 1 cpu, 4GB, 1 hour, 1 sweep job
     engines: JobSettings = JobSettings()
     tools: JobSettings = JobSettings()
+    trainer: JobSettings = JobSettings()
     sweep: JobSettings = JobSettings()
     python: str | None = None  # the workers' interpreter; None: the one running prorsa
     log_directory: str | None = None  # the batch system's job output (relative: to the cluster file)
@@ -148,7 +150,7 @@ class PbsSpec(_BatchSpec):
 
 class AddressSpec(_Section):
     """A scheduler already running, its workers started with `dask worker ADDRESS --name engine-<i>`
-    (one per engine) and `--name tools-<j>`."""
+    (one per engine), `--name tools-<j>` and, under train.placement: worker, `--name trainer`."""
 
     kind: Literal["address"] = "address"
     address: str = Field(pattern=r"^(tcp|tls)://.+")

@@ -215,6 +215,9 @@ class TrainConfig(_Section):
     sft_target_call_rate: float = Field(0.4, gt=0, le=1)
     keep_checkpoints: int = Field(2, ge=1)  # weight versions kept under RUN_DIR/weights
     seed: int | None = None  # None: the pipeline's seed
+    # where the Trainer lives: in the driver, or on a worker of its own (resource trainer: 1) that
+    # writes the weights into the run directory, so that directory must be on a shared filesystem
+    placement: Literal["driver", "worker"] = "driver"
 
 
 class PipelineConfig(_Section):

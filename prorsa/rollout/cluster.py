@@ -1,13 +1,18 @@
 """One place turns a pipeline into a running Dask cluster.
 
     start_local_cluster(cfg, roles, run_dir[, host, security])   SpecCluster: one worker per engine,
-                                               tool workers (batch jobs and running schedulers: cluster/)
+                                               tool workers, the trainer worker under
+                                               train.placement: worker (batch jobs and running
+                                               schedulers: cluster/)
     engine_addresses(client)                   engine id -> worker address, read from the scheduler
-    engine_resources(role, slots), tool_resources(threads)   what each kind of worker declares
+    engine_resources(role, slots), tool_resources(threads), trainer_resources()
+                                               what each kind of worker declares
 
 Every engine worker declares both role resources (0 where absent) and hosts its engine through
 an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines,
-and host the pipeline's tools through a ToolHost plugin when it has an environment.
+and host the pipeline's tools through a ToolHost plugin when it has an environment. The trainer
+worker declares {"trainer": 1} and hosts nothing until the RL loop puts its Trainer there
+(rollout/remote_trainer.py).
 """
 
 from __future__ import annotations
@@ -36,6 +41,33 @@ def tool_resources(threads: int) -> dict[str, float]:
 
 def tool_name(index: int) -> str:
     return f"tools-{index}"
+
+
+TRAINER_NAME = "trainer"
+TRAINER_RESOURCE = "trainer"
+
+
+def trainer_resources() -> dict[str, float]:
+    return {"prefill": 0, "decode": 0, "env": 0, TRAINER_RESOURCE: 1}
+
+
+def wants_trainer_worker(cfg: PipelineConfig) -> bool:
+    return cfg.train is not None and cfg.train.placement == "worker"
+
+
+def trainer_worker_spec(processes: bool, security=None) -> dict:
+    return {
+        "cls": Nanny if processes else Worker,
+        "options": {
+            "name": TRAINER_NAME,
+            # one thread: the Trainer is an actor (its calls run in the worker's actor thread), and
+            # the one task this worker runs is the actor's construction; torch's threads follow it
+            "nthreads": 1,
+            "resources": trainer_resources(),
+            "dashboard": False,
+            **({"security": security} if security is not None else {}),
+        },
+    }
 
 
 def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security=None) -> dict[str, dict]:
@@ -69,6 +101,8 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
                 **tls,
             },
         }
+    if wants_trainer_worker(cfg):
+        specs[TRAINER_NAME] = trainer_worker_spec(cfg.runtime.processes, security)
     return specs
 
 

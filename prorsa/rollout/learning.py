@@ -1,6 +1,7 @@
 """The RL loop's learner: finished trajectories in, a GRPO step, the new weights out to every engine.
 
-    Learner(train_cfg, trainer, weights_dir, push, batch, mode)
+    Learner(train_cfg, trainer, weights_dir, push, batch, mode)   trainer: a TrainerHandle
+                                   (rollout/trainer_handle.py), or a Trainer to run in this process
     learner.on_done(result)        the driver's callback: keep a finished trajectory for training
     learner.version                weight updates pushed so far: what a trajectory starting now is
                                    tagged with (TrajectoryResult.policy_version)
@@ -16,8 +17,9 @@ is at version t is t - v versions stale, and is dropped (counted, never trained)
 max_staleness. The gate keeps rollout from running further ahead than that: trajectory i starts
 only once version >= i // batch - max_staleness.
 
-The trainer's step runs in a thread: the event loop keeps driving the rollout meanwhile (async).
-No dask here: `push(model_dir)` is the body's way of loading weights into its engines.
+The trainer's step runs in a thread or on the trainer worker: the event loop keeps driving the
+rollout meanwhile (async). No dask here: `push(model_dir)` is the body's way of loading weights
+into its engines, and the handle its way of reaching a trainer elsewhere.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.config.pipeline import TrainConfig
+from prorsa.rollout.trainer_handle import LocalTrainer, TrainerHandle
 from prorsa.train.export import write_batch
 from prorsa.train.grpo import group_advantages
 from prorsa.train.samples import samples_from_results
@@ -59,11 +62,11 @@ class UpdateRecord:
 
 
 class Learner:
-    def __init__(self, cfg: TrainConfig, trainer: Trainer, weights_dir: Path, push: Push, batch: int,
-                 mode: str, now: Callable[[], float] = time.monotonic, log_path: Path | None = None,
+    def __init__(self, cfg: TrainConfig, trainer: TrainerHandle | Trainer, weights_dir: Path, push: Push,
+                 batch: int, mode: str, now: Callable[[], float] = time.monotonic, log_path: Path | None = None,
                  batches_dir: Path | None = None) -> None:
         self.cfg = cfg
-        self.trainer = trainer
+        self.trainer = LocalTrainer(trainer) if isinstance(trainer, Trainer) else trainer
         self.weights_dir = Path(weights_dir)
         self.push = push
         self.batch = batch
@@ -106,13 +109,13 @@ class Learner:
             if self.batches_dir is not None:  # what an external trainer would have been given
                 await asyncio.to_thread(write_batch, self.batches_dir / f"v{self.version}.parquet",
                                         samples, advantages)
-            stats = await asyncio.to_thread(self.trainer.step, samples, advantages)
+            stats = await self.trainer.step(samples, advantages)
         else:  # nothing trainable (every trajectory failed or was stale): the weights stay, the version moves
             stats = None
-            self.trainer.version += 1
+            await self.trainer.skip()
         t1 = time.monotonic()
         target = self.weights_dir / f"v{self.trainer.version}"
-        await asyncio.to_thread(self.trainer.save, target)
+        await self.trainer.save(target)
         t2 = time.monotonic()
         await self.push(target)
         t3 = time.monotonic()

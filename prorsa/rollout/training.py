@@ -4,7 +4,8 @@
                                         runs first, and the engines start from its weights
                                         (RUN_DIR/weights/v0); else cfg unchanged
     await open_learner(cfg, run_dir, client, addresses, now) -> Learner   the trainer in the
-                                        driver, pushing each new version to every engine worker
+                                        driver or on the trainer worker (train.placement), pushing
+                                        each new version to every engine worker
 
 Weights travel as a model directory on a filesystem every engine worker can read (the run
 directory): each engine loads it in place (vLLM's reload_weights) and drops its cached prefixes.
@@ -25,6 +26,7 @@ from prorsa.rollout.engine_host import engine_here
 from prorsa.metrics.training import TRAIN_LOG
 from prorsa.rollout.learning import Learner, Push
 from prorsa.rollout.recovery import live_addresses
+from prorsa.rollout.trainer_handle import LocalTrainer, TrainerHandle
 
 WEIGHTS = "weights"
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
@@ -89,14 +91,23 @@ async def warm_start(cfg: PipelineConfig, run_dir: Path, console: Console) -> Pi
     return cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"vllm": vllm})})
 
 
-async def open_learner(cfg: PipelineConfig, run_dir: Path, client: Client, addresses: dict[str, str],
-                       now: Callable[[], float]) -> Learner:
+async def open_trainer(cfg: PipelineConfig, client: Client) -> TrainerHandle:
+    model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
+    config = _trainer_config(cfg, cfg.train.lr)
+    if cfg.train.placement == "worker":
+        from prorsa.rollout.remote_trainer import open_remote_trainer
+
+        return await open_remote_trainer(client, model_dir, config)
     from prorsa.train.trainer import Trainer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
-    trainer = await asyncio.to_thread(Trainer, model_dir, _trainer_config(cfg, cfg.train.lr))
+    return LocalTrainer(await asyncio.to_thread(Trainer, model_dir, config))
+
+
+async def open_learner(cfg: PipelineConfig, run_dir: Path, client: Client, addresses: dict[str, str],
+                       now: Callable[[], float]) -> Learner:
+    trainer = await open_trainer(cfg, client)
     return Learner(cfg.train, trainer, run_dir / WEIGHTS, push_weights(client, addresses),
                    cfg.workload.prompts * cfg.workload.group_size, cfg.workload.mode, now,
                    log_path=run_dir / TRAIN_LOG, batches_dir=run_dir / BATCHES)
