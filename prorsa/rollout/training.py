@@ -22,6 +22,7 @@ from rich.console import Console
 
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
+from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.rollout.engine_host import engine_here
 from prorsa.metrics.training import TRAIN_LOG
 from prorsa.rollout.learning import Learner, Push
@@ -32,8 +33,12 @@ WEIGHTS = "weights"
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
 
 
-async def _load_weights_here(model_dir: str, dask_worker=None) -> None:
-    await engine_here(dask_worker).load_weights(model_dir)
+async def _load_weights_here(model_dir: str, dask_worker=None) -> bool:
+    try:
+        await engine_here(dask_worker).load_weights(model_dir)
+    except EngineUnavailable:  # down, not restarted yet: the engine keeps the directory and loads
+        return False           # it when its worker restarts it, before it serves again
+    return True
 
 
 def push_weights(client: Client, addresses: dict[str, str]) -> Push:

@@ -188,6 +188,18 @@ def test_role_flip_under_load_loses_no_request(engines, run):
     b.set_role(Role.DECODE)
 
 
+def test_seeded_sampling_survives_prefills_split_across_steps(engines, run):
+    """The RL loop samples at temperature 1 with a seed per turn. Many long prompts at once make
+    vLLM split prefills across scheduler steps, and it rewinds a split request's generator, which
+    a CPU generator cannot do: an engine that passed the seed on died of it."""
+    a, _ = engines
+    reqs = [DecodeRequest(f"s{i}", 0, context_tokens=900, max_tokens=8, token_ids=context(500 + i, n=900),
+                          temperature=1.0, seed=1000 + i) for i in range(24)]
+    out = run(gather(*(a.generate(r) for r in reqs)))
+    assert all(len(o.token_ids) == 8 for o in out)
+    assert run(a.ensure_healthy()) is False  # the server never went down
+
+
 def test_idle_engine_leaves_its_core_alone(engines):
     """NIXL's progress thread spins on the engine's core; niced, it yields to other work."""
     psutil = pytest.importorskip("psutil")

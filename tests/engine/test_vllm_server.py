@@ -193,3 +193,41 @@ def test_engines_that_do_not_start_end_the_run_with_one_error_line(tmp_path):
     assert proc.stderr.startswith(f"error: {pipeline}: engines did not start: ") and \
         "not healthy after 1 s" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_weights_pushed_to_a_down_engine_are_kept_for_its_restart(tmp_path):
+    """The RL loop pushes each version to every engine; one that is down (between a crash and
+    its restart) refuses, but its next start loads that version, not the one it had."""
+    import asyncio
+
+    from prorsa.engine.vllm import VllmEngine
+    from prorsa.roles import Role
+
+    engine = VllmEngine("E", Role.MIXED, VllmSettings(), tmp_path / "v0", cores=None, log_dir=tmp_path)
+    with pytest.raises(EngineUnavailable, match="not started"):
+        asyncio.run(engine.load_weights(tmp_path / "v7"))
+    assert engine._weights_dir == tmp_path / "v7"
+
+
+def test_cpu_engines_send_no_seed():
+    """A seeded request whose prefill vLLM splits kills a CPU engine core (its generator has no
+    offset to rewind); the seed is dropped on CPU and kept on CUDA."""
+    import asyncio
+
+    from prorsa.engine.base import DecodeRequest
+    from prorsa.engine.vllm import VllmEngine
+    from prorsa.roles import Role
+
+    sent = []
+    for device in ("cpu", "cuda"):
+        engine = VllmEngine("E", Role.MIXED, VllmSettings(device=device), Path("m"), cores=None, log_dir=Path("."))
+
+        async def complete(body, leg, kv_tokens):
+            sent.append(body.get("seed"))
+            raise EngineUnavailable("stop here")
+
+        engine._complete = complete
+        with pytest.raises(EngineUnavailable):
+            asyncio.run(engine.generate(DecodeRequest("t", 0, context_tokens=3, max_tokens=1, token_ids=(1, 2, 3),
+                                                      temperature=1.0, seed=42)))
+    assert sent == [None, 42]

@@ -76,7 +76,7 @@ class VllmEngine:
         self._kv_inflight = 0  # context + max_tokens of admitted requests: the KV they may hold
         self._totals: Counter[str] = Counter()
         self._metrics: _Metrics | None = None
-        self._lock: asyncio.Lock | None = None  # serialises start/restart
+        self._lock: asyncio.Lock | None = None  # serialises restarts and weight loads
         # the weights last loaded in place; a restarted server serves its --model (the path
         # every engine shares, which NIXL's handshake compares) and loads these again
         self._weights_dir: Path | None = None
@@ -100,21 +100,32 @@ class VllmEngine:
 
     async def ensure_healthy(self) -> bool:
         """Restart the server if it is dead or does not answer /health. True if it restarted."""
-        self._lock = self._lock or asyncio.Lock()
-        async with self._lock:
+        async with self._guard():
             if await asyncio.to_thread(self.server.healthy):
                 return False
             await self.stop()
             await self.start()
             if self._weights_dir is not None:
-                await self.load_weights(self._weights_dir)
+                await self._reload(self._weights_dir)
             return True
 
     async def load_weights(self, model_dir: str | Path, timeout_s: float = 600.0) -> None:
         """New weights in place, from a model directory in the checkpoint format the server
         loaded (vLLM's reload_weights, through the dev-mode /collective_rpc endpoint): no restart,
         no recompile. Requests in flight go on with the new weights from the next step; every
-        cached prefix is dropped, since its KV was computed by the old ones."""
+        cached prefix is dropped, since its KV was computed by the old ones.
+
+        During a restart this waits for it and then loads onto the new server; if the engine is
+        down, it raises EngineUnavailable but keeps the directory, which the next restart loads."""
+        async with self._guard():
+            self._weights_dir = Path(model_dir)
+            await self._reload(self._weights_dir, timeout_s)
+
+    def _guard(self) -> asyncio.Lock:
+        self._lock = self._lock or asyncio.Lock()
+        return self._lock
+
+    async def _reload(self, model_dir: Path, timeout_s: float = 600.0) -> None:
         if self._client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}, "timeout": timeout_s}
@@ -125,7 +136,6 @@ class VllmEngine:
         if r.status_code != 200:
             raise EngineError(f"{self.engine_id}: reloading weights from {model_dir} failed "
                               f"({r.status_code}): {r.text[:300]}")
-        self._weights_dir = Path(model_dir)
         await self.reset_prefix_cache()
 
     # --- the two legs and the colocated turn ------------------------------------------------
@@ -153,7 +163,11 @@ class VllmEngine:
         return await self._generate(req, Role.MIXED, kv=None)
 
     async def _generate(self, req: DecodeRequest, leg: Role, kv: dict[str, Any] | None) -> DecodeResult:
-        body = completion_body(req.token_ids, req.max_tokens, req.temperature, req.seed, req.ignore_eos)
+        # vLLM rewinds a seeded request's generator when its prefill is split across scheduler
+        # steps, and a CPU generator has no offset to rewind: the engine core dies ("CPU Generator
+        # does not use offset"). On CPU a turn samples from the engine's own stream instead.
+        seed = req.seed if self.settings.device != "cpu" else None
+        body = completion_body(req.token_ids, req.max_tokens, req.temperature, seed, req.ignore_eos)
         if kv is not None:
             body["kv_transfer_params"] = kv  # unchanged: names the prefill engine and its blocks
         reply = await self._complete(body, leg, kv_tokens=req.context_tokens + req.max_tokens)
