@@ -108,13 +108,13 @@ def test_seq_mean_weighs_every_sequence_the_same_whatever_its_length():
     adv = torch.tensor([1.0, -1.0])
     token, _ = grpo_loss(new, new.detach(), adv, mask)
     seq, _ = grpo_loss(new, new.detach(), adv, mask, loss_agg="seq-mean-token-mean")
-    assert float(token) == pytest.approx(0.5) and float(seq) == pytest.approx(0.0)
+    assert float(token.detach()) == pytest.approx(0.5) and float(seq.detach()) == pytest.approx(0.0)
     seq.backward()
     # each sequence's tokens share its 1/2 weight: the success's one token, the failure's three
     assert new.grad[0, 0] == pytest.approx(-0.5) and new.grad[1].tolist() == pytest.approx([0.5 / 3] * 3)
     halves = sum(grpo_loss(new[i:i + 1], new[i:i + 1].detach(), adv[i:i + 1], mask[i:i + 1],
                            loss_agg="seq-mean-token-mean", num_sequences=2)[0] for i in (0, 1))
-    assert float(halves) == pytest.approx(float(seq))
+    assert float(halves.detach()) == pytest.approx(float(seq.detach()))
     with pytest.raises(ValueError, match="loss_agg"):
         grpo_loss(new, new.detach(), adv, mask, loss_agg="sum")
 
