@@ -1,6 +1,7 @@
 """An engine lives as long as its Dask worker: a WorkerPlugin starts it and stops it.
 
-    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up);
+    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up),
+                                  then load the newest RL weight version, if the run has one;
                                   RUN_DIR/engines/<engine>.pid names the process hosting it
     EngineHost._watch_health()    every few seconds: restart the engine if it died or hangs
     EngineHost.teardown(worker)   stop it, so no server outlives the cluster
@@ -24,6 +25,7 @@ from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.registry import make_engine
 from prorsa.roles import Role
+from prorsa.rollout.weights import newest_version
 
 PLUGIN_NAME = "prorsa-engine"
 log = logging.getLogger(__name__)
@@ -47,6 +49,12 @@ class EngineHost(WorkerPlugin):
     async def setup(self, worker) -> None:
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
         await self.engine.start()
+        # A worker restarted mid-run (its process died) starts from the --model path, version 0
+        # of an RL run: it must serve the policy the others serve, not wait for the next push.
+        newest = newest_version(self.run_dir)
+        if newest is not None:
+            await self.engine.load_weights(newest)
+            log.info("%s loaded %s", self.engine.engine_id, newest.name)
         _write_pid(Path(self.run_dir) / "engines" / f"{self.engine.engine_id}.pid")
         log.info("%s started on %s as %s", self.engine.engine_id, worker.address, self.role.value)
         if hasattr(self.engine, "ensure_healthy"):

@@ -28,8 +28,8 @@ from prorsa.metrics.training import TRAIN_LOG
 from prorsa.rollout.learning import Learner, Push
 from prorsa.rollout.recovery import live_addresses
 from prorsa.rollout.trainer_handle import LocalTrainer, TrainerHandle
+from prorsa.rollout.weights import WEIGHTS
 
-WEIGHTS = "weights"
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
 
 
