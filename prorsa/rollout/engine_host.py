@@ -29,6 +29,21 @@ from prorsa.rollout.weights import newest_version
 
 PLUGIN_NAME = "prorsa-engine"
 log = logging.getLogger(__name__)
+# failures a turn's retry re-runs from token history (rollout/dask_runtime.py), logging each in one line
+_RETRIED = ("EngineUnavailable(", "KvTransferFailed(")
+
+
+class _RetriedLegs(logging.Filter):
+    """distributed logs every failed task as an error with its traceback; for a leg whose engine
+    went down that is neither an error of the run nor news (the turn's retry says it in a line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (str(record.msg).startswith("Compute Failed") and len(args) > 3
+                    and str(args[3]).startswith(_RETRIED))
+
+
+_QUIET = _RetriedLegs()
 
 
 class EngineHost(WorkerPlugin):
@@ -47,6 +62,7 @@ class EngineHost(WorkerPlugin):
         self._watch: asyncio.Task | None = None
 
     async def setup(self, worker) -> None:
+        logging.getLogger("distributed.worker").addFilter(_QUIET)  # once per process: same object
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0
@@ -76,11 +92,11 @@ class EngineHost(WorkerPlugin):
             if alive and misses < self.health_misses:
                 continue
             try:
-                await self.engine.ensure_healthy()
-                self.restarts += 1
                 misses = 0
-                log.warning("%s was %s and has been restarted", self.engine.engine_id,
-                            "unresponsive" if alive else "dead")
+                if await self.engine.ensure_healthy():  # False: a request's restart got there first
+                    self.restarts += 1
+                    log.warning("%s was %s and has been restarted", self.engine.engine_id,
+                                "unresponsive" if alive else "dead")
             except Exception:  # a failed restart is retried next interval; never kill the worker
                 log.exception("%s: restart failed", self.engine.engine_id)
 

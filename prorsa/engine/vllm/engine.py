@@ -18,13 +18,17 @@
 Legs: prefill() counts as Role.PREFILL, decode() as Role.DECODE (local prefill included),
 generate() as Role.MIXED. All coroutines run on the owner's event loop (one httpx client).
 
-A request that fails because the server is down raises EngineUnavailable; a decode whose KV
-pull failed raises KvTransferFailed; any other failed request raises EngineError.
+A request that fails because the server is down raises EngineUnavailable and starts a restart at
+once (not at the worker's next health check); requests sent meanwhile wait for it rather than
+fail. A decode whose KV pull failed raises KvTransferFailed; any other failed request raises
+EngineError.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -39,6 +43,8 @@ from prorsa.engine.vllm.errors import EngineError, EngineUnavailable, KvTransfer
 from prorsa.engine.vllm.protocol import Reply, completion_body, gauge, parse_completion
 from prorsa.engine.vllm.server import ServerSpec, VllmServer
 from prorsa.roles import Role
+
+log = logging.getLogger(__name__)
 
 METRICS_FRESH_S = 5.0  # stats() trusts a /metrics snapshot this long
 
@@ -77,6 +83,7 @@ class VllmEngine:
         self._totals: Counter[str] = Counter()
         self._metrics: _Metrics | None = None
         self._lock: asyncio.Lock | None = None  # serialises restarts and weight loads
+        self._restart: asyncio.Task | None = None  # a restart begun by a request that found the server gone
         # the weights last loaded in place; a restarted server serves its --model (the path
         # every engine shares, which NIXL's handshake compares) and loads these again
         self._weights_dir: Path | None = None
@@ -93,6 +100,10 @@ class VllmEngine:
         )
 
     async def stop(self) -> None:
+        if self._restart is not None and self._restart is not asyncio.current_task():
+            self._restart.cancel()  # shutting down: a restart must not bring a server back after it
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restart
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -188,7 +199,32 @@ class VllmEngine:
             finish_reason=reply.finish_reason,
         )
 
+    def _server_lost(self) -> None:
+        """Restart now and hold new requests until it is done: failing them fast would spend each
+        turn's retries in the seconds before the health check notices, on an engine that may
+        have no stand-in (the only decode engine), and fail the trajectories."""
+        if self._restart is None or self._restart.done():
+            self._restart = asyncio.ensure_future(self._restart_now())
+
+    async def _restart_now(self) -> None:
+        try:
+            await self.ensure_healthy()
+        except Exception as e:  # the worker's health watch tries again
+            log.warning("%s: restart failed: %s", self.engine_id, e)
+
+    async def _core_dead(self) -> bool:
+        """The API server still answers but its engine core is gone (vLLM's EngineDeadError: HTTP
+        500 to every request until restarted), which /health reports at once. No answer in time
+        proves nothing on a busy CPU: the health watch judges that."""
+        try:
+            r = await self._client.get("/health", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return r.status_code != 200
+
     async def _complete(self, body: dict[str, Any], leg: Role, kv_tokens: int) -> Reply:
+        if self._restart is not None and not self._restart.done():
+            await asyncio.shield(self._restart)
         if self._client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         self._inflight[leg] += 1
@@ -197,12 +233,14 @@ class VllmEngine:
         try:
             r = await self._client.post("/v1/completions", json=body)
         except httpx.TransportError as e:  # refused, reset, closed mid-response: the server is gone
+            self._server_lost()
             raise EngineUnavailable(f"{self.engine_id}: {type(e).__name__}: {e}") from e
         finally:
             self._inflight[leg] -= 1
             self._kv_inflight -= kv_tokens
         if r.status_code != 200:
-            if not self.server.alive():
+            if not self.server.alive() or (r.status_code >= 500 and await self._core_dead()):
+                self._server_lost()
                 raise EngineUnavailable(f"{self.engine_id}: server died (HTTP {r.status_code})")
             if leg is Role.DECODE and "kv_transfer_params" in body and r.status_code >= 500:
                 raise KvTransferFailed(f"{self.engine_id}: HTTP {r.status_code}: {r.text[:300]}")

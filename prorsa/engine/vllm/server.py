@@ -236,6 +236,8 @@ class VllmServer:
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 **_own_process_group(),
             )  # fmt: skip
+            # which process to look at (or signal) when this engine misbehaves
+            log.write(f"# prorsa: server pid {self._proc.pid}\n".encode())
         # never leave a server behind if the owner forgets stop() or the interpreter exits
         self._reaper = weakref.finalize(self, _kill_group, self._proc.pid)
         t0 = time.monotonic()

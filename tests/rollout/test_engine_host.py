@@ -1,8 +1,10 @@
-"""An engine whose worker is restarted mid-run serves the newest weight version, not version 0."""
+"""The engine host on a worker: an engine whose worker is restarted mid-run serves the newest
+weight version, not version 0; legs failed by a down engine are not logged as errors."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import types
 
 from prorsa.config.pipeline import EnginesConfig
@@ -50,3 +52,17 @@ def test_a_restarted_engine_loads_the_newest_version_before_serving(tmp_path, mo
 
     asyncio.run(restart())
     assert loaded == [newest]
+
+
+def test_a_leg_failed_by_a_down_engine_is_not_logged_as_an_error_with_a_traceback():
+    from prorsa.rollout.engine_host import _RetriedLegs
+
+    def record(exception_text):
+        return logging.LogRecord("distributed.worker", logging.ERROR, "worker.py", 1,
+                                 "Compute Failed\nKey: %s\nState: %s\nTask: %s\nException: %r\nTraceback: %r\n",
+                                 ("decode-t1", "executing", "task", exception_text, "  File ..."), None)
+
+    quiet = _RetriedLegs()
+    assert not quiet.filter(record("EngineUnavailable('engine-2: ConnectError: refused')"))
+    assert not quiet.filter(record("KvTransferFailed('engine-2: HTTP 500')"))
+    assert quiet.filter(record("ValueError('a bug')"))  # anything else is still an error
