@@ -216,8 +216,11 @@ class VllmEngine:
         """The API server still answers but its engine core is gone (vLLM's EngineDeadError: HTTP
         500 to every request until restarted), which /health reports at once. No answer in time
         proves nothing on a busy CPU: the health watch judges that."""
+        client = self._client  # None if a restart began meanwhile: that settles it
+        if client is None:
+            return False
         try:
-            r = await self._client.get("/health", timeout=5.0)
+            r = await client.get("/health", timeout=5.0)
         except httpx.HTTPError:
             return False
         return r.status_code != 200
