@@ -53,7 +53,8 @@ def _trainer_config(cfg: PipelineConfig, lr: float):
     t = cfg.train
     # one torch thread: the engines hold the cores, and a small model gains nothing from more
     return TrainerConfig(lr=lr, clip_eps=t.clip_eps, kl_coef=t.kl_coef, loss_agg=t.loss_agg,
-                         micro_batch=t.micro_batch, grad_accum=t.grad_accum, seed=cfg.seed if t.seed is None else t.seed, threads=1)
+                         micro_batch=t.micro_batch, grad_accum=t.grad_accum,
+                         seed=cfg.seed if t.seed is None else t.seed, threads=1)
 
 
 def _warm_up(cfg: PipelineConfig, base: Path, out: Path, say: Callable[[str], None]) -> None:
