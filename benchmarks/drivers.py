@@ -6,6 +6,8 @@ oracle (prorsa's allocator fed the true future).
                            DP-attention group of ep ranks stepping at its slowest rank (the
                            paper's effect (a)); slots and trajectories grow with ep, so every rank
                            carries the same load
+    --factor ep-wide       the same at 16, 32, 64 and 128 ranks an engine (Qwen3-30B-A3B has 128 experts),
+                           with splits 2:6 to 5:3: where the gain over colocated nears the paper's 4x
     --factor tokens        every appended and decoded token count x 0.5, 1, 2, 4 (prefill length
                            and context length together), MoE EP4
     --factor prefix-cache  ideal vs lru, Qwen3-32B on H100s, whose KV memory is tight at SWE contexts
@@ -13,8 +15,15 @@ oracle (prorsa's allocator fed the true future).
                            the longer the tail of a synchronous step, where few trajectories are left
     --factor weight-update 0 or 10 s weight updates (sync: between 3 steps; async: every 32 finished
                            trajectories, rollout going on) that invalidate every prefix cache, MoE EP4
+    --factor parallelism   stage-specific parallelism on 8 engines of 8 H200s each (64 GPUs in every
+                           row), Qwen3-30B-A3B: every role EP8 (DP attention, 8 ranks), every role
+                           TP8 (one rank, no barrier), or prefill TP8 with decode and mixed EP8
 
-    .venv/bin/python benchmarks/drivers.py --factor ep [--workers 2]
+    .venv/bin/python benchmarks/drivers.py --factor ep [--workers 2] [--reuse FILE --rerun prorsa,oracle]
+
+--reuse takes the points of an earlier run of the same factor from its results file and simulates
+only the points it lacks and the policies named by --rerun (after a change to the allocator, say);
+the results file lists which points were reused.
 """
 
 from __future__ import annotations
@@ -26,12 +35,22 @@ from multiprocessing import Pool
 from pathlib import Path
 
 POLICIES = ["colocated", "static:1:7", "static:2:6", "static:3:5", "prorsa", "oracle"]
+# wider groups want more prefill engines: the splits tried move with them
+WIDE_POLICIES = ["colocated", "static:2:6", "static:3:5", "static:4:4", "static:5:3", "prorsa", "oracle"]
 FACTORS = {
     "ep": [1, 2, 4, 8, 16],
+    "ep-wide": [16, 32, 64, 128],
     "tokens": [0.5, 1.0, 2.0, 4.0],
     "prefix-cache": ["ideal", "lru"],
     "weight-update": [0.0, 10.0],
     "turns": [4, 8, 16, 24],
+    "parallelism": ["ep8", "tp8", "p-tp8/d-ep8"],
+}
+# --factor parallelism: the engines' layout; tp x ep = 8 GPUs an engine in every row and role
+LAYOUTS = {
+    "ep8": {"tp": 1, "ep": 8},
+    "tp8": {"tp": 8, "ep": 1},
+    "p-tp8/d-ep8": {"tp": 1, "ep": 8, "parallelism": {"prefill": {"tp": 8, "ep": 1}}},
 }
 
 
@@ -44,16 +63,21 @@ def config(factor: str, value, mode: str):
         ep, turns = 16, value
     elif factor == "weight-update":
         update, steps = value, 3
-    elif factor == "ep":
+    elif factor in ("ep", "ep-wide"):
         ep = value
     elif factor == "tokens":
         scale = value
     elif factor == "prefix-cache":
         ep, model, gpu, cache, slots = 1, "qwen3-32b", "h100", value, 32
+    elif factor == "parallelism":
+        ep = 8  # slots and load as for EP8 in every layout
+    engines = {"backend": "emulated", "count": 8, "slots": slots * ep, "gpu": gpu, "model": model,
+               "ep": ep, "prefix_cache": cache}
+    if factor == "parallelism":
+        engines |= LAYOUTS[value]
     return PipelineConfig.model_validate({
-        "name": f"drivers-{factor}-{value}-{mode}", "seed": 0, "policy": "colocated",
-        "engines": {"backend": "emulated", "count": 8, "slots": slots * ep, "gpu": gpu, "model": model,
-                    "ep": ep, "prefix_cache": cache},
+        "name": f"drivers-{factor}-{str(value).replace('/', '_')}-{mode}", "seed": 0, "policy": "colocated",
+        "engines": engines,
         "workload": {"family": "swe", "mode": mode, "prompts": 4 * ep, "group_size": 8, "steps": steps,
                      "concurrency": 16 * ep, "trajectories": 32 * ep * steps, "max_turns": turns, "token_scale": scale,
                      "weight_update_s": update},
@@ -74,19 +98,31 @@ def main() -> None:
     ap.add_argument("--factor", choices=sorted(FACTORS), default="ep")
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--values", help="a subset of the factor's values, comma-separated (e.g. 16,32,64)")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of this factor: its points are kept")
+    ap.add_argument("--rerun", default="", help="policies simulated again although FILE holds them")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
 
     modes = args.modes.split(",")
-    jobs = [(args.factor, v, m, p) for v in FACTORS[args.factor] for m in modes for p in POLICIES]
+    policies = WIDE_POLICIES if args.factor == "ep-wide" else POLICIES
+    values = [v for v in FACTORS[args.factor] if args.values is None or str(v) in args.values.split(",")]
+    if not values:
+        sys.exit(f"error: --values {args.values}: none of {args.factor}'s values {FACTORS[args.factor]}")
+    jobs = [(args.factor, v, m, p) for v in values for m in modes for p in policies]
+    kept = reused_points(args.reuse, args.factor, set(filter(None, args.rerun.split(","))))
+    todo = [j for j in jobs if j not in kept]
+    print(f"{len(todo)} simulations, {len(jobs) - len(todo)} points reused from {args.reuse}" if args.reuse
+          else f"{len(todo)} simulations", file=sys.stderr)
     with Pool(args.workers) as pool:
-        res = pool.map(run, jobs, chunksize=1)
+        fresh = dict(zip(todo, pool.map(run, todo, chunksize=1)))
+    res = [kept[j] if j in kept else fresh[j] for j in jobs]
     table = Table(title=f"what drives the gain: {args.factor} (SWE, 8 engines; ratios vs colocated, > 1 faster)")
     for col in (args.factor, "mode", "colocated", "best static", "prorsa", "oracle", "prefix hit coloc / best / prorsa"):
         table.add_column(col, justify="right")
     rows = []
-    for v in FACTORS[args.factor]:
+    for v in values:
         for m in modes:
             by = {r[3]: r for r in res if r[1] == v and r[2] == m}
             sync = m == "sync"
@@ -94,7 +130,7 @@ def main() -> None:
             def ratio(p):
                 return by["colocated"][4] / by[p][4] if sync else by[p][4] / by["colocated"][4]
 
-            statics = [p for p in POLICIES if p.startswith("static")]
+            statics = [p for p in policies if p.startswith("static")]
             best = max(statics, key=ratio)
             unit = "s" if sync else "/s"
             hits = " / ".join(f"{by[p][5]:.0%}" if by[p][5] is not None else "-" for p in ("colocated", best, "prorsa"))
@@ -106,7 +142,19 @@ def main() -> None:
     command = "python benchmarks/drivers.py " + " ".join(sys.argv[1:])
     print(f"command: {command}")
     out = Path("benchmarks/results") / f"drivers-{args.factor}.json"
-    out.write_text(json.dumps({"command": command, "rows": rows, "points": res}, indent=1) + "\n")
+    reused = [list(j[1:]) for j in jobs if j in kept]
+    out.write_text(json.dumps({"command": command, "rows": rows, "points": res, "reused": reused}, indent=1) + "\n")
+
+
+def reused_points(path: str | None, factor: str, rerun: set[str]) -> dict[tuple, tuple]:
+    """(factor, value, mode, policy) -> point, from an earlier results file, less the rerun policies."""
+    if not path:
+        return {}
+    try:
+        points = json.loads(Path(path).read_text())["points"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: --reuse {path}: not a drivers.py results file ({e})")
+    return {tuple(p[:4]): tuple(p) for p in points if p[0] == factor and p[3] not in rerun}
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ pipelines/moe-step.yaml, a synchronous step whose demand moves from prefill to d
     .venv/bin/python benchmarks/policies_live.py [--quick] [--families swe,search,math-tir,terminal]
         [--models qwen3-8b,qwen3-30b-a3b] [--modes sync,async] [--engines 4] [--time-scale 0.05]
         [--family-scale terminal=0.01] [--control-interval 1.0] [--repeats 1]
-        [--out benchmarks/results/policies_live.json]
+        [--cells swe/moe/sync,search/dense/async] [--out benchmarks/results/policies_live.json]
 """
 
 from __future__ import annotations
@@ -329,6 +329,8 @@ def main() -> None:
     ap.add_argument("--policies", default=None, help="comma list to run a subset (colocated is always run)")
     ap.add_argument("--warmup", type=int, default=1, help="discarded runs first (imports, first cluster)")
     ap.add_argument("--quick", action="store_true", help="one family, one model, sync only")
+    ap.add_argument("--cells", help="FAMILY/MODEL/MODE,... these cells instead of the grid of --families, "
+                                    "--models and --modes (to re-run a few with more repeats)")
     ap.add_argument("--pipeline", help="one cell: this pipeline file as it is (engines, workload, time scale), "
                                        "every policy in turn; the sizing options above do not apply")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/policies_live.json"))
@@ -349,6 +351,14 @@ def main() -> None:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.quick:
         families, models, modes = families[:1], models[:1], ["sync"]
+    cells_spec = [(f, m, mo) for f in families for m in models for mo in modes]
+    if args.cells:
+        try:
+            cells_spec = [(f, ALIASES.get(m, m), mo) for f, m, mo in
+                          (c.strip().split("/") for c in args.cells.split(",") if c.strip())]
+        except ValueError:
+            ap.error(f"--cells: each cell is FAMILY/MODEL/MODE, got {args.cells!r}")
+        families, models, modes = ([c[k] for c in cells_spec] for k in range(3))
     for name, got, known in (("family", families, FAMILIES), ("model", models, MODELS), ("mode", modes, MODES)):
         bad = [g for g in got if g not in known]
         if bad:
@@ -358,7 +368,6 @@ def main() -> None:
     except ValueError as e:
         ap.error(str(e))
     make = lambda family, model, mode, policy: pipeline(args, family, model, mode, policy)  # noqa: E731
-    cells_spec = [(f, m, mo) for f in families for m in models for mo in modes]
     if args.pipeline:
         given, cell, with_policy = given_pipeline(args.pipeline)
         make = lambda family, model, mode, policy: with_policy(policy)  # noqa: E731

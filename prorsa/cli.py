@@ -9,6 +9,7 @@
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
     prorsa sft --model tiny|DIR --task arith --steps N --output DIR  supervised warm-up for RL
     prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
+    prorsa calibrate --from-measurements FILE --gpu NAME [--model M]  fit a GPU profile to timed steps
 
 Bad input ends with one line on stderr and exit code 2; no traceback.
 """
@@ -283,13 +284,37 @@ def validate(files: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.argument("pipeline", type=click.Path(dir_okay=False))
-@click.option("--output", default="configs/hardware/cpu.yaml", show_default=True, type=click.Path(dir_okay=False),
-              help="Hardware profile to write; the model profile goes to models/<model>.yaml beside a "
+@click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
+@click.option("--output", type=click.Path(dir_okay=False),
+              help="Hardware profile to write (default configs/hardware/cpu.yaml; with --from-measurements, "
+                   "the --gpu profile itself); the model profile goes to models/<model>.yaml beside a "
                    "hardware/ directory, else next to it.")
 @click.option("--quick", is_flag=True, help="A few points only: a smoke test, not a profile to keep.")
-def calibrate(pipeline: str, output: str, quick: bool) -> None:
-    """Measure step times on one engine of PIPELINE's backend and fit the cost model to them."""
+@click.option("--from-measurements", "measurements", type=click.Path(exists=True, dir_okay=False),
+              help="Fit a step-time file of benchmarks/gpu_profile.py instead of measuring an engine.")
+@click.option("--gpu", help="With --from-measurements: the base hardware profile (name or YAML) whose "
+                            "datasheet values stay and whose efficiencies are fitted.")
+@click.option("--model", "model_name", default="qwen3-8b", show_default=True,
+              help="With --from-measurements: the model profile measured (its mfu_linear is fitted).")
+@click.option("--from-run", "run_dirs", type=click.Path(file_okay=False), multiple=True,
+              help="Correct a finished live run's hardware profile to that run: the engines' share of "
+                   "their calibrated speed (vLLM CPU engines: their load on the shared host), the time "
+                   "per leg outside them, a KV pull's fixed cost (default output: "
+                   "configs/hardware/<profile>-live.yaml). Repeat it to pool runs of one pipeline.")
+def calibrate(pipeline: str | None, output: str | None, quick: bool, measurements: str | None,
+              gpu: str | None, model_name: str, run_dirs: tuple[str, ...]) -> None:
+    """Measure step times on one engine of PIPELINE's backend and fit the cost model to them; or fit
+    a GPU profile to a step-time file (--from-measurements FILE --gpu NAME); or correct a profile
+    to a live run (--from-run RUN_DIR)."""
+    if measurements:
+        _calibrate_from_file(measurements, gpu, model_name, output)
+        return
+    if run_dirs:
+        _calibrate_from_runs([Path(d) for d in run_dirs], output)
+        return
+    if not pipeline:
+        _fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
+    output = output or "configs/hardware/cpu.yaml"
     cfg = _load(pipeline, {})
     if cfg.engines.backend != "vllm":
         _fail(f"{pipeline}: engines.backend is {cfg.engines.backend}; calibrate measures vllm engines")
@@ -306,6 +331,67 @@ def calibrate(pipeline: str, output: str, quick: bool) -> None:
     except ValueError as e:
         _fail(str(e))
     click.echo("\n".join(lines))
+
+
+def _calibrate_from_file(measurements: str, gpu: str | None, model_name: str, output: str | None) -> None:
+    from prorsa.costmodel.profile_writer import model_path_for
+    from prorsa.costmodel.profiles import config_dir
+    from prorsa.costmodel.step_times import calibrate_from_file
+
+    if not gpu:
+        _fail("--from-measurements needs --gpu NAME: the base hardware profile to fit")
+    if not output:
+        output = gpu if gpu.endswith((".yaml", ".yml")) else str(config_dir() / "hardware" / f"{gpu}.yaml")
+    model_out = model_path_for(Path(output), Path(model_name).stem)
+    command = (f"prorsa calibrate --from-measurements {measurements} --gpu {gpu} --model {model_name} "
+               f"--output {output}")
+    try:
+        lines = calibrate_from_file(Path(measurements), gpu, Path(output), model_name, model_out, command)
+    except ValueError as e:
+        _fail(str(e))
+    click.echo("\n".join(lines))
+
+
+def _calibrate_from_runs(run_dirs: list[Path], output: str | None) -> None:
+    import statistics
+    import tempfile
+
+    from prorsa.costmodel.profile_writer import write_texts
+    from prorsa.costmodel.profiles import config_dir
+    from prorsa.sim.live_calibration import describe, fit_to_run, fitted_profile, load_live_run, simulate_with
+
+    runs = []
+    for run_dir in run_dirs:
+        try:
+            runs.append(load_live_run(run_dir))
+        except ValueError as e:
+            _fail(str(e))
+    cfg = runs[0][0]
+    for run_dir, (other, _, _) in zip(run_dirs[1:], runs[1:]):
+        if other.model_dump(exclude={"output_dir"}) != cfg.model_dump(exclude={"output_dir"}):
+            _fail(f"{run_dir}: not a run of the same pipeline as {run_dirs[0]} (pooled runs must share "
+                  "their pipeline, seed included)")
+    base = cfg.engines.gpu
+    target = Path(output) if output else fitted_profile(cfg, config_dir() / "hardware")
+    live = statistics.median(summary["makespan_s"] for _, summary, _ in runs)
+    names = ", ".join(d.name for d in run_dirs)
+    header = (f"{base} corrected to the live run(s) {names} (median makespan {live:.1f} s) by "
+              f"`prorsa calibrate --from-run`, {dt.date.today()}")
+    rows = [row for _, _, run_rows in runs for row in run_rows]
+    with tempfile.TemporaryDirectory() as tmp:
+        click.echo(f"simulating {names} ({len(runs[0][2])} trajectories) with {base} and correcting it ...")
+        before, _ = simulate_with(cfg, base, Path(tmp) / "base")
+        try:
+            fits = fit_to_run(cfg, rows, Path(tmp), header)
+        except ValueError as e:
+            _fail(f"{run_dirs[0]}: {e}")
+        fitted = fitted_profile(cfg, Path(tmp))
+        after, _ = simulate_with(cfg, str(fitted), Path(tmp) / "fitted")
+        write_texts({target: fitted.read_text()})
+    click.echo("\n".join(describe(fits)))
+    click.echo(f"makespan: live {live:.2f} s{' (median)' if len(runs) > 1 else ''}; simulated with {base} "
+               f"{before:.2f} s ({before / live:.3f}), corrected {after:.2f} s ({after / live:.3f})")
+    click.echo(f"wrote {target} (use it as engines.gpu; check it on another run: benchmarks/fidelity_vllm.py)")
 
 
 @main.group()

@@ -59,30 +59,50 @@ def _teller(console: Console | None) -> Callable[[str], None]:
     return lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
-class _GoingWorkers(logging.Filter):
-    """Once the run unwinds, a broadcast still in flight from a task just cancelled (the
-    sampler's client.run) can reach a worker that is being stopped: the scheduler logs that as an
-    error, but it is the teardown, not a fault."""
+class _TeardownNoise(logging.Filter):
+    """Once a run or sweep unwinds, work still in flight is cancelled under the scheduler's feet: a
+    broadcast from the sampler's client.run reaches a worker being stopped, or a gather asks for a
+    point just forgotten. The scheduler logs both as errors, but they are the teardown, not a fault."""
 
     armed = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (self.armed and record.getMessage().startswith("broadcast to "))
+        return not (self.armed and record.getMessage().startswith(("broadcast to ", "Couldn't gather keys")))
+
+
+class _SyncCancelRace(logging.Filter):
+    """distributed's sync() answers Ctrl-C by cancelling its future on the loop thread; when the
+    signal lands before that future exists, the cancel callback dies of a NameError and tornado logs
+    the traceback. There was nothing to cancel, so it is dropped whenever it comes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, NameError) and "sync.<locals>.cancel" in record.getMessage())
+
+
+@contextlib.contextmanager
+def _teardown_noise_filtered() -> Iterator[_TeardownNoise]:
+    """The caller arms the filter once its work is done, before the cluster goes."""
+    noise, log = _TeardownNoise(), logging.getLogger("distributed.scheduler")
+    race, tornado_log = _SyncCancelRace(), logging.getLogger("tornado.application")
+    log.addFilter(noise)
+    tornado_log.addFilter(race)
+    try:
+        yield noise
+    finally:
+        log.removeFilter(noise)
+        tornado_log.removeFilter(race)
 
 
 @contextlib.asynccontextmanager
 async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
                            console: Console | None = None) -> AsyncIterator[RunCluster]:
-    going, log = _GoingWorkers(), logging.getLogger("distributed.scheduler")
-    log.addFilter(going)
-    try:
+    with _teardown_noise_filtered() as noise:
         async with _open_run_cluster(spec, cfg, roles, run_dir, console) as run:
             try:
                 yield run
             finally:
-                going.armed = True
-    finally:
-        log.removeFilter(going)
+                noise.armed = True
 
 
 @contextlib.asynccontextmanager
@@ -266,6 +286,15 @@ async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir:
 def open_sweep_client(spec: ClusterSpec | None, workers: int | None,
                       console: Console | None = None) -> Iterator[Client]:
     """Single-threaded worker processes (simulate() is pure Python) wherever the file says."""
+    with _teardown_noise_filtered() as noise, _sweep_client(spec, workers, console) as client:
+        try:
+            yield client
+        finally:
+            noise.armed = True
+
+
+@contextlib.contextmanager
+def _sweep_client(spec: ClusterSpec | None, workers: int | None, console: Console | None) -> Iterator[Client]:
     spec, say = spec or LocalSpec(), _teller(console)
     security = make_security(spec.tls)
     if spec.kind == "local":

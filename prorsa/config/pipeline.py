@@ -50,6 +50,24 @@ class VllmSettings(_Section):
     nice: int = Field(5, ge=0, le=19)
 
 
+class RoleParallelism(_Section):
+    """How one role shards the model over an engine's GPUs (SGLang's --tp / --ep; DP attention has
+    ep ranks, as with --enable-dp-attention --dp-size ep)."""
+
+    tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+
+
+class Parallelism(_Section):
+    """Stage-specific parallelism: a role not named here uses engines.tp and engines.ep. An engine
+    is one group of engines.tp x engines.ep GPUs whatever its role, so every role's tp x ep must
+    equal it; a switch between layouts empties the engine and reshards its weights."""
+
+    prefill: RoleParallelism | None = None
+    decode: RoleParallelism | None = None
+    mixed: RoleParallelism | None = None
+
+
 class EnginesConfig(_Section):
     backend: Literal["emulated", "vllm"] = "emulated"
     count: int = Field(3, ge=1, le=MAX_ENGINES)
@@ -62,13 +80,33 @@ class EnginesConfig(_Section):
     # emulated: which contexts stay in an engine's KV between turns (engine/prefix_cache.py):
     # ideal = all, forever; lru = idle contexts share the free KV, least recently used dropped first
     prefix_cache: Literal["ideal", "lru"] = "ideal"
+    parallelism: Parallelism | None = None  # None: every role uses tp and ep (emulated engines only)
     vllm: VllmSettings = VllmSettings()
+
+    def layout(self, role: str) -> tuple[int, int]:
+        """(tp, ep) of an engine in `role` ("prefill", "decode" or "mixed")."""
+        given = getattr(self.parallelism, role, None) if self.parallelism is not None else None
+        return (given.tp, given.ep) if given is not None else (self.tp, self.ep)
 
     @model_validator(mode="after")
     def _profiles_exist(self) -> EnginesConfig:
         from prorsa.costmodel import CostModel
 
         CostModel.from_names(self.gpu, self.model, tp=self.tp, ep=self.ep)  # ValueError names the problem
+        if self.parallelism is None:
+            return self
+        if self.backend != "emulated":
+            raise ValueError("parallelism: per-role parallelism is modelled by emulated engines only; "
+                             "a vLLM engine's layout is its vllm.tensor_parallel_size")
+        for role in ("prefill", "decode", "mixed"):
+            tp, ep = self.layout(role)
+            if tp * ep != self.tp * self.ep:
+                raise ValueError(f"parallelism.{role}: tp x ep = {tp} x {ep} = {tp * ep} GPUs, but an engine is "
+                                 f"tp x ep = {self.tp} x {self.ep} = {self.tp * self.ep} GPUs in every role")
+            try:
+                CostModel.from_names(self.gpu, self.model, tp=tp, ep=ep)
+            except ValueError as e:
+                raise ValueError(f"parallelism.{role}: {e}") from None
         return self
 
 
@@ -108,6 +146,9 @@ class RuntimeConfig(_Section):
     tool_threads: int = Field(64, ge=1)  # concurrent turns per tool worker
     metrics_interval_s: float = Field(0.5, gt=0)
     control_interval_s: float = Field(1.0, gt=0)  # wall seconds between the policy's decisions
+    # the control step's CPU (policy, scheduler call) as a share of one core, at most: after a
+    # dearer step the next one waits longer than control_interval_s
+    control_cpu_share: float = Field(0.05, gt=0, le=1)
     turn_retries: int = Field(2, ge=0)  # a turn whose engine or worker failed is re-run elsewhere
     # a later turn appending at most this many tokens is prefilled on the decode engine that holds
     # its context instead of on a prefill engine (no KV shipped); 0: never

@@ -131,9 +131,9 @@ class Prorsa:
         self.votes = int(votes)
         if self.horizon_s <= 0 or self.votes < 1:
             raise ValueError("horizon_s must be > 0 and votes >= 1")
-        self.capacity = Capacity.from_cost(ctx.cost, ctx.slots, ctx.kv_capacity_tokens)
+        self.capacity = Capacity.from_cost(ctx.cost, ctx.slots, ctx.kv_capacity_tokens, layouts=ctx.layouts)
         # Until decodes are measured, assume a half-full engine at a 4k context.
-        prior_tps = 1.0 / self.capacity.decode_step(max(ctx.slots / 2, 1), 4096)
+        prior_tps = 1.0 / self.capacity.for_role(Role.DECODE).decode_step(max(ctx.slots / 2, 1), 4096)
         self.forecaster = Forecaster(self.horizon_s, self.horizon_s / 8, decode_tps=prior_tps)
         self.allocator = Allocator(self.capacity, hysteresis=float(hyst),
                                    max_switches_per_interval=int(cap), min_gain=float(gain))
@@ -199,10 +199,11 @@ def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: i
     means, the engines half-way through the trajectories' contexts."""
     context = hint.prompt_tokens + (hint.observation_tokens + hint.decode_tokens) * max(hint.turns - 1, 0) / 2
     batch = min(hint.concurrency / n_engines, cap.slots)
+    dec, pre = cap.for_role(Role.DECODE), cap.for_role(Role.PREFILL)
     for _ in range(3):  # the decode rate depends on the batch, the batch on the time spent decoding
-        tps = 1.0 / max(cap.decode_step(max(batch, 1.0), context), 1e-9)
+        tps = 1.0 / max(dec.decode_step(max(batch, 1.0), context), 1e-9)
         decode_s = hint.decode_tokens / tps
-        cycle = decode_s + hint.tool_s + cap.prefill_latency(hint.observation_tokens, context)
+        cycle = decode_s + hint.tool_s + pre.prefill_latency(hint.observation_tokens, context)
         seqs = min(hint.concurrency * decode_s / cycle, n_engines * cap.slots)
         batch = min(seqs / n_engines, cap.slots)
     turns_per_s = hint.concurrency / cycle * (1 - 1 / max(hint.turns, 1.0))

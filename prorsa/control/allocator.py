@@ -1,6 +1,7 @@
 """Allocator: forecast demand -> a target role split, switching only when it pays.
 
     Capacity(cost, slots, kv_capacity_tokens)   what one engine serves in each role (cost model)
+    capacity.for_role(role)                     the same for one role's layout (engines.parallelism)
     Allocator(capacity, ...).plan(forecast, engines, locked) -> Plan   once per control interval
     score(capacity, forecast, P, D, M)          predicted cost of splits (arrays of counts)
 
@@ -18,8 +19,13 @@ trajectories spend over the horizon, in a fluid model run bin by bin:
     cost      every waiting or decoding sequence's seconds, prefill latency per turn, and what is
               left at the horizon (prefill queue, decode work behind pace), drained at the end.
 
+With stage-specific parallelism each role is priced in its own layout (Capacity.for_role):
+prefill engines by the prefill layout, decode engines (and the KV pull into them) by the decode
+layout, mixed engines by the mixed one.
+
 Switching: a PREFILL or DECODE engine serves its new role only after its drain
-(cost_model.switch_time), so its share of the gain comes that much later:
+(cost_model.switch_time; into another layout the engine empties and reshards first), so its share
+of the gain comes that much later:
 switch_cost = gain x max over moves of min(1, drain / horizon): the goal's cost holds only once its
 slowest move is done (a mean let one long drain hide among free moves). A MIXED engine turning DECODE
 already serves decode, so that delays nothing (nor does entering MIXED: nothing drains); a MIXED
@@ -44,7 +50,9 @@ import numpy as np
 
 from prorsa.control.forecast import Forecast
 from prorsa.control.policy import EngineSnapshot
-from prorsa.costmodel import CostModel
+from functools import cached_property
+
+from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
 
 ROLES = (Role.PREFILL, Role.DECODE, Role.MIXED)  # the order of a split (P, D, M)
@@ -59,12 +67,28 @@ class Capacity:
     prefill_budget: int = 8192  # tokens a prefill engine batches into one step
     chunk_tokens: int = 8192  # prefill tokens a mixed engine co-batches with its decodes per step (a rank)
     link: str = "net"  # how KV moves from a prefill engine to a decode engine
+    layouts: RoleCosts | None = None  # per-role cost models; None: `cost` in every role
 
     @classmethod
     def from_cost(cls, cost: CostModel, slots: int, kv_capacity_tokens: int | None = None,
                   **kwargs) -> Capacity:
         kv = cost.kv_capacity_tokens() * cost.ep if kv_capacity_tokens is None else kv_capacity_tokens
         return cls(cost=cost, slots=slots, kv_capacity_tokens=kv, **kwargs)
+
+    def for_role(self, role: Role) -> Capacity:
+        """This capacity in `role`'s layout: itself where the layout is `cost`'s (every role,
+        without per-role parallelism), so the uniform path computes exactly what it always did."""
+        return self._by_role[role]
+
+    @cached_property
+    def _by_role(self) -> dict[Role, Capacity]:
+        out = {}
+        for role in ROLES:
+            cost = self.cost if self.layouts is None else self.layouts.of(role)
+            out[role] = self if cost.layout == self.cost.layout else Capacity.from_cost(
+                cost, self.slots, prefill_budget=self.prefill_budget, chunk_tokens=self.chunk_tokens,
+                link=self.link)
+        return out
 
     @property
     def ranks(self) -> int:
@@ -125,8 +149,9 @@ class Capacity:
         """Seconds before `engine` serves `to_role`: its decodes (remaining_tokens each) or the
         prefill step in flight must finish first."""
         batch = engine.active if engine.role.serves_decode else 0
-        return self.cost.switch_time(engine.role, to_role, round(batch * remaining_tokens), batch,
-                                     context_tokens=engine.kv_tokens if batch else 0)
+        return self.for_role(engine.role).cost.switch_time(
+            engine.role, to_role, round(batch * remaining_tokens), batch,
+            context_tokens=engine.kv_tokens if batch else 0, to_cost=self.for_role(to_role).cost)
 
 
 @dataclass(frozen=True)
@@ -301,6 +326,7 @@ class _Movers:
 def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarray) -> np.ndarray:
     """Predicted sequence-seconds over the horizon for each split (the module docstring)."""
     P, D, M = (np.asarray(x, dtype=float) for x in (P, D, M))
+    cp, cd, cm = (cap.for_role(r) for r in ROLES)  # each is `cap` itself without per-role parallelism
     ed = (D + M).astype(int)  # engines that decode
     dt, chunk = fc.bin_s, float(cap.chunk_tokens)
     turns = fc.prefill_turns_per_s.sum() * dt + fc.backlog_turns
@@ -309,8 +335,8 @@ def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarr
     prefix = fc.prefill_prefix_tokens
     fresh = fc.backlog_fresh_turns / turns if turns > 0 else 0.0
     a_p = a + (1.0 - fresh) * fc.decode_tokens_per_turn  # what a prefill engine computes per turn
-    rate_p = cap.prefill_rate(a_p, prefix) * a  # appended tokens/s one prefill engine clears
-    lat_p = cap.prefill_latency(a_p, prefix) + cap.transfer_time(a)
+    rate_p = cp.prefill_rate(a_p, prefix) * a  # appended tokens/s one prefill engine clears
+    lat_p = cp.prefill_latency(a_p, prefix) + cd.transfer_time(a)  # the decode engine pulls
     piece = min(a, chunk)
     q = np.full(len(P), float(fc.backlog_tokens))
     cost = np.zeros(len(P))
@@ -321,25 +347,25 @@ def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarr
     for b in range(fc.n_bins):
         s = float(fc.decode_seqs[b])
         ctx = fc.kv_tokens[b] / s if s > 1e-9 else max(prefix, 1.0)
-        per = cap.max_decode_seqs(ctx)
+        per, per_m = cd.max_decode_seqs(ctx), cm.max_decode_seqs(ctx)
         # Decode: the forecast's sequences plus those a slower split left behind, spread over
         # the decode engines up to their slots; step times are piecewise linear in the batch.
         present = s + (owed / u if u > 0 else 0.0)
-        served = np.minimum(present, ed * per)
+        served = np.minimum(present, ed * per if per == per_m else D * per + M * per_m)
         beta = served / np.maximum(ed, 1)
-        grid = np.linspace(0.0, max(per, 1e-9), 17)
+        grid = np.linspace(0.0, max(per, per_m, 1e-9), 17)
         td, tp, tc = (np.interp(beta, grid, ys) for ys in (
-            cap.decode_steps(grid, ctx), cap.mixed_steps(grid, ctx, piece, a, prefix),
-            cap.mixed_steps(grid, ctx, chunk, a, prefix)))
+            cd.decode_steps(grid, ctx), cm.mixed_steps(grid, ctx, piece, a, prefix),
+            cm.mixed_steps(grid, ctx, chunk, a, prefix)))
         # Prefill: prefill engines first, mixed engines take the overflow.
         arriving = float(fc.prefill_tokens_per_s[b])
         want = q / dt + arriving
         x_p = np.minimum(want, P * rate_p)
-        cap_m = M * cap.ranks * chunk / tc
+        cap_m = M * cm.ranks * chunk / tc
         x_m = np.minimum(want - x_p, cap_m)
         q_next = np.maximum(q + (arriving - x_p - x_m) * dt, 0.0)
-        per_rank = np.divide(x_m, M * cap.ranks, out=np.zeros_like(M, dtype=float), where=M > 0)
-        tau_m = _mixed_step(td, tp, tc, per_rank, piece, chunk, cap.ranks)
+        per_rank = np.divide(x_m, M * cm.ranks, out=np.zeros_like(M, dtype=float), where=M > 0)
+        tau_m = _mixed_step(td, tp, tc, per_rank, piece, chunk, cm.ranks)
         tau = (D * td + M * tau_m) / np.maximum(ed, 1)
         tps = np.divide(served, tau, out=np.zeros_like(tau), where=tau > 0)
         owed = np.maximum(present * u - tps * dt, 0.0)
@@ -372,8 +398,11 @@ def _mixed_step(td: np.ndarray, tp: np.ndarray, tc: np.ndarray, load: np.ndarray
         for _ in range(20):
             x = np.minimum(load * tau, chunk)
             rho = np.minimum(x / piece, 1.0)
-            tau = np.where(x < piece, td + (1 - (1 - rho) ** ep) * (tp - td),
-                           np.minimum(tp + (x - piece) * m2, tc))
+            prev, tau = tau, np.where(x < piece, td + (1 - (1 - rho) ** ep) * (tp - td),
+                                      np.minimum(tp + (x - piece) * m2, tc))
+            # it mostly settles in a few rounds; np.allclose's test, at a tenth of its cost
+            if (np.abs(tau - prev) <= 1e-6 * np.abs(prev)).all():
+                break
     return tau
 
 

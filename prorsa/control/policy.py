@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.control.lifecycle import LifecycleEvent
-from prorsa.costmodel import CostModel
+from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
 
 
@@ -72,13 +72,14 @@ class WorkloadHint:
 class PolicyContext:
     """What an adaptive policy knows about the engines it steers (all engines alike)."""
 
-    cost: CostModel  # step times of one engine
+    cost: CostModel  # step times of one engine (in the mixed role, where roles differ in layout)
     slots: int  # concurrent sequences one engine admits
     kv_capacity_tokens: int  # KV tokens one engine holds
     interval_s: float  # seconds between decide() calls
     # traj_id -> the trajectory's whole spec: the future, which only a simulator can give (oracle)
     future: Callable[[str], TrajectorySpec] | None = None
     workload: WorkloadHint | None = None
+    layouts: RoleCosts | None = None  # per-role cost models (engines.parallelism); None: `cost` in every role
 
     @classmethod
     def default(cls) -> PolicyContext:
@@ -134,7 +135,8 @@ def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
     try:
         return factory(*args, **kwargs)
     except (TypeError, ValueError) as e:
-        usage = POLICIES[name].__doc__.strip().splitlines()[0] if POLICIES[name].__doc__ else ""
+        usage = POLICIES[name].__doc__.strip().split("\n\n")[0] if POLICIES[name].__doc__ else ""
+        usage = " ".join(usage.split())  # the first paragraph, unwrapped
         raise ValueError(f"bad policy {spec!r}: {usage}") from e
 
 
@@ -167,10 +169,12 @@ class Colocated(_FixedRoles):
 
 @register("static")
 class Static(_FixedRoles):
-    """static:P:D[:M], a fixed split of P prefill, D decode and M mixed engines (P, D >= 1 or M >= 1)."""
+    """static:P:D[:M], a fixed split of P prefill, D decode and M mixed engines (P, D >= 1, or
+    M >= 1)."""
 
     def __init__(self, prefill: str, decode: str, mixed: str = "0") -> None:
         p, d, m = int(prefill), int(decode), int(mixed)
+        # with no prefill engine the mixed ones prefill for the decode engines (rollout/router.py)
         if min(p, d, m) < 0 or (m == 0 and (p == 0 or d == 0)) or p + d + m > MAX_ENGINES:
             raise ValueError("a static split needs a prefill and a decode engine, or mixed ones")
         self.name = f"static:{p}:{d}" + (f":{m}" if m else "")

@@ -7,6 +7,8 @@
     model_yaml(fields, mfu_linear, provenance, hardware)           configs/models/<name>.yaml
     model_path_for(hardware_path, name)   where the model profile goes beside a hardware profile
     write_profiles(measured, hardware_path, model_path, provenance) -> Fit   fit and write both
+    write_texts({path: text})       write files atomically
+    set_fields(text, {key: (value, note)})   a profile's text with some fields replaced
 
 profiles.py refuses unknown keys, so the raw measurements and the table live in comments beside
 the fitted values: the file stays a plain profile and still says where its numbers came from.
@@ -88,6 +90,8 @@ def hardware_yaml(fit: Fit, kv_capacity_tokens: int, samples: Sequence[StepSampl
         _field("net_latency_s", "0.005", "[E] fixed cost of one NIXL KV pull (not measured by calibrate)"),
         _field("collective_latency_s", "0.0", "[E] unused at tp = 1"),
         _field("gpus_per_node", "2", "[E] engines pinned one per core on the measuring machine"),
+        _field("dispatch_latency_s", "0.0", "[E] one engine alone, requests sent by calibrate itself; "
+               "a live run's is fitted by prorsa calibrate --from-run"),
         "#",
         "# Measurements (vLLM per-request timings: prefill = scheduled to first token of a",
         "# max_tokens=1 request; decode = first to last token over the steps between; the median of",
@@ -137,9 +141,29 @@ def write_profiles(measured, hardware_path: Path, model_path: Path, prov: Proven
             raise ValueError(f"the fit gave {key} = {value}: the measurements do not determine it")
     texts = {hardware_path: hardware_yaml(result, measured.kv_capacity_tokens, measured.samples, prov),
              model_path: model_yaml(fields, result.mfu_linear(), prov, hardware_path.stem)}
+    write_texts(texts)
+    return result
+
+
+def write_texts(texts: dict[Path, str]) -> None:
+    """Each file written whole or not at all: a simulator reading it meanwhile sees one version."""
     for path, text in texts.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    return result
+
+
+def set_fields(text: str, values: dict[str, tuple[str, str]]) -> str:
+    """A profile's text with the lines of `values`' keys replaced by (value, note); every other
+    line, comments included, is kept. A key missing from the text is an error."""
+    lines, seen = text.splitlines(), set()
+    for i, line in enumerate(lines):
+        key = line.split("#", 1)[0].partition(":")[0].strip()
+        if key in values:
+            lines[i] = _field(key, *values[key])
+            seen.add(key)
+    missing = sorted(set(values) - seen)
+    if missing:
+        raise ValueError(f"the profile has no field {missing[0]!r}")
+    return "\n".join(lines) + "\n"

@@ -4,8 +4,9 @@
     load_gpu(name)      configs/hardware/<name>.yaml -> GpuProfile
     load_model(name)    configs/models/<name>.yaml   -> ModelProfile
 
-A name may also be a path to a YAML file. Every field is required and every key must be known, so
-a typo never falls back to a default; a bad file raises ValueError naming the file and the field.
+A name may also be a path to a YAML file. Every field is required (but dispatch_latency_s, added
+later: profiles written before it mean 0) and every key must be known, so a typo never falls back
+to a default; a bad file raises ValueError naming the file and the field.
 Each YAML field carries a comment with its source: [S] public source, [D] derived, [E] estimate.
 Profiles are read once, when a CostModel is built; nothing here is on the simulator's hot path.
 """
@@ -39,6 +40,14 @@ class GpuProfile:
     net_latency_s: float  # fixed cost of one KV transfer across nodes (handshake, metadata)
     collective_latency_s: float  # fixed cost of one all-reduce / all-to-all call
     gpus_per_node: int  # GPUs sharing one NVLink domain
+    # time a request spends outside the engine per leg (the runtime's scheduling, the HTTP round
+    # trip): what the simulator adds to every prefill and decode leg
+    dispatch_latency_s: float = 0.0
+    # a CPU profile's only (a "GPU" is then one core, gpus_per_node the host's cores): cores' worth
+    # of the host a busy engine keeps busy, its compute and its server's processes with its part of
+    # the driver, scheduler and tools; the simulator slows busy engines by the busy ones' total
+    # over the host's cores when that exceeds 1 (engine/core_share.py)
+    host_load_per_sequence: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,8 @@ _T = TypeVar("_T", GpuProfile, ModelProfile)
 
 # Fields that may be zero (a dense model has no experts; a latency may be neglected).
 _MAY_BE_ZERO = {"experts", "experts_per_token", "expert_params", "params_embedding",
-                "net_latency_s", "collective_latency_s", "step_overhead_s"}
+                "net_latency_s", "collective_latency_s", "step_overhead_s", "dispatch_latency_s",
+                "host_load_per_sequence"}
 # Fractions must lie in (0, 1].
 _FRACTIONS = {"bw_efficiency", "mfu_attn", "nvlink_efficiency", "mfu_linear"}
 
@@ -117,7 +127,9 @@ def _load(cls: type[_T], path: Path) -> _T:
     values: dict[str, Any] = {"name": path.stem}
     for key, field in fields.items():
         if key not in raw:
-            raise ValueError(f"{path}: missing field {key!r}")
+            if field.default is dataclasses.MISSING:
+                raise ValueError(f"{path}: missing field {key!r}")
+            continue
         values[key] = _number(path, key, raw[key], field.type)
     return cls(**values)
 

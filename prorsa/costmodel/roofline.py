@@ -12,7 +12,9 @@ in __init__: no I/O, no YAML, no clock; cheap enough for ~1e6 calls per simulate
     prefill_compute_time(n, c)      prefill compute alone (no overhead, no weight reads): bounds
     decode_token_time(ctx, batch)   one sequence's share of a full decode step: bounds
     kv_transfer_time(tokens, link)  pulling `tokens` of KV over "net" or "nvlink"
-    switch_time(from, to, ...)      draining before a role switch (weights stay resident)
+    switch_time(from, to, ...)      draining before a role switch (+ resharding, to another layout)
+    reshard_time(to)                moving the weights into another layout's parallelism
+    layout                          (tp, ep): how the engine's GPUs are laid out
     kv_capacity_tokens()            KV tokens that fit beside the weights
     touched_weight_bytes(tokens)    weight bytes one step streams (MoE: only the hit experts)
 
@@ -90,6 +92,11 @@ class CostModel:
 
     def __repr__(self) -> str:
         return f"CostModel({self.gpu.name}, {self.model.name}, tp={self.tp}, ep={self.ep})"
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(tp, ep): two cost models of one engine with the same layout price every step alike."""
+        return self.tp, self.ep
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -218,24 +225,54 @@ class CostModel:
         return fixed + tokens * self.kv_bytes_per_token / (self._kv_shards * bw)
 
     def switch_time(self, from_role: Role, to_role: Role, inflight_decode_tokens: int = 0,
-                    batch: int = 0, *, context_tokens: int = 0) -> float:
-        """Drain time before `from_role` -> `to_role` takes effect, weights resident.
+                    batch: int = 0, *, context_tokens: int = 0, to_cost: CostModel | None = None) -> float:
+        """Drain time before `from_role` -> `to_role` takes effect; this model is the engine's in
+        `from_role`, `to_cost` its model in `to_role` (None: the same layout).
 
         Into MIXED nothing drains. Leaving prefill waits out the prefill step in flight.
         Leaving decode waits out the in-flight decodes: `inflight_decode_tokens` still to generate
         over `batch` sequences holding `context_tokens` of KV. Remaining lengths are taken as
         uniform, so the longest is ~2x the mean and the batch shrinks linearly to zero.
+        Into another layout (stage-specific parallelism) the engine empties first, whatever the
+        roles: a sequence's KV is sharded by the old layout and no engine reshards KV in flight;
+        then the weights move (reshard_time).
         """
+        if to_cost is not None and to_cost.layout != self.layout:
+            drain = 0.0
+            if from_role.serves_decode:
+                drain = self._decode_drain(inflight_decode_tokens, batch, context_tokens)
+            if from_role.serves_prefill:
+                drain = max(drain, self.prefill_time([(self.switch_prefill_tokens, 0)]))
+            return drain + self.reshard_time(to_cost)
         if from_role is to_role or to_role is Role.MIXED:
             return 0.0
         if to_role is Role.DECODE:  # from PREFILL or MIXED: a prefill chunk may be in flight
             return self.prefill_time([(self.switch_prefill_tokens, 0)])
+        return self._decode_drain(inflight_decode_tokens, batch, context_tokens)
+
+    def _decode_drain(self, inflight_decode_tokens: int, batch: int, context_tokens: int) -> float:
         if batch <= 0 or inflight_decode_tokens <= 0:
             return 0.0
         steps = min(inflight_decode_tokens, math.ceil(2 * inflight_decode_tokens / batch))
         half = max(1, batch // 2)  # the average batch while draining
         return steps * self.step_time(half, half, context_tokens / 2 + 0.5 * half,
                                       context_tokens / 2)
+
+    def reshard_time(self, to: CostModel) -> float:
+        """Seconds to move this engine's weights into `to`'s layout on the same GPUs, once empty.
+
+        Assumed: every GPU pulls its whole new shard from its peers at once (the group already
+        holds every weight between them, so nothing comes from host memory or disk), over NVLink
+        inside a node and the NIC across nodes. Both layouts' CUDA graphs are taken as captured at
+        start (capturing them takes vLLM and SGLang seconds, which a switch could not afford).
+        What an empty engine does lose is its prefix cache: the old layout's KV is gone, so the
+        next turns of its trajectories re-prefill (the emulated engine models that)."""
+        if to.layout == self.layout:
+            return 0.0
+        g = to.gpu
+        per_gpu = to.weight_bytes_resident() / to.tp  # an EP rank's weights over its TP GPUs
+        link = g.nvlink_bw * g.nvlink_efficiency if to.tp * to.ep <= g.gpus_per_node else g.net_bw
+        return g.step_overhead_s + g.collective_latency_s + per_gpu / link
 
     def weight_bytes_resident(self) -> float:
         """Weight bytes held by this engine (all its TP ranks; EP: this rank's experts)."""

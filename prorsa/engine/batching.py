@@ -16,6 +16,7 @@ it between sleeps, passing the time; the simulator may reuse it directly.
     rank_loads() / rank_batches()  decodes and their context sum per DP-attention rank
     advance(steps, now)          account `steps` decode steps -> finished sequences
     remove(seq)                  a cancelled request leaves, releasing its slot and KV
+    relayout(kv_capacity, ranks)  an empty batcher takes another layout (counters kept)
 
 A sequence's life on one engine:
 
@@ -88,6 +89,13 @@ class Batcher:
     @property
     def active(self) -> int:
         return len(self.transferring) + len(self.prefilling) + len(self.decoding)
+
+    def relayout(self, kv_capacity: int, ranks: int) -> None:
+        if self.active or self.waiting:
+            raise RuntimeError("relayout of a batcher that holds sequences")
+        self.kv_capacity, self.ranks = kv_capacity, ranks
+        self._on_rank, self._n_dec, self._base = [0] * ranks, [0] * ranks, [0] * ranks
+        self._ends.clear()  # only removed sequences' stale entries are left
 
     def submit(self, seq: SeqState) -> None:
         if seq.reserve > self.kv_capacity:

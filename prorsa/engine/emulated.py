@@ -10,6 +10,8 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
                             locally when req.kv is None, then generate req.max_tokens tokens
     generate(req)           local prefill + decode (colocated)
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
+    reshards(role)          whether serving `role` needs another layout (engines.parallelism)
+    relayout(role)          an empty engine takes `role`'s layout: weights move, the prefix cache goes
     stats()                 queue, batch, KV and counters; no I/O
     queued, active, kv_tokens   the first of them alone, read without building stats()
     reset_prefix_cache()    forget every cached prefix (after a weight update)
@@ -26,12 +28,17 @@ The step loop, one iteration per step or per skipped stretch of decode steps:
 
 An MoE engine with expert parallelism ep is one DP-attention group of ep ranks (ep GPUs): slots and
 KV are the group's, sequences are spread over ranks, and every step lasts as long as its slowest
-rank's, so in a mixed engine one rank's prefill chunk stalls every rank's decodes.
+rank's, so in a mixed engine one rank's prefill chunk stalls every rank's decodes. Given a RoleCosts
+rather than one CostModel, an engine steps with the model of its current layout, which changes only
+through relayout() (the control loop empties the engine first), never through set_role: a switch
+passes through MIXED while it drains, and that must not reshard.
 
 Every engine co-batches whatever it holds; roles decide only what the runtime sends it, so a
 MIXED engine is simply one that is sent both phases. Time comes only from the running loop
 (`loop.time()`, `asyncio.sleep`, `asyncio.wait_for`), so a virtual clock drives it unchanged.
 Every sleep is multiplied by time_scale; at 0 the engine only yields (sleep(0)) between steps.
+Given a CoreShare (engine/core_share.py: simulated vLLM CPU engines on one host), a step is also
+stretched by the demand on the engine's cores when it starts.
 Reported times are loop-time differences ("engine time"). Token ids are not produced.
 """
 
@@ -43,34 +50,36 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from prorsa.costmodel import CostModel
+from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.engine.base import (DecodeRequest, DecodeResult, EngineStats, PrefillRequest,
                                 PrefillResult)
 from prorsa.engine.batching import Batcher, SeqState
+from prorsa.engine.core_share import CoreShare
 from prorsa.engine.prefix_cache import make_prefix_cache
 from prorsa.roles import Role
+
+_SHARED_STRETCH = 8  # decode steps between looks at the neighbours, while cores are shared
 
 
 class EmulatedEngine:
     needs_token_ids = False  # works from token counts
 
-    def __init__(self, engine_id: str, role: Role, cost: CostModel, slots: int,
+    def __init__(self, engine_id: str, role: Role, cost: CostModel | RoleCosts, slots: int,
                  time_scale: float = 1.0, max_batched_tokens: int = 8192,
-                 kv_capacity: int | None = None, prefix_cache: str = "ideal"):
+                 kv_capacity: int | None = None, prefix_cache: str = "ideal", cores: CoreShare | None = None):
         if slots < 1 or max_batched_tokens < 1 or time_scale < 0:
             raise ValueError(f"need slots >= 1, max_batched_tokens >= 1, time_scale >= 0; got "
                              f"{slots}, {max_batched_tokens}, {time_scale}")
         self.engine_id = engine_id
         self.role = role
-        self.cost = cost
+        self.layouts = cost if isinstance(cost, RoleCosts) else RoleCosts.uniform(cost)
         self.time_scale = time_scale
         self.max_batched_tokens = max_batched_tokens
-        self.ranks = cost.ep  # DP-attention ranks of an expert-parallel group, stepping in lockstep
-        self.kv_capacity = cost.kv_capacity_tokens() * self.ranks if kv_capacity is None else kv_capacity
-        if self.kv_capacity < 1:
-            raise ValueError(f"engine {engine_id}: no room for KV beside the weights ({cost!r})")
+        self._kv_given = kv_capacity
+        self._prefix_kind = prefix_cache
+        self.cores = cores  # the CPU host shared with the other engines, if any
+        self._lay_out(self.layouts.of(role))
         self._batch = Batcher(slots, self.kv_capacity, self.ranks)
-        self._prefix = make_prefix_cache(prefix_cache, self.kv_capacity)
         self._counters = {"cached_tokens": 0, "transfers": 0, "transfer_tokens": 0, "busy_s": 0.0}
         self._task: asyncio.Task | None = None
         self._wake: _Wake | None = None  # set when the step loop should re-plan
@@ -95,8 +104,35 @@ class EmulatedEngine:
                 seq.waiter.set_exception(RuntimeError(f"engine {self.engine_id} stopped"))
         self._batch = Batcher(b.slots, b.kv_capacity, b.ranks)
 
+    def _lay_out(self, cost: CostModel) -> None:
+        self.cost = cost
+        self.ranks = cost.ep  # DP-attention ranks of an expert-parallel group, stepping in lockstep
+        self.kv_capacity = cost.kv_capacity_tokens() * self.ranks if self._kv_given is None else self._kv_given
+        if self.kv_capacity < 1:
+            raise ValueError(f"engine {self.engine_id}: no room for KV beside the weights ({cost!r})")
+        self._prefix = make_prefix_cache(self._prefix_kind, self.kv_capacity)
+
     def set_role(self, role: Role) -> None:
         self.role = role
+
+    def reshards(self, role: Role) -> bool:
+        return self.layouts.of(role).layout != self.cost.layout
+
+    async def relayout(self, role: Role) -> None:
+        """Take `role`'s layout; returns once the weights are in place. The engine must hold no
+        sequence: their KV is laid out for the old ranks. Cached prefixes are lost for the same reason."""
+        new = self.layouts.of(role)
+        if new.layout == self.cost.layout:
+            return
+        if self._batch.active or self._batch.waiting:
+            raise RuntimeError(f"engine {self.engine_id}: relayout with {self._batch.active} sequences "
+                               f"running and {len(self._batch.waiting)} waiting; drain it first")
+        seconds = self.cost.reshard_time(new)
+        self._lay_out(new)
+        self._batch.relayout(self.kv_capacity, self.ranks)
+        loop = asyncio.get_running_loop()
+        self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
+        await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
 
     async def update_weights(self, seconds: float) -> None:
         """Returns once the new weights are in; meanwhile no step starts (the one in flight ends)."""
@@ -278,30 +314,40 @@ class EmulatedEngine:
         if self.time_scale == 0:
             await asyncio.sleep(0)
             return steps
+        if self.cores is not None:  # a neighbour may start or stop: look again soon
+            steps = min(steps, _SHARED_STRETCH)
         if self.ranks == 1:
             series = self.cost.decode_series(batch, ctx_sum, steps)
         else:  # lockstep: each step takes as long as the slowest rank's
             series = np.max([self.cost.decode_series(b, c, steps) for b, c in self._batch.rank_batches()], axis=0)
         # Array methods, not np.* wrappers: this runs once per decode stretch.
         ends = series.cumsum()
-        if self.time_scale != 1.0:
-            ends *= self.time_scale
-        start = loop.time()
-        if not await self._wake.wait(timeout=float(ends[-1])):
+        with self._computing() as factor:
+            if self.time_scale * factor != 1.0:
+                ends *= self.time_scale * factor
+            start = loop.time()
+            if not await self._wake.wait(timeout=float(ends[-1])):
+                self._counters["busy_s"] += loop.time() - start
+                return steps
+            done = int(ends.searchsorted(loop.time() - start, side="right"))
+            if done < steps:  # the step in flight completes; the arrival joins the next one
+                await asyncio.sleep(float(ends[done]) - (loop.time() - start))
+                done += 1
             self._counters["busy_s"] += loop.time() - start
-            return steps
-        done = int(ends.searchsorted(loop.time() - start, side="right"))
-        if done < steps:  # the step in flight completes; the arrival joins the next one
-            await asyncio.sleep(float(ends[done]) - (loop.time() - start))
-            done += 1
-        self._counters["busy_s"] += loop.time() - start
         return done
 
     async def _sleep(self, seconds: float, busy: bool = True) -> None:
-        seconds *= self.time_scale
-        if busy:
+        if not busy:
+            await asyncio.sleep(seconds * self.time_scale)
+            return
+        with self._computing() as factor:
+            seconds *= self.time_scale * factor
             self._counters["busy_s"] += seconds
-        await asyncio.sleep(seconds)
+            await asyncio.sleep(seconds)
+
+    def _computing(self) -> contextlib.AbstractContextManager[float]:
+        """The time factor of a step starting now: > 1 while engines sharing its cores compute."""
+        return contextlib.nullcontext(1.0) if self.cores is None else self.cores.busy(self.engine_id, self.active)
 
 
 class _Wake:

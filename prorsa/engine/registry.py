@@ -22,6 +22,9 @@ def engine_name(index: int) -> str:
 
 def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> Engine:
     if cfg.backend == "emulated":
+        if cfg.parallelism is not None:  # the live controller has no relayout step (sim/controller.py has)
+            raise ValueError("engines.parallelism: per-role parallelism is simulated only (prorsa sim); "
+                             "live engines use engines.tp and engines.ep")
         from prorsa.costmodel import CostModel
         from prorsa.engine.emulated import EmulatedEngine
 

@@ -29,6 +29,7 @@ from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import EngineHost
 from prorsa.rollout.tool_host import ToolHost
+from prorsa.rollout.worker_logs import quiet_survived_faults
 
 
 def engine_resources(role: Role, slots: int) -> dict[str, float]:
@@ -116,10 +117,22 @@ def _tool_host(cfg: PipelineConfig) -> ToolHost:
 SCHEDULER_CONFIG = {"distributed.scheduler.work-stealing": False}
 
 
+def lost_worker_timeout_s(cfg: PipelineConfig) -> float:
+    """How long a SpecCluster waits for a dead worker to come back before it closes its Nanny for
+    good (dask's default: 15 s). A Nanny restarts a killed engine worker, and the new one joins the
+    scheduler only once its engine is up: a vLLM server takes minutes on a loaded machine, and an
+    engine closed for good would leave its role's legs waiting for ever."""
+    start = cfg.engines.vllm.start_timeout_s if cfg.engines.backend == "vllm" else 0.0
+    return 60.0 + 2 * start
+
+
 async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path, host: str = "127.0.0.1",
                               security=None) -> SpecCluster:
     """`security` (TLS) puts even in-process workers on tls:// sockets, so every connection to the
     scheduler, the driver's own included, must show a certificate."""
+    # read when a worker is lost, long after start: set for the process, not for this block
+    dask.config.set({"distributed.deploy.lost-worker-timeout": f"{lost_worker_timeout_s(cfg)}s"})
+    quiet_survived_faults()  # the scheduler here sees workers die too
     dashboard = cfg.runtime.dashboard_address
     if security is not None:
         where = {"protocol": "tls", "host": host, "security": security}

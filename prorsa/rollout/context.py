@@ -1,6 +1,7 @@
 """What a run's clock and policy are, from its pipeline; the same for the live body and the simulator.
 
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
+    engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     workload_hint(cfg)    means over the first trajectories of cfg's workload (WorkloadHint)
 """
@@ -12,7 +13,7 @@ import numpy as np
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import PolicyContext, WorkloadHint
-from prorsa.costmodel import CostModel
+from prorsa.costmodel import CostModel, RoleCosts
 
 
 def time_unit(cfg: PipelineConfig) -> float:
@@ -21,11 +22,27 @@ def time_unit(cfg: PipelineConfig) -> float:
     return scale if scale > 0 else 1.0
 
 
+def engine_costs(cfg: PipelineConfig) -> RoleCosts:
+    e = cfg.engines
+    base = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
+    if e.parallelism is None:
+        return RoleCosts.uniform(base)
+    # one model per distinct layout: roles laid out alike share it, so they never reshard
+    models = {base.layout: base}
+    for role in ("prefill", "decode", "mixed"):
+        tp, ep = e.layout(role)
+        if (tp, ep) not in models:
+            models[tp, ep] = CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep)
+    return RoleCosts(*(models[e.layout(role)] for role in ("prefill", "decode", "mixed")))
+
+
 def policy_context(cfg: PipelineConfig) -> PolicyContext:
-    cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=cfg.engines.tp, ep=cfg.engines.ep)
+    layouts = engine_costs(cfg)
+    cost = layouts.mixed
     # an MoE engine under expert parallelism is a DP-attention group: KV of every rank
     return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
-                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg), workload=workload_hint(cfg))
+                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg), workload=workload_hint(cfg),
+                         layouts=None if layouts.is_uniform else layouts)
 
 
 def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:

@@ -6,13 +6,19 @@
     await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
     loop.trajectory_done(result)   the driver saw a trajectory end: a DONE event for the next step
                                    (an answer before the turn cap ends it unannounced to the body)
+    timed(fn, *args)               -> (result, CPU seconds this thread spent in it)
+    loop.step_s, loop.step_cpu_s   each step's wall time, and the CPU it took (the policy's
+                                   thread, the scheduler call, the loop's own part)
 
 A body supplies two coroutines: `observe()` -> Snapshot (events since the last call and what each
 engine holds) and `carry_out(engine, old, new)` (the switch protocol on its transport; it returns
 once the engine serves only `new`, and raises to leave the engine in `old`); it may override
-`decide(snapshot)`, where the policy runs. Everything else, the
-router's bookkeeping, the records and the skipping of engines already switching, is here once, so
-the live Dask controller and the simulator's differ only in transport.
+`decide(snapshot)`, where the policy runs, `empties(engine, old, new)`, whether a switch
+needs the engine empty (a change of parallelism: the router then sends it nothing meanwhile), and
+`pause()`, how long to wait before the next step (a body sharing its CPU with the rollout waits
+longer after a dear step). A CPU cost spent off the loop's thread is added with `spent(cpu_s)`.
+Everything else, the router's bookkeeping, the records and the skipping of engines already
+switching, is here once, so the live Dask controller and the simulator's differ only in transport.
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ from prorsa.rollout.router import Router
 log = logging.getLogger(__name__)
 
 
+def timed(fn, *args):
+    """fn(*args) and the CPU seconds this thread spent in it."""
+    c = time.thread_time()
+    return fn(*args), time.thread_time() - c
+
+
 class ControlLoop:
     def __init__(self, policy: Policy, router: Router, recorder: RunRecorder, interval_s: float,
                  now: Callable[[], float]) -> None:
@@ -44,6 +56,8 @@ class ControlLoop:
         self._switching: dict[str, asyncio.Task] = {}
         self._ended: list[LifecycleEvent] = []  # DONE/FAILED seen by the driver, for the next step
         self.step_s: list[float] = []  # wall time of each control step, for its cost
+        self.step_cpu_s: list[float] = []  # and the CPU it took, wherever it ran
+        self._cpu = 0.0  # this step's CPU so far
 
     def trajectory_done(self, result: TrajectoryResult) -> None:
         """A live agent may answer before its last planned turn; no task says so to the body's
@@ -57,15 +71,26 @@ class ControlLoop:
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         raise NotImplementedError
 
+    def empties(self, engine: str, old: Role, new: Role) -> bool:
+        return False
+
     async def decide(self, snap: Snapshot) -> Decision:
         """The policy's decision; a body whose event loop also carries the rollout may run it
         off the loop (the simulator must not: its clock would move on meanwhile)."""
-        return self.policy.decide(snap)
+        decision, cpu = timed(self.policy.decide, snap)
+        self.spent(cpu)
+        return decision
+
+    def pause(self) -> float:
+        return self.interval_s
+
+    def spent(self, cpu_s: float) -> None:
+        self._cpu += cpu_s
 
     async def run(self) -> None:
         try:
             while True:
-                await asyncio.sleep(self.interval_s)
+                await asyncio.sleep(self.pause())
                 await self.step()
         finally:
             for task in self._switching.values():
@@ -74,11 +99,17 @@ class ControlLoop:
 
     async def step(self) -> Decision:
         t0 = time.perf_counter()
+        # thread_time counts only this thread, and only while the step holds it: other tasks run
+        # on the loop during the awaits, so each stretch between awaits is counted on its own
+        self._cpu = 0.0
         snap = await self.observe()
+        c = time.thread_time()
         if self._ended:
             ended, self._ended = self._ended, []
             snap = replace(snap, events=(*snap.events, *ended))
+        self.spent(time.thread_time() - c)
         decision = await self.decide(snap)
+        c = time.thread_time()
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
                                        decision.reason, dict(decision.forecast), dict(decision.forecast_error)))
         for engine, role in decision.targets.items():
@@ -87,6 +118,7 @@ class ControlLoop:
             self._switching[engine] = asyncio.create_task(
                 self.switch(engine, role, decision.reason, dict(decision.forecast)))
         self.step_s.append(time.perf_counter() - t0)
+        self.step_cpu_s.append(self._cpu + time.thread_time() - c)
         return decision
 
     async def switch(self, engine: str, role: Role, reason: str = "",
@@ -96,7 +128,7 @@ class ControlLoop:
         # An engine giving up decode takes no new work until its decodes are done: prefill
         # chunks co-batched with them (at an MoE group's barrier, on every rank) would stretch
         # them many times over. One giving up prefill takes new decodes at once.
-        closing = old.serves_decode and not role.serves_decode
+        closing = (old.serves_decode and not role.serves_decode) or self.empties(engine, old, role)
         try:
             if closing:
                 self.router.close(engine)

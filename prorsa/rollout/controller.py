@@ -3,6 +3,8 @@
     LiveController(client, policy, router, addresses, recorder, ...)   a ControlLoop (control_loop.py)
     observe()                      one scheduler call: lifecycle events and what each engine holds
                                    (with a dashboard feed, the same call carries the page's data)
+    pause()                        the wait before the next step: control_interval_s, or longer
+                                   when the recent steps' CPU is over control_cpu_share of a core
     carry_out(engine, old, new)    the switch protocol below, on Dask
 
 The policy runs here, beside the router, so a decision reaches the router before the next turn
@@ -17,7 +19,10 @@ The switch protocol (engine E from role A to role B):
      (bulk_schedule_unrunnable_after_adding_worker)
   3. drain: the A-legs already sent to E, or bound for it and waiting for their inputs, run and
      finish there (any engine serves either leg)
-  4. E's worker is retagged to B alone; the switch is recorded with its drain time
+  4. in the scheduler call that finds the drain over, the scheduler's view of E is retagged to B
+     alone, so no A-leg can be placed on E after that look (one arriving between a look and a
+     later retag would sit at the head of E's queue for good); then E's worker itself, and the
+     switch is recorded with its drain time
 Legs are never moved between workers: a task the scheduler has sent stays where it is, so none is
 lost or run twice. That is also why work stealing is off (cluster.py): a stolen leg leaves the
 engine that holds its prefix, and a leg stolen onto a worker whose resources then change blocks
@@ -36,9 +41,10 @@ from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
 from prorsa.dashboard.feed import DashboardFeed, observe_and_publish
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role, role_resources
-from prorsa.rollout.control_loop import ControlLoop
+from prorsa.rollout.control_loop import ControlLoop, timed
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.legs import legs_to_drain
+from prorsa.rollout.recovery import stranded, unbind
 from prorsa.rollout.router import Router
 
 
@@ -55,6 +61,11 @@ def _wake(address: str, dask_scheduler=None) -> None:
         s.transitions(s.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id=f"prorsa-switch-{time.time()}")
 
 
+def _observe_timed(report=None, dask_scheduler=None):
+    (events, loads), cpu = timed(observe_and_publish, report, dask_scheduler)
+    return events, loads, cpu
+
+
 def _legs_on(address: str, phases: tuple[str, ...], dask_scheduler=None) -> int:
     """Legs of these phases that are on the worker or bound for it: running or queued there, or
     still waiting for their inputs with the worker as their (loose) restriction."""
@@ -68,11 +79,28 @@ def _legs_on(address: str, phases: tuple[str, ...], dask_scheduler=None) -> int:
     return n
 
 
+def _give_up_when_drained(address: str, phases: tuple[str, ...], resources: dict[str, float], force: bool,
+                          dask_scheduler=None) -> bool:
+    """If no leg of these phases is on the worker or bound for it (or `force`: the drain timed
+    out), the scheduler takes the worker's new resources now -> True. A leg still bound for it
+    after a forced drain is placed by its role instead."""
+    s = dask_scheduler
+    if not force and _legs_on(address, phases, s):
+        return False
+    if address in s.workers:
+        s.add_resources(worker=address, resources=resources)
+        for ts in s.tasks.values():
+            if ts.state == "waiting" and ts.worker_restrictions and address in ts.worker_restrictions \
+                    and stranded(ts, s.workers):
+                unbind(ts)
+    return True
+
+
 class LiveController(ControlLoop):
     def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
                  recorder: RunRecorder, slots: int, kv_capacity: int, started_wall: float,
                  interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0,
-                 feed: DashboardFeed | None = None) -> None:
+                 feed: DashboardFeed | None = None, max_cpu_share: float = 0.05) -> None:
         self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
         super().__init__(policy, router, recorder, interval_s,
                          lambda: (time.time() - started_wall) / self.unit)
@@ -82,10 +110,21 @@ class LiveController(ControlLoop):
         self.kv_capacity = kv_capacity
         self.drain_timeout_s = drain_timeout_s
         self.feed = feed
+        self.max_cpu_share = max_cpu_share  # of one core, averaged over the last few steps
+
+    def pause(self) -> float:
+        # The policy's CPU comes out of the process that carries the rollout (in-process workers
+        # and scheduler share its GIL): at a tenth of real time prorsa's 13-18 ms of CPU every
+        # 200 ms was 7-9% of a core. A dear step is followed by a longer wait instead.
+        recent = self.step_cpu_s[-5:]
+        return max(self.interval_s, sum(recent) / len(recent) / self.max_cpu_share) if recent else self.interval_s
 
     async def observe(self) -> Snapshot:
+        c = time.thread_time()
         report = self.feed.report(tuple(self._switching)) if self.feed is not None else None
-        events, loads = await self.client.run_on_scheduler(observe_and_publish, report)
+        self.spent(time.thread_time() - c)
+        events, loads, cpu = await self.client.run_on_scheduler(_observe_timed, report)
+        c = time.thread_time()
         engines = []
         for engine in sorted(loads):
             load = loads[engine]
@@ -95,12 +134,15 @@ class LiveController(ControlLoop):
                 active=min(held, self.slots), kv_tokens=load["kv_tokens"], kv_capacity=self.kv_capacity,
                 queued_prefill_tokens=load["queued_prefill_tokens"],
             ))  # fmt: skip
+        self.spent(cpu + time.thread_time() - c)
         return Snapshot(time_s=self.now(), engines=tuple(engines), events=tuple(events))
 
     async def decide(self, snap: Snapshot) -> Decision:
         # prorsa's plan takes tens of ms of numpy and Python; on the loop it would hold up every
         # leg of the run (in-process workers and scheduler share this loop) at each interval
-        return await asyncio.to_thread(self.policy.decide, snap)
+        decision, cpu = await asyncio.to_thread(timed, self.policy.decide, snap)
+        self.spent(cpu)
+        return decision
 
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         address = self.addresses[engine]
@@ -110,12 +152,12 @@ class LiveController(ControlLoop):
             # behind resources it no longer has (it would block the worker's queue)
             await self.client.run(_retag, (Role.MIXED if drain else new).value, self.slots, workers=[address])
             await self.client.run_on_scheduler(_wake, address)
-            w0 = time.time()
-            while drain and time.time() - w0 < self.drain_timeout_s:
-                if not await self.client.run_on_scheduler(_legs_on, address, drain):
-                    break
-                await asyncio.sleep(min(0.05, self.interval_s))
             if drain:
+                w0 = time.time()
+                resources = role_resources(new, self.slots)
+                while not await self.client.run_on_scheduler(
+                        _give_up_when_drained, address, drain, resources, time.time() - w0 >= self.drain_timeout_s):
+                    await asyncio.sleep(min(0.05, self.interval_s))
                 await self.client.run(_retag, new.value, self.slots, workers=[address])
         except asyncio.CancelledError:
             raise

@@ -26,24 +26,10 @@ from prorsa.engine.base import Engine
 from prorsa.engine.registry import make_engine
 from prorsa.roles import Role
 from prorsa.rollout.weights import newest_version
+from prorsa.rollout.worker_logs import quiet_survived_faults
 
 PLUGIN_NAME = "prorsa-engine"
 log = logging.getLogger(__name__)
-# failures a turn's retry re-runs from token history (rollout/dask_runtime.py), logging each in one line
-_RETRIED = ("EngineUnavailable(", "KvTransferFailed(")
-
-
-class _RetriedLegs(logging.Filter):
-    """distributed logs every failed task as an error with its traceback; for a leg whose engine
-    went down that is neither an error of the run nor news (the turn's retry says it in a line)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        return not (str(record.msg).startswith("Compute Failed") and len(args) > 3
-                    and str(args[3]).startswith(_RETRIED))
-
-
-_QUIET = _RetriedLegs()
 
 
 class EngineHost(WorkerPlugin):
@@ -62,7 +48,7 @@ class EngineHost(WorkerPlugin):
         self._watch: asyncio.Task | None = None
 
     async def setup(self, worker) -> None:
-        logging.getLogger("distributed.worker").addFilter(_QUIET)  # once per process: same object
+        quiet_survived_faults()
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0

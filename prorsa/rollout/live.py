@@ -156,7 +156,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                                 cfg.runtime.turn_retries)
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, time_unit(cfg),
-                                    feed=feed)
+                                    feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
         workload = Workload.from_config(cfg.workload, cfg.seed)
         environment = driver_environment(cfg, client)
         drive = run_sync if cfg.workload.mode == "sync" else run_async
@@ -195,6 +195,8 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
         "legs_rescued": legs_rescued,
         "trajectories_resumed": journal.completed_before + journal.failed_before,
         "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
+                    "step_cpu_s_median": _median(controller.step_cpu_s),
+                    "step_cpu_s": round(sum(controller.step_cpu_s), 4),
                     "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
     } | ({"train": learner.summary()} if learner else {})
     journal.finish()

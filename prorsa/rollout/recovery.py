@@ -1,16 +1,22 @@
-"""What keeps a run going when an engine's worker dies (a Nanny restarts it on a new address).
+"""What keeps a leg placed by its role when the worker it is bound to cannot take it: the worker
+died (a Nanny restarts it on a new address) or is being retagged.
 
-    LegRescue               scheduler plugin: a leg bound for a worker that is gone is bound to
-                            its role instead (any worker with the leg's resource)
+    LegRescue               scheduler plugin: a leg bound for workers none of which is alive and
+                            serves it is bound to its role instead (any worker with the leg's resource)
+    stranded(ts, workers)   whether a leg is bound only to workers that cannot take it
+    unbind(ts)              drop a leg's worker restriction: its role resource decides
     await live_addresses(client, addresses)   the engine workers alive now; addresses updated in place
 
 Why the plugin: legs carry loose worker restrictions (the engine the router chose) and role
 resources. Dask's rule for loose restrictions is that when none of the named workers is valid
-the task may run anywhere, resources ignored; with the named worker dead, a prefill leg was sent
-to the decode engine, which has no prefill slot, and waited there for good. Dropping the dead
-address before the scheduler places the task again leaves the resource to choose: another
-engine of the role, or no-worker until the restarted one joins. The prefill rebuilds the KV
-from the token history, so the turn goes on where it lands.
+the task may run anywhere, resources ignored. With the named worker dead, a prefill leg was sent
+to the decode engine, which has no prefill slot, and waited there for good. With the named worker
+alive but not yet retagged (the router moves an engine to its new role a scheduler round trip
+before the worker's new resources arrive), a colocated leg was sent to a tool worker, where it
+blocked every tool behind it and the run hung. Dropping the restriction before the scheduler
+places the task leaves the resource to choose: another engine of the role, or no-worker until
+the retag or the restarted worker wakes it. The prefill rebuilds the KV from the token history,
+so the turn goes on where it lands.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ class LegRescue(SchedulerPlugin):
 
     def __init__(self) -> None:
         self.scheduler = None
-        self.rescued = 0  # legs re-bound from a dead worker to their role
+        self.rescued = 0  # legs re-bound to their role from workers that could not take them
 
     async def start(self, scheduler) -> None:
         self.scheduler = scheduler
@@ -49,14 +55,25 @@ class LegRescue(SchedulerPlugin):
                 self._rebind(ts)
 
     def _rebind(self, ts) -> None:
-        if not ts.worker_restrictions or not ts.resource_restrictions:
-            return
-        workers = self.scheduler.workers
-        if any(addr in workers for addr in ts.worker_restrictions):
-            return
-        ts.worker_restrictions = None
-        ts.loose_restrictions = False
-        self.rescued += 1
+        if stranded(ts, self.scheduler.workers):
+            unbind(ts)
+            self.rescued += 1
+
+
+def _serves(ws, resources: dict[str, float]) -> bool:
+    return ws is not None and all(ws.resources.get(r, 0) >= q for r, q in resources.items())
+
+
+def stranded(ts, workers: dict) -> bool:
+    """A leg with a role resource bound only to workers (by address) that are gone or lack it."""
+    if not ts.worker_restrictions or not ts.resource_restrictions:
+        return False
+    return not any(_serves(workers.get(addr), ts.resource_restrictions) for addr in ts.worker_restrictions)
+
+
+def unbind(ts) -> None:
+    ts.worker_restrictions = None
+    ts.loose_restrictions = False
 
 
 def rescued(dask_scheduler) -> int:

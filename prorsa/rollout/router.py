@@ -7,8 +7,9 @@
 
 Prefills go to PREFILL engines; MIXED engines take the overflow: when every prefill engine holds
 `slots` turns, a turn whose decode engine is MIXED runs whole there (colocated: its context is
-cached there, only the append is prefilled, nothing shipped). The allocator scores splits the
-same way (control/allocator.py: prefill engines first, mixed engines the overflow).
+cached there, only the append is prefilled, nothing shipped). With no PREFILL engine at all, the
+MIXED engines prefill for the DECODE engines too. The allocator scores splits the same way
+(control/allocator.py: prefill engines first, mixed engines the overflow).
 
 Sticky first: a trajectory's incremental prefill must run where its prefix is cached, or it
 recomputes the whole context, so a turn goes back to the engines of its previous turn unless
@@ -117,20 +118,25 @@ class Router:
     def route(self, traj_id: str, colocated: bool = False, appended: int | None = None) -> Route:
         """`appended`: tokens this turn adds to the context (None: unknown, never decode-local)."""
         pools = self._pool()
-        roles, decoders, prefillers = pools.roles, pools.decoders, pools.prefillers
+        roles, decoders, mixed = pools.roles, pools.decoders, pools.mixed
+        # with no prefill engine, the mixed engines prefill for the decode engines, which would
+        # otherwise idle while the allocator counts them as decoding
+        prefillers = pools.prefillers or (mixed if len(decoders) > len(mixed) else None)
         if colocated or not prefillers:
             # no prefill pool: the whole turn runs on one engine that does both phases
-            return Route(prefill=None, decode=self._pick(traj_id, "decode", pools.mixed or decoders))
+            return Route(prefill=None, decode=self._pick(traj_id, "decode", mixed or decoders))
         if appended is not None and appended <= self.local_prefill_tokens:
             _, sticky = self._sticky_choice(traj_id, "decode", decoders)
             if sticky:  # the decode engine of its last turn still holds the context
                 return Route(prefill=None, decode=self._pick(traj_id, "decode", decoders), local_prefill=True)
         decode = self._pick(traj_id, "decode", decoders)
-        least = min(prefillers, key=self.load.__getitem__)
-        if roles[decode] is Role.MIXED and self.slots is not None and self.load[least] >= self.slots:
-            return Route(prefill=None, decode=decode)  # prefill pool full: the mixed engine takes its own turn
+        if roles[decode] is Role.MIXED and (prefillers is mixed or self._full(prefillers)):
+            return Route(prefill=None, decode=decode)  # the mixed engine takes its own turn whole
         prefill = self._pick(traj_id, "prefill", prefillers)
         return Route(prefill=prefill, decode=decode)
+
+    def _full(self, prefillers: _Pool) -> bool:
+        return self.slots is not None and min(self.load[e] for e in prefillers) >= self.slots
 
     def finished(self, route: Route) -> None:
         for engine in (route.prefill, route.decode):

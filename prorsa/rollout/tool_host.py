@@ -29,6 +29,7 @@ from prorsa.agent.rewards import Score
 from prorsa.agent.tools import ToolCall, ToolCallParser
 from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
+from prorsa.rollout.worker_logs import quiet_survived_faults
 
 PLUGIN_NAME = "prorsa-tools"
 
@@ -44,6 +45,7 @@ class ToolHost(WorkerPlugin):
         self.responder: Responder | None = None
 
     def setup(self, worker) -> None:
+        quiet_survived_faults()  # a tool worker fetches decode results from engine workers
         self.env = ToolEnvironment.from_config(self.cfg, self.seed)
         if self.cfg.mode == "live":
             self.responder = Responder(self.env, ChatFormat.load(self.model_dir),

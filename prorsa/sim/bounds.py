@@ -10,8 +10,10 @@
   concurrency     (async) at most `concurrency` trajectories run at once, each for its critical path
 
 Prefills are counted as compute alone (no step overhead, no weight reads) and decodes at the
-engine's full batch, so both are below what any schedule pays. Tool latencies are in the run's
-body seconds (divided by its time unit, as the simulator does).
+engine's full batch, so both are below what any schedule pays. With per-role parallelism each
+turn's prefill and decode take the cheaper of the layouts that may serve them (the role's own or
+mixed), and work is counted in engine-seconds (an engine of ep ranks does ep ranks' work at once).
+Tool latencies are in the run's body seconds (divided by its time unit, as the simulator does).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.costmodel import CostModel
-from prorsa.rollout.context import time_unit
+from prorsa.rollout.context import engine_costs, time_unit
 
 
 @dataclass(frozen=True)
@@ -32,42 +34,49 @@ class Bound:
     work_s: float  # total work over capacity (sync: summed over steps)
 
 
-def _path_and_work(spec: TrajectorySpec, cost: CostModel, batch: int, unit: float) -> tuple[float, float]:
+def _path_and_work(spec: TrajectorySpec, pre: list[CostModel], dec: list[CostModel], slots: int,
+                   unit: float) -> tuple[float, float]:
+    """The trajectory's critical path and its work in engine-seconds; `pre` and `dec` are the
+    layouts that may prefill and decode."""
     path = work = 0.0
     ctx = 0
     for turn in spec.turns:
-        pre = cost.prefill_compute_time(turn.appended_tokens, ctx)
+        work += min(c.prefill_compute_time(turn.appended_tokens, ctx) / c.ep for c in pre)
         ctx += turn.appended_tokens
-        alone = float(cost.decode_series(1, ctx, turn.decode_tokens).sum())
+        path += min(c.prefill_time([(turn.appended_tokens, ctx - turn.appended_tokens)]) for c in pre)
+        path += min(float(c.decode_series(1, ctx, turn.decode_tokens).sum()) for c in dec)
+        path += turn.tool_latency_s / unit
         mid = ctx + turn.decode_tokens / 2
-        path += cost.prefill_time([(turn.appended_tokens, ctx - turn.appended_tokens)]) + alone \
-            + turn.tool_latency_s / unit
-        work += pre + turn.decode_tokens * cost.decode_token_time(mid, batch)
+        work += min(turn.decode_tokens * c.decode_token_time(mid, max(slots // c.ep, 1)) / c.ep for c in dec)
         ctx += turn.decode_tokens
     return path, work
 
 
 def lower_bound(cfg: PipelineConfig) -> Bound:
     e = cfg.engines
-    cost = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
-    ranks = e.count * cost.ep  # an EP engine is ep DP-attention ranks; cost times one rank
-    batch = max(e.slots // cost.ep, 1)
     unit = time_unit(cfg)
+    layouts = engine_costs(cfg)
+    pre = list({c.layout: c for c in (layouts.prefill, layouts.mixed)}.values())
+    dec = list({c.layout: c for c in (layouts.decode, layouts.mixed)}.values())
+
+    def path_and_work(spec: TrajectorySpec) -> tuple[float, float]:
+        return _path_and_work(spec, pre, dec, e.slots, unit)
+
     workload = Workload.from_config(cfg.workload, cfg.seed)
     w = cfg.workload
     if w.mode == "sync":
         total = paths = works = 0.0
         for step in range(w.steps):
-            pw = [_path_and_work(s, cost, batch, unit) for s in workload.trajectories_for_step(step)]
-            path, work = max(p for p, _ in pw), sum(x for _, x in pw) / ranks
+            pw = [path_and_work(s) for s in workload.trajectories_for_step(step)]
+            path, work = max(p for p, _ in pw), sum(x for _, x in pw) / e.count
             total += max(path, work)
             paths += path
             works += work
         return Bound(total, paths, works)
     if w.trajectories is None:
         raise ValueError("a makespan bound needs a trajectory count (async runs bounded by duration have none)")
-    pw = [_path_and_work(workload.trajectory(i), cost, batch, unit) for i in range(w.trajectories)]
+    pw = [path_and_work(workload.trajectory(i)) for i in range(w.trajectories)]
     path = max(p for p, _ in pw)
-    work = sum(x for _, x in pw) / ranks
+    work = sum(x for _, x in pw) / e.count
     concurrency = sum(p for p, _ in pw) / w.concurrency
     return Bound(max(path, work, concurrency), path, work)

@@ -5,7 +5,9 @@
                                    queued, active, kv_tokens, kv_capacity, engine_id)
     carry_out(engine, old, new)    the live protocol without the transport: the router already
                                    stopped sending old-role work; the engine serves both while the
-                                   legs it holds of the old role finish, then serves only the new
+                                   legs it holds of the old role finish, then serves only the new;
+                                   into another layout (engines.parallelism) it takes no work until
+                                   it is empty, then reshards
 
 No leg moves between engines in either body, so a switch costs the same drain in both.
 """
@@ -19,7 +21,7 @@ from prorsa.engine.emulated import EmulatedEngine
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.control_loop import ControlLoop
-from prorsa.rollout.legs import legs_to_drain
+from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, legs_to_drain
 from prorsa.rollout.router import Router
 from prorsa.sim.runner import SimTurnRunner
 
@@ -41,7 +43,16 @@ class SimController(ControlLoop):
             for e in self._sorted)  # fmt: skip
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(self.runner.take_events()))
 
+    def empties(self, engine: str, old: Role, new: Role) -> bool:
+        return self.engines[engine].reshards(new)
+
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
+        e = self.engines[engine]
+        if e.reshards(new):  # the router sends it nothing (empties): every leg it holds finishes
+            await self.runner.drained(engine, PREFILL_LEGS + DECODE_LEGS)
+            await e.relayout(new)
+            e.set_role(new)
+            return
         drain = legs_to_drain(new)
         self.engines[engine].set_role(Role.MIXED if drain else new)
         await self.runner.drained(engine, drain)

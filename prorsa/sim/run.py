@@ -11,7 +11,8 @@ simulated makespan compares with a live one divided by that unit (benchmarks/fid
 
 What is the same as live: Workload, drivers, agent loop, Router, EmulatedEngine, the policy and
 the ControlLoop. What differs: transport (direct awaits instead of Dask tasks, so no scheduling
-overhead) and clock (sim/clock.py: time jumps to the next timer).
+overhead) and clock (sim/clock.py: time jumps to the next timer). A vLLM CPU deployment whose
+engines share the host's cores is simulated with that sharing (engine/core_share.py).
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy
-from prorsa.costmodel import CostModel
+from prorsa.costmodel import load_gpu
+from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.engine.registry import engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.context import policy_context, time_unit
+from prorsa.rollout.context import engine_costs, policy_context, time_unit
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.rollout.router import Router
 from prorsa.sim.clock import run_virtual
@@ -104,15 +106,18 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
-    cost = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
-    engines = {engine_name(i): EmulatedEngine(engine_name(i), role, cost, slots=e.slots, time_scale=1.0,
-                                              prefix_cache=e.prefix_cache)
-               for i, role in enumerate(roles)}
+    cost = engine_costs(cfg)
+    names = [engine_name(i) for i in range(len(roles))]
+    cores = host_cores(cfg, names)
+    engines = {name: EmulatedEngine(name, role, cost, slots=e.slots, time_scale=1.0,
+                                    prefix_cache=e.prefix_cache, cores=cores)
+               for name, role in zip(names, roles)}
     for engine in engines.values():
         await engine.start()
     router = Router({name: eng.role for name, eng in engines.items()},
                     local_prefill_tokens=cfg.runtime.local_prefill_tokens, slots=e.slots)
-    runner = SimTurnRunner(engines, router, now, tool_unit=unit)
+    runner = SimTurnRunner(engines, router, now, tool_unit=unit,
+                           dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
     wcfg = cfg.workload
@@ -137,6 +142,16 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
         "control": {"intervals": len(controller.step_s)}, "clock": "body"}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary, events=getattr(loop, "timers_fired", 0))
+
+
+def host_cores(cfg: PipelineConfig, names: list[str]) -> CoreShare | None:
+    """vLLM CPU engines on one host of the profile's cores (a CPU profile's "GPU" is one core,
+    gpus_per_node the host's cores), pinned as a live run pins them; None for GPU engines."""
+    e = cfg.engines
+    if e.backend != "vllm" or e.vllm.device != "cpu":
+        return None
+    gpu = load_gpu(e.gpu)
+    return CoreShare.pinned(names, e.vllm.cores_per_engine, gpu.gpus_per_node, gpu.host_load_per_sequence)
 
 
 def _weight_update(engines: dict[str, EmulatedEngine], body_s: float):

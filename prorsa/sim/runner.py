@@ -1,7 +1,9 @@
 """The simulator's transport: turns go straight to emulated engines on the virtual-clock loop.
 
-    SimTurnRunner(engines, router, now, tool_unit)   a TurnRunner (agent/loop.py), like the Dask
-                                          runtime's; tool latencies are divided by tool_unit
+    SimTurnRunner(engines, router, now, tool_unit, dispatch_s)   a TurnRunner (agent/loop.py),
+                                          like the Dask runtime's; tool latencies are divided by
+                                          tool_unit, and every leg waits dispatch_s before its
+                                          engine sees it (the hardware profile's dispatch_latency_s)
     run_turn(turn)                        route, run the legs on their engines, sleep the tool out
     take_events()                         the lifecycle events since the last call (for observe)
     legs_on(engine, phases)               legs of those phases on the engine now
@@ -32,9 +34,10 @@ class SimTurnRunner:
     vocab_size = 0
 
     def __init__(self, engines: dict[str, Engine], router: Router, now: Callable[[], float],
-                 tool_unit: float = 1.0) -> None:
+                 tool_unit: float = 1.0, dispatch_s: float = 0.0) -> None:
         self.engines = engines
         self.tool_unit = tool_unit  # wall seconds per body second of the workload's tool latencies
+        self.dispatch_s = dispatch_s
         self.router = router
         self.now = now
         self._events: list[LifecycleEvent] = []
@@ -69,6 +72,7 @@ class SimTurnRunner:
                 self.prefill_backlog[route.prefill] += turn.appended_tokens
                 with self._leg(route.prefill, "prefill"):
                     try:
+                        await self._dispatch()
                         pre = await self.engines[route.prefill].prefill(pre_req)
                     finally:
                         self.prefill_backlog[route.prefill] -= turn.appended_tokens
@@ -79,6 +83,7 @@ class SimTurnRunner:
             self._emit(turn, Phase.DECODE, 0, context, route.decode)
             engine = self.engines[route.decode]
             with self._leg(route.decode, phase):
+                await self._dispatch()
                 dec = await (engine.generate(dec_req) if phase == "generate" else engine.decode(dec_req))
         finally:
             self.router.finished(route)
@@ -90,6 +95,11 @@ class SimTurnRunner:
             self._emit(turn, Phase.DONE, 0, context)
             self.router.forget(turn.traj_id)
         return turn_result(turn, pre, dec, start, self.now(), self.now() - t_tool)
+
+    async def _dispatch(self) -> None:
+        # counted as the leg's (held by its engine) while in flight, as a live leg's Dask task is
+        if self.dispatch_s > 0:
+            await asyncio.sleep(self.dispatch_s)
 
     def _emit(self, turn: TurnRequest, phase: Phase, tokens: int, context: int, engine: str | None = "") -> None:
         self._events.append(LifecycleEvent(self.now(), turn.traj_id, turn.family, turn.turn, phase,

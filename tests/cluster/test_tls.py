@@ -37,9 +37,18 @@ PIPELINE = {
 
 
 def connects(address: str, security: Security | None) -> bool:
+    # an asynchronous client in a loop of our own: a synchronous one starts a loop thread that
+    # distributed gives a fixed 10 s, which a loaded machine can miss (AssertionError, not a refusal)
+    async def attempt() -> bool:
+        client = Client(address, security=security, timeout=5, asynchronous=True)
+        try:
+            await client
+            return (await client.scheduler.identity())["address"] == address
+        finally:  # a refused client too, or it closes itself later on a loop that is gone
+            await client.close()
+
     try:
-        with Client(address, security=security, timeout=5) as client:
-            return client.scheduler_info()["address"] == address
+        return asyncio.run(attempt())
     except (OSError, TimeoutError, TypeError):  # TypeError: distributed will not speak tls:// without one
         return False
 

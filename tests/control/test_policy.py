@@ -9,13 +9,14 @@ def test_static_roles():
     assert p.initial_roles(3) == [Role.PREFILL, Role.PREFILL, Role.DECODE]
     assert p.decide(Snapshot(time_s=1.0, engines=())).targets == {}
     assert make_policy("static:1:1:2").initial_roles(4)[-1] is Role.MIXED
+    assert make_policy("static:0:2:2").initial_roles(4) == [Role.DECODE] * 2 + [Role.MIXED] * 2
 
 
 def test_colocated_roles():
     assert make_policy("colocated").initial_roles(4) == [Role.MIXED] * 4
 
 
-@pytest.mark.parametrize("spec", ["static:0:3", "static:2", "static:x:y", "nope"])
+@pytest.mark.parametrize("spec", ["static:0:3", "static:2:0", "static:2", "static:x:y", "nope"])
 def test_bad_specs(spec):
     with pytest.raises(ValueError):
         make_policy(spec)

@@ -66,7 +66,11 @@ class LiveRun:
         return "".join(self.lines)[-4000:]
 
     def wait(self, timeout: float = 300.0) -> Path:
-        assert self.proc.wait(timeout) == 0, self.output()
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the run did not end within {timeout:g} s:\n{self.output()}") from None
+        assert rc == 0, self.output()
         (run_dir,) = self.out_dir.iterdir()
         return run_dir
 
@@ -155,14 +159,19 @@ class Chromium:
         return base64.b64decode(self.call("Page.captureScreenshot", **params)["data"])
 
     def close(self) -> None:
-        self.ws.close()
-        self.loop.close()
-        self.proc.terminate()
+        async def close_ws() -> None:  # inside our loop: no current loop is needed or assumed
+            self.ws.close()
+
         try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        shutil.rmtree(self.profile, ignore_errors=True)
+            self.loop.run_until_complete(close_ws())
+            self.loop.close()
+        finally:  # the browser goes even if the socket would not close
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,9 +69,26 @@ def prorsa(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 
 def start(*args: str) -> subprocess.Popen:
-    """`prorsa ...` in its own process group, so a kill reaches every process it started."""
-    return subprocess.Popen([sys.executable, "-m", "prorsa.cli", *args], stdout=subprocess.PIPE,
+    """`prorsa ...` in its own process group, so a kill reaches every process it started. Its output
+    goes to a file, not a pipe: a pipe nobody reads while the test waits fills with the workers'
+    logs (64 KiB) and then blocks the run at its next log line."""
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", *args], stdout=log,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc.log = log
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    """Wait for a started run to end; its output."""
+    proc.wait(timeout=timeout)
+    return output(proc)
+
+
+def output(proc: subprocess.Popen) -> str:
+    """A started process's output so far; only once it has ended (the file's offset is shared)."""
+    proc.log.seek(0)
+    return proc.log.read()
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -85,7 +103,7 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen | None = None, ev
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process ended early ({proc.returncode}): {proc.stdout.read()}")
+            raise AssertionError(f"process ended early ({proc.returncode}): {output(proc)}")
         time.sleep(every)
     raise AssertionError(f"not reached within {timeout} s")
 

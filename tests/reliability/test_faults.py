@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runs import assert_exactly_once, expected_specs, kill_group, start, wait_for, write_pipeline
+from runs import assert_exactly_once, expected_specs, finish, kill_group, start, wait_for, write_pipeline
 
 HANGING_TOOLS = '''
 import asyncio
@@ -88,7 +88,7 @@ def test_killing_an_engine_worker_process_mid_rollout_loses_no_trajectory(tmp_pa
         pid = wait_for(lambda: _pid(run_dir, engine), 60, proc)
         wait_for(lambda: _committed(run_dir) >= 2, 60, proc)
         os.kill(pid, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=180)
+        output = finish(proc, 180)
     finally:
         if proc.poll() is None:
             kill_group(proc)

@@ -128,3 +128,55 @@ def test_switch_back_and_forth_under_load_loses_nothing(tmp_path):
             assert runner.retried == 0
 
     asyncio.run(main())
+
+
+class _Dear:
+    """colocated's decisions, each after `cpu_s` of CPU spent in the policy's own thread."""
+
+    def __init__(self, cpu_s: float) -> None:
+        self.inner = make_policy("colocated")
+        self.name = self.inner.name
+        self.cpu_s = cpu_s
+
+    def initial_roles(self, n):
+        return self.inner.initial_roles(n)
+
+    def decide(self, snap):
+        c = time.thread_time()
+        while time.thread_time() - c < self.cpu_s:
+            pass
+        return self.inner.decide(snap)
+
+
+def test_a_dear_policy_waits_longer_between_steps_and_its_cpu_is_counted(tmp_path):
+    """Live, the policy shares the GIL with the in-process scheduler and workers: a 40 ms plan
+    every 50 ms would take most of a core from the rollout. Its CPU is counted where it is spent
+    (the policy's thread, the scheduler call) and the next step waits until the steps' share of
+    a core is back under control_cpu_share."""
+    cfg = _cfg()
+    engines = [engine_name(i) for i in range(2)]
+
+    async def steps_in(client, addresses, share: float, seconds: float) -> LiveController:
+        router = Router(dict(zip(engines, [Role.MIXED, Role.MIXED])))
+        rec = RunRecorder(engines=engines, slots=4, expected=None)
+        ctl = LiveController(client, _Dear(0.04), router, addresses, rec, 4, 10**6, time.time(), 0.05,
+                             max_cpu_share=share)
+        loop = asyncio.create_task(ctl.run())
+        await asyncio.sleep(seconds)
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        return ctl
+
+    async def main():
+        async with await start_local_cluster(cfg, [Role.MIXED, Role.MIXED], tmp_path) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            addresses = await engine_addresses(client)
+            await client.register_plugin(LifecyclePlugin(time.time()))
+            free = await steps_in(client, addresses, 1.0, 2.0)  # a share of 1: the interval alone
+            capped = await steps_in(client, addresses, 0.1, 2.0)
+            assert all(c >= 0.04 for c in free.step_cpu_s + capped.step_cpu_s)  # the plan's CPU counted
+            assert len(free.step_s) >= 12  # ~90 ms a step
+            assert 3 <= len(capped.step_s) <= 8  # ~0.4 s a step once the first has been priced
+            assert sum(capped.step_cpu_s) / 2.0 <= 0.15
+
+    asyncio.run(main())

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import types
 
+import pytest
+
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.roles import Role
@@ -55,14 +57,70 @@ def test_a_restarted_engine_loads_the_newest_version_before_serving(tmp_path, mo
 
 
 def test_a_leg_failed_by_a_down_engine_is_not_logged_as_an_error_with_a_traceback():
-    from prorsa.rollout.engine_host import _RetriedLegs
+    from prorsa.rollout.worker_logs import SurvivedFaults
 
     def record(exception_text):
         return logging.LogRecord("distributed.worker", logging.ERROR, "worker.py", 1,
                                  "Compute Failed\nKey: %s\nState: %s\nTask: %s\nException: %r\nTraceback: %r\n",
                                  ("decode-t1", "executing", "task", exception_text, "  File ..."), None)
 
-    quiet = _RetriedLegs()
+    quiet = SurvivedFaults()
     assert not quiet.filter(record("EngineUnavailable('engine-2: ConnectError: refused')"))
     assert not quiet.filter(record("KvTransferFailed('engine-2: HTTP 500')"))
     assert quiet.filter(record("ValueError('a bug')"))  # anything else is still an error
+
+
+def _raise_closed_comm():
+    """What distributed raises when the other end of a connection died: a closed stream chained
+    to a closed comm, so logger.exception prints two tracebacks."""
+    from distributed.comm.core import CommClosedError
+    from tornado.iostream import StreamClosedError
+
+    try:
+        raise StreamClosedError()
+    except StreamClosedError as e:
+        raise CommClosedError("in <TCP (closed) local=tcp://127.0.0.1:4001>: Stream is closed") from e
+
+
+@pytest.mark.parametrize("logger_name,level,message,args", [
+    # worker.gather_dep: the worker it fetched a leg's result from died mid-transfer
+    ("distributed.worker", logging.ERROR, "Worker stream died during communication: %s", ("tcp://127.0.0.1:4000",)),
+    # worker.get_data: the worker it served a result to died before saying OK
+    ("distributed.worker", logging.ERROR, "failed during get data with %s -> %s",
+     ("tcp://127.0.0.1:4001", "tcp://127.0.0.1:4000")),
+    # core._handle_comm: the same, one frame up, at INFO but with the traceback
+    ("distributed.core", logging.INFO, "Lost connection to %r", ("tcp://127.0.0.1:4000",)),
+])
+def test_a_connection_to_a_dead_process_is_one_line_not_two_tracebacks(logger_name, level, message, args):
+    """A worker killed mid-rollout closes its connections mid-exchange; distributed logs each with
+    logger.exception (or exc_info=True) inside `except OSError`: two tracebacks in the run's output
+    for a fault the scheduler recovers from (it fetches the data again or re-runs the leg)."""
+    import io
+
+    from prorsa.rollout.worker_logs import quiet_survived_faults
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(name)s - %(levelname)s - %(message)s"))
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        quiet_survived_faults()
+        try:
+            _raise_closed_comm()
+        except OSError:
+            logger.log(level, message, *args, exc_info=True)
+        try:
+            raise ValueError("data failed to deserialize")
+        except Exception as e:
+            logger.exception(e)  # any other failure keeps its traceback
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    first, *rest = out.getvalue().splitlines()
+    assert first == (f"{logger_name} - {logging.getLevelName(min(level, logging.WARNING))} - {message % args} "
+                     "(CommClosedError: in <TCP (closed) local=tcp://127.0.0.1:4001>: Stream is closed)")
+    assert "ERROR - data failed to deserialize" in rest[0]
+    assert sum("Traceback" in line for line in rest) == 1 and "Traceback" in rest[1]

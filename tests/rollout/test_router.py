@@ -104,3 +104,18 @@ def test_a_closed_engine_gets_no_new_work_until_reopened():
     assert all("engine-2" not in (x.prefill, x.decode) for x in (r.route(f"t{i}") for i in range(6)))
     r.reopen("engine-2")
     assert any(x.decode == "engine-2" for x in (r.route(f"u{i}") for i in range(6)))
+
+
+def test_with_no_prefill_engine_the_mixed_engines_prefill_for_the_decode_engines():
+    """P0 D1 M2: the decode engine gets turns (it would idle), their prefills run on the mixed
+    engines and ship the KV; a turn decoding on a mixed engine runs whole there."""
+    r = Router(roles(0, 1, 2))
+    routes = [r.route(f"t{i}") for i in range(6)]
+    on_d = [x for x in routes if x.decode == "engine-0"]
+    on_m = [x for x in routes if x.decode != "engine-0"]
+    assert on_d and on_m
+    assert all(r.roles[x.prefill] is Role.MIXED for x in on_d)
+    assert all(x.prefill is None for x in on_m)
+    assert {x.prefill for x in on_d} | {x.decode for x in on_m} == {"engine-1", "engine-2"}
+    # all mixed, or only decode engines: every turn whole on one engine, as before
+    assert all(x.prefill is None for x in (Router(roles(0, 0, 2)).route(f"t{i}") for i in range(4)))

@@ -1,0 +1,120 @@
+"""Real vLLM engines killed mid-rollout, two ways: the API server process (its worker restarts it)
+and the Dask worker process hosting the engine (its Nanny starts a new worker, which starts a new
+server; the orphaned server stops itself). Either way the turns they held are re-run from their
+token history and the run ends with every trajectory exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from runs import assert_exactly_once, expected_specs, finish, kill_group, start, wait_for
+
+# slow, and skipped without vLLM (tests/conftest.py); an engine restarted on a loaded machine takes minutes
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
+
+PIPELINE = """\
+name: kill
+seed: 4
+policy: static:2:1
+engines:
+  backend: vllm
+  count: 3
+  slots: 16
+  gpu: cpu
+  model: tiny
+  vllm: {{dtype: float32, device: cpu, max_model_len: 2048, cores_per_engine: 1, start_timeout_s: 900}}
+workload: {{family: swe, mode: sync, prompts: 4, group_size: 4, steps: 3, max_turns: 3,
+           token_scale: 0.1, max_context: 1536, tool_time_scale: 0.2}}
+runtime: {{tool_workers: 1, metrics_interval_s: 0.5, dashboard_address: null, output_batch: 1,
+          turn_retries: 3, processes: {processes}}}
+"""
+_PID = re.compile(r"^# prorsa: server pid (\d+)$", re.M)
+
+
+def _server_pids(run_dir: Path, engine: str) -> list[int]:
+    try:
+        return [int(p) for p in _PID.findall((run_dir / "engines" / f"{engine}.log").read_text(errors="replace"))]
+    except OSError:
+        return []
+
+
+def _worker_pid(run_dir: Path, engine: str) -> int | None:
+    try:
+        return int((run_dir / "engines" / f"{engine}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _committed(run_dir: Path) -> int:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())["trajectories"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _run_and_kill(tmp_path: Path, processes: bool, victim_pid) -> tuple[Path, dict, int]:
+    """`prorsa run` on 3 engines; once 4 trajectories are committed, SIGKILL victim_pid(run_dir)."""
+    pipeline = tmp_path / "kill.yaml"
+    pipeline.write_text(PIPELINE.format(processes=str(processes).lower()))
+    specs = expected_specs(pipeline)
+    out = tmp_path / "runs"
+    proc = start("run", str(pipeline), "--output", str(out))
+    try:
+        run_dir = wait_for(lambda: next(iter(out.glob("kill-*")), None), 120, proc)
+        wait_for(lambda: _committed(run_dir) >= 4, 900, proc, every=0.5)
+        pid = victim_pid(run_dir)
+        os.kill(pid, signal.SIGKILL)
+        output = finish(proc, 1200)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    lines = output.splitlines()
+    noise = [i for i, line in enumerate(lines) if "error:" in line or "Traceback" in line]
+    # each traceback with what follows it, so a failure says where it came from
+    shown = "\n---\n".join("\n".join(lines[i:i + 40]) for i in noise[:3])
+    assert proc.returncode == 0 and not noise, shown[-8000:] or output[-4000:]
+    assert_exactly_once(run_dir, specs)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_completed"] == len(specs) and summary["trajectories_failed"] == 0
+    return run_dir, summary, pid
+
+
+def test_killing_a_vllm_server_mid_rollout_loses_no_trajectory(tmp_path):
+    victim = "engine-2"  # the one decode engine: every trajectory's decodes run there
+
+    def server(run_dir):  # the API server; its engine core and workers are orphaned
+        (pid,) = _server_pids(run_dir, victim)
+        return pid
+
+    run_dir, summary, pid = _run_and_kill(tmp_path, False, server)
+    pids = _server_pids(run_dir, victim)
+    assert len(pids) == 2 and pids[0] == pid != pids[1], pids  # killed once, restarted once
+    with pytest.raises(ProcessLookupError):  # nothing of the killed server is left running
+        os.killpg(pid, 0)
+    print(f"{victim}'s server killed after 4 trajectories: {summary['turns_retried']} turns retried, "
+          f"makespan {summary['makespan_s']:.1f} s")
+
+
+@pytest.mark.parametrize("victim", ["engine-2", "engine-0"])  # the one decode engine; a prefill engine
+def test_killing_a_vllm_engine_worker_process_mid_rollout_loses_no_trajectory(tmp_path, victim):
+    servers: list[int] = []
+
+    def worker(run_dir):
+        servers.extend(_server_pids(run_dir, victim))
+        return _worker_pid(run_dir, victim)
+
+    run_dir, summary, pid = _run_and_kill(tmp_path, True, worker)
+    assert _worker_pid(run_dir, victim) not in (None, pid)  # a new worker process hosts the engine
+    (old,) = servers
+    pids = _server_pids(run_dir, victim)
+    assert len(pids) == 2 and pids[0] == old != pids[1], pids  # the new worker started a new server
+    with pytest.raises(ProcessLookupError):  # the orphaned server stopped itself and all it started
+        os.killpg(old, 0)
+    print(f"{victim}'s worker killed after 4 trajectories: {summary['turns_retried']} turns retried, "
+          f"{summary['legs_rescued']} legs re-bound, makespan {summary['makespan_s']:.1f} s")
