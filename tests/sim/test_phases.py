@@ -1,0 +1,52 @@
+"""The alternating-demand search (benchmarks/phases.py) at small scale: its trace alternates the two
+kinds in blocks, and a run scores every fixed split of the engines against prorsa and the oracle."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from prorsa.agent.trace import read_trace
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "phases.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import phases  # noqa: E402
+
+
+def test_the_trace_alternates_prefill_heavy_and_decode_heavy_blocks(tmp_path):
+    path = tmp_path / "t.jsonl"
+    phases.write_phase_trace(path, blocks=3, block=4, long=1000, decode=500, tool_s=0.5)
+    specs = read_trace(path)
+    assert [s.family for s in specs] == ["prefill-heavy"] * 4 + ["decode-heavy"] * 4 + ["prefill-heavy"] * 4
+    heavy, light = specs[0].turns, specs[4].turns
+    assert [(t.appended_tokens, t.decode_tokens) for t in heavy] == [(1000, 64)] * 4
+    assert [(t.appended_tokens, t.decode_tokens) for t in light] == [(256, 500)] * 4
+    assert [t.done for t in heavy] == [False, False, False, True] and heavy[-1].tool_latency_s == 0.0
+
+
+def test_every_fixed_split_of_eight_engines_once():
+    assert len(phases.FIXED) == len(set(phases.FIXED)) == 43  # colocated and 42 splits P:D:M
+    assert "static:4:4" in phases.FIXED and "static:0:2:6" in phases.FIXED and "static:0:8" not in phases.FIXED
+
+
+def test_a_small_run_scores_every_split_and_marks_the_best(tmp_path):
+    out = tmp_path / "phases.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--blocks", "2", "--block", "8", "--concurrency", "8",
+                           "--long", "2048", "--decode", "256", "--workers", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(out.read_text())
+    rows = {r["policy"]: r for r in res["rows"]}
+    assert set(rows) == {*phases.FIXED, "prorsa", "oracle"}
+    best = max(phases.FIXED, key=lambda p: rows[p]["trajectories_per_s"])
+    assert res["best_fixed"] == best and rows[best]["vs_best_fixed"] == 1.0
+    assert all(r["switches"] == 0 for p, r in rows.items() if p in phases.FIXED)
+    assert rows["colocated"]["vs_colocated"] == 1.0 and all(r["trajectories_per_s"] > 0 for r in rows.values())
+
+
+def test_a_bad_count_is_refused_by_name():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--block", "0"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "--block must be at least 1" in proc.stderr and "Traceback" not in proc.stderr
