@@ -17,7 +17,11 @@ edge. Throughput in trajectories/s, ratios against colocated and the best fixed 
 hindsight (marked); the table lists colocated, the five best splits, prorsa and the oracle, the
 results file every split.
 
-    .venv/bin/python benchmarks/phases.py [--blocks 4] [--block 128] [--long 8192] [--decode 2048] [--workers 2]
+    .venv/bin/python benchmarks/phases.py [--blocks 4] [--block 128] [--long 8192] [--decode 2048]
+                                          [--ep 4] [--sticky-overload 2|none] [--workers 2]
+
+--sticky-overload none keeps every turn on its trajectory's engines whatever their load: a turn
+that leaves recomputes its whole context, which at these context lengths costs more than the wait.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def write_phase_trace(path: Path, blocks: int, block: int, long: int, decode: in
     write_trace(path, trajectories)
 
 
-def config(trace: Path, ep: int, concurrency: int, trajectories: int):
+def config(trace: Path, ep: int, concurrency: int, trajectories: int, sticky_overload: float | None = 2.0):
     from prorsa.config.pipeline import PipelineConfig
 
     return PipelineConfig.model_validate({
@@ -61,14 +65,15 @@ def config(trace: Path, ep: int, concurrency: int, trajectories: int):
                     "model": "qwen3-30b-a3b", "ep": ep},
         "workload": {"trace": str(trace), "mode": "async", "concurrency": concurrency,
                      "trajectories": trajectories},
+        "runtime": {"sticky_overload": sticky_overload},
     })  # fmt: skip
 
 
 def run(job: tuple) -> tuple:
     from prorsa.sim.run import simulate
 
-    trace, ep, concurrency, trajectories, policy = job
-    s = simulate(config(Path(trace), ep, concurrency, trajectories), policy).summary
+    trace, ep, concurrency, trajectories, overload, policy = job
+    s = simulate(config(Path(trace), ep, concurrency, trajectories, overload), policy).summary
     return policy, s["trajectories_per_s"], s["role_switches"], s["makespan_s"]
 
 
@@ -82,11 +87,20 @@ def main() -> None:
     ap.add_argument("--ep", type=int, default=4, help="expert-parallel ranks an engine")
     ap.add_argument("--concurrency", type=int, default=64, help="trajectories in flight")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sticky-overload", default="2", metavar="X|none",
+                    help="runtime.sticky_overload: how much busier than the least-loaded engine a "
+                         "trajectory's engines may be before a turn leaves them (none: never)")
     ap.add_argument("--out", default="benchmarks/results/phases.json")
     args = ap.parse_args()
     for name in ("blocks", "block", "long", "decode", "ep", "concurrency", "workers"):
         if getattr(args, name) < 1:
             sys.exit(f"error: --{name} must be at least 1, got {getattr(args, name)}")
+    try:
+        overload = None if args.sticky_overload == "none" else float(args.sticky_overload)
+    except ValueError:
+        sys.exit(f"error: --sticky-overload must be a number or none, got {args.sticky_overload!r}")
+    if overload is not None and not overload >= 1:
+        sys.exit(f"error: --sticky-overload must be at least 1, got {args.sticky_overload}")
     from rich.console import Console
     from rich.table import Table
 
@@ -94,7 +108,7 @@ def main() -> None:
         trace = Path(tmp) / "phases.jsonl"
         write_phase_trace(trace, args.blocks, args.block, args.long, args.decode, args.tool_s)
         n = args.blocks * args.block
-        jobs = [(str(trace), args.ep, args.concurrency, n, p) for p in POLICIES]
+        jobs = [(str(trace), args.ep, args.concurrency, n, overload, p) for p in POLICIES]
         print(f"{len(jobs)} simulations of {n} trajectories", file=sys.stderr)
         with Pool(args.workers) as pool:
             res = {r[0]: r for r in pool.map(run, jobs, chunksize=1)}
@@ -102,7 +116,8 @@ def main() -> None:
     best = max(FIXED, key=lambda p: res[p][1])
     shown = ["colocated", *sorted(FIXED[1:], key=lambda p: -res[p][1])[:5], "prorsa", "oracle"]
     table = Table(title=f"alternating demand: {args.blocks} blocks of {args.block}, "
-                        f"{args.long}-token appends / {args.decode}-token decodes, EP{args.ep}")
+                        f"{args.long}-token appends / {args.decode}-token decodes, EP{args.ep}, "
+                        f"sticky overload {args.sticky_overload}")
     for col in ("policy", "traj/s", "vs colocated", "vs best fixed", "switches"):
         table.add_column(col, justify="right")
     rows = []

@@ -153,6 +153,10 @@ class RuntimeConfig(_Section):
     # a later turn appending at most this many tokens is prefilled on the decode engine that holds
     # its context instead of on a prefill engine (no KV shipped); 0: never
     local_prefill_tokens: int = Field(0, ge=0)
+    # a turn leaves its trajectory's engines (and their cached prefix: the new one recomputes the
+    # whole context) when they carry more than this many times the least-loaded engine's turns;
+    # None: never for load, only when they no longer serve the leg (benchmarks/phases.py)
+    sticky_overload: float | None = Field(2.0, ge=1)
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
     # finished trajectories go to disk in parts of this many, or once the oldest has waited
     # output_flush_s; a killed driver loses at most that much work, which --resume re-runs

@@ -151,7 +151,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                           "kv_capacity": context.kv_capacity_tokens, "time_unit": time_unit(cfg),
                           "expected": rec.expected}, t0, time_unit(cfg))
         router = Router(dict(zip(engines, roles)), local_prefill_tokens=cfg.runtime.local_prefill_tokens,
-                        slots=cfg.engines.slots)
+                        slots=cfg.engines.slots, overload=cfg.runtime.sticky_overload)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries)
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,

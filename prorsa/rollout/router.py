@@ -14,7 +14,8 @@ MIXED engines prefill for the DECODE engines too. The allocator scores splits th
 Sticky first: a trajectory's incremental prefill must run where its prefix is cached, or it
 recomputes the whole context, so a turn goes back to the engines of its previous turn unless
 they no longer serve that leg or carry more than `overload` times the least-loaded engine's
-load. Ties break by engine order, so a seeded run routes the same way twice.
+load (runtime.sticky_overload; None: never for load). Ties break by engine order, so a seeded
+run routes the same way twice.
 
 Decode-local prefill (`local_prefill_tokens` > 0): a later turn that appends at most that many
 tokens skips the prefill leg and runs on its sticky decode engine, which holds the whole context
@@ -25,6 +26,7 @@ of a prefill request elsewhere plus a transfer of the whole context.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from prorsa.roles import Role
@@ -54,13 +56,13 @@ class _Pools:
 
 
 class Router:
-    def __init__(self, roles: dict[str, Role], overload: float = 2.0, local_prefill_tokens: int = 0,
+    def __init__(self, roles: dict[str, Role], overload: float | None = 2.0, local_prefill_tokens: int = 0,
                  slots: int | None = None) -> None:
         self.roles = dict(roles)
         self.slots = slots  # turns a PREFILL engine takes before MIXED engines take the overflow
         self.load = {e: 0 for e in roles}
         self._floor = 0  # at most every engine's load: finished() lowers it, a scan raises it
-        self.overload = overload
+        self.overload = math.inf if overload is None else overload  # None: never leave for load
         self.local_prefill_tokens = local_prefill_tokens
         self._sticky: dict[str, dict[str, str]] = {"prefill": {}, "decode": {}}  # leg -> traj -> engine
         self.closed: set[str] = set()

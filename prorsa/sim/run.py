@@ -115,7 +115,8 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
     for engine in engines.values():
         await engine.start()
     router = Router({name: eng.role for name, eng in engines.items()},
-                    local_prefill_tokens=cfg.runtime.local_prefill_tokens, slots=e.slots)
+                    local_prefill_tokens=cfg.runtime.local_prefill_tokens, slots=e.slots,
+                    overload=cfg.runtime.sticky_overload)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit,
                            dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))

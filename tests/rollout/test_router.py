@@ -27,6 +27,19 @@ def test_sticky_unless_overloaded():
     assert moved.prefill != first.prefill
 
 
+def test_with_no_overload_a_turn_stays_on_its_engines_however_busy_they_are():
+    r = Router(roles(2, 2), overload=None)  # runtime.sticky_overload: null
+    first = r.route("t0")
+    r.finished(first)
+    for engine in (first.prefill, first.decode):
+        r.load[engine] += 50
+    again = r.route("t0")
+    assert (again.prefill, again.decode) == (first.prefill, first.decode)
+    r.set_role(first.prefill, Role.DECODE)  # its engine no longer serves the leg: it leaves then
+    assert r.route("t0").prefill != first.prefill
+    assert r.route("t1").decode not in (first.prefill, first.decode)  # a new one goes to the least loaded
+
+
 def test_load_balances_new_trajectories():
     r = Router(roles(2, 2))
     routes = [r.route(f"t{i}") for i in range(4)]

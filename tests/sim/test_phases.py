@@ -50,3 +50,15 @@ def test_a_small_run_scores_every_split_and_marks_the_best(tmp_path):
 def test_a_bad_count_is_refused_by_name():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--block", "0"], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode != 0 and "--block must be at least 1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_turns_kept_on_their_engines_keep_their_prefix(tmp_path):
+    """runtime.sticky_overload reaches the simulator's router: with none, no turn leaves its
+    engine for load, so none recomputes its context; with the default some do."""
+    from prorsa.sim.run import simulate
+
+    trace = tmp_path / "t.jsonl"
+    phases.write_phase_trace(trace, blocks=1, block=32, long=8192, decode=64, tool_s=1.0)
+    hits = {o: simulate(phases.config(trace, 4, 32, 32, o), "colocated").summary["prefix_hit_rate"]
+            for o in (2.0, None)}
+    assert hits[None] > hits[2.0]
