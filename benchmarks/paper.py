@@ -8,6 +8,7 @@ Sync: one step of 32 prompts x 8 samples; async: 256 trajectories, 128 in flight
 Every policy replays the same workload; the figures are virtual-time results, deterministic.
 
     .venv/bin/python benchmarks/paper.py [--families swe,search,math-tir,terminal] [--workers 2]
+                                         [--sticky-overload 2|none] [--out FILE]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ STATICS = [f"static:{p}:{ENGINES - p}" for p in range(1, ENGINES)]
 ADAPTIVE = ["reactive", "prorsa", "oracle"]
 
 
-def config(family: str, model: str, mode: str, seed: int):
+def config(family: str, model: str, mode: str, seed: int, sticky_overload: float | None = 2.0):
     from prorsa.config.pipeline import PipelineConfig
 
     name, ep, slots = MODELS[model]
@@ -34,14 +35,15 @@ def config(family: str, model: str, mode: str, seed: int):
         "engines": {"backend": "emulated", "count": ENGINES, "slots": slots, "gpu": "h200", "model": name, "ep": ep},
         "workload": {"family": family, "mode": mode, "prompts": 32, "group_size": 8, "concurrency": 128,
                      "trajectories": 256, "max_turns": 12},
+        "runtime": {"sticky_overload": sticky_overload},
     })  # fmt: skip
 
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
-    family, model, mode, seed, policy = job
-    s = simulate(config(family, model, mode, seed), policy).summary
+    family, model, mode, seed, overload, policy = job
+    s = simulate(config(family, model, mode, seed, overload), policy).summary
     return {"family": family, "model": model, "mode": mode, "seed": seed, "policy": policy,
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"], "prefix_hit_rate": s["prefix_hit_rate"],
@@ -79,7 +81,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/paper.json")
+    ap.add_argument("--sticky-overload", default="2", metavar="X|none",
+                    help="runtime.sticky_overload of every run (none: a turn never leaves its engines for load)")
     args = ap.parse_args()
+    from prorsa.config.pipeline import sticky_overload_from
+
+    try:
+        overload = sticky_overload_from(args.sticky_overload)
+    except ValueError as e:
+        sys.exit(f"error: --sticky-overload: {e}")
 
     from rich.console import Console
     from rich.table import Table
@@ -88,7 +98,7 @@ def main() -> None:
 
     cells = [(f, m, md) for f in args.families.split(",") for m in args.models.split(",")
              for md in args.modes.split(",")]
-    jobs = [(f, m, md, args.seed, p) for f, m, md in cells for p in ["colocated", *STATICS, *ADAPTIVE]]
+    jobs = [(f, m, md, args.seed, overload, p) for f, m, md in cells for p in ["colocated", *STATICS, *ADAPTIVE]]
     t0 = time.perf_counter()
     points: list[dict] = []
     with Pool(args.workers) as pool:
@@ -98,7 +108,7 @@ def main() -> None:
                   f"{point['figure']:.3f}", file=sys.stderr, flush=True)
     results = []
     for f, m, md in cells:
-        cfg = config(f, m, md, args.seed)
+        cfg = config(f, m, md, args.seed, overload)
         bound = lower_bound(cfg).makespan_s if md == "sync" or cfg.workload.trajectories else None
         summary = cell_summary([p for p in points if (p["family"], p["model"], p["mode"]) == (f, m, md)], bound)
         results.append({"family": f, "model": m, "mode": md} | summary)

@@ -95,12 +95,12 @@ def main() -> None:
     for name in ("blocks", "block", "long", "decode", "ep", "concurrency", "workers"):
         if getattr(args, name) < 1:
             sys.exit(f"error: --{name} must be at least 1, got {getattr(args, name)}")
+    from prorsa.config.pipeline import sticky_overload_from
+
     try:
-        overload = None if args.sticky_overload == "none" else float(args.sticky_overload)
-    except ValueError:
-        sys.exit(f"error: --sticky-overload must be a number or none, got {args.sticky_overload!r}")
-    if overload is not None and not overload >= 1:
-        sys.exit(f"error: --sticky-overload must be at least 1, got {args.sticky_overload}")
+        overload = sticky_overload_from(args.sticky_overload)
+    except ValueError as e:
+        sys.exit(f"error: --sticky-overload: {e}")
     from rich.console import Console
     from rich.table import Table
 

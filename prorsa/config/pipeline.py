@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prorsa.control.policy import MAX_ENGINES, make_policy
 
@@ -162,6 +162,15 @@ class RuntimeConfig(_Section):
     # output_flush_s; a killed driver loses at most that much work, which --resume re-runs
     output_batch: int = Field(64, ge=1)
     output_flush_s: float = Field(5.0, ge=0)
+
+
+def sticky_overload_from(text: str) -> float | None:
+    """A command-line value of runtime.sticky_overload: a number, or `none`; ValueError says why."""
+    value = None if text.strip().lower() in ("none", "null") else text
+    try:
+        return RuntimeConfig(sticky_overload=value).sticky_overload
+    except ValidationError as e:
+        raise ValueError(f"a number of at least 1, or none; got {text!r}") from e
 
 
 class SandboxSettings(_Section):

@@ -62,3 +62,10 @@ def test_turns_kept_on_their_engines_keep_their_prefix(tmp_path):
     hits = {o: simulate(phases.config(trace, 4, 32, 32, o), "colocated").summary["prefix_hit_rate"]
             for o in (2.0, None)}
     assert hits[None] > hits[2.0]
+
+
+def test_a_bad_sticky_overload_is_refused_by_name():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--sticky-overload", "0.5"], capture_output=True, text=True,
+                          cwd=REPO)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--sticky-overload: a number of at least 1, or none; got '0.5'" in proc.stderr
