@@ -8,7 +8,7 @@ Sync: one step of 32 prompts x 8 samples; async: 256 trajectories, 128 in flight
 Every policy replays the same workload; the figures are virtual-time results, deterministic.
 
     .venv/bin/python benchmarks/paper.py [--families swe,search,math-tir,terminal] [--workers 2]
-                                         [--sticky-overload 2|none] [--out FILE]
+                                         [--sticky-overload cost|2|none] [--out FILE]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ STATICS = [f"static:{p}:{ENGINES - p}" for p in range(1, ENGINES)]
 ADAPTIVE = ["reactive", "prorsa", "oracle"]
 
 
-def config(family: str, model: str, mode: str, seed: int, sticky_overload: float | None = 2.0):
+def config(family: str, model: str, mode: str, seed: int, sticky_overload: float | str | None = "cost"):
     from prorsa.config.pipeline import PipelineConfig
 
     name, ep, slots = MODELS[model]
@@ -81,8 +81,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/paper.json")
-    ap.add_argument("--sticky-overload", default="2", metavar="X|none",
-                    help="runtime.sticky_overload of every run (none: a turn never leaves its engines for load)")
+    ap.add_argument("--sticky-overload", default="cost", metavar="X|cost|none",
+                    help="runtime.sticky_overload of every run (cost: a turn leaves its engines when the move "
+                         "pays for its recompute; X: past X times the least-loaded engine's turns; none: never)")
     args = ap.parse_args()
     from prorsa.config.pipeline import sticky_overload_from
 

@@ -18,10 +18,12 @@ hindsight (marked); the table lists colocated, the five best splits, prorsa and 
 results file every split.
 
     .venv/bin/python benchmarks/phases.py [--blocks 4] [--block 128] [--long 8192] [--decode 2048]
-                                          [--ep 4] [--sticky-overload 2|none] [--workers 2]
+                                          [--ep 4] [--sticky-overload cost|2|none] [--workers 2]
 
---sticky-overload none keeps every turn on its trajectory's engines whatever their load: a turn
-that leaves recomputes its whole context, which at these context lengths costs more than the wait.
+--sticky-overload picks the router's rule for leaving a trajectory's engines (a turn that leaves
+recomputes its whole context): cost, the default, moves a turn only when the cost model prices
+the wait it avoids above that recompute; 2, when its engines carry twice the least-loaded one's
+turns (the default before); none, never for load.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def write_phase_trace(path: Path, blocks: int, block: int, long: int, decode: in
     write_trace(path, trajectories)
 
 
-def config(trace: Path, ep: int, concurrency: int, trajectories: int, sticky_overload: float | None = 2.0):
+def config(trace: Path, ep: int, concurrency: int, trajectories: int, sticky_overload: float | str | None = "cost"):
     from prorsa.config.pipeline import PipelineConfig
 
     return PipelineConfig.model_validate({
@@ -87,9 +89,10 @@ def main() -> None:
     ap.add_argument("--ep", type=int, default=4, help="expert-parallel ranks an engine")
     ap.add_argument("--concurrency", type=int, default=64, help="trajectories in flight")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--sticky-overload", default="2", metavar="X|none",
-                    help="runtime.sticky_overload: how much busier than the least-loaded engine a "
-                         "trajectory's engines may be before a turn leaves them (none: never)")
+    ap.add_argument("--sticky-overload", default="cost", metavar="X|cost|none",
+                    help="runtime.sticky_overload: when a turn leaves its trajectory's engines (cost: "
+                         "when the move pays for its recompute; X: past X times the least-loaded "
+                         "engine's turns; none: never for load)")
     ap.add_argument("--out", default="benchmarks/results/phases.json")
     args = ap.parse_args()
     for name in ("blocks", "block", "long", "decode", "ep", "concurrency", "workers"):

@@ -101,16 +101,16 @@ def control_interval_wall(args, family: str) -> float:
     return max(args.control_interval * (scale if scale > 0 else 1.0), args.min_control_wall)
 
 
-def given_pipeline(path: str):
+def given_pipeline(path: str, routing: dict):
     """--pipeline FILE: that pipeline as the one cell, each policy put in its place."""
     from prorsa.config.load import load_pipeline
 
-    cfg = load_pipeline(path, {"runtime.dashboard_address": None})
+    cfg = load_pipeline(path, {"runtime.dashboard_address": None} | {f"runtime.{k}": v for k, v in routing.items()})
     cell = (cfg.workload.family or "trace", cfg.engines.model, cfg.workload.mode)
     return cfg, cell, lambda policy: cfg.model_copy(update={"policy": policy})
 
 
-def pipeline(args, family: str, model: str, mode: str, policy: str):
+def pipeline(args, family: str, model: str, mode: str, policy: str, routing: dict):
     from prorsa.config.pipeline import PipelineConfig
 
     scale = time_scale(args, family)
@@ -129,7 +129,7 @@ def pipeline(args, family: str, model: str, mode: str, policy: str):
                     "model": model, "tp": 1, "ep": ranks, "time_scale": scale},
         "workload": workload,
         "runtime": {"control_interval_s": control_interval_wall(args, family),
-                    "metrics_interval_s": args.metrics_interval, "dashboard_address": None},
+                    "metrics_interval_s": args.metrics_interval, "dashboard_address": None, **routing},
     })
 
 
@@ -333,8 +333,18 @@ def main() -> None:
                                     "--models and --modes (to re-run a few with more repeats)")
     ap.add_argument("--pipeline", help="one cell: this pipeline file as it is (engines, workload, time scale), "
                                        "every policy in turn; the sizing options above do not apply")
+    ap.add_argument("--sticky-overload", metavar="X|cost|none",
+                    help="runtime.sticky_overload of every run (default: the pipeline's, cost)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/policies_live.json"))
     args = ap.parse_args()
+    routing = {}
+    if args.sticky_overload is not None:
+        from prorsa.config.pipeline import sticky_overload_from
+
+        try:
+            routing = {"sticky_overload": sticky_overload_from(args.sticky_overload)}
+        except ValueError as e:
+            ap.error(f"--sticky-overload: {e}")
 
     import dask
 
@@ -367,9 +377,9 @@ def main() -> None:
         family_scales(args.family_scale)
     except ValueError as e:
         ap.error(str(e))
-    make = lambda family, model, mode, policy: pipeline(args, family, model, mode, policy)  # noqa: E731
+    make = lambda family, model, mode, policy: pipeline(args, family, model, mode, policy, routing)  # noqa: E731
     if args.pipeline:
-        given, cell, with_policy = given_pipeline(args.pipeline)
+        given, cell, with_policy = given_pipeline(args.pipeline, routing)
         make = lambda family, model, mode, policy: with_policy(policy)  # noqa: E731
         cells_spec, args.engines, args.time_scale = [cell], given.engines.count, given.engines.time_scale
         args.slots, args.gpu, args.family_scale = given.engines.slots, given.engines.gpu, ""

@@ -6,6 +6,7 @@ back to a default. Each component receives only its own section.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -153,24 +154,39 @@ class RuntimeConfig(_Section):
     # a later turn appending at most this many tokens is prefilled on the decode engine that holds
     # its context instead of on a prefill engine (no KV shipped); 0: never
     local_prefill_tokens: int = Field(0, ge=0)
-    # a turn leaves its trajectory's engines (and their cached prefix: the new one recomputes the
-    # whole context) when they carry more than this many times the least-loaded engine's turns;
-    # None: never for load, only when they no longer serve the leg (benchmarks/phases.py)
-    sticky_overload: float | None = Field(2.0, ge=1)
+    # when a turn leaves its trajectory's engines (and their cached prefix: the new one recomputes
+    # the whole context): a number, when they carry more than that many times the least-loaded
+    # engine's turns; "cost", when the cost model prices the wait it avoids above the recompute
+    # (rollout/placement.py); None: never for load, only when they no longer serve the leg
+    sticky_overload: float | Literal["cost"] | None = "cost"
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
     # finished trajectories go to disk in parts of this many, or once the oldest has waited
     # output_flush_s; a killed driver loses at most that much work, which --resume re-runs
     output_batch: int = Field(64, ge=1)
     output_flush_s: float = Field(5.0, ge=0)
 
+    @field_validator("sticky_overload", mode="before")
+    @classmethod
+    def _overload(cls, v):
+        # one message for the three forms, not one per branch of the union
+        if v is None or v == "cost":
+            return v
+        try:
+            number = float(v)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not number >= 1 or math.isinf(number) or isinstance(v, bool):
+            raise ValueError("a number of at least 1, cost, or null")
+        return number
 
-def sticky_overload_from(text: str) -> float | None:
-    """A command-line value of runtime.sticky_overload: a number, or `none`; ValueError says why."""
-    value = None if text.strip().lower() in ("none", "null") else text
+
+def sticky_overload_from(text: str) -> float | str | None:
+    """A command-line value of runtime.sticky_overload: a number, `cost` or `none`; ValueError says why."""
+    value = None if text.strip().lower() in ("none", "null") else text.strip()
     try:
         return RuntimeConfig(sticky_overload=value).sticky_overload
     except ValidationError as e:
-        raise ValueError(f"a number of at least 1, or none; got {text!r}") from e
+        raise ValueError(f"a number of at least 1, cost, or none; got {text!r}") from e
 
 
 class SandboxSettings(_Section):

@@ -4,9 +4,12 @@
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     workload_hint(cfg)    means over the first trajectories of cfg's workload (WorkloadHint)
+    make_router(cfg, roles, clock)   the Router of a run: engine -> role, runtime's routing settings
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -14,6 +17,9 @@ from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import PolicyContext, WorkloadHint
 from prorsa.costmodel import CostModel, RoleCosts
+from prorsa.roles import Role
+from prorsa.rollout.placement import MoveCost
+from prorsa.rollout.router import Router
 
 
 def time_unit(cfg: PipelineConfig) -> float:
@@ -64,3 +70,13 @@ def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:
         decode_tokens=float(np.mean([t.decode_tokens for t in turns])),
         tool_s=float(np.mean(tools)) / time_unit(cfg) if tools else 0.0,
         turns=len(turns) / len(specs))
+
+
+def make_router(cfg: PipelineConfig, roles: dict[str, Role], clock: Callable[[], float]) -> Router:
+    """`clock`: the run's body seconds (live: wall seconds over time_unit)."""
+    e, r = cfg.engines, cfg.runtime
+    move_cost = None
+    if r.sticky_overload == "cost":  # priced as the mixed role's layout, as the allocator plans
+        move_cost = MoveCost(engine_costs(cfg).mixed, e.slots, workload_hint(cfg).decode_tokens)
+    return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=e.slots,
+                  move_cost=move_cost, clock=clock)

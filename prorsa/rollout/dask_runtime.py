@@ -100,7 +100,8 @@ class DaskTurnRunner:
         raise AssertionError("unreachable")
 
     async def _attempt(self, turn: TurnRequest, attempt: int) -> TurnResult:
-        route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None)
+        route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
+                                   context=turn.context_tokens - turn.appended_tokens)
         key = f"turn-{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
         try:
             if self.shape == "in_task":

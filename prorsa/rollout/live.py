@@ -32,14 +32,13 @@ from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, wr
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.cluster import engine_addresses
-from prorsa.rollout.context import policy_context, time_unit
+from prorsa.rollout.context import make_router, policy_context, time_unit
 from prorsa.rollout.controller import LiveController
 from prorsa.rollout.dask_runtime import DaskTurnRunner
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.rollout.engine_host import engine_here
 from prorsa.rollout.interrupt import guarded
 from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
-from prorsa.rollout.router import Router
 from prorsa.rollout.tool_host import driver_environment
 from prorsa.rollout.training import open_learner, warm_start
 
@@ -150,8 +149,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
             client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
                           "kv_capacity": context.kv_capacity_tokens, "time_unit": time_unit(cfg),
                           "expected": rec.expected}, t0, time_unit(cfg))
-        router = Router(dict(zip(engines, roles)), local_prefill_tokens=cfg.runtime.local_prefill_tokens,
-                        slots=cfg.engines.slots, overload=cfg.runtime.sticky_overload)
+        router = make_router(cfg, dict(zip(engines, roles)), lambda: (time.time() - t0) / time_unit(cfg))
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries)
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,

@@ -1,6 +1,7 @@
 """The router: which engine runs each leg of a turn.
 
-    route(traj_id, colocated, appended)  -> Route (prefill engine, decode engine); counts the turn in flight
+    route(traj_id, colocated, appended, context)  -> Route (prefill engine, decode engine); counts the
+                                turn in flight
     finished(route)             the turn is over: its engines are free of it
     set_role(engine, role)      the controller moved an engine; new turns follow the new role
     close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
@@ -13,9 +14,13 @@ MIXED engines prefill for the DECODE engines too. The allocator scores splits th
 
 Sticky first: a trajectory's incremental prefill must run where its prefix is cached, or it
 recomputes the whole context, so a turn goes back to the engines of its previous turn unless
-they no longer serve that leg or carry more than `overload` times the least-loaded engine's
-load (runtime.sticky_overload; None: never for load). Ties break by engine order, so a seeded
-run routes the same way twice.
+they no longer serve that leg or are too busy (runtime.sticky_overload):
+    a number    they carry more than that many times the least-loaded engine's turns
+    None        never for load
+    "cost"      the wait the move avoids is more than what it adds, both priced by the cost model
+                for this turn (placement.py: the recompute, and the stall it puts on the decodes
+                co-batched with it; the queue and the prefill backlog it leaves behind)
+Ties break by engine order, so a seeded run routes the same way twice.
 
 Decode-local prefill (`local_prefill_tokens` > 0): a later turn that appends at most that many
 tokens skips the prefill leg and runs on its sticky decode engine, which holds the whole context
@@ -27,9 +32,11 @@ of a prefill request elsewhere plus a transfer of the whole context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from prorsa.roles import Role
+from prorsa.rollout.placement import MoveCost
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,7 @@ class Route:
     prefill: str | None  # None: no separate prefill leg (colocated or decode-local prefill)
     decode: str
     local_prefill: bool = False  # the decode engine prefills the append itself (disaggregated run)
+    kv: int = field(default=0, compare=False)  # KV tokens the cost rule counts on the decode engine
 
 
 class _Pool(list):
@@ -55,14 +63,40 @@ class _Pools:
     prefillers: _Pool
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """What the cost rule prices a move of this turn by."""
+    context: int  # tokens cached before this turn's append
+    appended: int
+
+
+def _always(kind: str) -> Callable[[str], str]:
+    return lambda engine: kind
+
+
+# what a leg asks of each engine it may go to, for the cost rule (MoveCost.move_s's `leg`)
+_AS_DECODE, _AS_PREFILL, _AS_WHOLE = _always("decode"), _always("prefill"), _always("whole")
+
+
 class Router:
-    def __init__(self, roles: dict[str, Role], overload: float | None = 2.0, local_prefill_tokens: int = 0,
-                 slots: int | None = None) -> None:
+    def __init__(self, roles: dict[str, Role], overload: float | str | None = 2.0, local_prefill_tokens: int = 0,
+                 slots: int | None = None, move_cost: MoveCost | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.roles = dict(roles)
         self.slots = slots  # turns a PREFILL engine takes before MIXED engines take the overflow
         self.load = {e: 0 for e in roles}
         self._floor = 0  # at most every engine's load: finished() lowers it, a scan raises it
-        self.overload = math.inf if overload is None else overload  # None: never leave for load
+        if overload == "cost" and (move_cost is None or clock is None):
+            raise ValueError("sticky_overload 'cost' needs the engines' cost model (move_cost) and a clock")
+        self.move_cost = move_cost if overload == "cost" else None
+        # the cost rule's prefill backlog per engine, a fluid queue: tokens routed to the engine,
+        # drained at its prefill rate since `_seen` (body seconds; the router never sees a leg end)
+        self.clock = clock
+        self._backlog = {e: 0.0 for e in roles}
+        self._seen = {e: 0.0 for e in roles}
+        self._kv = {e: 0 for e in roles}  # KV tokens of the turns in flight on each engine, at their end
+        # None: never leave for load ("cost" prices every move instead: the ratio is not used)
+        self.overload = math.inf if overload is None or overload == "cost" else float(overload)
         self.local_prefill_tokens = local_prefill_tokens
         self._sticky: dict[str, dict[str, str]] = {"prefill": {}, "decode": {}}  # leg -> traj -> engine
         self.closed: set[str] = set()
@@ -95,12 +129,16 @@ class Router:
                 prefillers=_Pool([e for e, r in roles.items() if r is Role.PREFILL]))
         return self._pools
 
-    def _sticky_choice(self, traj_id: str, leg: str, eligible: _Pool) -> tuple[str, bool]:
-        """-> (engine, whether it is the trajectory's previous engine for this leg)."""
+    def _sticky_choice(self, traj_id: str, leg: str, eligible: _Pool, turn: _Turn | None = None,
+                       kind: Callable[[str], str] = _AS_DECODE) -> tuple[str, bool]:
+        """-> (engine, whether it is the trajectory's previous engine for this leg). `kind`: what
+        the leg would ask of each engine, for the cost rule."""
         if not eligible:
             raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}, closed {sorted(self.closed)}")
         prev = self._sticky[leg].get(traj_id)
         sticky = prev in eligible.members
+        if sticky and self.move_cost is not None and turn is not None:
+            return self._cost_choice(prev, eligible, turn, kind)
         # A turn usually stays: if its engine is within `overload` of a lower bound of the least
         # load, it is within it of the least load too, and no scan of the engines is needed.
         if sticky and self.load[prev] <= self.overload * max(self._floor, 1):
@@ -111,31 +149,80 @@ class Router:
             return prev, True
         return least, False
 
-    def _pick(self, traj_id: str, leg: str, eligible: _Pool) -> str:
-        choice, _ = self._sticky_choice(traj_id, leg, eligible)
-        self._sticky[leg][traj_id] = choice
-        self.load[choice] += 1
-        return choice
+    def _cost_choice(self, prev: str, eligible: _Pool, turn: _Turn, kind: Callable[[str], str]) -> tuple[str, bool]:
+        price = self.move_cost
+        stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev), self._kv[prev], turn.context)
+        # the least a move can add: a KV pull, or a recompute onto an engine that co-batches nothing with it
+        if stay <= price.move_s("decode" if "decode" in map(kind, eligible) else kind(prev), turn.context,
+                                turn.appended):
+            return prev, True  # no scan: no engine can be worth the move
 
-    def route(self, traj_id: str, colocated: bool = False, appended: int | None = None) -> Route:
-        """`appended`: tokens this turn adds to the context (None: unknown, never decode-local)."""
+        def total(e: str) -> float:
+            if e == prev:
+                return stay
+            stalled = min(self.load[e], self.slots or self.load[e])
+            return (price.wait_s(kind(e), self.load[e], self.backlog(e), self._kv[e], turn.context)
+                    + price.move_s(kind(e), turn.context, turn.appended, stalled))
+
+        best = min(eligible, key=total)
+        return best, best == prev
+
+    def _pick(self, traj_id: str, leg: str, eligible: _Pool, turn: _Turn | None = None,
+              kind: Callable[[str], str] = _AS_DECODE) -> tuple[str, bool]:
+        choice, sticky = self._sticky_choice(traj_id, leg, eligible, turn, kind)
+        self._take(traj_id, leg, choice)
+        return choice, sticky
+
+    def _take(self, traj_id: str, leg: str, engine: str) -> None:
+        self._sticky[leg][traj_id] = engine
+        self.load[engine] += 1
+
+    def route(self, traj_id: str, colocated: bool = False, appended: int | None = None,
+              context: int = 0) -> Route:
+        """`appended`: tokens this turn adds to the context (None: unknown, never decode-local);
+        `context`: tokens before them, cached where the trajectory's last turn ran."""
         pools = self._pool()
         roles, decoders, mixed = pools.roles, pools.decoders, pools.mixed
+        turn = _Turn(context, appended or 0)
         # with no prefill engine, the mixed engines prefill for the decode engines, which would
         # otherwise idle while the allocator counts them as decoding
         prefillers = pools.prefillers or (mixed if len(decoders) > len(mixed) else None)
         if colocated or not prefillers:
             # no prefill pool: the whole turn runs on one engine that does both phases
-            return Route(prefill=None, decode=self._pick(traj_id, "decode", mixed or decoders))
+            decode, sticky = self._pick(traj_id, "decode", mixed or decoders, turn, _AS_WHOLE)
+            return self._prefilled_by(decode, Route(prefill=None, decode=decode), turn, sticky)
         if appended is not None and appended <= self.local_prefill_tokens:
-            _, sticky = self._sticky_choice(traj_id, "decode", decoders)
+            decode, sticky = self._sticky_choice(traj_id, "decode", decoders, turn, _AS_WHOLE)
             if sticky:  # the decode engine of its last turn still holds the context
-                return Route(prefill=None, decode=self._pick(traj_id, "decode", decoders), local_prefill=True)
-        decode = self._pick(traj_id, "decode", decoders)
-        if roles[decode] is Role.MIXED and (prefillers is mixed or self._full(prefillers)):
-            return Route(prefill=None, decode=decode)  # the mixed engine takes its own turn whole
-        prefill = self._pick(traj_id, "prefill", prefillers)
-        return Route(prefill=prefill, decode=decode)
+                self._take(traj_id, "decode", decode)
+                return self._prefilled_by(decode, Route(prefill=None, decode=decode, local_prefill=True), turn, True)
+        # a mixed engine takes its own turn whole while no prefill engine has room for it
+        whole_on_mixed = prefillers is mixed or self._full(prefillers)
+        decode, sticky = self._pick(traj_id, "decode", decoders, turn,
+                                    lambda e: "whole" if whole_on_mixed and roles[e] is Role.MIXED else "decode")
+        if whole_on_mixed and roles[decode] is Role.MIXED:
+            return self._prefilled_by(decode, Route(prefill=None, decode=decode), turn, sticky)
+        prefill, sticky = self._pick(traj_id, "prefill", prefillers, turn, _AS_PREFILL)
+        return self._prefilled_by(prefill, Route(prefill=prefill, decode=decode), turn, sticky)
+
+    def _prefilled_by(self, engine: str, route: Route, turn: _Turn, cached: bool) -> Route:
+        """`route`, booked for the cost rule: the prefill it gives `engine` (the append on the
+        context the engine caches, or the whole context where it caches none of it) added to the
+        engine's backlog, and its KV to the decode engine's."""
+        if self.move_cost is None:
+            return route
+        self._backlog[engine] = self.backlog(engine) + turn.appended + (0 if cached else turn.context)
+        kv = self.move_cost.turn_kv(turn.context, turn.appended)
+        self._kv[route.decode] += kv
+        return replace(route, kv=kv)
+
+    def backlog(self, engine: str) -> float:
+        """Prefill tokens the cost rule takes `engine` to have ahead of a new turn, now."""
+        now = self.clock()
+        left = self._backlog[engine] - self.move_cost.prefill_rate * (now - self._seen[engine])
+        self._seen[engine] = now
+        self._backlog[engine] = left = max(left, 0.0)
+        return left
 
     def _full(self, prefillers: _Pool) -> bool:
         return self.slots is not None and min(self.load[e] for e in prefillers) >= self.slots
@@ -145,6 +232,7 @@ class Router:
             if engine is not None:
                 self.load[engine] -= 1
                 self._floor = min(self._floor, self.load[engine])
+        self._kv[route.decode] -= route.kv
 
     def forget(self, traj_id: str) -> None:
         self._sticky["prefill"].pop(traj_id, None)

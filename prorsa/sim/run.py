@@ -37,9 +37,8 @@ from prorsa.engine.emulated import EmulatedEngine
 from prorsa.engine.registry import engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.context import engine_costs, policy_context, time_unit
+from prorsa.rollout.context import engine_costs, make_router, policy_context, time_unit
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
-from prorsa.rollout.router import Router
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
 from prorsa.sim.runner import SimTurnRunner
@@ -114,9 +113,7 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
                for name, role in zip(names, roles)}
     for engine in engines.values():
         await engine.start()
-    router = Router({name: eng.role for name, eng in engines.items()},
-                    local_prefill_tokens=cfg.runtime.local_prefill_tokens, slots=e.slots,
-                    overload=cfg.runtime.sticky_overload)
+    router = make_router(cfg, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit,
                            dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))

@@ -36,6 +36,8 @@ CASES = [
     ("name: t\nengines: [1, 2\n", ["not valid YAML", "line"]),
     ("- just\n- a list\n", ["expected a mapping", "list"]),
     ("name: 'has space'\n", ["name", "has space"]),
+    ("name: t\nruntime: {sticky_overload: 0.5}\n", ["runtime.sticky_overload", "0.5", "at least 1, cost, or null"]),
+    ("name: t\nruntime: {sticky_overload: cheap}\n", ["runtime.sticky_overload", "cheap", "at least 1, cost, or null"]),
 ]
 
 

@@ -1,5 +1,11 @@
+from pathlib import Path
+
+import pytest
+
 from prorsa.roles import Role
 from prorsa.rollout.router import Router
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def roles(p, d, m=0):
@@ -132,3 +138,111 @@ def test_with_no_prefill_engine_the_mixed_engines_prefill_for_the_decode_engines
     assert {x.prefill for x in on_d} | {x.decode for x in on_m} == {"engine-1", "engine-2"}
     # all mixed, or only decode engines: every turn whole on one engine, as before
     assert all(x.prefill is None for x in (Router(roles(0, 0, 2)).route(f"t{i}") for i in range(4)))
+
+
+# -- runtime.sticky_overload: cost ---------------------------------------------------------------
+
+def _priced(p=0, d=0, m=2, slots=8, decode_tokens=256.0, clock=lambda: 0.0):
+    from prorsa.costmodel import CostModel
+    from prorsa.rollout.placement import MoveCost
+
+    price = MoveCost(CostModel.from_names("h200", "qwen3-8b"), slots, decode_tokens)
+    return Router(roles(p, d, m), overload="cost", slots=slots, move_cost=price, clock=clock), price
+
+
+def test_the_cost_rule_keeps_a_long_context_on_its_busy_engine_where_the_ratio_rule_moves_it():
+    """Three times the least-loaded engine's turns, all admitted (under the slots): the move
+    would recompute 32k tokens to save a slightly smaller batch. The ratio rule moves it anyway."""
+    for overload, stays in ((2.0, False), ("cost", True)):
+        r, _ = _priced() if overload == "cost" else (Router(roles(0, 0, 2), overload=2.0, slots=8), None)
+        first = r.route("t0")
+        r.finished(first)
+        r.load[first.decode] += 6
+        r.load[next(e for e in r.roles if e != first.decode)] += 2
+        again = r.route("t0", appended=512, context=32768)
+        assert (again.decode == first.decode) is stays, overload
+
+
+def test_the_cost_rule_moves_a_short_context_off_an_engine_with_a_queue():
+    """Slots full and three waves queued: the wait is three decodes, the move recomputes 300 tokens."""
+    r, price = _priced()
+    first = r.route("t0")
+    r.finished(first)
+    other = next(e for e in r.roles if e != first.decode)
+    r.load[first.decode] += 4 * 8
+    moved = r.route("t0", appended=100, context=300)
+    assert moved.decode == other
+    assert price.wait_s("whole", 32, 0, 0, 300) > price.move_s("whole", 300, 100, stalled=0)
+    assert r.backlog(other) == 400  # the moved turn prefills its whole context there
+
+
+def test_the_cost_rule_weighs_the_stall_a_recompute_puts_on_co_batched_decodes():
+    """The same queue to escape; the engine it would move to decodes 7 turns that a 16k recompute
+    would stall: staying is cheaper. With that engine idle, the move pays."""
+    for busy_other, stays in ((7, True), (0, False)):
+        r, _ = _priced()
+        first = r.route("t0")
+        r.finished(first)
+        r.load[first.decode] += 10  # two past the slots: a short queue
+        r.load[next(e for e in r.roles if e != first.decode)] += busy_other
+        again = r.route("t0", appended=256, context=16384)
+        assert (again.decode == first.decode) is stays, busy_other
+
+
+def test_the_cost_rule_counts_a_prefill_engines_backlog_and_drains_it_with_time():
+    """Disaggregated: a 200k-token prompt lands on t0's prefill engine just before t0's next turn,
+    which then waits seconds there, where recomputing 2k tokens elsewhere costs far less. Ten
+    seconds on, that backlog is prefilled (a fluid queue at the engine's rate) and the turn stays.
+    A decode leg moves for its queue only: shipping the whole context costs a KV pull, not a recompute."""
+    for later, stays in ((0.0, False), (10.0, True)):
+        now = [0.0]
+        r, price = _priced(p=2, d=1, m=0, clock=lambda: now[0])
+        first = r.route("t0")
+        r.finished(first)
+        assert r.route("big", appended=200_000).prefill == first.prefill  # the least loaded, by order
+        now[0] = later
+        again = r.route("t0", appended=256, context=2048)
+        assert (again.prefill == first.prefill) is stays, later
+    assert price.wait_s("prefill", 1, 200_000, 0, 2048) > price.move_s("prefill", 2048, 256)
+    assert 200_000 / price.prefill_rate < 10.0
+    assert price.move_s("decode", 2048, 256) < price.move_s("prefill", 2048, 256)
+
+
+def test_move_prices_grow_with_the_context_and_the_wait_with_the_queue():
+    _, price = _priced()
+    assert price.move_s("whole", 0, 500) == 0.0  # nothing cached: nothing to lose
+    assert 0 < price.move_s("whole", 4096, 256) < price.move_s("whole", 32768, 256)
+    assert price.move_s("whole", 4096, 256, stalled=7) == pytest.approx(8 * price.move_s("whole", 4096, 256))
+    assert price.wait_s("whole", 0, 0, 0, 4096) == 0.0  # an idle engine makes nobody wait
+    waits = [price.wait_s("whole", load, 0, load * 4096, 4096) for load in (0, 4, 7, 8, 16, 24)]
+    assert waits == sorted(waits) and waits[-1] > 2 * waits[3]  # full batches ahead: whole decodes
+    assert price.wait_s("decode", 4, 10**6, 4 * 4096, 4096) == price.wait_s("decode", 4, 0, 4 * 4096, 4096)
+
+
+def test_an_engine_full_of_kv_makes_a_turn_wait_below_its_slots():
+    """At 60k-token contexts an H200 holds about a dozen Qwen3-8B sequences, far fewer than its
+    64 slots: past that the next one queues (for the first of them to end), which costs it more
+    than one more sequence in the batch costs below the limit."""
+    _, price = _priced(slots=64)
+    ctx = 60_000
+    admits = price.cost.kv_capacity_tokens() // ctx
+    assert 8 <= admits < 64
+    waits = {n: price.wait_s("whole", n, 0, n * ctx, 1000) for n in (admits - 2, admits - 1, admits)}
+    below = waits[admits - 1] - waits[admits - 2]
+    assert waits[admits] - waits[admits - 1] > 1.2 * below
+
+
+def test_sticky_overload_cost_needs_a_cost_model():
+    with pytest.raises(ValueError, match="move_cost"):
+        Router(roles(0, 0, 2), overload="cost")
+
+
+def test_a_pipeline_with_sticky_overload_cost_routes_by_the_cost_rule():
+    from prorsa.config.load import load_pipeline
+    from prorsa.rollout.context import make_router
+
+    cfg = load_pipeline(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": "cost"})
+    router = make_router(cfg, roles(0, 0, 2), clock=lambda: 0.0)
+    assert router.move_cost is not None and router.move_cost.slots == cfg.engines.slots
+    cfg = load_pipeline(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": None})
+    assert make_router(cfg, roles(0, 0, 2), clock=lambda: 0.0).move_cost is None

@@ -54,18 +54,20 @@ def test_a_bad_count_is_refused_by_name():
 
 def test_turns_kept_on_their_engines_keep_their_prefix(tmp_path):
     """runtime.sticky_overload reaches the simulator's router: with none, no turn leaves its
-    engine for load, so none recomputes its context; with the default some do."""
+    engine for load, so none recomputes its context; with the default some do. Priced by the
+    cost model, no move of an 8k-token context pays for itself with every turn admitted."""
     from prorsa.sim.run import simulate
 
     trace = tmp_path / "t.jsonl"
     phases.write_phase_trace(trace, blocks=1, block=32, long=8192, decode=64, tool_s=1.0)
-    hits = {o: simulate(phases.config(trace, 4, 32, 32, o), "colocated").summary["prefix_hit_rate"]
-            for o in (2.0, None)}
-    assert hits[None] > hits[2.0]
+    runs = {o: simulate(phases.config(trace, 4, 32, 32, o), "colocated").summary for o in (2.0, None, "cost")}
+    hits = {o: s["prefix_hit_rate"] for o, s in runs.items()}
+    assert hits[None] > hits[2.0] and hits["cost"] == hits[None]
+    assert runs["cost"]["trajectories_per_s"] > runs[2.0]["trajectories_per_s"]
 
 
 def test_a_bad_sticky_overload_is_refused_by_name():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--sticky-overload", "0.5"], capture_output=True, text=True,
                           cwd=REPO)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "--sticky-overload: a number of at least 1, or none; got '0.5'" in proc.stderr
+    assert "--sticky-overload: a number of at least 1, cost, or none; got '0.5'" in proc.stderr

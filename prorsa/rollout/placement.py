@@ -1,0 +1,87 @@
+"""What moving a turn off its trajectory's engine costs and what it saves, priced by the cost model.
+
+    MoveCost(cost, slots, decode_tokens)     one engine's step times, its slots, a turn's mean decode
+    move_s(leg, context, appended, stalled)  what the move adds: the whole context prefilled again
+                                             (or, for a decode leg, pulled whole), and the stall that
+                                             recompute puts on the `stalled` sequences co-batched
+                                             with it
+    wait_s(leg, load, backlog, kv, context)  what a new leg waits on an engine holding `load` turns,
+                                             `kv` tokens of their KV and `backlog` prefill tokens,
+                                             beyond what an idle engine would make it wait
+
+The router (runtime.sticky_overload: cost) moves a turn when the wait it avoids is more than what
+the move adds. Both sides are turn-seconds of the body clock (seconds summed over the turns the
+choice touches), from the same roofline the emulated engine steps with, so the rule needs nothing
+measured and runs alike live and simulated.
+
+What a move adds: a recomputed context runs in chunked-prefill steps, and on an engine that also
+decodes (mixed, or one DP-attention group under expert parallelism) each of those steps is one in
+which every co-batched decode waits for the prefill, so the recompute is counted once for the turn
+and once for each sequence it stalls. At 16k-64k-token contexts that stall, not the turn's own
+recompute, is most of the price (benchmarks/phases.py).
+
+What it avoids: a queue. On a prefill engine, the backlog ahead over the engine's prefill rate.
+On an engine that decodes, the turns it cannot admit yet (past its slots, or past its KV at the
+mean context it holds) wait for whole decodes to end, one wave of admitted turns at a time; a
+turn the engine admits meets only a bigger batch, whose steps are slower. Pricing more than that
+(what its KV reads add to its neighbours' steps, or the prefill interference a busier mixed
+engine suffers) made the rule move more and lose: up to 4% of colocated's throughput on SWE and
+7% on the phase workloads, against never moving for load.
+A turn's decode length is not known when it is routed (a live turn decodes to EOS): the workload
+hint's mean stands for it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from prorsa.costmodel import CostModel
+
+
+@dataclass(frozen=True)
+class MoveCost:
+    cost: CostModel
+    slots: int
+    decode_tokens: float  # a turn's mean decode (WorkloadHint.decode_tokens)
+    budget: int = 8192  # prefill tokens a rank computes in one step (the engines' max_batched_tokens)
+    _rate: float = field(init=False, repr=False)  # prefill tokens a second, the whole engine
+    _kv_tokens: int = field(init=False, repr=False)  # KV the engine holds, every rank's
+
+    def __post_init__(self) -> None:
+        step = self.cost.prefill_time([(self.budget, 0)])
+        object.__setattr__(self, "_rate", self.budget * self.cost.ep / step)
+        object.__setattr__(self, "_kv_tokens", self.cost.kv_capacity_tokens() * self.cost.ep)
+
+    @property
+    def prefill_rate(self) -> float:
+        """Prefill tokens a second the engine clears at full steps (every rank's budget)."""
+        return self._rate
+
+    def turn_kv(self, context: int, appended: int) -> int:
+        """KV tokens a turn holds on its decode engine by the end of its decode."""
+        return context + appended + int(self.decode_tokens)
+
+    def move_s(self, leg: str, context: int, appended: int, stalled: int = 0) -> float:
+        """`leg`: "prefill" (a prefill leg), "decode" (a decode leg, its KV shipped to it) or
+        "whole" (a turn run whole on one engine)."""
+        if context <= 0:
+            return 0.0
+        if leg == "decode":  # the decode engine pulls the whole context instead of the delta
+            return self.cost.kv_transfer_time(context + appended) - self.cost.kv_transfer_time(appended)
+        extra = self.cost.prefill_time([(context + appended, 0)]) - self.cost.prefill_time([(appended, context)])
+        return extra * (1 + stalled) if leg == "whole" else extra
+
+    def wait_s(self, leg: str, load: int, backlog: float, kv: int, context: int) -> float:
+        wait = backlog / self._rate if leg != "decode" else 0.0
+        if leg != "prefill" and load > 0:
+            mean_kv = max(kv / load, 1.0)
+            admits = max(1, min(self.slots, int(self._kv_tokens // mean_kv)))
+            waves = max(0, load + 1 - admits) / admits  # each as long as a decode of a full batch
+            batch = min(load + 1, admits)
+            wait += self.decode_tokens * ((1 + waves) * self._step(batch, mean_kv) - self._step(1, mean_kv))
+        return wait
+
+    def _step(self, batch: int, context: float) -> float:
+        per_rank = math.ceil(batch / self.cost.ep)
+        return self.cost.step_time(per_rank, per_rank, per_rank * (context + 0.5), per_rank * context)
