@@ -4,7 +4,7 @@
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     workload_hint(cfg)    means over the first trajectories of cfg's workload (WorkloadHint)
-    make_router(cfg, roles, clock)   the Router of a run: engine -> role, runtime's routing settings
+    make_router(cfg, roles, clock[, hint])   the Router of a run: engine -> role, runtime's routing settings
 """
 
 from __future__ import annotations
@@ -72,11 +72,14 @@ def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:
         turns=len(turns) / len(specs))
 
 
-def make_router(cfg: PipelineConfig, roles: dict[str, Role], clock: Callable[[], float]) -> Router:
-    """`clock`: the run's body seconds (live: wall seconds over time_unit)."""
+def make_router(cfg: PipelineConfig, roles: dict[str, Role], clock: Callable[[], float],
+                hint: WorkloadHint | None = None) -> Router:
+    """`clock`: the run's body seconds (live: wall seconds over time_unit); `hint`: the policy
+    context's, so a sync run's step is not drawn once more for it."""
     e, r = cfg.engines, cfg.runtime
     move_cost = None
     if r.sticky_overload == "cost":  # priced as the mixed role's layout, as the allocator plans
-        move_cost = MoveCost(engine_costs(cfg).mixed, e.slots, workload_hint(cfg).decode_tokens)
+        hint = hint or workload_hint(cfg)
+        move_cost = MoveCost(engine_costs(cfg).mixed, e.slots, hint.decode_tokens)
     return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=e.slots,
                   move_cost=move_cost, clock=clock)

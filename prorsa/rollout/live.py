@@ -149,7 +149,8 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
             client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
                           "kv_capacity": context.kv_capacity_tokens, "time_unit": time_unit(cfg),
                           "expected": rec.expected}, t0, time_unit(cfg))
-        router = make_router(cfg, dict(zip(engines, roles)), lambda: (time.time() - t0) / time_unit(cfg))
+        router = make_router(cfg, dict(zip(engines, roles)), lambda: (time.time() - t0) / time_unit(cfg),
+                             context.workload)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries)
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,

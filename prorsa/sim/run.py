@@ -113,7 +113,7 @@ async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
                for name, role in zip(names, roles)}
     for engine in engines.values():
         await engine.start()
-    router = make_router(cfg, {name: eng.role for name, eng in engines.items()}, now)
+    router = make_router(cfg, {name: eng.role for name, eng in engines.items()}, now, context.workload)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit,
                            dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
