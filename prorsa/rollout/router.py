@@ -76,6 +76,7 @@ def _always(kind: str) -> Callable[[str], str]:
 
 # what a leg asks of each engine it may go to, for the cost rule (MoveCost.move_s's `leg`)
 _AS_DECODE, _AS_PREFILL, _AS_WHOLE = _always("decode"), _always("prefill"), _always("whole")
+_CONSTANT_KINDS = (_AS_DECODE, _AS_PREFILL, _AS_WHOLE)
 
 
 class Router:
@@ -152,19 +153,30 @@ class Router:
     def _cost_choice(self, prev: str, eligible: _Pool, turn: _Turn, kind: Callable[[str], str]) -> tuple[str, bool]:
         price = self.move_cost
         stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev), self._kv[prev], turn.context)
-        # the least a move can add: a KV pull, or a recompute onto an engine that co-batches nothing with it
-        if stay <= price.move_s("decode" if "decode" in map(kind, eligible) else kind(prev), turn.context,
-                                turn.appended):
+        # the least a move can add (a KV pull, or a recompute onto an engine that co-batches nothing
+        # with it): a decode pick may ask either of its engines
+        kinds = ("decode", "whole") if kind not in _CONSTANT_KINDS else (kind(prev),)
+        if stay <= min(price.move_s(k, turn.context, turn.appended) for k in kinds):
             return prev, True  # no scan: no engine can be worth the move
 
-        def total(e: str) -> float:
+        # min(eligible, key=total) with the engines whose move alone costs more skipped: a move's
+        # price grows only with the sequences it stalls, so its floor is priced once per kind
+        base: dict[str, float] = {}
+        best, best_s = prev, math.inf
+        for e in eligible:
             if e == prev:
-                return stay
-            stalled = min(self.load[e], self.slots or self.load[e])
-            return (price.wait_s(kind(e), self.load[e], self.backlog(e), self._kv[e], turn.context)
-                    + price.move_s(kind(e), turn.context, turn.appended, stalled))
-
-        best = min(eligible, key=total)
+                total = stay
+            else:
+                k = kind(e)
+                if k not in base:
+                    base[k] = price.move_s(k, turn.context, turn.appended)
+                stalled = min(self.load[e], self.slots or self.load[e])
+                move = base[k] * (1 + stalled) if k == "whole" else base[k]
+                if move > stay or move >= best_s:
+                    continue  # it cannot beat staying, nor an engine before it
+                total = price.wait_s(k, self.load[e], self.backlog(e), self._kv[e], turn.context) + move
+            if total < best_s:
+                best, best_s = e, total
         return best, best == prev
 
     def _pick(self, traj_id: str, leg: str, eligible: _Pool, turn: _Turn | None = None,
