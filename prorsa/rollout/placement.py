@@ -34,7 +34,8 @@ hint's mean stands for it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 from prorsa.costmodel import CostModel
 
@@ -45,18 +46,15 @@ class MoveCost:
     slots: int
     decode_tokens: float  # a turn's mean decode (WorkloadHint.decode_tokens)
     budget: int = 8192  # prefill tokens a rank computes in one step (the engines' max_batched_tokens)
-    _rate: float = field(init=False, repr=False)  # prefill tokens a second, the whole engine
-    _kv_tokens: int = field(init=False, repr=False)  # KV the engine holds, every rank's
 
-    def __post_init__(self) -> None:
-        step = self.cost.prefill_time([(self.budget, 0)])
-        object.__setattr__(self, "_rate", self.budget * self.cost.ep / step)
-        object.__setattr__(self, "_kv_tokens", self.cost.kv_capacity_tokens() * self.cost.ep)
-
-    @property
+    @cached_property
     def prefill_rate(self) -> float:
         """Prefill tokens a second the engine clears at full steps (every rank's budget)."""
-        return self._rate
+        return self.budget * self.cost.ep / self.cost.prefill_time([(self.budget, 0)])
+
+    @cached_property
+    def _kv_tokens(self) -> int:  # KV the engine holds, every rank's
+        return self.cost.kv_capacity_tokens() * self.cost.ep
 
     def turn_kv(self, context: int, appended: int) -> int:
         """KV tokens a turn holds on its decode engine by the end of its decode."""
@@ -73,7 +71,7 @@ class MoveCost:
         return extra * (1 + stalled) if leg == "whole" else extra
 
     def wait_s(self, leg: str, load: int, backlog: float, kv: int, context: int) -> float:
-        wait = backlog / self._rate if leg != "decode" else 0.0
+        wait = backlog / self.prefill_rate if leg != "decode" else 0.0
         if leg != "prefill" and load > 0:
             mean_kv = max(kv / load, 1.0)
             admits = max(1, min(self.slots, int(self._kv_tokens // mean_kv)))

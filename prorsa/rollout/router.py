@@ -152,7 +152,8 @@ class Router:
 
     def _cost_choice(self, prev: str, eligible: _Pool, turn: _Turn, kind: Callable[[str], str]) -> tuple[str, bool]:
         price = self.move_cost
-        stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev), self._kv[prev], turn.context)
+        now = self.clock()  # one reading for every engine this choice prices
+        stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev, now), self._kv[prev], turn.context)
         # the least a move can add (a KV pull, or a recompute onto an engine that co-batches nothing
         # with it): a decode pick may ask either of its engines
         kinds = ("decode", "whole") if kind not in _CONSTANT_KINDS else (kind(prev),)
@@ -174,7 +175,7 @@ class Router:
                 move = base[k] * (1 + stalled) if k == "whole" else base[k]
                 if move > stay or move >= best_s:
                     continue  # it cannot beat staying, nor an engine before it
-                total = price.wait_s(k, self.load[e], self.backlog(e), self._kv[e], turn.context) + move
+                total = price.wait_s(k, self.load[e], self.backlog(e, now), self._kv[e], turn.context) + move
             if total < best_s:
                 best, best_s = e, total
         return best, best == prev
@@ -228,9 +229,10 @@ class Router:
         self._kv[route.decode] += kv
         return replace(route, kv=kv)
 
-    def backlog(self, engine: str) -> float:
-        """Prefill tokens the cost rule takes `engine` to have ahead of a new turn, now."""
-        now = self.clock()
+    def backlog(self, engine: str, now: float | None = None) -> float:
+        """Prefill tokens the cost rule takes `engine` to have ahead of a new turn, `now` (default:
+        the clock's reading)."""
+        now = self.clock() if now is None else now
         left = self._backlog[engine] - self.move_cost.prefill_rate * (now - self._seen[engine])
         self._seen[engine] = now
         self._backlog[engine] = left = max(left, 0.0)

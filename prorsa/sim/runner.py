@@ -61,9 +61,9 @@ class SimTurnRunner:
 
     async def run_turn(self, turn: TurnRequest) -> TurnResult:
         start = self.now()
-        route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
-                                   context=turn.context_tokens - turn.appended_tokens)
         context = turn.context_tokens - turn.appended_tokens
+        route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
+                                   context=context)
         self._emit(turn, Phase.QUEUED, turn.appended_tokens, context)
         pre_req, dec_req = leg_requests(turn, route)
         try:
