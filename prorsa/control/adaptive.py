@@ -152,16 +152,21 @@ class Prorsa:
         phase at once, leaves MIXED cheaply, and a rollout opens with a burst of prompts that
         every engine can help prefill. But the roles a run opens with are the ones its first
         turns settle on (their prefixes stay where they ran), and moving there later costs
-        drains: on an MoE model the opening decides most of the gain."""
+        drains: on an MoE model the opening decides most of the gain.
+
+        Of the splits the steady state scores alike, the one with the most mixed engines: where
+        the prefill engines absorb the steady appends, a mixed engine and a decode engine score
+        the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
         if self.hint is None or n_engines < 2:
             return [Role.MIXED] * n_engines
         fc = steady_forecast(self.hint, self.capacity, n_engines, self.forecaster.n_bins, self.forecaster.bin_s)
         cands = splits(n_engines)
         costs = score(self.capacity, fc, cands[:, 0], cands[:, 1], cands[:, 2])
         mixed = float(costs[(cands[:, 2] == n_engines)][0])
-        p, d, m = (int(x) for x in cands[int(np.argmin(costs))])
         if mixed <= (1 + self.allocator.min_gain) * float(costs.min()):
             return [Role.MIXED] * n_engines
+        tied = cands[costs <= (1 + _TIE) * float(costs.min())]
+        p, d, m = (int(x) for x in tied[np.lexsort((tied[:, 0], -tied[:, 2]))[0]])
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
     def decide(self, snapshot: Snapshot) -> Decision:
@@ -192,6 +197,9 @@ class Prorsa:
             return {}, f"vote {n}/{self.votes}: "
         self._committed, self._streak = plan.goal, (None, 0)
         return plan.targets, ""
+
+
+_TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a preference
 
 
 def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:

@@ -209,3 +209,27 @@ def test_the_opening_split_follows_the_workload_hint_not_a_told_split():
     assert make_policy("prorsa", replace(dense, workload=small)).initial_roles(8) == [M] * 8
     opening = make_policy("prorsa", replace(moe, workload=swe)).initial_roles(8)
     assert Role.PREFILL in opening and len(opening) == 8
+
+
+def test_of_splits_the_steady_state_scores_alike_prorsa_opens_with_the_most_mixed():
+    """On SWE under DP attention one prefill engine absorbs the steady appends, so every P1 split
+    scores alike whatever the rest are: the opening keeps the rest mixed, free to take the
+    prompts' burst."""
+    from prorsa.control.adaptive import steady_forecast
+    from prorsa.control.allocator import score, splits
+    from prorsa.control.policy import PolicyContext, WorkloadHint
+    from prorsa.costmodel import CostModel
+
+    # the hint of benchmarks/paper.py's SWE MoE sync cell, where argmin's rounding chose D2 M5
+    swe = WorkloadHint(concurrency=256, prompt_tokens=1753.0, observation_tokens=1558.9048387096775,
+                       decode_tokens=465.390350877193, tool_s=0.909562328648394, turns=10.6875)
+    moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
+    moe = PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4,
+                        interval_s=1.0, workload=swe)
+    p = make_policy("prorsa", moe)
+    steady = steady_forecast(swe, p.capacity, 8, p.forecaster.n_bins, p.forecaster.bin_s)
+    cands = splits(8)
+    costs = score(p.capacity, steady, *cands.T)
+    tied = cands[costs <= costs.min() * (1 + 1e-3)]
+    assert len(tied) == 8 and (tied[:, 0] == 1).all()  # the tie this rule is for: P1 Dk M(7-k)
+    assert p.initial_roles(8) == [P] + [M] * 7
