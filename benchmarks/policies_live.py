@@ -308,8 +308,8 @@ def table(cells: list[dict], engines: int, args):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default=",".join(FAMILIES))
-    ap.add_argument("--models", default=",".join(MODELS), help="qwen3-8b (dense, ep 1), qwen3-30b-a3b (MoE, "
-                    "ep 8); aliases dense, moe")
+    ap.add_argument("--models", default=",".join(MODELS), help=", ".join(
+        f"{m} ({v['kind']}, ep {v['ep']})" for m, v in MODELS.items()) + "; aliases dense, moe")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--engines", type=int, default=4)
     ap.add_argument("--slots", type=int, default=32)
