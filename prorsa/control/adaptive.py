@@ -29,6 +29,9 @@ from prorsa.control.policy import Decision, EngineSnapshot, PolicyContext, Snaps
 from prorsa.roles import Role
 
 
+_TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a preference
+
+
 class Requests:
     """Switches asked for and not yet observed, and when each engine last switched."""
 
@@ -197,9 +200,6 @@ class Prorsa:
             return {}, f"vote {n}/{self.votes}: "
         self._committed, self._streak = plan.goal, (None, 0)
         return plan.targets, ""
-
-
-_TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a preference
 
 
 def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:
