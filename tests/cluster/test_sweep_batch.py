@@ -21,7 +21,7 @@ BASE = {
     "engines": {"backend": "emulated", "count": 3, "slots": 8, "gpu": "h200", "model": "qwen3-8b"},
     "workload": {"family": "search", "mode": "sync", "prompts": 6, "group_size": 2, "max_turns": 2},
 }
-SEEDS = 10
+SEEDS = 30  # enough points that a sweep interrupted after its third cannot have finished on a slow host
 SWEEP = {"base": "tiny.yaml", "axes": {"policy": ["colocated", "prorsa"], "seed": list(range(SEEDS))}}
 POINTS = 2 * SEEDS
 
