@@ -206,22 +206,35 @@ def test_event_skipping_plans_once_per_finish(cost, monkeypatch):
     assert stats.decode_tokens_total == sum(1000 + 100 * i for i in range(8))
 
 
-def test_time_scale_zero_runs_1000_requests_fast(cost):
+def test_time_scale_zero_runs_1000_requests_fast(cost, monkeypatch):
+    # What the engine asks to wait is checked, not the wall clock: on a loaded host 1000
+    # coroutines' scheduling alone can take over a second, which says nothing of the engine.
+    waits: list[float] = []
+    sleep = asyncio.sleep
+
+    def recorded(delay, *args, **kwargs):
+        waits.append(delay)
+        return sleep(delay, *args, **kwargs)
+
     async def main():
         engine = await started(cost, time_scale=0.0)
-        t0 = asyncio.get_running_loop().time()
+        monkeypatch.setattr(asyncio, "sleep", recorded)
         results = await asyncio.gather(*[engine.generate(gen(f"t{i}", 200 + i, 20 + i % 7))
                                          for i in range(1000)])
+        monkeypatch.setattr(asyncio, "sleep", sleep)
         stats = engine.stats()
         idle_cpu = time.process_time()
         await asyncio.sleep(0.2)  # an idle engine waits; it must not spin
         idle_cpu = time.process_time() - idle_cpu
         await engine.stop()
-        return results, stats, asyncio.get_running_loop().time() - t0, idle_cpu
+        return results, stats, idle_cpu
 
     wall = time.perf_counter()
-    results, stats, _, idle_cpu = asyncio.run(main())
-    assert time.perf_counter() - wall < 1.0 + 0.2
+    results, stats, idle_cpu = asyncio.run(main())
+    wall = time.perf_counter() - wall
+    modelled = sum(cost.prefill_time([(200 + i, 0)]) for i in range(1000))
+    assert waits and max(waits) == 0.0  # only yields between steps, never modelled time
+    assert wall < modelled / 4  # a loose guard: the modelled prefills alone take far longer
     assert [r.n_tokens for r in results] == [20 + i % 7 for i in range(1000)]
     assert stats.decode_tokens_total == sum(20 + i % 7 for i in range(1000))
     assert all(r.decode_s < 0.1 for r in results)  # no engine time, only scheduling
@@ -237,8 +250,11 @@ def test_time_scale_shrinks_wall_time(cost):
     result = asyncio.run(main())
     wall = time.perf_counter() - wall
     modelled = cost.prefill_time([(2000, 0)]) + decode_sum(cost, [2000], 200)
-    assert result.decode_s + result.prefill_s == pytest.approx(modelled * 0.01, rel=0.5, abs=0.01)
-    assert wall < 0.5
+    took = result.decode_s + result.prefill_s
+    # A loaded host makes timers fire late, never early: the bound above leaves room for that
+    # and still fails by a factor of ten if the scale were ignored.
+    assert modelled * 0.01 * 0.9 <= took <= modelled * 0.01 + 0.1
+    assert wall < min(modelled * 0.5, 1.0)
 
 
 def test_set_role_is_bookkeeping_and_held_work_finishes(cost):
