@@ -35,6 +35,16 @@ from dask_jobqueue.slurm import SLURMJob  # noqa: E402
 if threading.current_thread() is threading.main_thread() and _sigint is not None:
     signal.signal(signal.SIGINT, _sigint)
 
+
+def ctrl_c_interrupts() -> None:
+    """Undo dask_jobqueue's SIGINT handler if it is still the one set (the package was imported
+    before this module, so the line above put it back): a sweep interrupted under it ends with
+    exit 0 and its jobs running. Called in the main thread once a sweep's job cluster is up."""
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is threading.main_thread() \
+            and getattr(handler, "__module__", None) == "dask_jobqueue.runner":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name

@@ -318,13 +318,14 @@ def _sweep_client(spec: ClusterSpec | None, workers: int | None, console: Consol
 
 
 def _sweep_jobs(spec, security, say) -> Iterator[Client]:
-    from prorsa.cluster.jobs import job_cluster, submit, sweep_job_options
+    from prorsa.cluster.jobs import ctrl_c_interrupts, job_cluster, submit, sweep_job_options
 
     _check_commands(spec)
     job = sweep_job_options(spec)
     n_jobs = spec.job("sweep").jobs or 1
     with job_cluster(spec, "prorsa-sweep", security, spec.scheduler.dashboard_address, job,
                      asynchronous=False) as cluster:
+        ctrl_c_interrupts()
         say(f"scheduler: {cluster.scheduler_address}")
         try:  # as a run's jobs rather than cluster.scale(), whose refused submissions go unreported
             ids = cluster.sync(submit, cluster, {f"prorsa-sweep-{i}": job for i in range(n_jobs)})

@@ -29,7 +29,7 @@ from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.engine_host import EngineHost
 from prorsa.rollout.tool_host import ToolHost
-from prorsa.rollout.worker_logs import quiet_survived_faults
+from prorsa.rollout.worker_logs import PRELOAD, quiet_survived_faults
 
 
 def engine_resources(role: Role, slots: int) -> dict[str, float]:
@@ -66,6 +66,7 @@ def trainer_worker_spec(processes: bool, security=None) -> dict:
             "nthreads": 1,
             "resources": trainer_resources(),
             "dashboard": False,
+            "preload": PRELOAD,
             **({"security": security} if security is not None else {}),
         },
     }
@@ -86,6 +87,7 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
                 "resources": engine_resources(role, cfg.engines.slots),
                 "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))},
                 "dashboard": False,
+                "preload": PRELOAD,
                 **tls,
             },
         }
@@ -99,6 +101,7 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
                 "resources": tool_resources(cfg.runtime.tool_threads),
                 "plugins": {_tool_host(cfg)} if cfg.environment else set(),
                 "dashboard": False,
+                "preload": PRELOAD,
                 **tls,
             },
         }

@@ -78,17 +78,29 @@ def test_a_job_lost_mid_sweep_costs_no_point(tmp_path, fake_batch):
     assert not any(fake_batch.alive(j) for j in jobs) and fake_batch.cancelled(jobs[1])
 
 
+def interrupted(sweep: Path, spec: Path, out: Path, env: dict, after: int) -> tuple[subprocess.Popen, str, str]:
+    proc = start(sweep, spec, out, env)
+    try:
+        wait_for_points(out, after, proc)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc, stdout, stderr
+
+
 @pytest.mark.slow
 def test_an_interrupted_sweep_cancels_its_jobs_and_a_rerun_finishes_it(tmp_path, fake_batch):
     sweep, spec = files(tmp_path)
-    out = tmp_path / "out"
-    proc = start(sweep, spec, out, fake_batch.env())
-    try:
-        wait_for_points(out, 3, proc)
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    # A loaded host can keep this test from looking while the sweep writes a burst of finished
+    # points, and the sweep may be done before the signal lands: then it must have finished whole
+    # (exit 0, every point), and the interrupt is tried again on a fresh sweep.
+    for attempt in range(3):
+        out = tmp_path / f"out{attempt}"
+        proc, stdout, stderr = interrupted(sweep, spec, out, fake_batch.env(), 3)
+        if proc.returncode != 0:
+            break
+        assert f"{POINTS} simulated, 0 already done, 0 failed" in stdout and complete(out), stdout + stderr
     assert proc.returncode == 2 and stderr.startswith("error: interrupted; finished points are kept"), stderr
     assert "Traceback" not in stderr
     first_jobs = fake_batch.jobs()
@@ -116,3 +128,17 @@ def test_a_refused_sweep_submission_is_one_error_line(tmp_path, fake_batch):
                           env=fake_batch.env())
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr == f"error: {spec}: slurm job submission failed: sbatch: error: QOSMaxSubmitJobPerUserLimit\n"
+
+
+def test_ctrl_c_interrupts_whichever_imported_dask_jobqueue_first():
+    """dask_jobqueue sets SIGINT to sys.exit() as it is imported: a sweep interrupted under that
+    handler ended with exit 0, its jobs still queued. Imported before prorsa's job module, the
+    handler is its; the sweep puts Ctrl-C back once its job cluster is up."""
+    code = ("import signal, dask_jobqueue\n"
+            "from prorsa.cluster.jobs import ctrl_c_interrupts\n"
+            "before = getattr(signal.getsignal(signal.SIGINT), '__module__', None)\n"
+            "ctrl_c_interrupts()\n"
+            "print(before, signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["dask_jobqueue.runner", "True"]

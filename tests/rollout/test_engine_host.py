@@ -124,3 +124,36 @@ def test_a_connection_to_a_dead_process_is_one_line_not_two_tracebacks(logger_na
                      "(CommClosedError: in <TCP (closed) local=tcp://127.0.0.1:4001>: Stream is closed)")
     assert "ERROR - data failed to deserialize" in rest[0]
     assert sum("Traceback" in line for line in rest) == 1 and "Traceback" in rest[1]
+
+
+def _filters_in_worker(dask_worker) -> list[str]:
+    return [type(f).__name__ for f in logging.getLogger("distributed.worker").filters]
+
+
+def test_every_worker_process_is_quiet_from_its_start_plugin_or_none(tmp_path):
+    """A tool worker of a pipeline without an environment has no plugin: it was the one worker
+    process that logged a dead engine's closed connection with two tracebacks. The filter comes
+    with every worker spec's preload, so a process that never sets a plugin up has it too."""
+    from distributed import Client, SpecCluster
+
+    from prorsa.config.pipeline import PipelineConfig
+    from prorsa.rollout.cluster import worker_specs
+
+    cfg = PipelineConfig.model_validate({
+        "name": "quiet", "seed": 0, "policy": "colocated",
+        "engines": {"backend": "emulated", "count": 1, "slots": 2, "gpu": "h200", "model": "qwen3-8b"},
+        "workload": {"family": "search", "mode": "sync", "prompts": 1, "group_size": 1},
+        "runtime": {"processes": True, "tool_workers": 1},
+    })
+    assert cfg.environment is None
+    spec = worker_specs(cfg, [Role.MIXED], tmp_path)
+    tool = {k: v for k, v in spec.items() if not v["options"]["plugins"]}
+    assert tool, "the tool worker of this pipeline has no plugin"
+
+    async def main():
+        async with SpecCluster(workers=tool, asynchronous=True, silence_logs=logging.ERROR) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            return await client.run(_filters_in_worker)
+
+    seen = asyncio.run(main())
+    assert seen and all("SurvivedFaults" in names for names in seen.values()), seen
