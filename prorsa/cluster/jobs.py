@@ -37,9 +37,10 @@ if threading.current_thread() is threading.main_thread() and _sigint is not None
 
 
 def ctrl_c_interrupts() -> None:
-    """Undo dask_jobqueue's SIGINT handler if it is still the one set (the package was imported
-    before this module, so the line above put it back): a sweep interrupted under it ends with
-    exit 0 and its jobs running. Called in the main thread once a sweep's job cluster is up."""
+    """Undo dask_jobqueue's SIGINT handler if it is still the one set (when the package was
+    imported before this module, the restore above put back its handler, not Python's): a sweep
+    interrupted under it ends with exit 0 and its jobs running. Called in the main thread once a
+    sweep's job cluster is up."""
     handler = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is threading.main_thread() \
             and getattr(handler, "__module__", None) == "dask_jobqueue.runner":
