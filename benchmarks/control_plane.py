@@ -107,7 +107,7 @@ async def prorsa(n: int, turns: int, shape: str) -> tuple[float, int]:
 
     from rich.console import Console
 
-    from prorsa.rollout.live import run_live
+    from prorsa.live.run import run_live
 
     with tempfile.TemporaryDirectory() as d:
         summary = await run_live(_pipeline(n, turns, shape), Path(d), Console(quiet=True))

@@ -25,7 +25,7 @@ def main(args) -> None:
     from rich.table import Table
 
     from prorsa.config.pipeline import PipelineConfig
-    from prorsa.rollout.live import run_live
+    from prorsa.live.run import run_live
 
     cfg = PipelineConfig.model_validate({
         "name": "controller-cost", "seed": 1, "policy": args.policy,

@@ -119,13 +119,13 @@ async def via_prorsa(runner, turns) -> tuple[float, int]:
 
 
 def _url(dask_worker):
-    from prorsa.rollout.engine_host import engine_here
+    from prorsa.cluster.engine_host import engine_here
 
     return engine_here(dask_worker).server.url
 
 
 async def _reset(dask_worker):
-    from prorsa.rollout.engine_host import engine_here
+    from prorsa.cluster.engine_host import engine_here
 
     await engine_here(dask_worker).reset_prefix_cache()
 
@@ -139,8 +139,8 @@ async def main(args) -> None:
     from prorsa.config.load import load_pipeline
     from prorsa.control.policy import make_policy
     from prorsa.engine.registry import engine_name, resolve_model_dir
-    from prorsa.rollout.cluster import engine_addresses, start_local_cluster
-    from prorsa.rollout.dask_runtime import DaskTurnRunner
+    from prorsa.cluster.local import engine_addresses, start_local_cluster
+    from prorsa.live.runtime import DaskTurnRunner
     from prorsa.rollout.router import Router
 
     cfg = load_pipeline(args.pipeline, {"engines.backend": "vllm", "runtime.dashboard_address": None})

@@ -52,7 +52,7 @@ def live_run(cfg) -> tuple[dict, list[dict]]:
     from rich.console import Console
 
     from prorsa.rollout.context import time_unit
-    from prorsa.rollout.live import run_live
+    from prorsa.live.run import run_live
 
     with tempfile.TemporaryDirectory() as d:
         summary = asyncio.run(run_live(cfg, Path(d), Console(file=io.StringIO())))

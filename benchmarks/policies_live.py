@@ -147,7 +147,7 @@ class _Warnings(logging.Handler):
 async def _run(cfg, run_dir: Path, timeout_s: float) -> dict:
     from rich.console import Console
 
-    from prorsa.rollout.live import run_live
+    from prorsa.live.run import run_live
 
     return await asyncio.wait_for(run_live(cfg, run_dir, Console(file=io.StringIO())), timeout_s)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from prorsa.config.load import ConfigError, load_pipeline
+from prorsa.config.load import ConfigError
 
 
 def _fail(msg: str) -> None:
@@ -37,9 +37,12 @@ def _fail(msg: str) -> None:
     sys.exit(2)
 
 
-def _load(path: str, overrides: dict) -> object:
+def _load(path: str, overrides: dict):
+    """The pipeline resolved (rollout/context.py): schema and cross-checks, or one error line."""
+    from prorsa.rollout.context import load_run
+
     try:
-        return load_pipeline(path, overrides)
+        return load_run(path, overrides)
     except ConfigError as e:
         _fail(str(e))
 
@@ -112,24 +115,27 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
         cluster_opt: str | None, resume_dir: str | None) -> None:
     """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/."""
     from prorsa.metrics.journal import JournalError
-    from prorsa.rollout.resume import open_journal, resume_config
+    from prorsa.live.resume import open_journal, resume_config
+    from prorsa.rollout.context import resolve
 
     if (pipeline is None) == (resume_dir is None):
         _fail("give a PIPELINE to start a run, or --resume RUN_DIR to finish one")
     if resume_dir is not None:
         if engine or policy or output:
             _fail("--resume runs the pipeline the run started with; drop --engine, --policy and --output")
-        cfg, pipeline = _or_fail(resume_config, resume_dir), f"{resume_dir}/pipeline.json"
+        pipeline = f"{resume_dir}/pipeline.json"
+        resolved = _or_fail(resolve, _or_fail(resume_config, resume_dir), pipeline)
         run_dir = Path(resume_dir)
     else:
         overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
-        cfg = _load(pipeline, overrides)
+        resolved = _load(pipeline, overrides)
+    cfg = resolved.cfg
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table
-    from prorsa.rollout.cluster import EngineStartFailed
-    from prorsa.rollout.interrupt import Interrupted, run_interruptible
-    from prorsa.rollout.live import run_live
+    from prorsa.cluster.local import EngineStartFailed
+    from prorsa.live.interrupt import Interrupted, run_interruptible
+    from prorsa.live.run import run_live
 
     try:
         cluster = cluster_option(cluster_opt) if cluster_opt else None
@@ -156,11 +162,11 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     console.print(f"run directory: {run_dir}" + (f" ({len(journal.done_ids)} trajectories saved earlier)"
                                                  if resume_dir else ""))
     # SIGTERM (a batch system, `timeout`) unwinds as Ctrl-C does, so engines, servers and jobs are
-    # stopped: during the run both stop the rollout and let the cleanup finish (rollout/interrupt.py);
+    # stopped: during the run both stop the rollout and let the cleanup finish (live/interrupt.py);
     # before the loop runs, SIGTERM is passed on as SIGINT
     signal.signal(signal.SIGTERM, _as_sigint)
     try:
-        summary = asyncio.run(run_interruptible(run_live(cfg, run_dir, console, journal=journal, cluster=cluster)))
+        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster)))
     except ClusterError as e:
         _fail(f"{cluster_opt}: {e}")
     except EngineStartFailed as e:
@@ -190,22 +196,21 @@ def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: 
     overrides = {k: v for k, v in {"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
                                    "engines.ep": ep, "engines.prefix_cache": prefix_cache}.items()
                  if v is not None}
-    cfg = _load(pipeline, overrides)
+    resolved = _load(pipeline, overrides)
     if gpus is not None:
-        per_engine = cfg.engines.tp * cfg.engines.ep  # an EP engine is a DP-attention group of ep ranks
+        per_engine = resolved.cfg.engines.tp * resolved.cfg.engines.ep  # an EP engine is a DP-attention group of ep ranks
         if gpus % per_engine:
             _fail(f"--gpus {gpus} is not a multiple of engines.tp x engines.ep = {per_engine}")
-        cfg = _load(pipeline, overrides | {"engines.count": gpus // per_engine, "policy": "colocated"})
-    from prorsa.metrics.progress import comparison_table
-    from prorsa.sim.compare import compare, expand_policies
+        resolved = _load(pipeline, overrides | {"engines.count": gpus // per_engine, "policy": "colocated"})
+    cfg = resolved.cfg
+    from prorsa.sim.compare import compare, comparison_table, expand_policies
     from prorsa.sim.run import write_run
 
     specs = expand_policies([p.strip() for p in policies.split(",") if p.strip()], cfg.engines.count)
     from prorsa.control.policy import make_policy
-    from prorsa.rollout.context import policy_context
 
     # only to check the specs: the oracle is given a future here that it never reads
-    context = replace(policy_context(cfg), future=lambda traj_id: None)
+    context = replace(resolved.policy, future=lambda traj_id: None)
     try:
         for spec in specs:
             make_policy(spec, context).initial_roles(cfg.engines.count)
@@ -271,7 +276,7 @@ def sweep(sweep_file: str, cluster_opt: str | None, output: str | None, workers:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
     """Check pipeline and sweep FILES (and the traces they name) without running them."""
-    from prorsa.config.check import check_file
+    from prorsa.validate import check_file
 
     bad = 0
     for f in files:
@@ -315,11 +320,11 @@ def calibrate(pipeline: str | None, output: str | None, quick: bool, measurement
     if not pipeline:
         _fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
     output = output or "configs/hardware/cpu.yaml"
-    cfg = _load(pipeline, {})
+    cfg = _load(pipeline, {}).cfg
     if cfg.engines.backend != "vllm":
         _fail(f"{pipeline}: engines.backend is {cfg.engines.backend}; calibrate measures vllm engines")
     _check_vllm(cfg, pipeline)
-    from prorsa.costmodel.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
+    from prorsa.engine.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
 
     command = f"prorsa calibrate {pipeline} --output {output}" + (" --quick" if quick else "")
     signal.signal(signal.SIGTERM, _raise_interrupt)  # so the engine is stopped

@@ -1,4 +1,4 @@
-r"""Engine roles, shared by the brain (control/, agent/) and the bodies (engine/, rollout/, sim/).
+r"""Engine roles, shared by the brain (control/, agent/) and the bodies (engine/, live/, sim/).
 
 A role is what the router asks an engine to do, not what the engine is: on vLLM both legs of a
 disaggregated turn run on any engine, so a switch is draining plus bookkeeping.

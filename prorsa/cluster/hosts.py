@@ -12,8 +12,8 @@ them as on a LocalCluster.
 from __future__ import annotations
 
 from prorsa.roles import Role
-from prorsa.rollout.engine_host import EngineHost
-from prorsa.rollout.tool_host import ToolHost
+from prorsa.cluster.engine_host import EngineHost
+from prorsa.cluster.tool_host import ToolHost
 
 ENGINE_PREFIX = "engine-"
 TOOL_PREFIX = "tools-"

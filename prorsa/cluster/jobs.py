@@ -50,7 +50,7 @@ from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role
-from prorsa.rollout.cluster import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, tool_name, tool_resources,
+from prorsa.cluster.local import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, tool_name, tool_resources,
                                     trainer_resources, wants_trainer_worker)
 
 BatchSpec = SlurmSpec | PbsSpec
@@ -119,7 +119,7 @@ def run_jobs(spec: BatchSpec, cfg: PipelineConfig, roles: list[Role]) -> dict[st
                                  resources=tool_resources(cfg.runtime.tool_threads))
     if wants_trainer_worker(cfg):
         trainer = spec.job("trainer")
-        # the worker's threads are the cores booked, and torch's follow them (rollout/remote_trainer.py)
+        # the worker's threads are the cores booked, and torch's follow them (live/remote_trainer.py)
         jobs[TRAINER_NAME] = job_options(spec, trainer, threads=trainer.over(DEFAULTS).cpus,
                                          job_name=f"prorsa-{TRAINER_NAME}", resources=trainer_resources())
     return jobs

@@ -3,7 +3,7 @@
     open_run_cluster(spec, cfg, roles, run_dir, console) -> RunCluster   async context manager (prorsa run)
     open_sweep_client(spec, workers, console) -> Client                 context manager (prorsa sweep)
 
-    local     SpecCluster in this process (rollout/cluster.py), bound to localhost; TLS if the file says so
+    local     SpecCluster in this process (cluster/local.py), bound to localhost; TLS if the file says so
     slurm/pbs the scheduler here (a login node), one job per engine (its GPUs, its initial role's
               resources), per tool worker and for the trainer (train.placement: worker); waits
               until each has joined; cancels every job on the way out, whether the run finished,
@@ -38,7 +38,7 @@ from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.roles import Role
-from prorsa.rollout.cluster import (TRAINER_NAME, engine_resources, start_local_cluster, tool_name, tool_resources,
+from prorsa.cluster.local import (TRAINER_NAME, engine_resources, start_local_cluster, tool_name, tool_resources,
                                     trainer_resources, wants_trainer_worker)
 
 
@@ -238,7 +238,7 @@ async def _set_tool_resources(dask_worker=None) -> None:
 
 
 async def _stealing(on: bool, dask_scheduler=None) -> None:
-    # the router places every leg; a stolen leg loses its prefix (rollout/cluster.py SCHEDULER_CONFIG)
+    # the router places every leg; a stolen leg loses its prefix (cluster/local.py SCHEDULER_CONFIG)
     ext = dask_scheduler.extensions.get("stealing")
     if ext is not None:
         await (ext.start() if on else ext.stop())

@@ -1,6 +1,8 @@
 """Reading pipeline files: YAML -> PipelineConfig, or one clear ConfigError line.
 
-    load_pipeline(path, overrides)   parse, apply dotted overrides, validate
+    load_pipeline(path, overrides)   parse, apply dotted overrides, validate the schema (what
+                                     needs policies, profiles or the trace's content is checked
+                                     by the resolve step above: rollout/context.py)
     read_mapping(path)               a YAML file's top-level mapping (any config file)
     describe(error)                  pydantic's error -> "field.path: got X; expected Y"
 """
@@ -93,22 +95,10 @@ def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     if cfg.workload.trace:
         if not is_file(cfg.workload.trace):
             raise ConfigError(f"{path}: workload.trace: got {cfg.workload.trace!r}; no such file")
-        _check_trace(path, cfg.workload.trace)
     env = cfg.environment
     if env is not None and env.dataset.endswith(".jsonl") and not is_file(env.dataset):
         raise ConfigError(f"{path}: environment.dataset: got {env.dataset!r}; no such file")
     return cfg
-
-
-def _check_trace(path: Path, trace: str) -> None:
-    """Read the trace now: a bad line found after the cluster is up would cost its start-up."""
-    from prorsa.agent.trace import TraceError, read_trace
-
-    try:
-        if not read_trace(trace):
-            raise TraceError(f"{trace}: the trace holds no trajectories")
-    except TraceError as e:
-        raise ConfigError(f"{path}: workload.trace: {e}") from None
 
 
 def config_hash(cfg: PipelineConfig) -> str:

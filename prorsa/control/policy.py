@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from prorsa.agent.trace import TrajectorySpec
+from prorsa.config.pipeline import MAX_ENGINES
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
@@ -107,7 +108,6 @@ def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Polic
     return deco
 
 
-MAX_ENGINES = 65536  # engines in one run; more is a typo, and a role list that long exhausts memory
 
 
 def _finite(arg: str) -> bool:

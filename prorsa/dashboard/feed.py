@@ -2,12 +2,10 @@
 
     DashboardFeed(recorder, now)          driver side; report(switching) -> Report, only what is
                                           new in the recorder since the previous report
-    observe_and_publish(report, dask_scheduler)
-                                          run_on_scheduler, once per control interval in place of
-                                          lifecycle_plugin.observe: drains the lifecycle events and
-                                          reads the engine loads as before, folds them and the
-                                          report into the dashboard plugin's LiveState (when one is
-                                          registered), and returns (events, loads) to the controller
+
+The controller hands the report to its one scheduler call per interval
+(cluster/lifecycle_plugin.py: observe_and_publish), which folds it, with the lifecycle events and
+engine loads it reads there, into the dashboard plugin's LiveState.
 
 The page and the JSON endpoint read that state where it lives, on the scheduler, so nothing polls
 the client and the driver's share is building one small Report per interval.
@@ -15,14 +13,10 @@ the client and the driver's share is building one small Report per interval.
 
 from __future__ import annotations
 
-import logging
 from typing import Callable
 
 from prorsa.dashboard.state import Report
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.lifecycle_plugin import observe
-
-log = logging.getLogger(__name__)
 
 PLUGIN_NAME = "prorsa-dashboard"
 
@@ -47,14 +41,3 @@ class DashboardFeed:
             switches=changes, switching=tuple(switching), failed=failed,
             turns=rec.turns, tokens=rec.prefill_tokens + rec.decode_tokens,
         )  # fmt: skip
-
-
-def observe_and_publish(report: Report | None = None, dask_scheduler=None):
-    events, loads = observe(dask_scheduler)
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    if plugin is not None:
-        try:
-            plugin.fold(events, loads, report)
-        except Exception:  # the page may show stale data; the control loop must not lose its events
-            log.exception("prorsa dashboard: fold failed")
-    return events, loads

@@ -6,7 +6,7 @@
                             dashboard, when it has one:
         {prefix}prorsa              the Bokeh page (page.py), and "Prorsa" in the dashboard's menu
         {prefix}json/prorsa.json    the same data as JSON (state.py: LiveState.to_json)
-    DashboardPlugin.fold(events, loads, report)    called by feed.observe_and_publish
+    DashboardPlugin.fold(events, loads, report)    called by lifecycle_plugin.observe_and_publish
     DashboardPlugin.state                          the LiveState both read
     add_to_run(client, recorder, meta, started_wall, time_unit) -> DashboardFeed
                             registers the plugin for a live run and returns the controller's feed
@@ -30,7 +30,7 @@ from tornado import web
 from prorsa.dashboard.feed import PLUGIN_NAME, DashboardFeed
 from prorsa.dashboard.state import LiveState
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.lifecycle_plugin import engine_loads
+from prorsa.cluster.lifecycle_plugin import engine_loads
 
 log = logging.getLogger(__name__)
 

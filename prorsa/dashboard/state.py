@@ -4,7 +4,7 @@
     LiveState(meta)                 the page's data: current view plus bounded history
     LiveState.begin(now, loads)     the engines' roles when the plugin starts
     LiveState.fold(now, events, loads, report)   one control interval; called on the scheduler by
-                                    feed.observe_and_publish, inside the controller's own call
+                                    lifecycle_plugin.observe_and_publish, inside the controller's own call
     LiveState.to_json()             the JSON endpoint's document (schema below, version 1)
     LiveState.version               bumped by every fold, so a page redraws only when it changed
 

@@ -3,8 +3,8 @@
 `prorsa calibrate` times one engine alone on its core. In a live run on a small CPU host two
 things slow it, both only while other engines are busy too:
 
-- pinning: the runtime pins engine i to cores i*k .. i*k+k-1, wrapping around (engine/registry.py
-  engine_cores), so with more engines than cores two engines take turns on one core;
+- pinning: the runtime pins engine i to cores i*k .. i*k+k-1, wrapping around (engine_cores
+  below), so with more engines than cores two engines take turns on one core;
 - the rest of the host: each sequence in flight keeps its server's processes (HTTP, scheduling,
   detokenizing) and the driver, the scheduler and the tools busy, `load` cores' worth (a hardware
   profile's host_load_per_sequence, fitted by prorsa calibrate --from-run) that floats over
@@ -15,6 +15,7 @@ token alone on the host, 24-47 ms while the step's other trajectories run; one a
 over-predicted the makespan by 20%, this model by 0-8%. The simulator applies it to a vLLM CPU
 deployment.
 
+    engine_cores(i, k[, n])          the cores engine i is pinned to: k consecutive, wrapping around
     CoreShare(cores, n_cores, load)  engine id -> the cores it is pinned to (empty: unpinned)
     with share.busy(engine, n):      the engine computes n sequences; the factor it yields stretches its step
 
@@ -25,9 +26,16 @@ is why the emulated engine re-plans its decode stretches every few steps while c
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 
-from prorsa.engine.registry import engine_cores
+
+def engine_cores(index: int, per_engine: int, n_cpus: int | None = None) -> list[int] | None:
+    """Engines take consecutive cores, wrapping around when there are more engines than cores."""
+    if per_engine <= 0:
+        return None
+    n = n_cpus or os.cpu_count() or 1
+    return sorted({(index * per_engine + j) % n for j in range(per_engine)})
 
 
 class CoreShare:

@@ -8,11 +8,11 @@ Imports are lazy so a machine without vLLM runs emulated engines.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
+from prorsa.engine.core_share import engine_cores
 from prorsa.roles import Role
 
 
@@ -46,14 +46,6 @@ def resolve_model_dir(cfg: EnginesConfig) -> Path:
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"engines.vllm.model: {model_dir} is not a model directory (no config.json)")
     return model_dir
-
-
-def engine_cores(index: int, per_engine: int, n_cpus: int | None = None) -> list[int] | None:
-    """Engines take consecutive cores, wrapping around when there are more engines than cores."""
-    if per_engine <= 0:
-        return None
-    n = n_cpus or os.cpu_count() or 1
-    return sorted({(index * per_engine + j) % n for j in range(per_engine)})
 
 
 def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> Engine:

@@ -72,34 +72,3 @@ def summary_table(summary: dict) -> Table:
             continue
         table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
     return table
-
-
-def comparison_table(ds) -> Table:
-    """Policies side by side from a comparison Dataset (sim/compare.py); * marks the best static split."""
-    from prorsa.sim.compare import figure, speedups
-
-    fig, speed = figure(ds), speedups(ds)
-    sync = ds.attrs["mode"] == "sync"
-    statics = [p for p in ds.policy.values if str(p).startswith("static:")]
-    best = None
-    if statics:
-        vals = fig.sel(policy=statics)
-        best = str((vals.idxmin() if sync else vals.idxmax()).item())
-    table = Table(title=f"{ds.attrs['name']}: {ds.attrs['engines']} x {ds.attrs['gpu']}, {ds.attrs['model']}, "
-                        f"{ds.attrs['mode']}  ({'makespan' if sync else 'throughput'}, body seconds)")
-    bound = ds.attrs.get("bound_s")
-    if bound is not None:
-        table.caption = (f"lower bound: makespan >= {bound:.2f} s (critical path {ds.attrs['critical_path_s']:.2f} s, "
-                         f"work over capacity {ds.attrs['work_s']:.2f} s)")
-    for col in ("policy", "makespan s" if sync else "traj/s", "vs colocated", "switches",
-                "prefix hit", "recomputed tok", "sim s"):
-        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col == "policy")
-    for p in ds.policy.values:
-        p = str(p)
-        row = ds.sel(policy=p)
-        ratio = "" if speed is None else f"{float(speed.sel(policy=p)):.3f}"
-        table.add_row(p + (" *" if p == best else ""), f"{float(fig.sel(policy=p)):.2f}" if sync
-                      else f"{float(fig.sel(policy=p)):.3f}", ratio, f"{int(row.role_switches)}",
-                      f"{float(row.prefix_hit_rate):.1%}", f"{int(row.recomputed_tokens):,}",
-                      f"{float(row.sim_wall_s):.1f}")
-    return table

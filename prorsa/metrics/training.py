@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-TRAIN_LOG = "train.jsonl"  # written by rollout/learning.py
+TRAIN_LOG = "train.jsonl"  # written by train/learner.py
 
 
 def updates(run_dir: Path) -> pd.DataFrame | None:

@@ -1,25 +1,113 @@
-"""What a run's clock and policy are, from its pipeline; the same for the live body and the simulator.
+"""The resolve step: a pipeline (config/, schema only) becomes the frozen RunContext both bodies run
+from, once. What needs more than the schema to check (policies, cost-model profiles, rewards, a
+trace's content) is checked here, and the values derived from the pipeline are computed here.
 
+    load_run(path, overrides) -> RunContext   load_pipeline, then resolve: what a command starts from
+    resolve(cfg[, source]) -> RunContext      the cross-checks (one ConfigError line naming the field),
+                                              then the clock, engine costs and policy context
+    check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
+    make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
+
+The pieces a RunContext holds, for callers that need one alone:
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     workload_hint(cfg)    means over the first trajectories of cfg's workload (WorkloadHint)
-    make_router(cfg, roles, clock[, hint])   the Router of a run: engine -> role, runtime's routing settings
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from prorsa.agent.rewards import REWARDS
+from prorsa.agent.trace import TraceError, read_trace
 from prorsa.agent.workload import Workload
+from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import PolicyContext, WorkloadHint
+from prorsa.control.policy import PolicyContext, WorkloadHint, make_policy
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
 from prorsa.rollout.placement import MoveCost
 from prorsa.rollout.router import Router
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """A pipeline resolved once; the bodies read these instead of deriving them again."""
+
+    cfg: PipelineConfig
+    unit: float  # wall seconds per body second (1 unless emulated engines run time-scaled)
+    costs: RoleCosts  # an engine's cost model in each role
+    policy: PolicyContext  # what adaptive policies plan with (the workload hint included)
+
+    def body_s(self, wall_s: float) -> float:
+        """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
+        return wall_s / self.unit
+
+
+def load_run(path: str | Path, overrides: dict[str, Any] | None = None) -> RunContext:
+    return resolve(load_pipeline(path, overrides), path)
+
+
+def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext:
+    problems = check(cfg)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(f"{source}: {problems[0]}{more}" if source is not None else problems[0] + more)
+    return RunContext(cfg, time_unit(cfg), engine_costs(cfg), policy_context(cfg))
+
+
+def check(cfg: PipelineConfig) -> list[str]:
+    """What the schema cannot know: every name resolves to a profile, policy, reward or readable trace."""
+    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _trace(cfg)) if p]
+
+
+def _profiles(cfg: PipelineConfig) -> str | None:
+    e = cfg.engines
+    roles = ("prefill", "decode", "mixed") if e.parallelism is not None else ()
+    for role, (tp, ep) in [(None, (e.tp, e.ep)), *((r, e.layout(r)) for r in roles)]:
+        try:
+            CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep)
+        except ValueError as err:
+            return f"engines: {'' if role is None else f'parallelism.{role}: '}{err}"
+    return None
+
+
+def _policy(cfg: PipelineConfig) -> str | None:
+    try:
+        policy = make_policy(cfg.policy)
+    except ValueError as err:
+        return f"policy: got {cfg.policy!r}; expected: {err}"
+    try:
+        policy.initial_roles(cfg.engines.count)
+    except ValueError as err:
+        return f"engines.count: {err}"
+    return None
+
+
+def _reward(cfg: PipelineConfig) -> str | None:
+    reward = cfg.environment.reward if cfg.environment is not None else None
+    if reward is None or reward in REWARDS or ":" in reward:
+        return None
+    return f"environment.reward: unknown reward {reward!r}; expected one of {sorted(REWARDS)} or 'package.module:fn'"
+
+
+def _trace(cfg: PipelineConfig) -> str | None:
+    """Read the trace now: a bad line found after the cluster is up would cost its start-up."""
+    trace = cfg.workload.trace
+    if not trace:
+        return None
+    try:
+        if not read_trace(trace):
+            raise TraceError(f"{trace}: the trace holds no trajectories")
+    except TraceError as err:
+        return f"workload.trace: {err}"
+    return None
 
 
 def time_unit(cfg: PipelineConfig) -> float:
@@ -72,14 +160,11 @@ def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:
         turns=len(turns) / len(specs))
 
 
-def make_router(cfg: PipelineConfig, roles: dict[str, Role], clock: Callable[[], float],
-                hint: WorkloadHint | None = None) -> Router:
-    """`clock`: the run's body seconds (live: wall seconds over time_unit); `hint`: the policy
-    context's, so a sync run's step is not drawn once more for it."""
-    e, r = cfg.engines, cfg.runtime
+def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], float]) -> Router:
+    """`clock`: the run's body seconds (live: wall seconds over the time unit)."""
+    e, r = ctx.cfg.engines, ctx.cfg.runtime
     move_cost = None
     if r.sticky_overload == "cost":  # priced as the mixed role's layout, as the allocator plans
-        hint = hint or workload_hint(cfg)
-        move_cost = MoveCost(engine_costs(cfg).mixed, e.slots, hint.decode_tokens)
+        move_cost = MoveCost(ctx.costs.mixed, e.slots, ctx.policy.workload.decode_tokens)
     return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=e.slots,
                   move_cost=move_cost, clock=clock)

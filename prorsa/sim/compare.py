@@ -5,6 +5,7 @@
                                           the makespan lower bound in its attrs (bound_s, ...)
     figure(ds)                            the headline per policy: makespan (sync) or trajectories/s (async)
     speedups(ds)                          that figure relative to colocated (> 1: faster)
+    comparison_table(ds)                  the rich Table `prorsa sim` prints
 
 Every policy replays the same workload (same seed): only the roles differ.
 """
@@ -15,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 import xarray as xr
+from rich.table import Table
 
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.sim.bounds import lower_bound
@@ -64,6 +66,35 @@ def speedups(ds: xr.Dataset, baseline: str = "colocated") -> xr.DataArray | None
     fig = figure(ds)
     base = fig.sel(policy=baseline)
     return base / fig if ds.attrs["mode"] == "sync" else fig / base
+
+
+def comparison_table(ds) -> Table:
+    """Policies side by side, as `prorsa sim` prints them; * marks the best static split."""
+    fig, speed = figure(ds), speedups(ds)
+    sync = ds.attrs["mode"] == "sync"
+    statics = [p for p in ds.policy.values if str(p).startswith("static:")]
+    best = None
+    if statics:
+        vals = fig.sel(policy=statics)
+        best = str((vals.idxmin() if sync else vals.idxmax()).item())
+    table = Table(title=f"{ds.attrs['name']}: {ds.attrs['engines']} x {ds.attrs['gpu']}, {ds.attrs['model']}, "
+                        f"{ds.attrs['mode']}  ({'makespan' if sync else 'throughput'}, body seconds)")
+    bound = ds.attrs.get("bound_s")
+    if bound is not None:
+        table.caption = (f"lower bound: makespan >= {bound:.2f} s (critical path {ds.attrs['critical_path_s']:.2f} s, "
+                         f"work over capacity {ds.attrs['work_s']:.2f} s)")
+    for col in ("policy", "makespan s" if sync else "traj/s", "vs colocated", "switches",
+                "prefix hit", "recomputed tok", "sim s"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col == "policy")
+    for p in ds.policy.values:
+        p = str(p)
+        row = ds.sel(policy=p)
+        ratio = "" if speed is None else f"{float(speed.sel(policy=p)):.3f}"
+        table.add_row(p + (" *" if p == best else ""), f"{float(fig.sel(policy=p)):.2f}" if sync
+                      else f"{float(fig.sel(policy=p)):.3f}", ratio, f"{int(row.role_switches)}",
+                      f"{float(row.prefix_hit_rate):.1%}", f"{int(row.recomputed_tokens):,}",
+                      f"{float(row.sim_wall_s):.1f}")
+    return table
 
 
 def _num(x) -> float:

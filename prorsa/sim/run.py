@@ -37,7 +37,7 @@ from prorsa.engine.emulated import EmulatedEngine
 from prorsa.engine.registry import engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.context import engine_costs, make_router, policy_context, time_unit
+from prorsa.rollout.context import RunContext, make_router, resolve
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -57,8 +57,9 @@ class SimRun:
 
 def simulate(cfg: PipelineConfig, policy: str | Policy | None = None) -> SimRun:
     t0 = time.perf_counter()
+    run = resolve(cfg)
     with _rare_collections():
-        sim = run_virtual(_simulate(cfg, policy))
+        sim = run_virtual(_simulate(run, policy))
     sim.wall_s = time.perf_counter() - t0
     sim.summary["sim_wall_s"] = round(sim.wall_s, 3)
     return sim
@@ -92,28 +93,27 @@ def _rare_collections():
                 gc.set_threshold(*_gc_saved)
 
 
-async def _simulate(cfg: PipelineConfig, policy: str | Policy | None) -> SimRun:
+async def _simulate(run: RunContext, policy: str | Policy | None) -> SimRun:
     loop = asyncio.get_running_loop()
     started = loop.time()
 
     def now() -> float:
         return loop.time() - started
 
-    unit = time_unit(cfg)
+    cfg, unit = run.cfg, run.unit
     workload = Workload.from_config(cfg.workload, cfg.seed)
-    context = replace(policy_context(cfg), future=future_of(workload, unit))
+    context = replace(run.policy, future=future_of(workload, unit))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
-    cost = engine_costs(cfg)
     names = [engine_name(i) for i in range(len(roles))]
     cores = host_cores(cfg, names)
-    engines = {name: EmulatedEngine(name, role, cost, slots=e.slots, time_scale=1.0,
+    engines = {name: EmulatedEngine(name, role, run.costs, slots=e.slots, time_scale=1.0,
                                     prefix_cache=e.prefix_cache, cores=cores)
                for name, role in zip(names, roles)}
     for engine in engines.values():
         await engine.start()
-    router = make_router(cfg, {name: eng.role for name, eng in engines.items()}, now, context.workload)
+    router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit,
                            dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))

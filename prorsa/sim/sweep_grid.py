@@ -20,11 +20,11 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from prorsa.config.load import ConfigError, config_hash, load_pipeline
+from prorsa.config.load import ConfigError, config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.config.sweep import ModelChoice, SweepSpec, load_sweep
 from prorsa.control.policy import PolicyContext, make_policy
-from prorsa.rollout.context import policy_context
+from prorsa.rollout.context import RunContext, load_run
 from prorsa.sim.compare import expand_policies
 
 DIMS = ("policy", "workload", "model", "gpu", "n_gpus", "mode", "seed")
@@ -55,7 +55,7 @@ class Grid:
 
 
 def expand(spec: SweepSpec, source: Path) -> Grid:
-    base = _load(source, spec.base, spec.overrides, "base")
+    base = _load(source, spec.base, spec.overrides, "base").cfg
     ax = spec.axes
     policies = ax.policy or [base.policy]
     models = [_fill_model(m, base) for m in (ax.model or [ModelChoice(name=base.engines.model)])]
@@ -74,9 +74,10 @@ def expand(spec: SweepSpec, source: Path) -> Grid:
     by_name = {m.name: m for m in models}
     points = []
     for cell in product(*(coords[d] for d in DIMS[1:])):
-        cfg = _cell_config(spec, source, dict(zip(DIMS[1:], cell)), by_name, ax.workload is not None)
+        run = _cell_config(spec, source, dict(zip(DIMS[1:], cell)), by_name, ax.workload is not None)
+        cfg = run.cfg
         # the oracle refuses a context without the workload's future; the simulator gives it one
-        context = replace(policy_context(cfg), future=lambda traj_id: None)
+        context = replace(run.policy, future=lambda traj_id: None)
         for label in policies:
             for policy in expand_policies([label], cfg.engines.count):
                 _check_policy(source, cfg, context, policy, cell)
@@ -94,7 +95,7 @@ def _fill_model(m: ModelChoice, base: PipelineConfig) -> ModelChoice:
 
 
 def _cell_config(spec: SweepSpec, source: Path, cell: dict[str, Any], models: dict[str, ModelChoice],
-                 set_family: bool) -> PipelineConfig:
+                 set_family: bool) -> RunContext:
     model = models[cell["model"]]
     per_engine = model.tp * model.ep  # an EP engine is a DP-attention group of ep ranks
     where = _where(cell)
@@ -111,9 +112,9 @@ def _cell_config(spec: SweepSpec, source: Path, cell: dict[str, Any], models: di
     return _load(source, spec.base, overrides, f"point {where}")
 
 
-def _load(source: Path, base: str, overrides: dict[str, Any], what: str) -> PipelineConfig:
+def _load(source: Path, base: str, overrides: dict[str, Any], what: str) -> RunContext:
     try:
-        return load_pipeline(base, overrides)
+        return load_run(base, overrides)
     except ConfigError as e:
         raise ConfigError(f"{source}: {what}: {e}") from None
 

@@ -7,4 +7,8 @@
     sft.py       the supervised warm-up on demonstrations of a tool-use task
     evaluate.py  how often the model's generations are a well-formed tool call, and their reward
     export.py    rollout batches as parquet for other trainers (verl, OpenRLHF, TRL), and back
+    learner.py   Learner: finished trajectories in, a GRPO step, the new weights out (through the
+                 body's `push`)
+    handle.py    TrainerHandle: how the Learner reaches its Trainer, wherever that lives
+    weights.py   where the RL loop keeps its weight versions (RUN_DIR/weights/v<N>)
 """

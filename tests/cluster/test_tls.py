@@ -21,7 +21,7 @@ from prorsa.cluster.launch import open_run_cluster
 from prorsa.config.cluster import load_cluster
 from prorsa.config.load import load_pipeline
 from prorsa.control.policy import make_policy
-from prorsa.rollout.cluster import engine_addresses
+from prorsa.cluster.local import engine_addresses
 
 from .conftest import make_certs
 

@@ -3,6 +3,7 @@
 import pytest
 
 from prorsa.config.load import ConfigError, load_pipeline
+from prorsa.rollout.context import load_run
 
 BASE = "name: t\nengines: {backend: emulated}\nenvironment:\n"
 
@@ -10,7 +11,7 @@ BASE = "name: t\nengines: {backend: emulated}\nenvironment:\n"
 def load(tmp_path, env: str):
     f = tmp_path / "p.yaml"
     f.write_text(BASE + env)
-    return load_pipeline(f)
+    return load_run(f).cfg
 
 
 def test_defaults_and_no_environment(tmp_path):

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from prorsa.cli import main
 from prorsa.config.load import ConfigError, load_pipeline
+from prorsa.rollout.context import load_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def test_bad_file_names_field(tmp_path, text, needles):
     f = tmp_path / "bad.yaml"
     f.write_text(text)
     with pytest.raises(ConfigError) as err:
-        load_pipeline(f)
+        load_run(f)  # the schema (config/), then the cross-checks (rollout/context.py), as a command loads
     msg = str(err.value)
     assert "\n" not in msg
     assert str(f) in msg

@@ -17,7 +17,7 @@ import pytest
 
 from prorsa.costmodel import CostModel, load_gpu, load_model
 from prorsa.costmodel.calibrate import StepSample, fit, model_fields_from_hf, predict
-from prorsa.costmodel.measure import DEFAULT_PLAN, TAIL, Measured
+from prorsa.engine.measure import DEFAULT_PLAN, TAIL, Measured
 from prorsa.costmodel.profile_writer import Provenance, error_summary, model_path_for, write_profiles
 from prorsa.costmodel.profiles import GpuProfile, ModelProfile
 

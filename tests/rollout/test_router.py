@@ -238,11 +238,10 @@ def test_sticky_overload_cost_needs_a_cost_model():
 
 
 def test_a_pipeline_with_sticky_overload_cost_routes_by_the_cost_rule():
-    from prorsa.config.load import load_pipeline
-    from prorsa.rollout.context import make_router
+    from prorsa.rollout.context import load_run, make_router
 
-    cfg = load_pipeline(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": "cost"})
-    router = make_router(cfg, roles(0, 0, 2), clock=lambda: 0.0)
-    assert router.move_cost is not None and router.move_cost.slots == cfg.engines.slots
-    cfg = load_pipeline(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": None})
-    assert make_router(cfg, roles(0, 0, 2), clock=lambda: 0.0).move_cost is None
+    run = load_run(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": "cost"})
+    router = make_router(run, roles(0, 0, 2), clock=lambda: 0.0)
+    assert router.move_cost is not None and router.move_cost.slots == run.cfg.engines.slots
+    run = load_run(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": None})
+    assert make_router(run, roles(0, 0, 2), clock=lambda: 0.0).move_cost is None

@@ -6,14 +6,14 @@ import asyncio
 
 import pytest
 
-from prorsa.config.load import ConfigError, load_pipeline
+from prorsa.config.load import ConfigError
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.allocator import Capacity
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.engine.base import DecodeRequest, PrefillRequest
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.roles import Role
-from prorsa.rollout.context import engine_costs, policy_context
+from prorsa.rollout.context import engine_costs, load_run, policy_context
 from prorsa.sim.bounds import lower_bound
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.run import simulate
@@ -54,7 +54,7 @@ def test_a_bad_per_role_layout_names_the_field(tmp_path, engines, expected):
     path = tmp_path / "p.yaml"
     path.write_text(f"name: t\npolicy: static:1:2\nengines: {engines}\n")
     with pytest.raises(ConfigError) as err:
-        load_pipeline(path)
+        load_run(path)
     for part in expected:
         assert part in str(err.value), (part, str(err.value))
 

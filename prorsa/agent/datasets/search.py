@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from prorsa.agent.datasets.base import Task, register
 from prorsa.agent.tools.base import ToolCall
-from prorsa.agent.tools.search import Document
+from prorsa.agent.tools.corpus import Document
 
 SIZES = {"province": 12, "city": 60, "company": 50, "person": 180}
 _ONSETS = "b d f g k l m n p r s t v z br dr gr kr tr st th sh".split()

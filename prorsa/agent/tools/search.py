@@ -18,20 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from prorsa.agent.tools.base import ToolResult, ToolStatus
+from prorsa.agent.tools.corpus import Document
 from prorsa.agent.tools.registry import register
 from prorsa.agent.tools.truncate import Truncation
 
 MAX_K = 20
-
-
-@dataclass(frozen=True)
-class Document:
-    doc_id: str
-    title: str
-    text: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"doc_id": self.doc_id, "title": self.title, "text": self.text}
 
 
 def _tokenize(texts: list[str]):

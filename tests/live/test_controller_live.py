@@ -20,10 +20,10 @@ from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
-from prorsa.rollout.cluster import engine_addresses, start_local_cluster
-from prorsa.rollout.controller import LiveController
-from prorsa.rollout.dask_runtime import DaskTurnRunner
-from prorsa.rollout.lifecycle_plugin import LifecyclePlugin
+from prorsa.cluster.local import engine_addresses, start_local_cluster
+from prorsa.live.controller import LiveController
+from prorsa.live.runtime import DaskTurnRunner
+from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
 from prorsa.rollout.router import Router
 
 MOE = """\

@@ -9,7 +9,7 @@ from prorsa.cluster.jobs import job_scripts, run_jobs
 from prorsa.config.cluster import JobSettings, SlurmSpec
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.control.policy import make_policy
-from prorsa.rollout.cluster import TRAINER_NAME, worker_specs
+from prorsa.cluster.local import TRAINER_NAME, worker_specs
 
 RL = """\
 name: t

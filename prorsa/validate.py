@@ -3,7 +3,7 @@
     check_file(path) -> str     a one-line description of a good file; ConfigError otherwise
 
 A sweep file is told from a pipeline by its `base` key (a pipeline has none), a cluster file by
-its `kind`; a pipeline's trace is read whole (load_pipeline), a sweep's every point built and its
+its `kind`; a pipeline is resolved and its trace read whole (load_run), a sweep's every point built and its
 policies checked (load_grid), a cluster file's certificates looked for (load_cluster).
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prorsa.config.load import ConfigError, load_pipeline, read_mapping
+from prorsa.config.load import read_mapping
+from prorsa.rollout.context import load_run
 
 
 def check_file(path: str | Path) -> str:
@@ -27,6 +28,6 @@ def check_file(path: str | Path) -> str:
 
         grid = load_grid(path)
         return f"ok: {path} (sweep {grid.spec.name}: {len(grid.points)} points)"
-    cfg = load_pipeline(path)
+    cfg = load_run(path).cfg
     return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
             f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")

@@ -130,7 +130,8 @@ async def measure(engine, plan: Plan, *, seed: int = 0, vocab: int = 2048,
 def calibration_engine(cfg, log_dir: Path):
     """A VllmEngine like the pipeline's first, at nice 0: the calibration measures the engine,
     not how the machine's other processes share its core."""
-    from prorsa.engine.registry import engine_cores, resolve_model_dir
+    from prorsa.engine.core_share import engine_cores
+    from prorsa.engine.registry import resolve_model_dir
     from prorsa.engine.vllm import VllmEngine
 
     settings = cfg.engines.vllm.model_copy(update={"nice": 0})

@@ -1,7 +1,7 @@
 """The RL loop's learner: finished trajectories in, a GRPO step, the new weights out to every engine.
 
     Learner(train_cfg, trainer, weights_dir, push, batch, mode)   trainer: a TrainerHandle
-                                   (rollout/trainer_handle.py), or a Trainer to run in this process
+                                   (train/handle.py), or a Trainer to run in this process
     learner.on_done(result)        the driver's callback: keep a finished trajectory for training
     learner.version                weight updates pushed so far: what a trajectory starting now is
                                    tagged with (TrajectoryResult.policy_version)
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.config.pipeline import TrainConfig
-from prorsa.rollout.trainer_handle import LocalTrainer, TrainerHandle
+from prorsa.train.handle import LocalTrainer, TrainerHandle
 from prorsa.train.export import write_batch
 from prorsa.train.grpo import group_advantages
 from prorsa.train.samples import samples_from_results

@@ -1,6 +1,7 @@
 """A live run, top to bottom: cluster up, engines up, drive the workload, sample, write, tear down.
 
-    run_live(cfg, run_dir, console) -> summary dict
+    run_live(run, run_dir, console) -> summary dict   run: a RunContext (rollout/context.py) or a
+                                                      pipeline to resolve
 
 Finished trajectories go to the run's journal (metrics/journal.py) as they land; a journal that
 holds some from an earlier session (--resume) makes the drivers skip those.
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from distributed import Client
@@ -26,21 +28,21 @@ from prorsa.control.policy import Policy, make_policy
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.metrics.journal import RunJournal, flush_every
-from prorsa.rollout.recovery import LegRescue, live_addresses, rescued
-from prorsa.rollout.resume import open_journal
+from prorsa.cluster.recovery import LegRescue, live_addresses, rescued
+from prorsa.live.resume import open_journal
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.cluster import engine_addresses
-from prorsa.rollout.context import make_router, policy_context, time_unit
-from prorsa.rollout.controller import LiveController
-from prorsa.rollout.dask_runtime import DaskTurnRunner
+from prorsa.cluster.local import engine_addresses
+from prorsa.rollout.context import RunContext, make_router, resolve
+from prorsa.live.controller import LiveController
+from prorsa.live.runtime import DaskTurnRunner
 from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
-from prorsa.rollout.engine_host import engine_here
-from prorsa.rollout.interrupt import guarded
-from prorsa.rollout.lifecycle_plugin import LifecyclePlugin, hook_cost
-from prorsa.rollout.tool_host import driver_environment
-from prorsa.rollout.training import open_learner, warm_start
+from prorsa.cluster.engine_host import engine_here
+from prorsa.live.interrupt import guarded
+from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
+from prorsa.cluster.tool_host import driver_environment
+from prorsa.live.training import open_learner, warm_start
 
 
 log = logging.getLogger(__name__)
@@ -76,10 +78,10 @@ async def _update_weights_here(body_s: float, dask_worker=None) -> None:
         await engine.reset_prefix_cache()
 
 
-def _weight_update(client: Client, addresses: dict[str, str], cfg: PipelineConfig):
-    if cfg.workload.weight_update_s <= 0:
+def _weight_update(client: Client, addresses: dict[str, str], run: RunContext):
+    if run.cfg.workload.weight_update_s <= 0:
         return None
-    body_s = cfg.workload.weight_update_s / time_unit(cfg)
+    body_s = run.body_s(run.cfg.workload.weight_update_s)
 
     async def update() -> None:
         await client.run(_update_weights_here, body_s, workers=await live_addresses(client, addresses))
@@ -104,22 +106,23 @@ async def _cancel(task: asyncio.Task) -> None:
         await task
 
 
-async def run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
+async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
                    journal: RunJournal | None = None, cluster: ClusterSpec | None = None) -> dict:
-    """`policy`: an object to run instead of cfg.policy's (the simulator takes the same);
+    """`policy`: an object to run instead of the pipeline's (the simulator takes the same);
     `journal`: the run directory's, already open (default: opened here);
     `cluster`: where the workers come from (default: a LocalCluster; cluster/launch.py)."""
+    run = run if isinstance(run, RunContext) else resolve(run)
     if journal is None:
-        journal = open_journal(cfg, run_dir)
+        journal = open_journal(run.cfg, run_dir)
     try:
-        return await _run_live(cfg, run_dir, console, policy, journal, cluster)
+        return await _run_live(run, run_dir, console, policy, journal, cluster)
     finally:
         journal.close()
 
 
-async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy: Policy | None,
+async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None,
                     journal: RunJournal, cluster: ClusterSpec | None) -> dict:
-    context = policy_context(cfg)
+    cfg, context, unit = run.cfg, run.policy, run.unit
     policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]
@@ -127,6 +130,7 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                   f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
     t_boot = time.time()
     cfg = await warm_start(cfg, run_dir, console)  # RL: the engines start from the warmed-up weights
+    run = replace(run, cfg=cfg)
     if cfg.engines.backend == "vllm":  # once here, not once per engine worker
         model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
         console.print(f"model: {model_dir}")
@@ -143,18 +147,17 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload),
                           completed=journal.completed_before, failed=journal.failed_before)
         t0 = time.time()
-        await client.register_plugin(LifecyclePlugin(t0, time_unit(cfg)))
+        await client.register_plugin(LifecyclePlugin(t0, unit))
         await client.register_plugin(LegRescue())
         feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
             client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
-                          "kv_capacity": context.kv_capacity_tokens, "time_unit": time_unit(cfg),
-                          "expected": rec.expected}, t0, time_unit(cfg))
-        router = make_router(cfg, dict(zip(engines, roles)), lambda: (time.time() - t0) / time_unit(cfg),
-                             context.workload)
+                          "kv_capacity": context.kv_capacity_tokens, "time_unit": unit,
+                          "expected": rec.expected}, t0, unit)
+        router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries)
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
-                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, time_unit(cfg),
+                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
         workload = Workload.from_config(cfg.workload, cfg.seed)
         environment = driver_environment(cfg, client)
@@ -172,10 +175,10 @@ async def _run_live(cfg: PipelineConfig, run_dir: Path, console: Console, policy
                             _both(journal.add, rec.on_done, controller.trajectory_done,
                                   *([learner.on_done] if learner else [])), rec.on_turn,
                             episodes=environment.episode if environment else None,
-                            update_weights=learner.update if learner else _weight_update(client, addresses, cfg),
+                            update_weights=learner.update if learner else _weight_update(client, addresses, run),
                             skip=frozenset(journal.done_ids), **rl)
             try:
-                await guarded(asyncio.create_task(rollout))  # a signal stops it here (rollout/interrupt.py)
+                await guarded(asyncio.create_task(rollout))  # a signal stops it here (live/interrupt.py)
             finally:
                 journal.flush()  # interrupted or not, what finished is kept
                 await _cancel(flusher)

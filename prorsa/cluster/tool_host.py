@@ -29,7 +29,7 @@ from prorsa.agent.rewards import Score
 from prorsa.agent.tools import ToolCall, ToolCallParser
 from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
-from prorsa.rollout.worker_logs import quiet_survived_faults
+from prorsa.cluster.worker_logs import quiet_survived_faults
 
 PLUGIN_NAME = "prorsa-tools"
 

@@ -12,7 +12,7 @@ Every engine worker declares both role resources (0 where absent) and hosts its 
 an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines,
 and host the pipeline's tools through a ToolHost plugin when it has an environment. The trainer
 worker declares {"trainer": 1} and hosts nothing until the RL loop puts its Trainer there
-(rollout/remote_trainer.py).
+(live/remote_trainer.py).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
-from prorsa.rollout.engine_host import EngineHost
-from prorsa.rollout.tool_host import ToolHost
-from prorsa.rollout.worker_logs import PRELOAD, quiet_survived_faults
+from prorsa.cluster.engine_host import EngineHost
+from prorsa.cluster.tool_host import ToolHost
+from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
 
 
 def engine_resources(role: Role, slots: int) -> dict[str, float]:

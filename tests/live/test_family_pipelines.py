@@ -9,7 +9,7 @@ from rich.console import Console
 
 from prorsa.config.load import load_pipeline
 from prorsa.rollout.drivers import expected_trajectories
-from prorsa.rollout.live import run_live
+from prorsa.live.run import run_live
 
 REPO = Path(__file__).resolve().parents[2]
 

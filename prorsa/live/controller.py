@@ -24,7 +24,7 @@ The switch protocol (engine E from role A to role B):
      later retag would sit at the head of E's queue for good); then E's worker itself, and the
      switch is recorded with its drain time
 Legs are never moved between workers: a task the scheduler has sent stays where it is, so none is
-lost or run twice. That is also why work stealing is off (cluster.py): a stolen leg leaves the
+lost or run twice. That is also why work stealing is off (cluster/local.py): a stolen leg leaves the
 engine that holds its prefix, and a leg stolen onto a worker whose resources then change blocks
 that worker's queue (seen: a decode leg at the head of a tool worker's queue stalled every tool).
 And why E keeps both resources until the drain ends: a leg whose preferred worker lacks its
@@ -38,13 +38,14 @@ import asyncio
 import time
 
 from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
-from prorsa.dashboard.feed import DashboardFeed, observe_and_publish
+from prorsa.cluster.lifecycle_plugin import observe_and_publish
+from prorsa.dashboard.feed import DashboardFeed
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.control_loop import ControlLoop, timed
-from prorsa.rollout.engine_host import engine_here
+from prorsa.cluster.engine_host import engine_here
 from prorsa.rollout.legs import legs_to_drain
-from prorsa.rollout.recovery import stranded, unbind
+from prorsa.cluster.recovery import stranded, unbind
 from prorsa.rollout.router import Router
 
 

@@ -4,7 +4,7 @@
                              await skip(), await save(out_dir) -> Path
     LocalTrainer(trainer)    the Trainer in this process; step and save in a thread, so the event
                              loop keeps driving the rollout meanwhile
-    RemoteTrainer            the Trainer on the trainer worker (rollout/remote_trainer.py, dask)
+    RemoteTrainer            the Trainer on the trainer worker (live/remote_trainer.py, dask)
 
 No dask here: the Learner imports this module.
 """

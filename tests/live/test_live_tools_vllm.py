@@ -17,7 +17,7 @@ MAX_TURNS = 3
 
 
 def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
-    from prorsa.rollout.live import run_live
+    from prorsa.live.run import run_live
 
     cfg = PipelineConfig.model_validate({
         "name": "live-tools", "policy": "colocated",

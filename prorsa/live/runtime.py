@@ -22,7 +22,7 @@ import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.rollout.router import Router
-from prorsa.rollout.tasks import turn_annotations, turn_graph, turn_task
+from prorsa.live.tasks import turn_annotations, turn_graph, turn_task
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.registry import make_engine
 from prorsa.roles import Role
-from prorsa.rollout.weights import newest_version
-from prorsa.rollout.worker_logs import quiet_survived_faults
+from prorsa.train.weights import newest_version
+from prorsa.cluster.worker_logs import quiet_survived_faults
 
 PLUGIN_NAME = "prorsa-engine"
 log = logging.getLogger(__name__)

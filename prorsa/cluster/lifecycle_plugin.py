@@ -5,6 +5,10 @@
     drain_events(dask_scheduler)         run_on_scheduler: the events since the last call
     engine_loads(dask_scheduler)         run_on_scheduler: per engine worker, what it holds now
     observe(dask_scheduler)              both in one call: what a control interval reads
+    observe_and_publish(report, dask_scheduler)   run_on_scheduler, the controller's one call per
+                                         interval: observe(), and the driver's `report` with what
+                                         was observed handed to every scheduler plugin that folds
+                                         it (a Subscriber: the dashboard's), in the same call
 
 A turn's tasks carry annotations (traj, turn, family, phase, append, max_tokens, context, done;
 see tasks.py), and their transitions are the lifecycle:
@@ -24,7 +28,9 @@ lookup and returns for every task that is not a turn leg, and appends a tuple fo
 
 from __future__ import annotations
 
+import logging
 import time
+from typing import Any, Protocol, runtime_checkable
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
@@ -33,6 +39,15 @@ from prorsa.roles import Role
 from prorsa.rollout.legs import DECODE_LEGS, FIRST_LEGS
 
 PLUGIN_NAME = "prorsa-lifecycle"
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Subscriber(Protocol):
+    """A scheduler plugin that folds each interval's observation and the driver's report."""
+
+    def fold(self, events: list[LifecycleEvent], loads: dict[str, dict], report: Any) -> None: ...
 
 
 class LifecyclePlugin(SchedulerPlugin):
@@ -127,3 +142,14 @@ def observe(dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, dict]]
 def hook_cost(dask_scheduler) -> tuple[float, int]:
     p = _plugin(dask_scheduler)
     return p.hook_s, p.hook_calls
+
+
+def observe_and_publish(report: Any = None, dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, dict]]:
+    events, loads = observe(dask_scheduler)
+    for plugin in list(dask_scheduler.plugins.values()):
+        if isinstance(plugin, Subscriber):
+            try:
+                plugin.fold(events, loads, report)
+            except Exception:  # a page may show stale data; the control loop must not lose its events
+                log.exception("%s: fold failed", getattr(plugin, "name", type(plugin).__name__))
+    return events, loads

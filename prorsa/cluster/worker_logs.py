@@ -5,7 +5,7 @@
 
 distributed logs two kinds of such faults as errors with their tracebacks:
   - a leg that failed because its engine went down ("Compute Failed" with EngineUnavailable or
-    KvTransferFailed): the turn's retry says so in a line (rollout/dask_runtime.py); dropped here
+    KvTransferFailed): the turn's retry says so in a line (live/runtime.py); dropped here
   - a connection to a process that died, found closed mid-exchange: a worker fetching a leg's
     result from it ("Worker stream died during communication"), a worker serving one to it
     ("failed during get data with ..."), a handler whose caller went ("Lost connection to ...").
@@ -22,7 +22,7 @@ import logging
 from distributed.comm.core import CommClosedError
 from tornado.iostream import StreamClosedError
 
-# failures a turn's retry re-runs from token history (rollout/dask_runtime.py)
+# failures a turn's retry re-runs from token history (live/runtime.py)
 _RETRIED = ("EngineUnavailable(", "KvTransferFailed(")
 # a filter sees only what its own logger logs, not its children's: every module that logs a comm
 _LOGGERS = ("distributed.worker", "distributed.core", "distributed.scheduler", "distributed.nanny",

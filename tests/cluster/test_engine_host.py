@@ -12,8 +12,8 @@ import pytest
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.roles import Role
-from prorsa.rollout.engine_host import EngineHost
-from prorsa.rollout.weights import newest_version
+from prorsa.cluster.engine_host import EngineHost
+from prorsa.train.weights import newest_version
 
 
 def _version(run_dir, name, complete=True):
@@ -57,7 +57,7 @@ def test_a_restarted_engine_loads_the_newest_version_before_serving(tmp_path, mo
 
 
 def test_a_leg_failed_by_a_down_engine_is_not_logged_as_an_error_with_a_traceback():
-    from prorsa.rollout.worker_logs import SurvivedFaults
+    from prorsa.cluster.worker_logs import SurvivedFaults
 
     def record(exception_text):
         return logging.LogRecord("distributed.worker", logging.ERROR, "worker.py", 1,
@@ -97,7 +97,7 @@ def test_a_connection_to_a_dead_process_is_one_line_not_two_tracebacks(logger_na
     for a fault the scheduler recovers from (it fetches the data again or re-runs the leg)."""
     import io
 
-    from prorsa.rollout.worker_logs import quiet_survived_faults
+    from prorsa.cluster.worker_logs import quiet_survived_faults
 
     out = io.StringIO()
     handler = logging.StreamHandler(out)
@@ -137,7 +137,7 @@ def test_every_worker_process_is_quiet_from_its_start_plugin_or_none(tmp_path):
     from distributed import Client, SpecCluster
 
     from prorsa.config.pipeline import PipelineConfig
-    from prorsa.rollout.cluster import worker_specs
+    from prorsa.cluster.local import worker_specs
 
     cfg = PipelineConfig.model_validate({
         "name": "quiet", "seed": 0, "policy": "colocated",

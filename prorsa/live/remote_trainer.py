@@ -24,7 +24,7 @@ from pathlib import Path
 
 from distributed import Client, get_worker
 
-from prorsa.rollout.cluster import TRAINER_RESOURCE
+from prorsa.cluster.local import TRAINER_RESOURCE
 from prorsa.train.samples import Sample
 from prorsa.train.trainer import StepStats, Trainer, TrainerConfig
 

@@ -23,12 +23,12 @@ from rich.console import Console
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
-from prorsa.rollout.engine_host import engine_here
+from prorsa.cluster.engine_host import engine_here
 from prorsa.metrics.training import TRAIN_LOG
-from prorsa.rollout.learning import Learner, Push
-from prorsa.rollout.recovery import live_addresses
-from prorsa.rollout.trainer_handle import LocalTrainer, TrainerHandle
-from prorsa.rollout.weights import WEIGHTS
+from prorsa.train.learner import Learner, Push
+from prorsa.cluster.recovery import live_addresses
+from prorsa.train.handle import LocalTrainer, TrainerHandle
+from prorsa.train.weights import WEIGHTS
 
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
 
@@ -101,7 +101,7 @@ async def open_trainer(cfg: PipelineConfig, client: Client) -> TrainerHandle:
     model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
     config = _trainer_config(cfg, cfg.train.lr)
     if cfg.train.placement == "worker":
-        from prorsa.rollout.remote_trainer import open_remote_trainer
+        from prorsa.live.remote_trainer import open_remote_trainer
 
         return await open_remote_trainer(client, model_dir, config)
     from prorsa.train.trainer import Trainer

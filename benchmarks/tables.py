@@ -1,0 +1,464 @@
+"""The benchmark tables of the docs, generated from the results the benchmark scripts stored.
+
+A generated section is the text between two markers in a markdown file:
+
+    <!-- table:NAME -->
+    ...written by this script: the command(s) that produced the results, the table, a summary line
+    <!-- /table:NAME -->
+
+NAME is a key of TABLES, which names the results files (benchmarks/results/*.json) a table reads and
+the formatter that turns them into markdown. Every number in a section comes from those files; a
+section may appear in more than one document (the README's headline tables are sections too).
+
+    python3 benchmarks/tables.py            rewrite every section of benchmarks/README.md and README.md
+    python3 benchmarks/tables.py --check    exit 1, naming each section that differs from its results
+
+Standard library only: it runs before any set-up. tests/test_benchmark_tables.py runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DOCS = (REPO / "benchmarks" / "README.md", REPO / "README.md")
+SHOWN_DIR = "benchmarks/results"  # how a results file is named in the docs, wherever it was read from
+SECTION = re.compile(r"<!-- table:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /table:(?P=name) -->", re.S)
+MODEL = {"dense": "dense", "moe": "MoE"}
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def f2(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def fig(x: float | None, mode: str) -> str:
+    """A cell's headline figure: makespan (sync) or trajectories/s (async)."""
+    return "-" if x is None else f"{x:.2f} s" if mode == "sync" else f"{x:.2f} /s"
+
+
+def split(policy: str) -> str:
+    return policy.removeprefix("static:")
+
+
+def span(xs: list[float]) -> str:
+    return f"{min(xs):.2f}-{max(xs):.2f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(r) + " |" for r in rows]]
+
+
+def options(command: str) -> dict[str, str]:
+    """--name value pairs of a stored command line."""
+    words, opts = shlex.split(command), {}
+    for i, w in enumerate(words):
+        if w.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else ""
+            opts[w[2:]] = "" if nxt.startswith("--") else nxt
+    return opts
+
+
+def ratio(policy_fig: float, colocated_fig: float, mode: str) -> float:
+    """> 1 is better than colocated in either mode."""
+    return colocated_fig / policy_fig if mode == "sync" else policy_fig / colocated_fig
+
+
+def live_model(cell: dict) -> str:
+    return "dense" if cell["ep"] == 1 else f"MoE EP{cell['ep']}"
+
+
+def live_key(cell: dict) -> tuple:
+    return cell["family"], cell["model"], cell["mode"]
+
+
+def run_figures(cell: dict, policy: str) -> list[float]:
+    key = "makespan_s" if cell["mode"] == "sync" else "trajectories_per_s"
+    return [r["summary"][key] for r in cell["runs"].get(policy, []) if r.get("summary")]
+
+
+# ------------------------------------------------------------------------------ the simulator tables
+
+def t_paper(d: dict) -> list[str]:
+    rows, misses = [], []
+    for c in d["paper.json"]["cells"]:
+        v, best = c["vs_colocated"], c["best_static"]
+        rows.append([c["family"], MODEL.get(c["model"], c["model"]), c["mode"], fig(c["colocated"], c["mode"]),
+                     f"{v[best]:.3f} ({split(best)})", f3(v["reactive"]), f3(v["prorsa"]), f3(v["oracle"]),
+                     f3(c["prorsa_vs_best"]), str(c["switches"]["prorsa"]), f3(c.get("colocated_vs_bound"))])
+    cells = d["paper.json"]["cells"]
+    low = min(cells, key=lambda c: c["prorsa_vs_best"])
+    to_oracle = min(c["vs_colocated"]["prorsa"] / c["vs_colocated"]["oracle"] for c in cells)
+    return table(["family", "model", "mode", "colocated", "best static", "reactive", "prorsa", "oracle",
+                  "prorsa / best", "switches", "bound / colocated"], rows) + [
+        "", f"Over the {len(cells)} cells: lowest prorsa / best {low['prorsa_vs_best']:.3f} ({low['family']} "
+            f"{MODEL.get(low['model'], low['model'])} {low['mode']}), lowest prorsa / oracle {to_oracle:.3f}."]
+
+
+def t_paper_rules(d: dict) -> list[str]:
+    """The paper cells under the router's three rules (runtime.sticky_overload)."""
+    files = {"cost": "paper.json", "2": "paper-ratio.json", "none": "paper-sticky.json"}
+    figs = {rule: {(p["family"], p["model"], p["mode"], p["policy"]): p["figure"] for p in d[f]["points"]}
+            for rule, f in files.items()}
+    cells = {rule: d[f]["cells"] for rule, f in files.items()}
+    rows, logs = [], {}
+    for i, c in enumerate(cells["cost"]):
+        key, mode = (c["family"], c["model"], c["mode"]), c["mode"]
+        rows.append([c["family"], MODEL.get(c["model"], c["model"]), mode,
+                     *[f3(cells[rule][i]["prorsa_vs_best"]) for rule in files],
+                     *[f3(ratio(figs["cost"][key + ("colocated",)], figs[rule][key + ("colocated",)], mode))
+                       for rule in ("2", "none")]])
+        for rule in ("2", "none"):
+            for name, pol_cost, pol_other in (("colocated", "colocated", "colocated"),
+                                              ("the best static split", c["best_static"], cells[rule][i]["best_static"]),
+                                              ("prorsa", "prorsa", "prorsa")):
+                r = ratio(figs["cost"][key + (pol_cost,)], figs[rule][key + (pol_other,)], mode)
+                logs.setdefault(rule, {}).setdefault(name, []).append(math.log(r))
+    means = "; ".join(f"cost over {rule}: " + ", ".join(
+        f"{name} {math.exp(statistics.fmean(ls)):.3f} ({math.exp(min(ls)):.2f}-{math.exp(max(ls)):.2f})"
+        for name, ls in by.items()) for rule, by in logs.items())
+    return table(["family", "model", "mode", "prorsa / best: cost", "prorsa / best: 2", "prorsa / best: none",
+                  "colocated, cost vs 2", "colocated, cost vs none"], rows) + [
+        "", f"Speed under the cost rule over the others (> 1: faster with cost), geometric mean over the cells "
+            f"(single cells in brackets): {means}."]
+
+
+def drivers_table(file: str, header: str, hits: bool = False) -> Callable[[dict], list[str]]:
+    def render(d: dict) -> list[str]:
+        doc = d[file]
+        points = {(p[1], p[2], p[3]): p for p in doc["points"]}
+        rows = []
+        for r in doc["rows"]:
+            v, mode, best = r["value"], r["mode"], r["best_static"]
+            row = [f"{v:g}" if isinstance(v, (int, float)) else str(v), mode,
+                   fig(points[(v, mode, "colocated")][4], mode), f"{r['best_vs_colocated']:.3f} ({split(best)})",
+                   f3(r["prorsa_vs_colocated"]), f3(r["oracle_vs_colocated"]),
+                   f3(r["prorsa_vs_colocated"] / max(1.0, r["best_vs_colocated"]))]
+            if hits:
+                row.append(" / ".join(f"{points[(v, mode, p)][5]:.0%}" for p in ("colocated", best, "prorsa")))
+            rows.append(row)
+        cols = [header, "mode", "colocated", "best static", "prorsa", "oracle", "prorsa / best"]
+        return table(cols + (["prefix hit: colocated / best / prorsa"] if hits else []), rows)
+    return render
+
+
+def t_ep_headline(d: dict) -> list[str]:
+    """Disaggregation's gain against the width of the DP-attention group, sync and async side by side."""
+    by: dict = {}
+    for f in ("drivers-ep.json", "drivers-ep-wide.json"):
+        for r in d[f]["rows"]:
+            by.setdefault(r["value"], {}).setdefault(r["mode"], r)
+    rows = [[f"{v}", *[x for m in ("sync", "async") for x in (
+        f"{by[v][m]['best_vs_colocated']:.3f} ({split(by[v][m]['best_static'])})",
+        f3(by[v][m]["prorsa_vs_colocated"]))]] for v in sorted(by)]
+    return table(["EP ranks an engine", "sync: best static", "sync: prorsa", "async: best static",
+                  "async: prorsa"], rows)
+
+
+PHASES = ["phases.json", "phases-ratio.json", "phases-sticky.json", "phases-ep16.json", "phases-ep16-ratio.json",
+          "phases-ep16-sticky.json", "phases-ep16-first-block.json"]
+
+
+def t_phases(d: dict) -> list[str]:
+    rows = []
+    for f in PHASES:
+        doc = d[f]
+        opts = options(doc["command"])
+        setting = " ".join(f"--{k} {opts[k]}" for k in ("ep", "long", "decode", "blocks") if k in opts)
+        by = {r["policy"]: r for r in doc["rows"]}
+        best = by[doc["best_fixed"]]
+        best_s = f"{split(best['policy'])}, {best['trajectories_per_s']:.3f} traj/s"
+        if best["policy"] != "colocated":
+            best_s += f" ({best['vs_colocated']:.3f}x colocated)"
+        rows.append([setting or "defaults", opts.get("sticky-overload", "cost"), best_s,
+                     *[f"{by[p]['vs_best_fixed']:.3f} ({by[p]['switches']})" for p in ("prorsa", "oracle")]])
+    return table(["setting", "routing", "best fixed split", "prorsa / best fixed (switches)",
+                  "oracle / best fixed (switches)"], rows)
+
+
+# ------------------------------------------------------------------------------------ the live tables
+
+def grid_table(file: str) -> Callable[[dict], list[str]]:
+    def render(d: dict) -> list[str]:
+        doc = d[file]
+        statics = sorted({p for c in doc["cells"] for p in c["result"]["per_policy"] if p.startswith("static:")})
+        rows, met, kept = [], 0, 0
+        for c in doc["cells"]:
+            res, per = c["result"], c["result"]["per_policy"]
+            pr = per["prorsa"]
+            mape = pr["forecast_mape"] or {}
+            rows.append([c["family"], live_model(c), c["mode"], fig(per["colocated"]["figure"], c["mode"]),
+                         *[f2(per[s]["ratio"]) + ("*" if s == res["best_static"] else "") for s in statics],
+                         f2(per["reactive"]["ratio"]), f3(pr["ratio"]), f3(res["prorsa_vs_best"]),
+                         f"{pr['role_switches']:.0f}",
+                         f"{f2(mape.get('prefill_tps'))} / {f2(mape.get('decode_seqs'))}", f2(pr["prefix_hit"])])
+            met += bool(res["goal_met"])
+            kept += pr["role_switches"] == 0
+        n = len(doc["cells"])
+        return table(["family", "model", "mode", "colocated", *map(split, statics), "reactive", "prorsa",
+                      "prorsa / best", "switches", "MAPE P / D", "hit"], rows) + [
+            "", f"prorsa at {doc['goal']} or more of the better of colocated and the best static split in {met} of "
+                f"{n} cells; colocated's roles kept (0 switches) in {kept} of {n}."]
+    return render
+
+
+def repeats_table(files: list[str], grid: str, ranges: bool) -> Callable[[dict], list[str]]:
+    """Cells re-run several times, beside the single run of the grid they came from."""
+    def render(d: dict) -> list[str]:
+        once = {live_key(c): c["result"]["prorsa_vs_best"] for c in d[grid]["cells"]}
+        rows = []
+        for c in [c for f in files for c in d[f]["cells"]]:
+            res, per, mode = c["result"], c["result"]["per_policy"], c["mode"]
+            best = res["best_static"]
+            colo, prorsa = fig(per["colocated"]["figure"], mode), f3(per["prorsa"]["ratio"])
+            if ranges:
+                colo += f" ({span(run_figures(c, 'colocated'))})"
+                prorsa += f" ({span(run_figures(c, 'prorsa'))}{' s' if mode == 'sync' else ' /s'})"
+            rows.append([c["family"], live_model(c), mode, f3(once.get(live_key(c))), colo,
+                         f"{per[best]['ratio']:.3f} ({split(best)})", prorsa, f3(res["prorsa_vs_best"]),
+                         f"{per['prorsa']['role_switches']:.0f}", str(per["prorsa"]["runs"])])
+        return table(["family", "model", "mode", "prorsa / best, one run", "colocated", "best static", "prorsa",
+                      "prorsa / best, median", "switches", "runs"], rows)
+    return render
+
+
+PAIRS = ["policies_live-search-moe-async.json", "policies_live-math-tir-moe-async-prorsa.json",
+         "policies_live-math-tir-moe-async-cpu-cap.json"]
+
+
+def t_pairs(d: dict) -> list[str]:
+    rows = []
+    for f in PAIRS:
+        c = d[f]["cells"][0]
+        col, pr = run_figures(c, "colocated"), run_figures(c, "prorsa")
+        ctl = [r["summary"]["control"] for r in c["runs"]["prorsa"]]
+        walls = [x["step_s_median"] * 1000 for x in ctl]
+        cpus = [x["step_cpu_s_median"] * 1000 for x in ctl if x.get("step_cpu_s_median") is not None]
+        rows.append([f"{c['family']} {live_model(c)} {c['mode']}", f"`{f}`", str(len(pr)),
+                     f"{statistics.median(col):.2f} ({span(col)})", f"{statistics.median(pr):.2f} ({span(pr)})",
+                     f3(c["result"]["per_policy"]["prorsa"]["ratio"]),
+                     f"{min(walls):.0f}-{max(walls):.0f}", f"{min(cpus):.0f}-{max(cpus):.0f}" if cpus else "-"])
+    return table(["cell", "results", "repeats", "colocated traj/s", "prorsa traj/s", "prorsa / colocated",
+                  "prorsa's control step, wall ms", "its CPU ms"], rows)
+
+
+REAL_TIME = ["policies_live-swe-moe-real-time.json", "policies_live-swe-moe-async-real-time.json",
+             "policies_live-math-tir-moe-async-real-time.json"]
+
+
+def t_real_time(d: dict) -> list[str]:
+    rows = []
+    for f in REAL_TIME:
+        c = d[f]["cells"][0]
+        res, per, mode = c["result"], c["result"]["per_policy"], c["mode"]
+        pols = ["colocated", *sorted(p for p in per if p.startswith("static:")), "prorsa"]
+        loads = [max(x for r in c["runs"][p] for x in r["load1"]) for p in pols]
+        rows.append([c["family"], live_model(c), mode,
+                     *[fig(per[p]["figure"], mode) + ("" if p == "colocated" else f" ({per[p]['ratio']:.3f})")
+                       for p in pols],
+                     f3(res["prorsa_vs_best"]), f"{per['prorsa']['role_switches']:.0f}",
+                     " / ".join(f"{x:.1f}" for x in loads)])
+    return table(["family", "model", "mode", "colocated", "static 1:3", "prorsa", "prorsa / best", "switches",
+                  "1-min load: colocated / 1:3 / prorsa"], rows)
+
+
+def t_moe_step(d: dict) -> list[str]:
+    doc = d["policies_live-moe-step.json"]
+    c = doc["cells"][0]
+    res, per = c["result"], c["result"]["per_policy"]
+    rows = [[p + (" (best static)" if p == res["best_static"] else ""), fig(v["figure"], "sync"), f3(v["ratio"]),
+             f"{v['role_switches']:.0f}"] for p, v in per.items()]
+    runs = [r["summary"] for rs in c["runs"].values() for r in rs]
+    done = sorted({(s["trajectories_completed"], s["trajectories_expected"], s["turns"]) for s in runs})
+    mape = per["prorsa"]["forecast_mape"] or {}
+    load = max(x for rs in c["runs"].values() for r in rs for x in r["load1"])
+    return table(["policy", f"makespan (median of {doc['args']['repeats']})", "vs colocated", "switches"], rows) + [
+        "", f"prorsa / best static: {res['prorsa_vs_best']:.3f}. Runs: {len(runs)}, each "
+            + "; ".join(f"{a} of {b} trajectories, {t} turns" for a, b, t in done)
+            + f"; highest 1-min load around them {load:.2f}. prorsa's forecast error (MAPE): prefill tokens/s "
+              f"{f2(mape.get('prefill_tps'))}, decoding sequences {f2(mape.get('decode_seqs'))}."]
+
+
+def t_fidelity(d: dict) -> list[str]:
+    doc = d["fidelity.json"]
+    rows = [[c["case"] + (" (fitted on)" if c["fitted_on"] else ""), f"{c['live_median_s']:.2f} s",
+             f"{c['sim_s']:.2f} s", f3(c["ratio"]), f"{c['sim_host_fitted_s']:.2f} s", f3(c["ratio_host_fitted"])]
+            for c in doc["cases"]]
+    return table(["case", "live", "sim", "sim / live", "sim, host fitted", "fitted / live"], rows) + [
+        "", f"Host fit: {doc['host_fit']}."]
+
+
+def t_fidelity_vllm(d: dict) -> list[str]:
+    doc = d["fidelity-vllm.json"]
+    rows = [[f"{r['seed']} ({r['role']})", ", ".join(f"{x:.1f} s" for x in r["live_runs_s"]),
+             f"{r['live_median_s']:.2f} s", f"{r['sim_calibrated_s']:.2f} s",
+             f3(r["sim_calibrated_s"] / r["live_median_s"]), f"{r['sim_fitted_s']:.2f} s",
+             f3(r["sim_fitted_s"] / r["live_median_s"])] for r in doc["runs"]]
+    fit = doc["fitted"]
+    return table(["seed", "live runs", "live median", "sim, one-engine profile", "ratio", "sim, fitted", "ratio"],
+                 rows) + ["", f"Fitted: {fit['dispatch_latency_s'] * 1000:.0f} ms a leg outside the engines, "
+                              f"{fit['net_latency_s'] * 1000:.0f} ms a KV pull, in {len(doc['corrections'])} "
+                              f"corrections."]
+
+
+def t_chaos(d: dict) -> list[str]:
+    rows = []
+    for f in ("chaos.json", "chaos-driver-kill.json"):
+        doc = d[f]
+        bad, clean, kinds = doc["faulty_run"], doc["clean_run"], doc["faults_by_kind"]
+        which = "makespan_s" if doc["makespan_overhead"] is not None else "wall_s"
+        over = doc["makespan_overhead"] if which == "makespan_s" else doc["wall_overhead"]
+        rows.append([f"`{f}`", str(bad["trajectories_expected"]), str(doc["driver_kills"]),
+                     f"{doc['faults_injected']} ({kinds['kill']} kill, {kinds['stall']} stall)",
+                     str(doc["faults_survived"]),
+                     f"{doc['trajectories_lost']} / {doc['trajectories_duplicated']} / {doc['trajectories_failed']}",
+                     str(bad["trajectories_resumed"]), str(bad["legs_rescued"]), str(bad["turns_retried"]),
+                     f"{which.removesuffix('_s')} {bad[which]:.1f} s vs {clean[which]:.1f} s", f"{over:+.1%}"])
+    return table(["results", "trajectories", "driver kills", "faults", "survived", "lost / duplicated / failed",
+                  "resumed", "legs re-bound", "turns retried", "faulty vs clean", "overhead"], rows)
+
+
+class Table(NamedTuple):
+    files: list[str]  # results files it reads, in benchmarks/results
+    render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
+
+
+TABLES: dict[str, Table] = {
+    "paper": Table(["paper.json"], t_paper),
+    "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
+    "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
+    "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
+    "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),
+    "drivers-parallelism": Table(["drivers-parallelism.json"],
+                                 drivers_table("drivers-parallelism.json", "layout")),
+    "drivers-turns": Table(["drivers-turns.json"], drivers_table("drivers-turns.json", "max turns")),
+    "drivers-tokens": Table(["drivers-tokens.json"], drivers_table("drivers-tokens.json", "token scale")),
+    "drivers-prefix-cache": Table(["drivers-prefix-cache.json"],
+                                  drivers_table("drivers-prefix-cache.json", "prefix cache", hits=True)),
+    "drivers-weight-update": Table(["drivers-weight-update.json"],
+                                   drivers_table("drivers-weight-update.json", "weight update (s)")),
+    "phases": Table(PHASES, t_phases),
+    "moe-step": Table(["policies_live-moe-step.json"], t_moe_step),
+    "live-grid": Table(["policies_live.json"], grid_table("policies_live.json")),
+    "live-grid-ratio": Table(["policies_live-ratio.json"], grid_table("policies_live-ratio.json")),
+    "live-repeats": Table(["policies_live-cost-repeats.json", "policies_live.json"],
+                          repeats_table(["policies_live-cost-repeats.json"], "policies_live.json", ranges=False)),
+    "live-repeats-ratio": Table(
+        ["policies_live_repeats.json", "policies_live-math-tir-moe-async.json", "policies_live-ratio.json"],
+        repeats_table(["policies_live_repeats.json", "policies_live-math-tir-moe-async.json"],
+                      "policies_live-ratio.json", ranges=True)),
+    "live-pairs": Table(PAIRS, t_pairs),
+    "live-real-time": Table(REAL_TIME, t_real_time),
+    "fidelity": Table(["fidelity.json"], t_fidelity),
+    "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
+    "chaos": Table(["chaos.json", "chaos-driver-kill.json"], t_chaos),
+}
+
+
+# ----------------------------------------------------------------------------- sections of the docs
+
+def provenance(file: str, doc: dict) -> str:
+    """The command that wrote a results file, and what else it stored about the run."""
+    extra = [f"`{SHOWN_DIR}/{file}`"]
+    extra += [f"{k} {doc[k]}" for k in ("date", "commit", "machine") if doc.get(k)]
+    if "elapsed_s" in doc and "cells" in doc:
+        runs = sum(len(rs) for c in doc["cells"] for rs in c.get("runs", {}).values())
+        extra.append(f"{runs} runs, {doc['elapsed_s'] / 60:.0f} min")
+    return f"`{doc.get('command', '(no command stored)').strip()}` ({'; '.join(extra)})"
+
+
+def render(name: str, results: Path) -> str:
+    """The text of section NAME, from the results files in RESULTS. Raises ValueError if one is unusable."""
+    spec = TABLES[name]
+    docs = {}
+    for f in spec.files:
+        try:
+            docs[f] = json.loads((results / f).read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{SHOWN_DIR}/{f}: {e}") from None
+    try:
+        lines = spec.render(docs)
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise ValueError(f"{', '.join(spec.files)}: not what the table reads ({type(e).__name__}: {e})") from None
+    sources = [provenance(f, docs[f]) for f in spec.files]
+    head = [f"Command: {sources[0]}."] if len(sources) == 1 else ["Commands:", *[f"- {s}" for s in sources]]
+    return "\n".join([*head, "", *lines]) + "\n"
+
+
+def rewrite(text: str, results: Path) -> tuple[str, list[str], list[str]]:
+    """TEXT with every section regenerated; the sections that differed; the ones that could not be made."""
+    stale: list[str] = []
+    errors: list[str] = []
+
+    def one(m: re.Match) -> str:
+        name = m["name"]
+        if name not in TABLES:
+            errors.append(f"{name}: no such table (known: {', '.join(TABLES)})")
+            return m[0]
+        try:
+            body = render(name, results)
+        except ValueError as e:
+            errors.append(f"{name}: {e}")
+            return m[0]
+        if body != m["body"]:
+            stale.append(f"{name}: differs from {', '.join(f'{SHOWN_DIR}/{f}' for f in TABLES[name].files)}")
+        return f"<!-- table:{name} -->\n{body}<!-- /table:{name} -->"
+
+    return SECTION.sub(one, text), stale, errors
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+
+
+def check(results: Path = RESULTS, docs: tuple[Path, ...] = DOCS, write: bool = False) -> list[str]:
+    """Problems, one line each, naming the document and the table: a section that differs from its
+    results, a section whose results cannot be read, an unknown table name, a table placed in none of
+    DOCS. With WRITE the sections that differ are rewritten, and only the other problems are returned."""
+    problems, placed = [], set()
+    for path in docs:
+        text = path.read_text()
+        placed |= {m["name"] for m in SECTION.finditer(text)}
+        new, stale, errors = rewrite(text, results)
+        if write and new != text:
+            path.write_text(new)
+        problems += [f"{shown(path)}: {p}" for p in ([] if write else stale) + errors]
+    problems += [f"{name}: placed in none of {', '.join(map(shown, docs))}" for name in TABLES if name not in placed]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a section differs")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the results directory")
+    ap.add_argument("docs", nargs="*", type=Path, help=f"markdown files (default: {', '.join(map(shown, DOCS))})")
+    args = ap.parse_args(argv)
+    docs = tuple(args.docs) or DOCS
+    if not args.check:
+        stale = [p.split(": differs from ")[0] for p in check(args.results, docs) if ": differs from " in p]
+        print("\n".join(f"rewrote {s}" for s in stale) or "every table already matches its results")
+    problems = check(args.results, docs, write=not args.check)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if args.check and not problems:
+        print("every table matches its results")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

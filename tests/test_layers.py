@@ -1,0 +1,181 @@
+"""The house's floors: every import in prorsa/ runs down, and no files import each other in a circle
+unless the circle passes through a registry (a module that defines `register`).
+
+Imports inside functions count: a lazy import is still a dependency. A new room must be placed on
+a floor here before it can import anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# bottom to top; a room imports only rooms on lower floors
+FLOORS = [
+    {"prorsa", "roles", "config"},  # ground: the package, the Role enum, the pipeline schema
+    {"agent", "costmodel"},
+    {"engine", "train"},
+    {"control"},  # the brain: forecaster, allocator, policies
+    {"metrics"},
+    {"rollout"},  # what both bodies share; no dask
+    {"cluster"},  # what runs in or starts worker processes
+    {"dashboard"},
+    {"sim", "live"},  # the two bodies
+    {"validate"},
+    {"cli"},
+]
+FLOOR = {room: i for i, rooms in enumerate(FLOORS) for room in rooms}
+NO_DASK = ("agent", "control", "rollout", "costmodel", "train")
+
+
+def modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for path in (root / "prorsa").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(root: Path) -> dict[str, set[str]]:
+    """module -> the prorsa modules (and third-party top-level names) it imports, lazily or not."""
+    mods = modules(root)
+
+    def owner(name: str) -> str | None:  # the longest known module a dotted name starts with
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for t in targets:
+                if t.split(".")[0] != "prorsa":
+                    found.add(t.split(".")[0])
+                elif (m := owner(t)) and m != name:
+                    found.add(m)
+        edges[name] = found
+    return edges
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward(root: Path) -> list[str]:
+    bad = []
+    for src, targets in imports(root).items():
+        for dst in targets:
+            if not dst.startswith("prorsa") or room(src) == room(dst):
+                continue
+            a, b = room(src), room(dst)
+            if a not in FLOOR or b not in FLOOR:
+                bad.append(f"{src} -> {dst}: place room {a if a not in FLOOR else b!r} on a floor in tests/test_layers.py")
+            elif FLOOR[b] >= FLOOR[a]:
+                bad.append(f"{src} -> {dst}: {a} (floor {FLOOR[a]}) imports {b} (floor {FLOOR[b]})")
+    return sorted(bad)
+
+
+def circles(root: Path) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    graph = {m: {t for t in ts if t.startswith("prorsa")} for m, ts in imports(root).items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def unregistered_circles(root: Path) -> list[list[str]]:
+    mods = modules(root)
+
+    def is_registry(m: str) -> bool:
+        tree = ast.parse(mods[m].read_text())
+        return any(isinstance(n, ast.FunctionDef) and n.name == "register" for n in tree.body)
+
+    return [c for c in circles(root) if not any(is_registry(m) for m in c)]
+
+
+def test_every_import_runs_down():
+    assert upward(ROOT) == []
+
+
+def test_no_circle_but_registries():
+    assert unregistered_circles(ROOT) == []
+
+
+def test_the_brain_and_shared_rooms_import_no_dask_and_no_body():
+    bad = [f"{m} imports {t}" for m, ts in imports(ROOT).items() if room(m) in NO_DASK
+           for t in ts if t in ("dask", "distributed") or room(t) in ("sim", "live") and t.startswith("prorsa")]
+    assert bad == []
+
+
+def test_config_is_schema_only():
+    bad = [f"{m} -> {t}" for m, ts in imports(ROOT).items() if room(m) == "config"
+           for t in ts if t.startswith("prorsa.") and room(t) not in ("config", "roles")]
+    assert bad == []
+
+
+def _tree(tmp: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = tmp / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp
+
+
+def test_the_checks_catch_an_upward_import_and_a_circle(tmp_path):
+    root = _tree(tmp_path, {
+        "prorsa/__init__.py": "",
+        "prorsa/config/__init__.py": "",
+        "prorsa/config/pipeline.py": "def f():\n    from prorsa.control.policy import make_policy\n",
+        "prorsa/control/__init__.py": "",
+        "prorsa/control/policy.py": "from prorsa.config.pipeline import f\n",
+        "prorsa/rollout/__init__.py": "",
+        "prorsa/rollout/a.py": "from prorsa.rollout import b\nimport distributed\n",
+        "prorsa/rollout/b.py": "from .a import x\n",
+    })  # fmt: skip
+    assert upward(root) == ["prorsa.config.pipeline -> prorsa.control.policy: config (floor 0) imports control (floor 3)"]
+    assert unregistered_circles(root) == [["prorsa.config.pipeline", "prorsa.control.policy"],
+                                          ["prorsa.rollout.a", "prorsa.rollout.b"]]
+    assert "distributed" in imports(root)["prorsa.rollout.a"]
