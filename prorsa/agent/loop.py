@@ -7,7 +7,7 @@ and the simulator both implement; the loop itself knows neither.
     play_turn(runner, req, result, on_turn)   one turn, recorded in result; None when it failed
     Episode                             what an environment adds (agent/environment.py): the real
                                         tool call after each decode, the reward at the end
-                                        (an episode with `drive`, live mode, runs its own turns)
+                                        (a DrivingEpisode, live mode, runs its own turns)
 
 Without an episode every turn replays the spec (appended tokens, tool latency). With one, each
 turn carries the episode's tool call to the runner, and a runner that ran it reports the
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -131,6 +131,15 @@ class Episode(Protocol):
     async def finish(self, result: TrajectoryResult) -> None: ...
 
 
+@runtime_checkable
+class DrivingEpisode(Protocol):
+    """An episode that runs its own turns (live mode: the model's text decides them,
+    agent/live_episode.py); the loop hands it the whole trajectory."""
+
+    async def drive(self, spec: TrajectorySpec, runner: TurnRunner, now: Callable[[], float],
+                    on_turn: TurnListener | None) -> TrajectoryResult: ...
+
+
 async def run_trajectory(
     spec: TrajectorySpec,
     runner: TurnRunner,
@@ -138,7 +147,7 @@ async def run_trajectory(
     on_turn: TurnListener | None = None,
     episode: Episode | None = None,
 ) -> TrajectoryResult:
-    if hasattr(episode, "drive"):  # live: the model's text decides the turns (agent/live_episode.py)
+    if isinstance(episode, DrivingEpisode):
         return await episode.drive(spec, runner, now, on_turn)
     result = TrajectoryResult(spec=spec, start_s=now())
     ids: list[int] | None = [] if runner.needs_token_ids else None

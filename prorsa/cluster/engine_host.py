@@ -21,12 +21,12 @@ from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
+from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.registry import make_engine
 from prorsa.roles import Role
 from prorsa.train.weights import newest_version
-from prorsa.cluster.worker_logs import quiet_survived_faults
 
 PLUGIN_NAME = "prorsa-engine"
 log = logging.getLogger(__name__)

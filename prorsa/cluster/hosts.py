@@ -11,9 +11,9 @@ them as on a LocalCluster.
 
 from __future__ import annotations
 
-from prorsa.roles import Role
 from prorsa.cluster.engine_host import EngineHost
 from prorsa.cluster.tool_host import ToolHost
+from prorsa.roles import Role
 
 ENGINE_PREFIX = "engine-"
 TOOL_PREFIX = "tools-"

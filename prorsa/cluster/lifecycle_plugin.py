@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from prorsa.control.lifecycle import LifecycleEvent, Phase
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 from prorsa.rollout.legs import DECODE_LEGS, FIRST_LEGS
 
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 class Subscriber(Protocol):
     """A scheduler plugin that folds each interval's observation and the driver's report."""
 
-    def fold(self, events: list[LifecycleEvent], loads: dict[str, dict], report: Any) -> None: ...
+    def fold(self, events: list[LifecycleEvent], loads: dict[str, EngineLoad], report: Any) -> None: ...
 
 
 class LifecyclePlugin(SchedulerPlugin):
@@ -114,28 +115,29 @@ def worker_role(resources: dict[str, float]) -> Role:
     return Role.MIXED if prefill and decode else (Role.PREFILL if prefill else Role.DECODE)
 
 
-def engine_loads(dask_scheduler) -> dict[str, dict]:
-    """engine name -> {role, address, queued_prefill_tokens, prefills, decodes, kv_tokens}: the
-    engine legs the scheduler has sent to each engine worker and not yet seen finish."""
-    out: dict[str, dict] = {}
+def engine_loads(dask_scheduler) -> dict[str, EngineLoad]:
+    """engine name -> its EngineLoad as the scheduler sees it: its worker's role and the engine
+    legs sent there and not yet seen finish (their prompt tokens, and the KV the decodes will hold);
+    queued, active and kv_capacity are the engine's to say, 0 here."""
+    out: dict[str, EngineLoad] = {}
     for ws in dask_scheduler.workers.values():
         if not str(ws.name).startswith("engine-"):
             continue
-        load = {"role": worker_role(ws.resources).value, "address": ws.address,
-                "queued_prefill_tokens": 0, "prefills": 0, "decodes": 0, "kv_tokens": 0}
+        prefills = decodes = prompt = kv = 0
         for ts in ws.processing:
             a = ts.annotations or {}
             if a.get("phase") == "prefill":
-                load["prefills"] += 1
-                load["queued_prefill_tokens"] += a.get("append", 0)
+                prefills += 1
+                prompt += a.get("append", 0)
             elif a.get("phase") in DECODE_LEGS:
-                load["decodes"] += 1
-                load["kv_tokens"] += a.get("context", 0) + a.get("append", 0) + a.get("max_tokens", 0)
-        out[str(ws.name)] = load
+                decodes += 1
+                kv += a.get("context", 0) + a.get("append", 0) + a.get("max_tokens", 0)
+        out[str(ws.name)] = EngineLoad(str(ws.name), worker_role(ws.resources), kv_tokens=kv,
+                                       queued_prefill_tokens=prompt, prefill_legs=prefills, decode_legs=decodes)
     return out
 
 
-def observe(dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, dict]]:
+def observe(dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, EngineLoad]]:
     return drain_events(dask_scheduler), engine_loads(dask_scheduler)
 
 
@@ -144,7 +146,7 @@ def hook_cost(dask_scheduler) -> tuple[float, int]:
     return p.hook_s, p.hook_calls
 
 
-def observe_and_publish(report: Any = None, dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, dict]]:
+def observe_and_publish(report: Any = None, dask_scheduler=None) -> tuple[list[LifecycleEvent], dict[str, EngineLoad]]:
     events, loads = observe(dask_scheduler)
     for plugin in list(dask_scheduler.plugins.values()):
         if isinstance(plugin, Subscriber):

@@ -23,13 +23,13 @@ import logging
 import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 
+from prorsa.cluster.engine_host import EngineHost
+from prorsa.cluster.tool_host import ToolHost
+from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
-from prorsa.cluster.engine_host import EngineHost
-from prorsa.cluster.tool_host import ToolHost
-from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
 
 
 def engine_resources(role: Role, slots: int) -> dict[str, float]:

@@ -27,9 +27,9 @@ from prorsa.agent.environment import Observation, ReplayEnvironment, ToolEnviron
 from prorsa.agent.live_episode import ChatFormat, LiveEnvironment, LiveStep, Responder
 from prorsa.agent.rewards import Score
 from prorsa.agent.tools import ToolCall, ToolCallParser
+from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
-from prorsa.cluster.worker_logs import quiet_survived_faults
 
 PLUGIN_NAME = "prorsa-tools"
 

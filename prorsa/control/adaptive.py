@@ -25,7 +25,8 @@ import numpy as np
 
 from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first, score, splits
 from prorsa.control.forecast import Forecast, Forecaster
-from prorsa.control.policy import Decision, EngineSnapshot, PolicyContext, Snapshot, WorkloadHint, register
+from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 
@@ -40,7 +41,7 @@ class Requests:
         self._pending: dict[str, tuple[Role, float]] = {}
         self._switched_at: dict[str, float] = {}
 
-    def engines(self, snap: Snapshot) -> list[EngineSnapshot]:
+    def engines(self, snap: Snapshot) -> list[EngineLoad]:
         """The snapshot's engines in the roles requested for them."""
         out = []
         for e in snap.engines:
@@ -112,7 +113,7 @@ class Reactive:
         return Decision(move, f"{engine_id} -> {role.value}; {state}")
 
     @staticmethod
-    def _pick(engines: list[EngineSnapshot], from_role: Role, to_role: Role) -> dict[str, Role] | None:
+    def _pick(engines: list[EngineLoad], from_role: Role, to_role: Role) -> dict[str, Role] | None:
         pool = [e for e in engines if e.role is from_role]
         if len(pool) < 2:  # keep one engine in every role the split uses
             return None

@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from prorsa.control.forecast import Forecast
-from prorsa.control.policy import EngineSnapshot
+from prorsa.control.forecast import Forecast, ForecastSummary
+from prorsa.loads import EngineLoad
 from functools import cached_property
 
 from prorsa.costmodel import CostModel, RoleCosts
@@ -145,7 +145,7 @@ class Capacity:
     def transfer_time(self, tokens: float) -> float:
         return self.cost.kv_transfer_time(round(tokens), self.link)
 
-    def drain_time(self, engine: EngineSnapshot, to_role: Role, remaining_tokens: float) -> float:
+    def drain_time(self, engine: EngineLoad, to_role: Role, remaining_tokens: float) -> float:
         """Seconds before `engine` serves `to_role`: its decodes (remaining_tokens each) or the
         prefill step in flight must finish first."""
         batch = engine.active if engine.role.serves_decode else 0
@@ -165,15 +165,24 @@ class Plan:
     cost_goal: float  # the same for the goal
     switch_cost: float  # sequence-seconds all the switches to the goal cost (drain)
     reason: str
-    forecast: dict[str, float] = field(default_factory=dict)  # the demand that justified it
+    forecast: ForecastSummary = ForecastSummary()  # the demand that justified it
 
-    def summary(self) -> dict[str, float]:
-        return self.forecast | {
-            "cost_now_seq_s": self.cost_now, "cost_goal_seq_s": self.cost_goal,
-            "switch_cost_seq_s": self.switch_cost,
-            "goal_prefill": float(self.goal[0]), "goal_decode": float(self.goal[1]),
-            "goal_mixed": float(self.goal[2]),
-        }
+    def summary(self) -> PlanSummary:
+        return PlanSummary(**asdict(self.forecast), cost_now_seq_s=self.cost_now, cost_goal_seq_s=self.cost_goal,
+                           switch_cost_seq_s=self.switch_cost, goal_prefill=float(self.goal[0]),
+                           goal_decode=float(self.goal[1]), goal_mixed=float(self.goal[2]))
+
+
+@dataclass(frozen=True)
+class PlanSummary(ForecastSummary):
+    """The forecast behind a plan and what the plan made of it: the figures a Decision carries."""
+
+    cost_now_seq_s: float = 0.0  # predicted sequence-seconds over the horizon, current split
+    cost_goal_seq_s: float = 0.0  # the same for the goal
+    switch_cost_seq_s: float = 0.0  # what the switches to the goal cost (drain)
+    goal_prefill: float = 0.0  # the split being moved toward
+    goal_decode: float = 0.0
+    goal_mixed: float = 0.0
 
 
 def splits(n: int) -> np.ndarray:
@@ -188,7 +197,7 @@ def count_roles(roles: Sequence[Role]) -> Split:
             sum(r is Role.MIXED for r in roles))
 
 
-def cheapest_first(engines: Sequence[EngineSnapshot]) -> list[EngineSnapshot]:
+def cheapest_first(engines: Sequence[EngineLoad]) -> list[EngineLoad]:
     return sorted(engines, key=lambda e: (e.queued + e.active, e.kv_tokens, e.engine_id))
 
 
@@ -203,7 +212,7 @@ class Allocator:
         self.min_gain = min_gain  # and the gain must exceed this share of the current cost
         self.max_scan = max_scan  # candidates priced for switching, best-scoring first
 
-    def plan(self, forecast: Forecast, engines: Sequence[EngineSnapshot],
+    def plan(self, forecast: Forecast, engines: Sequence[EngineLoad],
              locked: Collection[str] = (), anchor: Split | None = None) -> Plan:
         """A goal split and this interval's switches toward it (module docstring).
 
@@ -294,7 +303,7 @@ class _Pick(NamedTuple):
 class _Movers:
     """The unlocked engines of each role, cheapest first, and what each would take to switch."""
 
-    def __init__(self, cap: Capacity, engines: Sequence[EngineSnapshot], locked: Collection[str],
+    def __init__(self, cap: Capacity, engines: Sequence[EngineLoad], locked: Collection[str],
                  remaining_tokens: float):
         free = [e for e in engines if e.engine_id not in locked]
         self.pools = {r: cheapest_first([e for e in free if e.role is r]) for r in ROLES}

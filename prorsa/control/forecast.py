@@ -29,7 +29,7 @@ New trajectories (prompts not yet submitted) are not forecast; they show up as b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -61,6 +61,27 @@ class _Traj:
         self.prefix = np.zeros(n)  # context under its next turn's append
 
 
+@dataclass(frozen=True)
+class ForecastSummary:
+    """A forecast's figures for the decision log, the run's outputs and the dashboard: totals and
+    peaks over its horizon (body seconds)."""
+
+    live: float = 0.0  # trajectories it was built from
+    backlog_tokens: float = 0.0  # prefill tokens queued or prefilling at its start
+    prefill_tokens: float = 0.0  # prefill tokens arriving over the horizon (turns k > 0)
+    prefill_peak_tps: float = 0.0
+    prefill_peak_at_s: float = 0.0  # after the forecast's start
+    decode_seqs_mean: float = 0.0  # sequences decoding, averaged over the horizon
+    decode_seqs_peak: float = 0.0
+    kv_tokens_peak: float = 0.0
+    decode_tps_per_seq: float = 0.0  # the per-sequence decode rate it assumed
+    horizon_s: float = 0.0
+
+    def figures(self) -> dict[str, float]:
+        """Name -> value, as metrics.nc and the JSON endpoint store them."""
+        return asdict(self)
+
+
 @dataclass(frozen=True, eq=False)
 class Forecast:
     start_s: float  # bin j covers start_s + [j, j+1) * bin_s
@@ -86,21 +107,20 @@ class Forecast:
     def horizon_s(self) -> float:
         return self.n_bins * self.bin_s
 
-    def summary(self) -> dict[str, float]:
-        """The numbers a decision log shows: peaks and totals over the horizon."""
+    def summary(self) -> ForecastSummary:
         peak = int(np.argmax(self.prefill_tokens_per_s)) if self.n_bins else 0
-        return {
-            "live": float(self.live),
-            "backlog_tokens": float(self.backlog_tokens),
-            "prefill_tokens": float(self.prefill_tokens_per_s.sum() * self.bin_s),
-            "prefill_peak_tps": float(self.prefill_tokens_per_s.max(initial=0.0)),
-            "prefill_peak_at_s": float(peak * self.bin_s),
-            "decode_seqs_mean": float(self.decode_seqs.mean()) if self.n_bins else 0.0,
-            "decode_seqs_peak": float(self.decode_seqs.max(initial=0.0)),
-            "kv_tokens_peak": float(self.kv_tokens.max(initial=0.0)),
-            "decode_tps_per_seq": float(self.decode_tps_per_seq),
-            "horizon_s": float(self.horizon_s),
-        }
+        return ForecastSummary(
+            live=float(self.live),
+            backlog_tokens=float(self.backlog_tokens),
+            prefill_tokens=float(self.prefill_tokens_per_s.sum() * self.bin_s),
+            prefill_peak_tps=float(self.prefill_tokens_per_s.max(initial=0.0)),
+            prefill_peak_at_s=float(peak * self.bin_s),
+            decode_seqs_mean=float(self.decode_seqs.mean()) if self.n_bins else 0.0,
+            decode_seqs_peak=float(self.decode_seqs.max(initial=0.0)),
+            kv_tokens_peak=float(self.kv_tokens.max(initial=0.0)),
+            decode_tps_per_seq=float(self.decode_tps_per_seq),
+            horizon_s=float(self.horizon_s),
+        )
 
 
 class Forecaster:

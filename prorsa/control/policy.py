@@ -23,26 +23,17 @@ from typing import Callable, Protocol
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.config.pipeline import MAX_ENGINES
+from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.costmodel import CostModel, RoleCosts
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
-
-
-@dataclass(frozen=True)
-class EngineSnapshot:
-    engine_id: str
-    role: Role  # observed role
-    queued: int  # requests waiting for admission
-    active: int  # sequences admitted
-    kv_tokens: int  # KV tokens held
-    kv_capacity: int
-    queued_prefill_tokens: int = 0  # prompt tokens of the prefills waiting here
 
 
 @dataclass(frozen=True)
 class Snapshot:
     time_s: float  # seconds since the rollout began (the body's clock)
-    engines: tuple[EngineSnapshot, ...]
+    engines: tuple[EngineLoad, ...]  # each engine as the body sees it now (prorsa/loads.py)
     trajectories_by_state: dict[str, int] = field(default_factory=dict)  # lifecycle state -> count
     events: tuple[LifecycleEvent, ...] = ()  # lifecycle events since the previous decide()
 
@@ -51,7 +42,7 @@ class Snapshot:
 class Decision:
     targets: dict[str, Role]  # engine_id -> wanted role; engines not named keep theirs
     reason: str = ""  # why, for the decision log
-    forecast: dict[str, float] = field(default_factory=dict)  # the demand figures that justified it
+    forecast: ForecastSummary | None = None  # the demand that justified it (a PlanSummary: and the plan)
     forecast_error: dict[str, float] = field(default_factory=dict)  # MAPE per horizon bin, e.g.
     # "prefill_tps@0-0.5s"; only policies that forecast fill it
 

@@ -163,10 +163,11 @@ class _Page:
                                     "change": [f"{c.from_role.value} -> {c.to_role.value}" for c in sw],
                                     "reason": [c.reason for c in sw], "drain_s": [c.drain_s for c in sw]}
         engines = s.engines
-        self.kv_src.data = {"engine": list(engines), "kv_use": [e.kv_use for e in engines.values()],
-                            "color": [ROLE_COLORS.get(e.role, "gray") for e in engines.values()],
-                            "text": [f"{e.role}{' (switching)' if e.switching else ''}  {e.kv_use:.0%}  "
-                                     f"{e.active} active, {e.queued} waiting" for e in engines.values()]}
+        loads = [e.load for e in engines.values()]
+        self.kv_src.data = {"engine": list(engines), "kv_use": [x.kv_use for x in loads],
+                            "color": [ROLE_COLORS.get(x.role.value, "gray") for x in loads],
+                            "text": [f"{x.role.value}{' (switching)' if e.switching else ''}  {x.kv_use:.0%}  "
+                                     f"{x.active} active, {x.queued} waiting" for x, e in zip(loads, engines.values())]}
         self.summary.text = self._summary()
 
     def _stream_points(self) -> None:
@@ -196,7 +197,7 @@ class _Page:
         c = s.census.counts
         expected = m.get("expected")
         done = f"{c['done']}/{expected}" if expected else str(c["done"])
-        roles = ", ".join(f"{n}: {e.role}{'*' if e.switching else ''}" for n, e in s.engines.items())
+        roles = ", ".join(f"{n}: {e.load.role.value}{'*' if e.switching else ''}" for n, e in s.engines.items())
         d = s.decision
         why = html.escape(d.reason) if d is not None and d.reason else "(no decision yet)"
         return (f"<b>{html.escape(str(m.get('name', '')))}</b> &middot; policy <b>{html.escape(str(m.get('policy', '')))}</b>"

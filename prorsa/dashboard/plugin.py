@@ -27,10 +27,10 @@ import time
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
+from prorsa.cluster.lifecycle_plugin import engine_loads
 from prorsa.dashboard.feed import PLUGIN_NAME, DashboardFeed
 from prorsa.dashboard.state import LiveState
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.cluster.lifecycle_plugin import engine_loads
 
 log = logging.getLogger(__name__)
 

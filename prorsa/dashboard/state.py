@@ -36,10 +36,13 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent, Phase
+from prorsa.loads import EngineLoad
 from prorsa.metrics.recorder import ControlRecord, EngineSample, RoleChange
+from prorsa.roles import Role
 
 SCHEMA_VERSION = 1
 STATES = ("queued", "prefill", "decode", "tool", "done", "failed")
@@ -93,19 +96,11 @@ class _Census:
 
 @dataclass
 class _Engine:
-    role: str = "mixed"
-    switching: bool = False
-    queued: int = 0
-    active: int = 0
-    kv_tokens: int = 0
-    kv_capacity: int = 0
-    legs_prefill: int = 0
-    legs_decode: int = 0
-    queued_prefill_tokens: int = 0
+    """An engine as the page shows it: the scheduler's part of its load (role, legs) and the
+    engine's own reading (queue, admitted, KV) met in one EngineLoad."""
 
-    @property
-    def kv_use(self) -> float:
-        return self.kv_tokens / self.kv_capacity if self.kv_capacity else 0.0
+    load: EngineLoad
+    switching: bool = False
 
 
 @dataclass
@@ -129,14 +124,15 @@ class LiveState:
     def __post_init__(self) -> None:
         self.points = deque(maxlen=self.history)
         self.forecasts = deque(maxlen=self.history)
-        self.engines = {e: _Engine(kv_capacity=self.meta.get("kv_capacity", 0)) for e in self.meta["engines"]}
+        self.engines = {e: _Engine(EngineLoad(e, Role.MIXED, kv_capacity=self.meta.get("kv_capacity", 0)))
+                        for e in self.meta["engines"]}
         self.roles = {e: [] for e in self.meta["engines"]}
 
-    def begin(self, now: float, loads: dict[str, dict]) -> None:
+    def begin(self, now: float, loads: dict[str, EngineLoad]) -> None:
         """The engines' roles before the first interval, so each lane starts with the run."""
         self._loads(now, loads)
 
-    def fold(self, now: float, events: list[LifecycleEvent], loads: dict[str, dict],
+    def fold(self, now: float, events: list[LifecycleEvent], loads: dict[str, EngineLoad],
              report: Report | None) -> None:
         t0 = time.perf_counter()
         dt = now - self.t if self.points else now
@@ -155,35 +151,38 @@ class LiveState:
         engines = list(self.engines)
         self.points.append((
             now, later / dt if dt > 0 else 0.0, every / dt if dt > 0 else 0.0, counts["decode"],
-            tuple(self.engines[e].queued for e in engines), tuple(self.engines[e].kv_use for e in engines),
+            tuple(self.engines[e].load.queued for e in engines), tuple(self.engines[e].load.kv_use for e in engines),
             tuple(counts[s] for s in STATES),
         ))  # fmt: skip
         self.t = now
         self.version += 1
         self.fold_s += time.perf_counter() - t0
 
-    def _loads(self, now: float, loads: dict[str, dict]) -> None:
-        for name, load in loads.items():
+    def _loads(self, now: float, loads: dict[str, EngineLoad]) -> None:
+        for name, seen in loads.items():
             e = self.engines.get(name)
             if e is None:  # not an engine of this run
                 continue
-            e.role, e.legs_prefill, e.legs_decode = load["role"], load["prefills"], load["decodes"]
-            e.queued_prefill_tokens = load["queued_prefill_tokens"]
+            e.load = replace(e.load, role=seen.role, prefill_legs=seen.prefill_legs, decode_legs=seen.decode_legs,
+                             queued_prefill_tokens=seen.queued_prefill_tokens)
+            role = seen.role.value
             spans = self.roles.setdefault(name, [])
-            if spans and spans[-1][2] == e.role:
+            if spans and spans[-1][2] == role:
                 spans[-1][1] = now
             else:
                 if spans:
                     spans[-1][1] = now
-                spans.append([now, now, e.role])
+                spans.append([now, now, role])
 
     def _report(self, r: Report) -> None:
         self.turns, self.tokens = r.turns, r.tokens
         for s in r.samples:
-            e = self.engines.get(s.engine)
+            e = self.engines.get(s.load.engine_id)
             if e is None:
                 continue
-            e.queued, e.active, e.kv_tokens, e.kv_capacity = s.queued, s.active, s.kv_tokens, s.kv_capacity
+            own = s.load
+            e.load = replace(e.load, queued=own.queued, active=own.active, kv_tokens=own.kv_tokens,
+                             kv_capacity=own.kv_capacity)
         for name, e in self.engines.items():
             e.switching = name in r.switching
         for traj in r.failed:  # the scheduler sees no failure: the driver gave up on the turn
@@ -191,10 +190,9 @@ class LiveState:
         self.switches.extend(r.switches)
         if r.decision is not None:
             self.decision = r.decision
-            f = r.decision.forecast
-            horizon = f.get("horizon_s", 0.0)
-            point = (r.decision.t, horizon, f.get("prefill_tokens", 0.0) / horizon if horizon > 0 else 0.0,
-                     f.get("decode_seqs_mean", 0.0))
+            f = r.decision.forecast or ForecastSummary()
+            horizon = f.horizon_s
+            point = (r.decision.t, horizon, f.prefill_tokens / horizon if horizon > 0 else 0.0, f.decode_seqs_mean)
             if horizon > 0 and all(math.isfinite(x) for x in point):  # policies that do not forecast: {}
                 self.forecasts.append(point)
                 self.n_forecasts += 1
@@ -209,15 +207,13 @@ class LiveState:
             "version": SCHEMA_VERSION,
             "t": self.t,
             "run": {**self.meta, "clock": "body seconds since the rollout began (wall seconds / time_unit)"},
-            "engines": {n: {"role": e.role, "switching": e.switching, "queued": e.queued, "active": e.active,
-                            "kv_tokens": e.kv_tokens, "kv_capacity": e.kv_capacity, "kv_use": e.kv_use,
-                            "legs_prefill": e.legs_prefill, "legs_decode": e.legs_decode,
-                            "queued_prefill_tokens": e.queued_prefill_tokens} for n, e in self.engines.items()},
+            "engines": {n: _engine_json(e) for n, e in self.engines.items()},
             "trajectories": {s: counts[s] for s in STATES},
             "turns": self.turns,
             "tokens": self.tokens,
-            "decision": None if d is None else {"t": d.t, "reason": d.reason, "forecast": _finite(d.forecast),
-                                                "forecast_error": _finite(d.forecast_error)},
+            "decision": None if d is None else {
+                "t": d.t, "reason": d.reason, "forecast": _finite(d.forecast.figures() if d.forecast else {}),
+                "forecast_error": _finite(d.forecast_error)},
             "roles": {n: [list(s) for s in spans] for n, spans in self.roles.items()},
             "switches": [{"t": c.t, "engine": c.engine, "from": c.from_role.value, "to": c.to_role.value,
                           "reason": c.reason, "drain_s": c.drain_s} for c in self.switches],
@@ -232,6 +228,14 @@ class LiveState:
                           "decode_seqs": list(fc[3])},
             "cost": {"folds": self.version, "fold_s": self.fold_s},
         }
+
+
+def _engine_json(e: _Engine) -> dict:
+    x = e.load
+    return {"role": x.role.value, "switching": e.switching, "queued": x.queued, "active": x.active,
+            "kv_tokens": x.kv_tokens, "kv_capacity": x.kv_capacity, "kv_use": x.kv_use,
+            "legs_prefill": x.prefill_legs, "legs_decode": x.decode_legs,
+            "queued_prefill_tokens": x.queued_prefill_tokens}
 
 
 def _finite(d: dict[str, float]) -> dict[str, float | None]:

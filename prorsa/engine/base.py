@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 
@@ -74,18 +75,22 @@ class DecodeResult:
 
 
 @dataclass(frozen=True)
-class EngineStats:
-    engine_id: str
-    role: Role
-    queued: int  # requests waiting for admission
-    active: int  # sequences admitted (prefilling or decoding)
-    kv_tokens: int  # KV tokens held by admitted sequences
-    kv_capacity: int  # KV tokens the engine can hold
+class EngineStats(EngineLoad):
+    """An engine's own reading: its load (prorsa/loads.py) and its counters."""
+
     prefill_tokens_total: int = 0  # counters since start
     decode_tokens_total: int = 0
     cached_tokens_total: int = 0
     healthy: bool = True
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ModelsWeightUpdates(Protocol):
+    """An engine that models a trainer's weight update itself (the emulated engine): it stalls for
+    the update's body seconds and forgets every cached prefix. Real engines load real weights."""
+
+    async def update_weights(self, body_s: float) -> None: ...
 
 
 @runtime_checkable

@@ -56,6 +56,7 @@ from prorsa.engine.base import (DecodeRequest, DecodeResult, EngineStats, Prefil
 from prorsa.engine.batching import Batcher, SeqState
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.prefix_cache import make_prefix_cache
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 _SHARED_STRETCH = 8  # decode steps between looks at the neighbours, while cores are shared
@@ -151,19 +152,12 @@ class EmulatedEngine:
     async def reset_prefix_cache(self) -> None:
         self._prefix.clear()  # a weight update: no cached KV is valid any more
 
-    # What the simulator's sampler and controller read of every engine each interval; reading
-    # them costs nothing, where stats() builds a record with every counter.
-    @property
-    def queued(self) -> int:
-        return len(self._batch.waiting)
-
-    @property
-    def active(self) -> int:
-        return self._batch.active
-
-    @property
-    def kv_tokens(self) -> int:
-        return self._batch.kv_used
+    def load(self, queued_prefill_tokens: int = 0) -> EngineLoad:
+        """What the simulator's sampler and controller read of every engine each interval: cheap,
+        where stats() builds a record with every counter."""
+        b = self._batch
+        return EngineLoad(self.engine_id, self.role, len(b.waiting), b.active, b.kv_used, self.kv_capacity,
+                          queued_prefill_tokens)
 
     def stats(self) -> EngineStats:
         b, c = self._batch, self._counters
@@ -347,7 +341,7 @@ class EmulatedEngine:
 
     def _computing(self) -> contextlib.AbstractContextManager[float]:
         """The time factor of a step starting now: > 1 while engines sharing its cores compute."""
-        return contextlib.nullcontext(1.0) if self.cores is None else self.cores.busy(self.engine_id, self.active)
+        return contextlib.nullcontext(1.0) if self.cores is None else self.cores.busy(self.engine_id, self._batch.active)
 
 
 class _Wake:

@@ -36,16 +36,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
-from prorsa.control.policy import Decision, EngineSnapshot, Policy, Snapshot
+from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.lifecycle_plugin import observe_and_publish
+from prorsa.cluster.recovery import stranded, unbind
+from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.dashboard.feed import DashboardFeed
+from prorsa.loads import EngineLoad
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role, role_resources
 from prorsa.rollout.control_loop import ControlLoop, timed
-from prorsa.cluster.engine_host import engine_here
 from prorsa.rollout.legs import legs_to_drain
-from prorsa.cluster.recovery import stranded, unbind
 from prorsa.rollout.router import Router
 
 
@@ -60,6 +62,12 @@ def _wake(address: str, dask_scheduler=None) -> None:
     ws = s.workers.get(address)
     if ws is not None:
         s.transitions(s.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id=f"prorsa-switch-{time.time()}")
+
+
+def _admitted(load: EngineLoad, slots: int, kv_capacity: int) -> EngineLoad:
+    """The scheduler counts legs sent to an engine; it admits `slots` of them, the rest wait."""
+    held = load.prefill_legs + load.decode_legs
+    return replace(load, queued=max(held - slots, 0), active=min(held, slots), kv_capacity=kv_capacity)
 
 
 def _observe_timed(report=None, dask_scheduler=None):
@@ -126,17 +134,9 @@ class LiveController(ControlLoop):
         self.spent(time.thread_time() - c)
         events, loads, cpu = await self.client.run_on_scheduler(_observe_timed, report)
         c = time.thread_time()
-        engines = []
-        for engine in sorted(loads):
-            load = loads[engine]
-            held = load["prefills"] + load["decodes"]
-            engines.append(EngineSnapshot(
-                engine_id=engine, role=Role(load["role"]), queued=max(held - self.slots, 0),
-                active=min(held, self.slots), kv_tokens=load["kv_tokens"], kv_capacity=self.kv_capacity,
-                queued_prefill_tokens=load["queued_prefill_tokens"],
-            ))  # fmt: skip
+        engines = tuple(_admitted(loads[e], self.slots, self.kv_capacity) for e in sorted(loads))
         self.spent(cpu + time.thread_time() - c)
-        return Snapshot(time_s=self.now(), engines=tuple(engines), events=tuple(events))
+        return Snapshot(time_s=self.now(), engines=engines, events=tuple(events))
 
     async def decide(self, snap: Snapshot) -> Decision:
         # prorsa's plan takes tens of ms of numpy and Python; on the loop it would hold up every

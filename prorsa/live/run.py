@@ -10,7 +10,6 @@ holds some from an earlier session (--resume) makes the drivers skip those.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import replace
@@ -19,30 +18,31 @@ from pathlib import Path
 from distributed import Client
 from rich.console import Console
 
-from prorsa.agent.workload import Workload
+from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.launch import open_run_cluster
+from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
+from prorsa.cluster.local import engine_addresses
+from prorsa.cluster.recovery import LegRescue, live_addresses, rescued
+from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
+from prorsa.engine.base import ModelsWeightUpdates
 from prorsa.engine.registry import engine_name, resolve_model_dir
-from prorsa.metrics.journal import RunJournal, flush_every
-from prorsa.cluster.recovery import LegRescue, live_addresses, rescued
+from prorsa.live.controller import LiveController
+from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
+from prorsa.live.runtime import DaskTurnRunner
+from prorsa.live.training import open_learner, warm_start
+from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.cluster.local import engine_addresses
+from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.context import RunContext, make_router, resolve
-from prorsa.live.controller import LiveController
-from prorsa.live.runtime import DaskTurnRunner
-from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
-from prorsa.cluster.engine_host import engine_here
-from prorsa.live.interrupt import guarded
-from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
-from prorsa.cluster.tool_host import driver_environment
-from prorsa.live.training import open_learner, warm_start
+from prorsa.rollout.drivers import expected_trajectories
 
 
 log = logging.getLogger(__name__)
@@ -57,22 +57,22 @@ def _engine_info(dask_worker) -> tuple[bool, int]:
     return engine.needs_token_ids, getattr(engine, "vocab_size", 0)
 
 
-async def _sample_forever(client: Client, addresses: dict[str, str], rec: RunRecorder,
-                          progress: Progress, t0: float, interval: float) -> None:
-    while True:
+def _sampler(client: Client, addresses: dict[str, str], rec: RunRecorder, progress: Progress):
+    async def sample(t: float) -> None:
         try:
             stats = await client.run(_engine_stats, workers=await live_addresses(client, addresses))
         except Exception as e:  # an engine's worker died since the last look: sample next time
             log.warning("engine sample failed (%s: %s)", type(e).__name__, e)
         else:
-            rec.sample(time.time() - t0, sorted(stats.values(), key=lambda s: s.engine_id))
+            rec.sample(t, sorted(stats.values(), key=lambda s: s.engine_id))
         progress.refresh()
-        await asyncio.sleep(interval)
+
+    return sample
 
 
 async def _update_weights_here(body_s: float, dask_worker=None) -> None:
     engine = engine_here(dask_worker)
-    if hasattr(engine, "update_weights"):  # emulated: stall and forget prefixes
+    if isinstance(engine, ModelsWeightUpdates):  # emulated: stall and forget prefixes
         await engine.update_weights(body_s)
     else:  # real engines: new weights invalidate every cached prefix (loading them is issue 10's)
         await engine.reset_prefix_cache()
@@ -98,12 +98,6 @@ def _both(*callbacks):
 
 def _median(xs: list[float]) -> float | None:
     return round(sorted(xs)[len(xs) // 2], 5) if xs else None
-
-
-async def _cancel(task: asyncio.Task) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
@@ -159,37 +153,26 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
-        workload = Workload.from_config(cfg.workload, cfg.seed)
         environment = driver_environment(cfg, client)
-        drive = run_sync if cfg.workload.mode == "sync" else run_async
         learner = None if cfg.train is None else await open_learner(
             cfg, run_dir, client, addresses, lambda: time.time() - t0)
         rl = {} if learner is None else {"version": lambda: learner.version} | (
             {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
         with Progress(rec, console) as progress:
-            sampler = asyncio.create_task(
-                _sample_forever(client, addresses, rec, progress, t0, cfg.runtime.metrics_interval_s))
-            control = asyncio.create_task(controller.run())
-            flusher = asyncio.create_task(flush_every(journal, cfg.runtime.output_flush_s))
-            rollout = drive(workload, cfg.workload, runner, lambda: time.time() - t0,
-                            _both(journal.add, rec.on_done, controller.trajectory_done,
-                                  *([learner.on_done] if learner else [])), rec.on_turn,
-                            episodes=environment.episode if environment else None,
-                            update_weights=learner.update if learner else _weight_update(client, addresses, run),
-                            skip=frozenset(journal.done_ids), **rl)
-            try:
-                await guarded(asyncio.create_task(rollout))  # a signal stops it here (live/interrupt.py)
-            finally:
-                journal.flush()  # interrupted or not, what finished is kept
-                await _cancel(flusher)
-                await _cancel(control)
-                await _cancel(sampler)
-            makespan = time.time() - t0
+            body = Body(runner, controller, now=lambda: time.time() - t0, clock_unit=1.0,
+                        sample=_sampler(client, addresses, rec, progress),
+                        sample_interval_s=cfg.runtime.metrics_interval_s,
+                        background=[lambda: flush_every(journal, cfg.runtime.output_flush_s)],
+                        guard=guarded)  # a signal stops the rollout there (live/interrupt.py)
+            makespan = await roll_out(
+                run, body, rec, _both(journal.add, rec.on_done, controller.trajectory_done,
+                                      *([learner.on_done] if learner else [])),
+                episodes=environment.episode if environment else None,
+                update_weights=learner.update if learner else _weight_update(client, addresses, run),
+                skip=frozenset(journal.done_ids),
+                on_stop=journal.flush, **rl)  # interrupted or not, what finished is kept
             plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
             legs_rescued = await client.run_on_scheduler(rescued)
-            stats = await client.run(_engine_stats, workers=await live_addresses(client, addresses))
-            rec.sample(makespan, sorted(stats.values(), key=lambda s: s.engine_id))
-            progress.refresh()
 
     digest = config_hash(cfg)
     summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {

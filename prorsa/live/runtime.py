@@ -21,8 +21,8 @@ import time
 import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
-from prorsa.rollout.router import Router
 from prorsa.live.tasks import turn_annotations, turn_graph, turn_task
+from prorsa.rollout.router import Router
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ from distributed import get_client, secede
 from prorsa.agent.environment import with_observation
 from prorsa.agent.live_episode import with_step
 from prorsa.agent.loop import TurnRequest, TurnResult
-from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
 from prorsa.cluster.engine_host import engine_here
+from prorsa.cluster.tool_host import respond, run_tool
+from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
 from prorsa.rollout.legs import leg_requests, turn_result
 from prorsa.rollout.router import Route
-from prorsa.cluster.tool_host import respond, run_tool
 
 
 async def prefill_task(req: PrefillRequest) -> PrefillResult:

@@ -20,14 +20,14 @@ from typing import Callable
 from distributed import Client
 from rich.console import Console
 
+from prorsa.cluster.engine_host import engine_here
+from prorsa.cluster.recovery import live_addresses
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
-from prorsa.cluster.engine_host import engine_here
 from prorsa.metrics.training import TRAIN_LOG
-from prorsa.train.learner import Learner, Push
-from prorsa.cluster.recovery import live_addresses
 from prorsa.train.handle import LocalTrainer, TrainerHandle
+from prorsa.train.learner import Learner, Push
 from prorsa.train.weights import WEIGHTS
 
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import xarray as xr
 
 from prorsa.agent.loop import TrajectoryResult
+from prorsa.control.forecast import ForecastSummary
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 
@@ -92,10 +93,10 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
     grids = {k: np.full(shape, -1 if k == "role" else 0, dtype=np.int64)
              for k in ("role", "queued", "active", "kv_tokens", "kv_capacity")}
     for s in rec.samples:
-        i, j = t_index[s.t], e_index[s.engine]
-        grids["role"][i, j] = ROLE_CODES[s.role]
+        i, j = t_index[s.t], e_index[s.load.engine_id]
+        grids["role"][i, j] = ROLE_CODES[s.load.role]
         for k in ("queued", "active", "kv_tokens", "kv_capacity"):
-            grids[k][i, j] = getattr(s, k)
+            grids[k][i, j] = getattr(s.load, k)
     trajs = sorted(rec.trajectories, key=lambda r: r.spec.traj_id)
     changes = rec.role_changes
     ds = xr.Dataset(
@@ -111,7 +112,7 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
             "switch_to": ("switch", np.array([ROLE_CODES[c.to_role] for c in changes], dtype=np.int64)),
             "switch_drain_s": ("switch", np.array([c.drain_s for c in changes], dtype=float)),
             "switch_reason": ("switch", np.array([c.reason for c in changes], dtype=str)),
-            "switch_forecast": ("switch", np.array([json.dumps(c.forecast) for c in changes], dtype=str)),
+            "switch_forecast": ("switch", np.array([json.dumps(_figures(c.forecast)) for c in changes], dtype=str)),
             **_control_vars(rec),
         },
         coords={
@@ -125,12 +126,16 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
     return ds
 
 
+def _figures(forecast: ForecastSummary | None) -> dict[str, float]:
+    return {} if forecast is None else forecast.figures()
+
+
 def _control_vars(rec: RunRecorder) -> dict[str, Any]:
     """Per control interval: when, the roles seen, the forecast's figures and its error per
     metric and horizon bin."""
     keys = sorted({k for c in rec.controls for k in c.forecast_error})
     mape = _table(rec.controls, keys, lambda c: c.forecast_error)
-    figures = sorted({k for c in rec.controls for k in c.forecast})
+    figures = sorted({k for c in rec.controls for k in _figures(c.forecast)})
     roles = np.full((len(rec.controls), len(rec.engines)), -1, dtype=np.int64)
     e_index = {e: j for j, e in enumerate(rec.engines)}
     for i, c in enumerate(rec.controls):
@@ -141,7 +146,7 @@ def _control_vars(rec: RunRecorder) -> dict[str, Any]:
         "control_t": ("control", np.array([c.t for c in rec.controls], dtype=float)),
         "control_reason": ("control", np.array([c.reason for c in rec.controls], dtype=str)),
         "control_role": (("control", "engine"), roles, {"long_name": "each engine's role as the policy saw it"}),
-        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: c.forecast),
+        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: _figures(c.forecast)),
                              {"long_name": "the forecast and plan figures behind each decision (NaN: none)"}),
         "forecast_figure": ("forecast_figure", np.array(figures, dtype=str)),
         "forecast_mape": (("control", "forecast_bin"), mape,

@@ -2,8 +2,8 @@
 
     on_turn(spec, result)       a turn finished (from the trajectory loop)
     on_done(result)             a trajectory finished (completed or failed)
-    sample(t, stats)            a snapshot of every engine (from the body's sampler): EngineStats, or
-                                anything with their id, role and load fields (an emulated engine)
+    sample(t, loads)            a snapshot of every engine (from the body's sampler): EngineLoad
+                                records (EngineStats, or an emulated engine's load())
     role_change(change)         the controller moved an engine
     control(record)             one control interval: observed roles, the decision, its forecast
 
@@ -14,33 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec
+from prorsa.control.forecast import ForecastSummary
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
-
-
-class EngineLoad(Protocol):
-    """What a sample reads of an engine: EngineStats has it, and so has an EmulatedEngine."""
-
-    engine_id: str
-    role: Role
-    queued: int
-    active: int
-    kv_tokens: int
-    kv_capacity: int
 
 
 @dataclass(frozen=True)
 class EngineSample:
     t: float  # seconds since the rollout began
-    engine: str
-    role: Role
-    queued: int
-    active: int
-    kv_tokens: int
-    kv_capacity: int
+    load: EngineLoad  # the engine's own reading then
 
 
 @dataclass(frozen=True)
@@ -51,7 +36,7 @@ class RoleChange:
     to_role: Role
     reason: str  # the forecast or rule that justified it
     drain_s: float  # time from request to the engine serving its new role
-    forecast: dict[str, float] = field(default_factory=dict)  # the demand figures behind it
+    forecast: ForecastSummary | None = None  # the demand behind it
 
 
 @dataclass(frozen=True)
@@ -59,8 +44,8 @@ class ControlRecord:
     t: float
     roles: dict[str, Role]  # observed at the start of the interval
     reason: str
-    forecast: dict[str, float]
-    forecast_error: dict[str, float]  # MAPE per horizon bin, as known at t
+    forecast: ForecastSummary | None  # the policy's, if it forecasts
+    forecast_error: dict[str, float]  # MAPE per horizon bin (e.g. "prefill_tps@0-0.5s"), as known at t
 
 
 @dataclass
@@ -100,9 +85,8 @@ class RunRecorder:
         else:
             self.failed += 1
 
-    def sample(self, t: float, stats: Iterable[EngineLoad]) -> None:
-        for s in stats:
-            self.samples.append(EngineSample(t, s.engine_id, s.role, s.queued, s.active, s.kv_tokens, s.kv_capacity))
+    def sample(self, t: float, loads: Iterable[EngineLoad]) -> None:
+        self.samples.extend(EngineSample(t, EngineLoad.of(x)) for x in loads)
 
     def role_change(self, change: RoleChange) -> None:
         self.role_changes.append(change)
@@ -113,12 +97,12 @@ class RunRecorder:
     def latest_roles(self) -> dict[str, Role]:
         roles: dict[str, Role] = {}
         for s in self.samples[-len(self.engines):]:
-            roles[s.engine] = s.role
+            roles[s.load.engine_id] = s.load.role
         return roles
 
     def utilisation(self) -> dict[str, float]:
         """Per role, latest sample: admitted sequences over the slots of the engines in that role."""
-        by_role: dict[str, list[EngineSample]] = {}
+        by_role: dict[str, list[EngineLoad]] = {}
         for s in self.samples[-len(self.engines):]:
-            by_role.setdefault(s.role.value, []).append(s)
-        return {role: sum(s.active for s in ss) / (self.slots * len(ss)) for role, ss in by_role.items()}
+            by_role.setdefault(s.load.role.value, []).append(s.load)
+        return {role: sum(x.active for x in xs) / (self.slots * len(xs)) for role, xs in by_role.items()}

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Callable
 
 from prorsa.agent.loop import TrajectoryResult
+from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
@@ -111,18 +112,18 @@ class ControlLoop:
         decision = await self.decide(snap)
         c = time.thread_time()
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
-                                       decision.reason, dict(decision.forecast), dict(decision.forecast_error)))
+                                       decision.reason, decision.forecast, dict(decision.forecast_error)))
         for engine, role in decision.targets.items():
             if engine in self._switching or role is self.router.roles.get(engine):
                 continue
             self._switching[engine] = asyncio.create_task(
-                self.switch(engine, role, decision.reason, dict(decision.forecast)))
+                self.switch(engine, role, decision.reason, decision.forecast))
         self.step_s.append(time.perf_counter() - t0)
         self.step_cpu_s.append(self._cpu + time.thread_time() - c)
         return decision
 
     async def switch(self, engine: str, role: Role, reason: str = "",
-                     forecast: dict | None = None) -> RoleChange | None:
+                     forecast: ForecastSummary | None = None) -> RoleChange | None:
         old = self.router.roles[engine]
         t_req = self.now()
         # An engine giving up decode takes no new work until its decodes are done: prefill
@@ -145,7 +146,7 @@ class ControlLoop:
         finally:
             self.router.reopen(engine)
             self._switching.pop(engine, None)
-        change = RoleChange(t_req, engine, old, role, reason, self.now() - t_req, forecast=forecast or {})
+        change = RoleChange(t_req, engine, old, role, reason, self.now() - t_req, forecast=forecast)
         self.rec.role_change(change)
         log.info("%s: %s -> %s in %.2fs: %s", engine, old.value, role.value, change.drain_s, reason)
         return change

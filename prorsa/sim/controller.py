@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from prorsa.control.policy import EngineSnapshot, Policy, Snapshot
+from prorsa.control.policy import Policy, Snapshot
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
@@ -35,12 +35,9 @@ class SimController(ControlLoop):
         self._sorted = [engines[e] for e in sorted(engines)]
 
     async def observe(self) -> Snapshot:
-        # The engines' load fields, not stats(): this runs every interval for every engine.
+        # The engines' load, not stats(): this runs every interval for every engine.
         backlog = self.runner.prefill_backlog
-        engines = tuple(
-            EngineSnapshot(engine_id=e.engine_id, role=e.role, queued=e.queued, active=e.active, kv_tokens=e.kv_tokens,
-                           kv_capacity=e.kv_capacity, queued_prefill_tokens=backlog[e.engine_id])
-            for e in self._sorted)  # fmt: skip
+        engines = tuple(e.load(queued_prefill_tokens=backlog[e.engine_id]) for e in self._sorted)
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(self.runner.take_events()))
 
     def empties(self, engine: str, old: Role, new: Role) -> bool:

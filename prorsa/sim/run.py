@@ -37,8 +37,9 @@ from prorsa.engine.emulated import EmulatedEngine
 from prorsa.engine.registry import engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
+from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.context import RunContext, make_router, resolve
-from prorsa.rollout.drivers import expected_trajectories, run_async, run_sync
+from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
 from prorsa.sim.runner import SimTurnRunner
@@ -118,23 +119,15 @@ async def _simulate(run: RunContext, policy: str | Policy | None) -> SimRun:
                            dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
-    wcfg = cfg.workload
-    if wcfg.duration_s is not None:
-        wcfg = wcfg.model_copy(update={"duration_s": wcfg.duration_s / unit})
-    drive = run_sync if wcfg.mode == "sync" else run_async
+
+    async def sample(t: float) -> None:
+        rec.sample(t, [e.load() for e in engines.values()])
+
     # a simulated rollout may span an hour of body time: a sample a second is plenty
-    sampler = loop.create_task(_sample(engines, rec, now, max(cfg.runtime.metrics_interval_s / unit, 1.0)))
-    control = loop.create_task(controller.run())
-    try:
-        await drive(workload, wcfg, runner, now, rec.on_done, rec.on_turn,
-                    update_weights=_weight_update(engines, wcfg.weight_update_s / unit))
-    finally:
-        for task in (control, sampler):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    makespan = now()
-    rec.sample(makespan, engines.values())
+    body = Body(runner, controller, now, clock_unit=unit, sample=sample,
+                sample_interval_s=max(cfg.runtime.metrics_interval_s / unit, 1.0))
+    makespan = await roll_out(run, body, rec, rec.on_done, workload=workload,
+                              update_weights=_weight_update(engines, run.body_s(cfg.workload.weight_update_s)))
     for engine in engines.values():
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
@@ -186,12 +179,6 @@ def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:
     if unit == 1.0:
         return spec
     return replace(spec, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s / unit) for t in spec.turns))
-
-
-async def _sample(engines: dict[str, EmulatedEngine], rec: RunRecorder, now, interval_s: float) -> None:
-    while True:
-        rec.sample(now(), engines.values())
-        await asyncio.sleep(interval_s)
 
 
 def write_run(sim: SimRun, run_dir: Path) -> None:

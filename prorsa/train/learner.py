@@ -35,9 +35,9 @@ from pathlib import Path
 
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.config.pipeline import TrainConfig
-from prorsa.train.handle import LocalTrainer, TrainerHandle
 from prorsa.train.export import write_batch
 from prorsa.train.grpo import group_advantages
+from prorsa.train.handle import LocalTrainer, TrainerHandle
 from prorsa.train.samples import samples_from_results
 from prorsa.train.trainer import Trainer
 

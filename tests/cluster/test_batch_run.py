@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.launch import open_run_cluster
 from prorsa.config.cluster import load_cluster
 from prorsa.config.load import load_pipeline
 from prorsa.control.policy import make_policy
-from prorsa.cluster.engine_host import engine_here
 
 PIPELINE = {
     "name": "batch", "seed": 1, "policy": "static:2:1",

@@ -9,10 +9,10 @@ import types
 
 import pytest
 
+from prorsa.cluster.engine_host import EngineHost
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.roles import Role
-from prorsa.cluster.engine_host import EngineHost
 from prorsa.train.weights import newest_version
 
 

@@ -18,10 +18,10 @@ from distributed import Client
 from distributed.security import Security
 
 from prorsa.cluster.launch import open_run_cluster
+from prorsa.cluster.local import engine_addresses
 from prorsa.config.cluster import load_cluster
 from prorsa.config.load import load_pipeline
 from prorsa.control.policy import make_policy
-from prorsa.cluster.local import engine_addresses
 
 from .conftest import make_certs
 

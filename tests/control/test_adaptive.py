@@ -17,7 +17,8 @@ import pytest
 from prorsa.control.adaptive import Prorsa, Reactive
 from prorsa.control.lifecycle import LifecycleEvent as E
 from prorsa.control.lifecycle import Phase
-from prorsa.control.policy import Decision, EngineSnapshot, Snapshot, make_policy
+from prorsa.control.policy import Decision, Snapshot, make_policy
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 P, D, M = Role.PREFILL, Role.DECODE, Role.MIXED
@@ -70,7 +71,7 @@ def drive(policy, events: list[E], n_engines: int = 8, t_end: float = 60.0,
         while j < len(events) and events[j].time_s <= t:
             batch.append(events[j])
             j += 1
-        engines = tuple(EngineSnapshot(e, r, 0, 2, 20000, 700000) for e, r in roles.items())
+        engines = tuple(EngineLoad(e, r, 0, 2, 20000, 700000) for e, r in roles.items())
         d = policy.decide(Snapshot(time_s=t, engines=engines, events=tuple(batch)))
         if carry_out:
             roles.update(d.targets)
@@ -102,9 +103,9 @@ def test_bad_adaptive_specs(spec):
 def test_prorsa_starts_mixed_and_reports_its_forecast():
     p = make_policy("prorsa:2")
     assert p.initial_roles(3) == [M] * 3 and p.name == "prorsa:2"
-    engines = tuple(EngineSnapshot(f"e{i}", M, 0, 0, 0, 1) for i in range(3))
+    engines = tuple(EngineLoad(f"e{i}", M, 0, 0, 0, 1) for i in range(3))
     d = p.decide(Snapshot(time_s=0.0, engines=engines))
-    assert d.targets == {} and d.forecast["live"] == 0 and "goal_mixed" in d.forecast
+    assert d.targets == {} and d.forecast.live == 0 and d.forecast.goal_mixed == 3
     assert d.forecast_error == {}
 
 
@@ -137,7 +138,7 @@ def test_decisions_are_deterministic():
 
 
 def goal(d: Decision) -> tuple[float, float, float]:
-    return d.forecast["goal_prefill"], d.forecast["goal_decode"], d.forecast["goal_mixed"]
+    return d.forecast.goal_prefill, d.forecast.goal_decode, d.forecast.goal_mixed
 
 
 def test_a_new_goal_needs_votes_and_is_not_requested_twice():
@@ -161,7 +162,7 @@ def test_a_new_goal_needs_votes_and_is_not_requested_twice():
 def snap(t: float, roles, queue: int = 0, kv: float = 0.0, active=None) -> Snapshot:
     active = active or [1] * len(roles)
     return Snapshot(time_s=t, engines=tuple(
-        EngineSnapshot(f"e{i}", r, 0, active[i], int(kv * 1000), 1000,
+        EngineLoad(f"e{i}", r, 0, active[i], int(kv * 1000), 1000,
                        queued_prefill_tokens=queue if r.serves_prefill else 0)
         for i, r in enumerate(roles)))
 

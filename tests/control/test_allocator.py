@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from prorsa.control.allocator import Allocator, Capacity, count_roles, score, splits
 from prorsa.control.forecast import Forecast
-from prorsa.control.policy import EngineSnapshot
 from prorsa.costmodel import CostModel
+from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 P, D, M = Role.PREFILL, Role.DECODE, Role.MIXED
@@ -55,8 +55,8 @@ def per_rank(fc: Forecast, ranks: int) -> Forecast:
                    backlog_turns=fc.backlog_turns * ranks, backlog_fresh_turns=fc.backlog_fresh_turns * ranks)
 
 
-def engines(roles, active=4, kv=30000, cap=700000) -> list[EngineSnapshot]:
-    return [EngineSnapshot(f"e{i}", r, 0, active, kv, cap) for i, r in enumerate(roles)]
+def engines(roles, active=4, kv=30000, cap=700000) -> list[EngineLoad]:
+    return [EngineLoad(f"e{i}", r, 0, active, kv, cap) for i, r in enumerate(roles)]
 
 
 def settle(alloc: Allocator, fc: Forecast, roles, steps: int = 16, active: int = 4) -> tuple[tuple[int, int, int], list]:
@@ -134,8 +134,8 @@ def test_moe_under_dp_attention_prefers_decode_engines(dense, moe):
 
 
 def test_switch_cap_and_cheapest_engines(dense):
-    es = [EngineSnapshot("busy", M, 3, 9, 90000, 700000), EngineSnapshot("idle", M, 0, 0, 50000, 700000),
-          EngineSnapshot("warm", M, 0, 0, 10, 700000), EngineSnapshot("some", M, 1, 1, 0, 700000)]
+    es = [EngineLoad("busy", M, 3, 9, 90000, 700000), EngineLoad("idle", M, 0, 0, 50000, 700000),
+          EngineLoad("warm", M, 0, 0, 10, 700000), EngineLoad("some", M, 1, 1, 0, 700000)]
     es += engines([M] * 4)[:4]
     one = Allocator(dense, max_switches_per_interval=1).plan(FLOOD, es)
     assert list(one.targets) == ["warm"]  # least queued+active, then least KV held
@@ -152,7 +152,7 @@ def test_hysteresis_keeps_roles_when_the_gain_is_small(dense):
     assert plan.targets == {} and plan.reason.startswith("keep")
     plan = Allocator(dense).plan(near, engines([M] * 7 + [D]))
     assert plan.targets == {}  # D7-ish vs M8 differ by well under min_gain on this load
-    assert plan.summary()["goal_mixed"] == 7
+    assert plan.summary().goal_mixed == 7
 
 
 @settings(max_examples=60, deadline=None)

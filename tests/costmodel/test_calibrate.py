@@ -17,9 +17,9 @@ import pytest
 
 from prorsa.costmodel import CostModel, load_gpu, load_model
 from prorsa.costmodel.calibrate import StepSample, fit, model_fields_from_hf, predict
-from prorsa.engine.measure import DEFAULT_PLAN, TAIL, Measured
 from prorsa.costmodel.profile_writer import Provenance, error_summary, model_path_for, write_profiles
 from prorsa.costmodel.profiles import GpuProfile, ModelProfile
+from prorsa.engine.measure import DEFAULT_PLAN, TAIL, Measured
 
 TINY_CONFIG = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 2048,

@@ -15,15 +15,15 @@ import xarray as xr
 from distributed import Client
 
 from prorsa.agent.loop import TurnRequest
+from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
+from prorsa.cluster.local import engine_addresses, start_local_cluster
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
-from prorsa.metrics.recorder import RunRecorder
-from prorsa.roles import Role
-from prorsa.cluster.local import engine_addresses, start_local_cluster
 from prorsa.live.controller import LiveController
 from prorsa.live.runtime import DaskTurnRunner
-from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
+from prorsa.metrics.recorder import RunRecorder
+from prorsa.roles import Role
 from prorsa.rollout.router import Router
 
 MOE = """\

@@ -8,8 +8,8 @@ import pytest
 from rich.console import Console
 
 from prorsa.config.load import load_pipeline
-from prorsa.rollout.drivers import expected_trajectories
 from prorsa.live.run import run_live
+from prorsa.rollout.drivers import expected_trajectories
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ from rich.console import Console
 from prorsa.agent.datasets import Task, write_jsonl
 from prorsa.agent.tools import ToolCall
 from prorsa.config.load import load_pipeline
-from prorsa.rollout.drivers import expected_trajectories
 from prorsa.live.run import run_live
+from prorsa.rollout.drivers import expected_trajectories
 
 REPO = Path(__file__).resolve().parents[2]
 STATUSES = {"ok", "error", "timeout", "crash", "truncated"}

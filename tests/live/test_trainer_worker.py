@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from prorsa.cluster.jobs import job_scripts, run_jobs
+from prorsa.cluster.local import TRAINER_NAME, worker_specs
 from prorsa.config.cluster import JobSettings, SlurmSpec
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.control.policy import make_policy
-from prorsa.cluster.local import TRAINER_NAME, worker_specs
 
 RL = """\
 name: t

@@ -17,6 +17,7 @@ from rich.console import Console
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.cli import main
+from prorsa.control.forecast import ForecastSummary
 from prorsa.engine.base import EngineStats
 from prorsa.metrics.outputs import (metrics_dataset, summarise, write_dataset, write_summary,
                                     write_trajectories)
@@ -64,11 +65,11 @@ def synthetic_run(run_dir: Path) -> Path:
         role = {"m": Role.MIXED, "p": Role.PREFILL}
         rec.sample(t, [EngineStats(f"engine-{j}", role[r], 0, a, 10 * a, 1000)
                        for j, (r, a) in enumerate(zip(roles, active))])
-    rec.control(ControlRecord(2.0, {}, "move to P1 M1", {"decode_seqs_mean": 3.0, "prefill_tokens": 400.0}, {}))
-    rec.control(ControlRecord(4.0, {}, "move", {}, {"decode_seqs@0-0.5s": 0.2, "decode_seqs@0.5-1s": 0.4,
-                                                    "prefill_tps@0-0.5s": 1.0}))
-    rec.role_change(RoleChange(2.0, "engine-0", Role.MIXED, Role.PREFILL, "move to P1 M1", 1.0,
-                               {"decode_seqs_mean": 3.0, "prefill_tokens": 400.0}))
+    forecast = ForecastSummary(decode_seqs_mean=3.0, prefill_tokens=400.0, horizon_s=1.0)
+    rec.control(ControlRecord(2.0, {}, "move to P1 M1", forecast, {}))
+    rec.control(ControlRecord(4.0, {}, "move", None, {"decode_seqs@0-0.5s": 0.2, "decode_seqs@0.5-1s": 0.4,
+                                                      "prefill_tps@0-0.5s": 1.0}))
+    rec.role_change(RoleChange(2.0, "engine-0", Role.MIXED, Role.PREFILL, "move to P1 M1", 1.0, forecast))
     for i in range(2):
         spec = TrajectorySpec(f"t{i}", "swe", i, 0, 0, (TurnSpec(100, 10, 0.1, False), TurnSpec(50, 10, 0.0, True)), i)
         turns = [TurnResult(f"t{i}", 0, "engine-0", "engine-1", 100, 0, 10, start_s=0.1, end_s=0.9, queue_s=0.1,

@@ -10,9 +10,9 @@ import dask
 import pytest
 from distributed import Client, Event, Scheduler, Worker
 
+from prorsa.cluster.recovery import LegRescue, rescued
 from prorsa.live.controller import _give_up_when_drained, _wake
 from prorsa.rollout.legs import DECODE_LEGS
-from prorsa.cluster.recovery import LegRescue, rescued
 
 
 def _wait_for(event_name: str) -> str:

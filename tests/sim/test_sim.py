@@ -13,8 +13,8 @@ from rich.console import Console
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import Decision, Snapshot, make_policy
-from prorsa.rollout.context import policy_context
 from prorsa.live.run import run_live
+from prorsa.rollout.context import policy_context
 from prorsa.sim.run import simulate, write_run
 
 MOE = {

@@ -9,8 +9,8 @@ import pytest
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec, TurnSpec
 from prorsa.config.pipeline import TrainConfig
-from prorsa.train.learner import Learner
 from prorsa.train.export import read_batch
+from prorsa.train.learner import Learner
 from prorsa.train.trainer import Trainer, TrainerConfig
 
 

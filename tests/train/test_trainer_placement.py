@@ -12,10 +12,10 @@ from safetensors.torch import load_file
 
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec, TurnSpec
-from prorsa.config.pipeline import TrainConfig
 from prorsa.cluster.local import TRAINER_NAME, tool_resources, trainer_worker_spec
-from prorsa.train.learner import Learner
+from prorsa.config.pipeline import TrainConfig
 from prorsa.live.remote_trainer import open_remote_trainer
+from prorsa.train.learner import Learner
 from prorsa.train.trainer import Trainer, TrainerConfig
 
 CONFIG = TrainerConfig(lr=1e-3, micro_batch=2, threads=1, seed=3)

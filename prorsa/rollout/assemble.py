@@ -1,0 +1,81 @@
+"""One rollout, driven the same way by both bodies; they differ only in transport and clock.
+
+    Body                        what a body brings: its turn runner (transport), its control loop,
+                                its clock and how it samples its engines
+    await roll_out(run, body, rec, on_done, **options) -> makespan
+                                the run's workload driven to its end by the sync or async driver,
+                                with the body's sampler and control loop beside it; then a last
+                                sample at the makespan (in the body clock's seconds)
+
+live/run.py builds a Body of Dask tasks on the wall clock; sim/run.py one of direct awaits on the
+virtual clock. Everything else about a rollout (which driver, which trajectories, when the control
+loop and sampler start and stop) is here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Container
+from dataclasses import dataclass, field
+
+from prorsa.agent.loop import TrajectoryResult, TurnRunner
+from prorsa.agent.workload import Workload
+from prorsa.metrics.recorder import RunRecorder
+from prorsa.rollout.context import RunContext
+from prorsa.rollout.control_loop import ControlLoop
+from prorsa.rollout.drivers import Episodes, Update, run_async, run_sync
+
+
+@dataclass
+class Body:
+    runner: TurnRunner  # carries each turn out
+    controller: ControlLoop  # the policy's loop over this body's engines
+    now: Callable[[], float]  # the drivers' clock: seconds since the rollout began
+    clock_unit: float  # wall seconds per second of `now` (the workload's durations are wall seconds)
+    sample: Callable[[float], Awaitable[None]]  # every engine's load into the recorder, stamped t
+    sample_interval_s: float  # in `now`'s seconds
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)  # more loops beside
+    # awaits the rollout task (live: a signal cancels it); None: the rollout is awaited as it is
+    guard: Callable[[asyncio.Task], Awaitable[None]] | None = None
+
+
+async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Callable[[TrajectoryResult], None], *,
+                   episodes: Episodes | None = None, update_weights: Update | None = None,
+                   skip: Container[str] = frozenset(), on_stop: Callable[[], None] | None = None,
+                   workload: Workload | None = None, **rl) -> float:
+    """`on_stop`: called as the rollout ends, interrupted or not, before the loops beside it stop;
+    `workload`: the run's, when the body has drawn it already; `rl`: the RL loop's hooks for the
+    drivers (version, gate)."""
+    cfg = run.cfg
+    workload = workload or Workload.from_config(cfg.workload, cfg.seed)
+    wcfg = cfg.workload
+    if wcfg.duration_s is not None and body.clock_unit != 1.0:
+        wcfg = wcfg.model_copy(update={"duration_s": wcfg.duration_s / body.clock_unit})
+    drive = run_sync if wcfg.mode == "sync" else run_async
+    loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
+             asyncio.create_task(body.controller.run()),
+             *(asyncio.create_task(loop()) for loop in body.background)]
+    rollout = drive(workload, wcfg, body.runner, body.now, on_done, rec.on_turn, episodes=episodes,
+                    update_weights=update_weights, skip=skip, **rl)
+    try:
+        if body.guard is None:
+            await rollout
+        else:
+            await body.guard(asyncio.create_task(rollout))
+    finally:
+        if on_stop is not None:
+            on_stop()
+        for task in reversed(loops):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    makespan = body.now()
+    await body.sample(makespan)
+    return makespan
+
+
+async def _every(sample: Callable[[float], Awaitable[None]], now: Callable[[], float], interval_s: float) -> None:
+    while True:
+        await sample(now())
+        await asyncio.sleep(interval_s)
