@@ -3,7 +3,9 @@
     load_pipeline(path, overrides)   parse, apply dotted overrides, validate the schema (what
                                      needs policies, profiles or the trace's content is checked
                                      by the resolve step above: rollout/context.py)
-    read_mapping(path)               a YAML file's top-level mapping (any config file)
+    read_mapping(path)               a YAML file's top-level mapping (any config file): at most
+                                     MAX_FILE_BYTES, MAX_NODES values with aliases expanded, no
+                                     key given twice
     describe(error)                  pydantic's error -> "field.path: got X; expected Y"
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +63,67 @@ def is_file(path: str | Path) -> bool:
         return False
 
 
+MAX_FILE_BYTES = 1 << 20  # a config file is a page of settings; a bigger one is not one
+MAX_NODES = 100_000  # values in the document once every alias is expanded (a "billion laughs" has 10^9)
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load, refusing a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable):  # an unhashable key is refused by the base class
+                if key in seen:
+                    raise _Refused(f"line {key_node.start_mark.line + 1}: key {key!r} given twice")
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _Refused(Exception):
+    """A document this loader will not build: the message says why."""
+
+
+def _expanded(node, memo: dict[int, int]) -> int:
+    """Values in the document under `node` with every alias expanded; shared nodes counted once
+    per use, each computed once."""
+    n = memo.get(id(node))
+    if n is None:
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(_expanded(k, memo) + _expanded(v, memo) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(_expanded(v, memo) for v in node.value)
+        else:
+            n = 1
+        memo[id(node)] = n
+    return n
+
+
+def _load_yaml(text: str) -> Any:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded(node, {}) > MAX_NODES:
+            raise _Refused(f"more than {MAX_NODES:,} values once its aliases are expanded")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_mapping(path: Path) -> dict[str, Any]:
     """A YAML file whose top level is a mapping, or one ConfigError line."""
     if not is_file(path):
         raise ConfigError(f"{path}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path}: {size:,} bytes; a config file is at most {MAX_FILE_BYTES:,}")
+        data = _load_yaml(path.read_text())
+    except _Refused as e:
+        raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""

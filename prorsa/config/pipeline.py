@@ -7,16 +7,34 @@ back to a default. Each component receives only its own section.
 from __future__ import annotations
 
 import math
+from types import UnionType
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import Union, get_args, get_origin
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+
+
+C_LONG = 2**63 - 1  # what an rlimit or a byte count handed to the OS must fit in
+# Upper bounds on what multiplies a run's work or memory: past them an input is a typo, and
+# accepting it would grow the run until the machine gives out, not fail with a message.
+MANY = 2**20  # trajectories of one step, in flight, tasks, steps
+MAX_WORKERS = 4096  # tool workers (processes), tool threads per worker
 
 
 class _Section(BaseModel):
     # inf and nan pass gt/ge bounds, and an infinite interval or scale is never what was meant
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, v, info: ValidationInfo):
+        # pydantic reads true as 1: `count: true` is a mistake, not one engine
+        if isinstance(v, bool) and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError("a number, not a boolean")
+        return v
 
     @field_validator("*")
     @classmethod
@@ -28,13 +46,19 @@ class _Section(BaseModel):
         return v
 
 
+def _numeric(annotation) -> bool:
+    """An int or float field (alone or in a union), not a bool one."""
+    args = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return bool(set(args) & {int, float}) and bool not in args
+
+
 class VllmSettings(_Section):
     model: str = "tiny"  # a model directory, or "tiny": made locally under cache_dir on first use
     cache_dir: str = ".prorsa/models"  # where the tiny model is made
     device: Literal["cpu", "cuda"] = "cpu"
-    kv_cache_bytes: int = Field(128 * 2**20, gt=0)  # CPU engines need an explicit KV size
+    kv_cache_bytes: int = Field(128 * 2**20, gt=0, le=C_LONG)  # CPU engines need an explicit KV size
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)  # CUDA engines
-    max_model_len: int = Field(2048, gt=0)
+    max_model_len: int = Field(2048, gt=0, le=2**24)
     enforce_eager: bool = True  # compiled start-up costs ~3x on CPU
     tensor_parallel_size: int = Field(1, ge=1)
     cores_per_engine: int = Field(1, ge=0)  # CPU pinning; 0 = no pinning
@@ -74,7 +98,7 @@ MAX_ENGINES = 65536  # engines in one run; more is a typo, and a role list that 
 class EnginesConfig(_Section):
     backend: Literal["emulated", "vllm"] = "emulated"
     count: int = Field(3, ge=1, le=MAX_ENGINES)
-    slots: int = Field(32, ge=1)  # concurrent requests an engine admits (its role resource)
+    slots: int = Field(32, ge=1, le=65536)  # concurrent requests an engine admits (its role resource)
     gpu: str = "h200"  # cost-model profile (emulated engines, simulator)
     model: str = "qwen3-8b"  # cost-model profile
     tp: int = Field(1, ge=1)
@@ -111,17 +135,17 @@ class WorkloadConfig(_Section):
     family: Literal["swe", "search", "math-tir", "terminal"] | None = "swe"
     trace: str | None = None  # JSONL trace to replay instead of a family profile
     mode: Literal["sync", "async"] = "sync"
-    prompts: int = Field(4, ge=1)  # sync: B prompts per step
-    group_size: int = Field(4, ge=1)  # sync: G samples per prompt (a GRPO group)
-    steps: int = Field(1, ge=1)  # sync: training steps to roll out
-    concurrency: int = Field(16, ge=1)  # async: trajectories kept in flight
-    trajectories: int | None = Field(None, ge=1)  # async: stop after this many
+    prompts: int = Field(4, ge=1, le=MANY)  # sync: B prompts per step
+    group_size: int = Field(4, ge=1, le=MANY)  # sync: G samples per prompt (a GRPO group)
+    steps: int = Field(1, ge=1, le=MANY)  # sync: training steps to roll out
+    concurrency: int = Field(16, ge=1, le=MANY)  # async: trajectories kept in flight
+    trajectories: int | None = Field(None, ge=1, le=2**30)  # async: stop after this many
     duration_s: float | None = Field(None, gt=0)  # async: stop starting new ones after this
     # bounded so scaled token counts stay within the int32 columns of trajectories.parquet
     token_scale: float = Field(1.0, gt=0, le=1000)  # multiplies drawn token counts (tiny real models)
     tool_time_scale: float = Field(1.0, ge=0, le=1000)  # multiplies drawn tool latencies
-    max_turns: int | None = Field(None, ge=1)  # caps the family's turn count
-    max_context: int | None = Field(None, ge=16)  # a trajectory ends before exceeding this
+    max_turns: int | None = Field(None, ge=1, le=65536)  # caps the family's turn count
+    max_context: int | None = Field(None, ge=16, le=2**30)  # a trajectory ends before exceeding this
     # the trainer's weight update after each training step (sync: between steps; async: every
     # prompts x group_size finished trajectories): engines stall this long (wall seconds, like tool
     # latencies) and every prefix cache is invalidated; 0: no updates modelled
@@ -133,20 +157,23 @@ class WorkloadConfig(_Section):
             raise ValueError("give a task 'family' or a 'trace' file")
         if self.mode == "async" and self.trajectories is None and self.duration_s is None:
             raise ValueError("async mode needs 'trajectories' or 'duration_s' to know when to stop")
+        if self.prompts * self.group_size > MANY:
+            raise ValueError(f"prompts x group_size = {self.prompts * self.group_size:,} trajectories a step; "
+                             f"at most {MANY:,}")
         return self
 
 
 class RuntimeConfig(_Section):
     turn_shape: Literal["in_task", "driver"] = "driver"  # benchmarks/control_plane.py: faster at scale
     processes: bool = False  # workers as processes (Nanny) rather than in the driver process
-    tool_workers: int = Field(1, ge=1)
-    tool_threads: int = Field(64, ge=1)  # concurrent turns per tool worker
+    tool_workers: int = Field(1, ge=1, le=MAX_WORKERS)
+    tool_threads: int = Field(64, ge=1, le=MAX_WORKERS)  # concurrent turns per tool worker
     metrics_interval_s: float = Field(0.5, gt=0)
     control_interval_s: float = Field(1.0, gt=0)  # wall seconds between the policy's decisions
     # the control step's CPU (policy, scheduler call) as a share of one core, at most: after a
     # dearer step the next one waits longer than control_interval_s
     control_cpu_share: float = Field(0.05, gt=0, le=1)
-    turn_retries: int = Field(2, ge=0)  # a turn whose engine or worker failed is re-run elsewhere
+    turn_retries: int = Field(2, ge=0, le=100)  # a turn whose engine or worker failed is re-run elsewhere
     # a later turn appending at most this many tokens is prefilled on the decode engine that holds
     # its context instead of on a prefill engine (no KV shipped); 0: never
     local_prefill_tokens: int = Field(0, ge=0)
@@ -158,7 +185,7 @@ class RuntimeConfig(_Section):
     dashboard_address: str | None = "127.0.0.1:0"  # None disables the dashboard
     # finished trajectories go to disk in parts of this many, or once the oldest has waited
     # output_flush_s; a killed driver loses at most that much work, which --resume re-runs
-    output_batch: int = Field(64, ge=1)
+    output_batch: int = Field(64, ge=1, le=MANY)
     output_flush_s: float = Field(5.0, ge=0)
 
     @field_validator("sticky_overload", mode="before")
@@ -189,11 +216,11 @@ class SandboxSettings(_Section):
     """Limits of one sandboxed call (python tool, command tools); agent/tools/sandbox.py."""
 
     wall_s: float = Field(10.0, gt=0)
-    cpu_s: int = Field(10, ge=1)
-    memory_bytes: int = Field(1 << 30, ge=16 << 20)
-    file_bytes: int = Field(16 << 20, ge=0)
-    processes: int = Field(32, ge=2)  # the launcher counts as one
-    output_bytes: int = Field(1 << 20, ge=1024)
+    cpu_s: int = Field(10, ge=1, le=C_LONG)
+    memory_bytes: int = Field(1 << 30, ge=16 << 20, le=C_LONG)
+    file_bytes: int = Field(16 << 20, ge=0, le=C_LONG)
+    processes: int = Field(32, ge=2, le=C_LONG)  # the launcher counts as one
+    output_bytes: int = Field(1 << 20, ge=1024, le=C_LONG)
 
 
 _BUILTIN_TOOLS = ("python", "calculator", "search")
@@ -210,7 +237,7 @@ class EnvironmentConfig(_Section):
 
     mode: Literal["replay", "live"] = "replay"
     dataset: str  # math-tir | search | swe-lite, or a JSONL file of tasks (agent/datasets/base.py)
-    tasks: int = Field(64, ge=1)  # tasks generated; prompts cycle over them
+    tasks: int = Field(64, ge=1, le=MANY)  # tasks generated; prompts cycle over them
     dataset_seed: int | None = None  # None: the pipeline's seed
     tools: tuple[str, ...] = _BUILTIN_TOOLS  # registered names or "package.module:attr"
     reward: str = "exact_match"  # a registered reward (agent/rewards.py) or "package.module:fn"
