@@ -80,10 +80,13 @@ def _new_run_dir(base: Path, name: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = base / f"{name}-{stamp}"
     suffix = 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = base / f"{name}-{stamp}-{suffix}"
-    run_dir.mkdir(parents=True)
+    try:
+        while run_dir.exists():
+            suffix += 1
+            run_dir = base / f"{name}-{stamp}-{suffix}"
+        run_dir.mkdir(parents=True)
+    except OSError as e:  # a file where a directory goes, no permission, a name too long
+        _fail(f"{base}: cannot make the run directory {run_dir.name} there ({e.strerror or e})")
     return run_dir
 
 

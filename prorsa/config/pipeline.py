@@ -305,7 +305,7 @@ class TrainConfig(_Section):
 
 
 class PipelineConfig(_Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)  # a directory name, with a timestamp added
     seed: int = 0
     policy: str = "static:2:1"
     engines: EnginesConfig = EnginesConfig()

@@ -99,3 +99,20 @@ def test_run_with_bad_file_has_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().count("\n") == 0
     assert "workload.prompts" in proc.stderr and "'zero'" in proc.stderr
+
+
+@pytest.mark.parametrize("output", ["a-file", "a-file/below", "/proc/prorsa-runs"])
+def test_an_output_where_no_run_directory_can_be_made_is_one_line(tmp_path, output):
+    (tmp_path / "a-file").write_text("")
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD + f"output_dir: {tmp_path / output}\n")  # /proc/... stays absolute
+    r = CliRunner().invoke(main, ["run", str(good), "--engine", "emulated"])
+    assert r.exit_code == 2 and "cannot make the run directory" in r.output, r.output
+    assert not any(tmp_path.rglob("pipeline.json"))
+
+
+def test_a_name_too_long_for_a_directory_is_refused_by_validate(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("name: " + "n" * 300 + "\n")
+    r = CliRunner().invoke(main, ["validate", str(f)])
+    assert r.exit_code == 2 and "name" in r.output and "at most 200 characters" in r.output, r.output
