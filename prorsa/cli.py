@@ -1,8 +1,9 @@
 """`prorsa`: the command line.
 
-    prorsa run PIPELINE [--engine B] [--policy P] [--output DIR] [--cluster FILE|ADDRESS]   a live rollout
+    prorsa run PIPELINE [KEY=VALUE...] [--engine B] [--policy P] [--seed S] [--output DIR]
+               [--cluster FILE|ADDRESS]                             a live rollout
     prorsa run --resume RUN_DIR                                     finish a stopped run
-    prorsa sim PIPELINE [--policy P,Q,...] [--gpus N] [--output DIR]  the same rollout in virtual time
+    prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
     prorsa validate FILE...                                         check pipeline and sweep files, run nothing
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
@@ -11,7 +12,9 @@
     prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
     prorsa calibrate --from-measurements FILE --gpu NAME [--model M]  fit a GPU profile to timed steps
 
-Bad input ends with one line on stderr and exit code 2; no traceback.
+KEY=VALUE overrides any field of the pipeline (workload.prompts=64, engines.vllm.model=DIR), read as
+YAML and checked by the same schema. Bad input ends with one line on stderr and exit code 2; no
+traceback.
 """
 
 from __future__ import annotations
@@ -90,7 +93,19 @@ def _new_run_dir(base: Path, name: str) -> Path:
     return run_dir
 
 
+OVERRIDES = click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+
+
+def _overrides(items: tuple[str, ...], **options) -> dict:
+    """KEY=VALUE arguments (hydra's form: workload.prompts=64), then the named options over them."""
+    from prorsa.config.load import parse_overrides
+
+    given = _or_fail(parse_overrides, items)
+    return given | {k: v for k, v in options.items() if v is not None}
+
+
 @click.group()
+@click.version_option(package_name="prorsa", message="prorsa %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Log what Dask and the engines do.")
 def main(verbose: bool) -> None:
     """Prorsa: agentic RL rollout with prefill/decode disaggregation on Dask."""
@@ -106,17 +121,20 @@ def main(verbose: bool) -> None:
 
 @main.command()
 @click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
+@OVERRIDES
 @click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
 @click.option("--policy", help="Override the policy, e.g. colocated or static:2:1.")
+@click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
 @click.option("--output", type=click.Path(file_okay=False), help="Directory for runs (default: the pipeline's output_dir).")
 @click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
               help="Where the workers run: a cluster file (cluster/slurm.yaml, pbs.yaml, local.yaml) or a "
                    "running scheduler, tcp://host:8786 (default: a LocalCluster).")
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(),
               help="Finish a stopped run: its pipeline.json, the trajectories it has not saved yet.")
-def run(pipeline: str | None, engine: str | None, policy: str | None, output: str | None,
-        cluster_opt: str | None, resume_dir: str | None) -> None:
-    """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/."""
+def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, policy: str | None,
+        seed: int | None, output: str | None, cluster_opt: str | None, resume_dir: str | None) -> None:
+    """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/.
+    KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
     from prorsa.metrics.journal import JournalError
     from prorsa.live.resume import open_journal, resume_config
     from prorsa.rollout.context import resolve
@@ -124,14 +142,15 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
     if (pipeline is None) == (resume_dir is None):
         _fail("give a PIPELINE to start a run, or --resume RUN_DIR to finish one")
     if resume_dir is not None:
-        if engine or policy or output:
-            _fail("--resume runs the pipeline the run started with; drop --engine, --policy and --output")
+        if engine or policy or output or seed is not None or overrides:
+            _fail("--resume runs the pipeline the run started with; drop --engine, --policy, --seed, "
+                  "--output and KEY=VALUE overrides")
         pipeline = f"{resume_dir}/pipeline.json"
         resolved = _or_fail(resolve, _or_fail(resume_config, resume_dir), pipeline)
         run_dir = Path(resume_dir)
     else:
-        overrides = {k: v for k, v in {"engines.backend": engine, "policy": policy}.items() if v is not None}
-        resolved = _load(pipeline, overrides)
+        resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy,
+                                                            "seed": seed}))
     cfg = resolved.cfg
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
@@ -184,6 +203,7 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
+@OVERRIDES
 @click.option("--policy", "policies", default="colocated,static:*,reactive,prorsa,oracle", show_default=True,
               help="Comma-separated policies; static:* is every static:P:D split.")
 @click.option("--gpus", type=click.IntRange(min=1), help="GPUs in all (engines = GPUs / (tp x ep)).")
@@ -192,13 +212,17 @@ def run(pipeline: str | None, engine: str | None, policy: str | None, output: st
 @click.option("--tp", type=click.IntRange(min=1), help="Tensor parallelism per engine.")
 @click.option("--ep", type=click.IntRange(min=1), help="Expert parallelism (MoE models).")
 @click.option("--prefix-cache", type=click.Choice(["ideal", "lru"]), help="Override engines.prefix_cache.")
+@click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
 @click.option("--output", type=click.Path(file_okay=False), help="Write results.nc and one run directory per policy here.")
-def sim(pipeline: str, policies: str, gpus: int | None, gpu: str | None, model: str | None,
-        tp: int | None, ep: int | None, prefix_cache: str | None, output: str | None) -> None:
-    """Simulate PIPELINE's rollout in virtual time under each policy and compare them."""
-    overrides = {k: v for k, v in {"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
-                                   "engines.ep": ep, "engines.prefix_cache": prefix_cache}.items()
-                 if v is not None}
+def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | None, gpu: str | None,
+        model: str | None, tp: int | None, ep: int | None, prefix_cache: str | None, seed: int | None,
+        output: str | None) -> None:
+    """Simulate PIPELINE's rollout in virtual time under each policy and compare them.
+    KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
+    overrides = _overrides(overrides, **{"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
+                                         "engines.ep": ep, "engines.prefix_cache": prefix_cache, "seed": seed})
+    if "engines.count" in overrides:  # --policy picks what runs; the pipeline's own need not fit the count
+        overrides.setdefault("policy", "colocated")
     resolved = _load(pipeline, overrides)
     if gpus is not None:
         per_engine = resolved.cfg.engines.tp * resolved.cfg.engines.ep  # an EP engine is a DP-attention group of ep ranks

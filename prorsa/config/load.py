@@ -1,5 +1,6 @@
 """Reading pipeline files: YAML -> PipelineConfig, or one clear ConfigError line.
 
+    parse_overrides(["k.k=v", ...])  command-line KEY=VALUE overrides -> {dotted key: value}
     load_pipeline(path, overrides)   parse, apply dotted overrides, validate the schema (what
                                      needs policies, profiles or the trace's content is checked
                                      by the resolve step above: rollout/context.py)
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Hashable
+import re
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,25 @@ def read_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of fields at the top level, got {type(data).__name__}")
     return data
+
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """`workload.prompts=64 policy=prorsa engines.vllm.model=null` (hydra's form) -> dotted key ->
+    value, each value read as YAML (64 an int, null None, [a, b] a list); the schema checks them."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not _KEY.fullmatch(key):
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE with a dotted field name, "
+                              "e.g. workload.prompts=64")
+        try:
+            out[key] = _load_yaml(text) if text.strip() else None
+        except (yaml.YAMLError, _Refused, RecursionError) as e:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML ({type(e).__name__})") from None
+    return out
 
 
 def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> PipelineConfig:
