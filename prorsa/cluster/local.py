@@ -56,7 +56,14 @@ def wants_trainer_worker(cfg: PipelineConfig) -> bool:
     return cfg.train is not None and cfg.train.placement == "worker"
 
 
-def trainer_worker_spec(processes: bool, security=None) -> dict:
+def listen_options(processes: bool, host: str = "127.0.0.1") -> dict:
+    """Where a worker listens: every worker runs an HTTP server (health, metrics) even without a
+    dashboard, on every interface unless told; a worker process also listens for the Dask protocol
+    (its Nanny too). A local run keeps both on `host`."""
+    return {"dashboard_address": f"{host}:0", **({"host": host} if processes else {})}
+
+
+def trainer_worker_spec(processes: bool, security=None, host: str = "127.0.0.1") -> dict:
     return {
         "cls": Nanny if processes else Worker,
         "options": {
@@ -67,14 +74,17 @@ def trainer_worker_spec(processes: bool, security=None) -> dict:
             "resources": trainer_resources(),
             "dashboard": False,
             "preload": PRELOAD,
+            **listen_options(processes, host),
             **({"security": security} if security is not None else {}),
         },
     }
 
 
-def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security=None) -> dict[str, dict]:
+def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security=None,
+                 host: str = "127.0.0.1") -> dict[str, dict]:
     cls = Nanny if cfg.runtime.processes else Worker
     tls = {"security": security} if security is not None else {}
+    listen = listen_options(cfg.runtime.processes or security is not None, host)
     specs: dict[str, dict] = {}
     for i, role in enumerate(roles):
         name = engine_name(i)
@@ -88,6 +98,7 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
                 "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))},
                 "dashboard": False,
                 "preload": PRELOAD,
+                **listen,
                 **tls,
             },
         }
@@ -102,11 +113,12 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
                 "plugins": {_tool_host(cfg)} if cfg.environment else set(),
                 "dashboard": False,
                 "preload": PRELOAD,
+                **listen,
                 **tls,
             },
         }
     if wants_trainer_worker(cfg):
-        specs[TRAINER_NAME] = trainer_worker_spec(cfg.runtime.processes, security)
+        specs[TRAINER_NAME] = trainer_worker_spec(cfg.runtime.processes, security, host)
     return specs
 
 
@@ -148,12 +160,13 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
         "options": {
             **where,
             "dashboard": dashboard is not None,
-            "dashboard_address": dashboard or ":0",
+            # the HTTP server runs without a dashboard too: on this machine only, unless asked
+            "dashboard_address": dashboard or f"{host}:0",
         },
     }
     with dask.config.set(SCHEDULER_CONFIG), _engine_failures_unlogged():  # config read at scheduler start
         cluster = SpecCluster(
-            workers=worker_specs(cfg, roles, run_dir, security),
+            workers=worker_specs(cfg, roles, run_dir, security, host),
             scheduler=scheduler,
             asynchronous=True,
             name=f"prorsa-{cfg.name}",
