@@ -75,6 +75,8 @@ class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, Hashable):  # an unhashable key is refused by the base class
                 if key in seen:

@@ -64,3 +64,10 @@ def test_a_bool_field_still_takes_a_bool(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("name: t\nruntime: {processes: true}\n")
     assert load_pipeline(f).runtime.processes is True
+
+
+def test_a_merge_key_may_be_overridden(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("name: t\nworkload:\n  <<: {prompts: 2, group_size: 2}\n  prompts: 3\n")
+    w = load_pipeline(f).workload
+    assert (w.prompts, w.group_size) == (3, 2)
