@@ -179,6 +179,7 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         "turns_retried": runner.retried,
         "legs_rescued": legs_rescued,
         "trajectories_resumed": journal.completed_before + journal.failed_before,
+        "backend": cfg.engines.backend, "clock": "wall", "time_scale": unit,
         "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
                     "step_cpu_s_median": _median(controller.step_cpu_s),
                     "step_cpu_s": round(sum(controller.step_cpu_s), 4),
@@ -186,6 +187,6 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     } | ({"train": learner.summary()} if learner else {})
     journal.finish()
     attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
-    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs))
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=unit))
     write_summary(run_dir / "summary.json", summary)
     return summary

@@ -85,7 +85,10 @@ def write_trajectories(path: Path, results: list[TrajectoryResult]) -> None:
     _atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
-def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
+def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any], time_scale: float = 1.0,
+                    simulated: bool = False) -> xr.Dataset:
+    """`time_scale`: wall seconds per body second of a live run (emulated engines time-scaled);
+    `simulated`: every time is body seconds (the simulator has no wall clock)."""
     times = sorted({s.t for s in rec.samples})
     t_index = {t: i for i, t in enumerate(times)}
     e_index = {e: j for j, e in enumerate(rec.engines)}
@@ -122,8 +125,46 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any]) -> xr.Dataset:
         },
         attrs={**attrs, "role_codes": json.dumps({r.value: c for r, c in ROLE_CODES.items()})},
     )
-    ds["role"].attrs["flag_meanings"] = "prefill decode mixed (-1: not sampled)"
+    _describe(ds, simulated)
+    ds.attrs["time_scale"] = 1.0 if simulated else float(time_scale)
     return ds
+
+
+_BODY = "body seconds (the cost model's clock: wall seconds / time_scale)"
+_ROLE_CODE = {"flag_values": np.array(sorted(ROLE_CODES.values()), dtype=np.int64),
+              "flag_meanings": " ".join(r.value for r in sorted(ROLE_CODES, key=ROLE_CODES.get))}
+# variable -> (units, long_name); {clock} is the samples' and trajectories' clock
+_UNITS: dict[str, tuple[str, str]] = {
+    "time": ("s", "when the engines were sampled: {clock} since the rollout began"),
+    "role": ("1", "each engine's role code (-1: not sampled)"),
+    "queued": ("requests", "requests waiting for admission"),
+    "active": ("sequences", "sequences admitted (prefilling or decoding)"),
+    "kv_tokens": ("tokens", "KV tokens held by admitted sequences"),
+    "kv_capacity": ("tokens", "KV tokens the engine can hold"),
+    "traj_start_s": ("s", "when the trajectory started: {clock} since the rollout began"),
+    "traj_end_s": ("s", "when the trajectory ended: {clock} since the rollout began"),
+    "traj_turns": ("turns", "turns the trajectory played"),
+    "traj_completed": ("1", "whether the trajectory completed"),
+    "switch_time_s": ("s", f"when the switch was asked for: {_BODY} since the rollout began"),
+    "switch_from": ("1", "the engine's role code before the switch"),
+    "switch_to": ("1", "the engine's role code after the switch"),
+    "switch_drain_s": ("s", f"from the request to the engine serving its new role, {_BODY}"),
+    "control_t": ("s", f"when the policy decided: {_BODY} since the rollout began"),
+    "control_role": ("1", "each engine's role code as the policy saw it"),
+    "control_forecast": ("1", "the forecast and plan figures behind each decision, each in its own unit "
+                              "(forecast_figure names it; NaN: none)"),
+    "forecast_mape": ("1", "mean absolute percentage error of the forecast, per metric@horizon bin (0.1 = 10%)"),
+}
+
+
+def _describe(ds: xr.Dataset, simulated: bool) -> None:
+    """CF-style units and long names on every numeric variable, naming the clock each time is on."""
+    clock = _BODY if simulated else "wall seconds"
+    for name, (units, long_name) in _UNITS.items():
+        if name in ds.variables:
+            ds[name].attrs.update(units=units, long_name=long_name.format(clock=clock))
+    for name in ("role", "switch_from", "switch_to", "control_role"):
+        ds[name].attrs.update(_ROLE_CODE)
 
 
 def _figures(forecast: ForecastSummary | None) -> dict[str, float]:

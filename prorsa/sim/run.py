@@ -131,7 +131,7 @@ async def _simulate(run: RunContext, policy: str | Policy | None) -> SimRun:
     for engine in engines.values():
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
-        "control": {"intervals": len(controller.step_s)}, "clock": "body"}
+        "control": {"intervals": len(controller.step_s)}, "clock": "body", "backend": "emulated"}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary, events=getattr(loop, "timers_fired", 0))
 
 
@@ -186,5 +186,5 @@ def write_run(sim: SimRun, run_dir: Path) -> None:
     attrs = {"name": sim.cfg.name, "policy": sim.policy, "config_hash": sim.summary["config_hash"],
              "makespan_s": sim.makespan_s, "clock": "body (simulated)"}
     write_trajectories(run_dir / "trajectories.parquet", sim.recorder.trajectories)
-    write_dataset(run_dir / "metrics.nc", metrics_dataset(sim.recorder, attrs))
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(sim.recorder, attrs, simulated=True))
     write_summary(run_dir / "summary.json", sim.summary)
