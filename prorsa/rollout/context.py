@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from prorsa.agent.rewards import REWARDS
+from prorsa.agent.rewards import REWARDS, make_reward
+from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, read_trace
 from prorsa.agent.workload import Workload
 from prorsa.config.load import ConfigError, load_pipeline
@@ -63,8 +64,9 @@ def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext
 
 
 def check(cfg: PipelineConfig) -> list[str]:
-    """What the schema cannot know: every name resolves to a profile, policy, reward or readable trace."""
-    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _trace(cfg)) if p]
+    """What the schema cannot know: every name resolves to a profile, policy, reward, user tool or
+    readable trace (a user's `package.module:name` is imported here, as the tool workers will)."""
+    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trace(cfg)) if p]
 
 
 def _profiles(cfg: PipelineConfig) -> str | None:
@@ -92,9 +94,25 @@ def _policy(cfg: PipelineConfig) -> str | None:
 
 def _reward(cfg: PipelineConfig) -> str | None:
     reward = cfg.environment.reward if cfg.environment is not None else None
-    if reward is None or reward in REWARDS or ":" in reward:
+    if reward is None or reward in REWARDS:
         return None
-    return f"environment.reward: unknown reward {reward!r}; expected one of {sorted(REWARDS)} or 'package.module:fn'"
+    if ":" not in reward:
+        return f"environment.reward: unknown reward {reward!r}; expected one of {sorted(REWARDS)} or 'package.module:fn'"
+    try:
+        make_reward(reward)
+    except ValueError as err:  # ToolLoadError included: the module or the name is not there
+        return f"environment.reward: {err}"
+    return None
+
+
+def _user_tools(cfg: PipelineConfig) -> str | None:
+    for spec in cfg.environment.tools if cfg.environment is not None else ():
+        if ":" in spec:
+            try:
+                load_object(spec)
+            except ToolLoadError as err:
+                return f"environment.tools: {err}"
+    return None
 
 
 def _trace(cfg: PipelineConfig) -> str | None:

@@ -34,6 +34,13 @@ def test_defaults_and_no_environment(tmp_path):
     ("  dataset: math-tir\n  max_observation_tokens: 0\n", "environment.max_observation_tokens"),
     ("  dataset: math-tir\n  mode: live\n", "needs engines.backend vllm"),
     ("  dataset: math-tir\n  parser: [xml]\n", "environment.parser.0"),
+    # user code that will not import is refused before any worker tries (and prints tracebacks)
+    ("  dataset: math-tir\n  tools: [python, calculator, no_such_pkg.tools:lookup]\n",
+     "environment.tools: cannot import 'no_such_pkg.tools'"),
+    ("  dataset: math-tir\n  tools: [python, calculator, 'json:no_such_name']\n",
+     "environment.tools: 'json' has no attribute 'no_such_name'"),
+    ("  dataset: math-tir\n  reward: no_such_pkg.rewards:f\n", "environment.reward: cannot import"),
+    ("  dataset: math-tir\n  reward: 'json:__name__'\n", "environment.reward: reward 'json:__name__' is not callable"),
 ])
 def test_bad_sections_are_refused(tmp_path, env, needle):
     with pytest.raises(ConfigError) as e:
@@ -41,8 +48,13 @@ def test_bad_sections_are_refused(tmp_path, env, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-def test_user_tools_and_task_files_resolve(tmp_path):
+def test_user_tools_and_task_files_resolve(tmp_path, monkeypatch):
     (tmp_path / "tasks.jsonl").write_text("")
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "tools.py").write_text("def lookup(key: str) -> str:\n    return key\n")
+    (tmp_path / "mypkg" / "rewards.py").write_text("def f(task, response):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     cfg = load(tmp_path, "  dataset: tasks.jsonl\n  tools: [mypkg.tools:lookup]\n  reward: mypkg.rewards:f\n")
     assert cfg.environment.dataset == str((tmp_path / "tasks.jsonl").resolve())
     assert cfg.environment.tools == ("mypkg.tools:lookup",)

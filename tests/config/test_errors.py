@@ -88,7 +88,7 @@ def test_validate_command_exit_codes(tmp_path):
 
 @pytest.mark.parametrize("pipeline", sorted((REPO / "pipelines").glob("*.yaml")))
 def test_shipped_pipelines_validate(pipeline):
-    load_pipeline(pipeline)
+    load_run(pipeline)  # the schema and the cross-checks: policies, profiles, rewards, tools, traces
 
 
 def test_run_with_bad_file_has_no_traceback(tmp_path):
