@@ -17,6 +17,7 @@ The pieces a RunContext holds, for callers that need one alone:
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,8 @@ def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext
 def check(cfg: PipelineConfig) -> list[str]:
     """What the schema cannot know: every name resolves to a profile, policy, reward, user tool or
     readable trace (a user's `package.module:name` is imported here, as the tool workers will)."""
-    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trace(cfg)) if p]
+    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trace(cfg),
+                        _dashboard(cfg)) if p]
 
 
 def _profiles(cfg: PipelineConfig) -> str | None:
@@ -125,6 +127,23 @@ def _trace(cfg: PipelineConfig) -> str | None:
             raise TraceError(f"{trace}: the trace holds no trajectories")
     except TraceError as err:
         return f"workload.trace: {err}"
+    return None
+
+
+def _dashboard(cfg: PipelineConfig) -> str | None:
+    """The dashboard's address must be one this machine can listen on, or the cluster's start
+    fails later with an error that seems to be about the engines."""
+    address = cfg.runtime.dashboard_address
+    if address is None:
+        return None
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]") if sep else address
+    if not sep or not port.isdigit() or int(port) > 65535:
+        return f"runtime.dashboard_address: got {address!r}; expected HOST:PORT, e.g. 127.0.0.1:8787 (port 0: any free one)"
+    try:
+        socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as err:
+        return f"runtime.dashboard_address: host {host!r} does not resolve ({err})"
     return None
 
 

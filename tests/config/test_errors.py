@@ -39,6 +39,9 @@ CASES = [
     ("name: 'has space'\n", ["name", "has space"]),
     ("name: t\nruntime: {sticky_overload: 0.5}\n", ["runtime.sticky_overload", "0.5", "at least 1, cost, or null"]),
     ("name: t\nruntime: {sticky_overload: cheap}\n", ["runtime.sticky_overload", "cheap", "at least 1, cost, or null"]),
+    ("name: t\nruntime: {dashboard_address: 'no.such.host.invalid:8787'}\n",
+     ["runtime.dashboard_address", "no.such.host.invalid", "does not resolve"]),
+    ("name: t\nruntime: {dashboard_address: '127.0.0.1:99999'}\n", ["runtime.dashboard_address", "HOST:PORT"]),
 ]
 
 
