@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from dataclasses import replace
@@ -77,6 +78,21 @@ def _raise_interrupt(signum, frame) -> None:
 
 def _as_sigint(signum, frame) -> None:
     os.kill(os.getpid(), signal.SIGINT)
+
+
+FAILED = "failed.json"
+
+
+def _failed_start(run_dir: Path, fresh: bool, msg: str) -> str:
+    """A run whose cluster or engines never started leaves no half-made directory: a new one with
+    nothing to read is removed; else it is marked failed (RUN_DIR/failed.json) beside the engine
+    logs that say why, and the error line points at them."""
+    logs = sorted((run_dir / "engines").glob("*.log"))
+    if fresh and not logs:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return msg
+    (run_dir / FAILED).write_text(json.dumps({"stage": "start", "error": msg}) + "\n")
+    return msg + (f" (engine logs: {run_dir / 'engines'})" if logs else "")
 
 
 def _new_run_dir(base: Path, name: str) -> Path:
@@ -177,6 +193,7 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
         journal = open_journal(cfg, run_dir)
     except JournalError as e:
         _fail(str(e))
+    (run_dir / FAILED).unlink(missing_ok=True)  # a start that failed before is this session's to retry
     if journal.complete:
         journal.close()
         console.print(f"{run_dir}: every trajectory is saved; nothing left to run")
@@ -190,9 +207,9 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     try:
         summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster)))
     except ClusterError as e:
-        _fail(f"{cluster_opt}: {e}")
+        _fail(_failed_start(run_dir, resume_dir is None, f"{cluster_opt}: {e}"))
     except EngineStartFailed as e:
-        _fail(f"{pipeline or resume_dir}: engines did not start: {e}")
+        _fail(_failed_start(run_dir, resume_dir is None, f"{pipeline or resume_dir}: engines did not start: {e}"))
     except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
         _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
     console.print(summary_table(summary))

@@ -98,6 +98,7 @@ def test_missing_workers_are_named_in_one_error_line(tmp_path, hand_made_cluster
                            "--output", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr == f"error: {spec}: 1 worker(s) did not join within 1 s: engine-2\n"
+    assert list((tmp_path / "runs").iterdir()) == []  # a start that failed leaves no half-made run
 
 
 @pytest.mark.slow  # the connection attempt runs to its 10 s timeout
@@ -109,3 +110,4 @@ def test_an_address_that_does_not_answer_is_one_error_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: tcp://127.0.0.1:9: cannot connect to tcp://127.0.0.1:9 (")
+    assert list((tmp_path / "runs").iterdir()) == []  # a start that failed leaves no half-made run

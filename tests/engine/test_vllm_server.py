@@ -193,6 +193,11 @@ def test_engines_that_do_not_start_end_the_run_with_one_error_line(tmp_path):
     assert proc.stderr.startswith(f"error: {pipeline}: engines did not start: ") and \
         "not healthy after 1 s" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+    # not a half-made run: marked failed, and the line points at the logs that say why
+    (run_dir,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert json.loads((run_dir / "failed.json").read_text())["stage"] == "start"
+    assert proc.stderr.rstrip().endswith(f"(engine logs: {run_dir / 'engines'})")
+    assert list((run_dir / "engines").glob("*.log"))
 
 
 def test_weights_pushed_to_a_down_engine_are_kept_for_its_restart(tmp_path):
