@@ -37,7 +37,7 @@ from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner
 from prorsa.live.training import open_learner, warm_start
 from prorsa.metrics.journal import RunJournal, flush_every
-from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary
+from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
@@ -141,6 +141,7 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload),
                           completed=journal.completed_before, failed=journal.failed_before)
         t0 = time.time()
+        journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run
         await client.register_plugin(LifecyclePlugin(t0, unit))
         await client.register_plugin(LegRescue())
         feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
@@ -175,17 +176,20 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             legs_rescued = await client.run_on_scheduler(rescued)
 
     digest = config_hash(cfg)
+    saved = journal.finish()
+    resumed = journal.completed_before + journal.failed_before
     summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
         "turns_retried": runner.retried,
         "legs_rescued": legs_rescued,
-        "trajectories_resumed": journal.completed_before + journal.failed_before,
+        "trajectories_resumed": resumed,
         "backend": cfg.engines.backend, "clock": "wall", "time_scale": unit,
         "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
                     "step_cpu_s_median": _median(controller.step_cpu_s),
                     "step_cpu_s": round(sum(controller.step_cpu_s), 4),
                     "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
-    } | ({"train": learner.summary()} if learner else {})
-    journal.finish()
+    } | ({"train": learner.summary()} if learner else {}) | (
+        # every figure over all sessions, not this one's alone
+        resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {})
     attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
     write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=unit))
     write_summary(run_dir / "summary.json", summary)

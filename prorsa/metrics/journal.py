@@ -5,10 +5,15 @@
     journal.flush()              write the buffer as one part, then list it in the manifest
     journal.finish()             trajectories.parquet from every part; the manifest says complete
     journal.done_ids             trajectory ids some earlier flush made durable (resume skips them)
+    journal.clock                set by the run once its rollout starts: this session's elapsed
+                                 seconds, written with every manifest (a killed session's time
+                                 counts up to its last flush)
+    journal.elapsed_before       earlier sessions' rollout seconds, summed
     flush_every(journal, s)      the run's timer for tick()
 
 Layout:
-    manifest.json                what is committed: the parts, their rows, the config hash
+    manifest.json                what is committed: the parts, their rows, the config hash, and
+                                 each session's rollout seconds
     parts/part-NNNNNN.parquet    one flush each, TRAJECTORY_SCHEMA
 
 A part counts only once the manifest names it. Each file is written under a temporary name,
@@ -23,6 +28,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +79,8 @@ class RunJournal:
     completed_before: int = 0  # finished in earlier sessions, by status
     failed_before: int = 0
     complete: bool = False
+    sessions_before: list[float] = field(default_factory=list)  # earlier sessions' rollout seconds
+    clock: Callable[[], float] | None = None  # this session's rollout seconds, once it started
     _buffer: list[dict[str, Any]] = field(default_factory=list)
     _oldest: float = 0.0
     _lock: Any = None
@@ -90,6 +98,7 @@ class RunJournal:
                                    f"(config hash {config_hash}, manifest {manifest['config_hash']})")
             journal.parts = manifest["parts"]
             journal.complete = manifest["complete"]
+            journal.sessions_before = list(manifest.get("sessions", []))
         journal._load_parts()
         journal._drop_uncommitted()
         return journal
@@ -159,9 +168,14 @@ class RunJournal:
     def committed(self) -> int:
         return sum(p["rows"] for p in self.parts)
 
+    @property
+    def elapsed_before(self) -> float:
+        return float(sum(self.sessions_before))
+
     def _write_manifest(self) -> None:
+        sessions = self.sessions_before + ([round(self.clock(), 3)] if self.clock is not None else [])
         data = {"version": VERSION, "config_hash": self.config_hash, "complete": self.complete,
-                "trajectories": self.committed, "parts": self.parts}
+                "trajectories": self.committed, "parts": self.parts, "sessions": sessions}
         _durable(self.run_dir / MANIFEST, lambda tmp: tmp.write_text(json.dumps(data, indent=1) + "\n"))
 
     def close(self) -> None:
@@ -192,7 +206,9 @@ def _read_manifest(run_dir: Path) -> dict[str, Any] | None:
               and isinstance(data["complete"], bool) and isinstance(parts, list)
               and all(isinstance(p, dict) and isinstance(p.get("file"), str) and p["file"].startswith(f"{PARTS}/")
                       and "/" not in p["file"][len(PARTS) + 1:] and isinstance(p.get("rows"), int)
-                      for p in parts))
+                      for p in parts)
+              and all(isinstance(s, (int, float)) and not isinstance(s, bool) and 0 <= s < float("inf")
+                      for s in data.get("sessions", [])))
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         raise JournalError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
     if not ok:

@@ -7,7 +7,8 @@
                            per-trajectory times; role changes and the forecast behind each;
                            per control interval, the roles the policy saw, the forecast's figures
                            and its error (MAPE per horizon bin)
-    summary.json           the headline figures (see summarise)
+    summary.json           the headline figures (see summarise; a resumed run's over every
+                           session, resumed_figures)
 
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
 """
@@ -22,6 +23,7 @@ from typing import Any
 import dask
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xarray as xr
 
@@ -238,6 +240,28 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else None,
         **_environment_figures(rec),
     }
+
+
+def resumed_figures(trajectories: Path, makespan_s: float) -> dict[str, Any]:
+    """A resumed run's headline figures over all its sessions: turns and tokens of every saved
+    trajectory (one that a killed session left unfinished ran again, and counts once), rates over
+    the sessions' summed rollout seconds (`makespan_s`)."""
+    t = pq.read_table(trajectories, columns=["status", "start_s", "end_s", "turns"])
+    turns = pc.list_flatten(t["turns"])
+
+    def total(name: str) -> int:
+        return int(pc.sum(pc.struct_field(turns, name)).as_py() or 0) if len(turns) else 0
+
+    prefill, cached, recomputed, decode = map(total, ("prefill_tokens", "cached_tokens", "recomputed_tokens",
+                                                       "decode_tokens"))
+    done = pc.equal(t["status"], "completed")
+    spans = pc.subtract(pc.filter(t["end_s"], done), pc.filter(t["start_s"], done))
+    per_s = (lambda x: x / makespan_s) if makespan_s > 0 else (lambda x: None)
+    return {"makespan_s": round(makespan_s, 4), "trajectories_per_s": per_s(len(spans)), "turns": len(turns),
+            "prefill_tokens": prefill, "cached_tokens": cached, "recomputed_tokens": recomputed,
+            "prefix_hit_rate": round(cached / (cached + recomputed), 4) if cached + recomputed else None,
+            "decode_tokens": decode, "tokens_per_s": per_s(prefill + decode), "decode_tokens_per_s": per_s(decode),
+            "mean_trajectory_s": pc.mean(spans).as_py() if len(spans) else None}
 
 
 def _environment_figures(rec: RunRecorder) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 from prorsa.cli import main
@@ -55,7 +56,14 @@ def test_sigkilled_driver_resumes_to_every_trajectory_exactly_once(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trajectories_resumed"] == saved
     assert summary["trajectories_completed"] == len(specs) and summary["trajectories_failed"] == 0
-    assert json.loads((run_dir / MANIFEST).read_text())["complete"] is True
+    manifest = json.loads((run_dir / MANIFEST).read_text())
+    assert manifest["complete"] is True
+    # every figure covers both sessions: the turns of every trajectory, once; the time of both
+    assert summary["turns"] == sum(len(r["turns"]) for r in rows) == sum(len(s.turns) for s in specs.values())
+    assert summary["decode_tokens"] == sum(t["decode_tokens"] for r in rows for t in r["turns"])
+    killed, this = manifest["sessions"]
+    assert killed > 0 and killed < summary["makespan_s"] <= killed + this + 1e-3
+    assert summary["trajectories_per_s"] == pytest.approx(len(specs) / summary["makespan_s"], rel=1e-3)
 
     again = CliRunner().invoke(main, ["run", "--resume", str(run_dir)])
     assert again.exit_code == 0 and "nothing left to run" in again.output
