@@ -2,21 +2,25 @@
 
     check_file(path) -> str     a one-line description of a good file; ConfigError otherwise
 
-A sweep file is told from a pipeline by its `base` key (a pipeline has none), a cluster file by
-its `kind`; a pipeline is resolved and its trace read whole (load_run), a sweep's every point built and its
-policies checked (load_grid), a cluster file's certificates looked for (load_cluster).
+A trace is told by its `.jsonl` name and read whole (read_trace); a sweep file from a pipeline by
+its `base` key (a pipeline has none), a cluster file by its `kind`; a pipeline is resolved and its
+trace read whole (load_run), a sweep's every point built and its policies checked (load_grid), a
+cluster file's certificates looked for (load_cluster).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from prorsa.config.load import read_mapping
+from prorsa.agent.trace import TraceError, read_trace
+from prorsa.config.load import ConfigError, is_file, read_mapping
 from prorsa.rollout.context import load_run
 
 
 def check_file(path: str | Path) -> str:
     path = Path(path)
+    if path.suffix == ".jsonl":
+        return _check_trace(path)
     data = read_mapping(path)
     if "kind" in data and "base" not in data:  # a cluster file (config/cluster.py); a pipeline has no kind
         from prorsa.config.cluster import load_cluster
@@ -31,3 +35,16 @@ def check_file(path: str | Path) -> str:
     cfg = load_run(path).cfg
     return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
             f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
+
+
+def _check_trace(path: Path) -> str:
+    if not is_file(path):
+        raise ConfigError(f"{path}: no such file")
+    try:
+        specs = read_trace(path)
+    except TraceError as e:
+        raise ConfigError(str(e)) from None
+    if not specs:
+        raise ConfigError(f"{path}: the trace holds no trajectories")
+    turns = sum(len(s.turns) for s in specs)
+    return f"ok: {path} (trace: {len(specs)} trajectories, {turns} turns)"

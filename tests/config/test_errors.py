@@ -119,3 +119,12 @@ def test_a_name_too_long_for_a_directory_is_refused_by_validate(tmp_path):
     f.write_text("name: " + "n" * 300 + "\n")
     r = CliRunner().invoke(main, ["validate", str(f)])
     assert r.exit_code == 2 and "name" in r.output and "at most 200 characters" in r.output, r.output
+
+
+def test_validate_reads_a_bare_trace(tmp_path):
+    good = CliRunner().invoke(main, ["validate", str(REPO / "tests" / "data" / "small_trace.jsonl")])
+    assert good.exit_code == 0 and "(trace: 4 trajectories, 8 turns)" in good.output, good.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"traj": 1}\n')
+    r = CliRunner().invoke(main, ["validate", str(bad)])
+    assert r.exit_code == 2 and f"{bad}:1: field 'traj'" in r.output and r.output.count("\n") == 1, r.output
