@@ -34,7 +34,24 @@ MAX_FORECAST_ROWS = 20  # one per control interval would be hundreds
 
 
 def split_inputs(paths: list[Path]) -> tuple[list[Path], list[Path]]:
-    return [p for p in paths if not p.is_file()], [p for p in paths if p.is_file()]
+    """(run directories, Dataset files). A folder that is no run itself but holds them counts as
+    its runs: `prorsa sim --output DIR` (results.nc and runs/<policy>/), or a folder of runs."""
+    runs: list[Path] = []
+    files: list[Path] = []
+    for p in paths:
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir() and not (p / "summary.json").exists() and (inside := _runs_in(p)):
+            runs += inside
+            files += [p / "results.nc"] if (p / "results.nc").is_file() else []
+        else:
+            runs.append(p)  # load_run names what is wrong with it
+    return runs, files
+
+
+def _runs_in(folder: Path) -> list[Path]:
+    base = folder / "runs" if (folder / "results.nc").is_file() and (folder / "runs").is_dir() else folder
+    return sorted(d for d in base.iterdir() if d.is_dir() and (d / "summary.json").is_file())
 
 
 def default_output(paths: list[Path]) -> Path:

@@ -278,3 +278,20 @@ def test_progress_without_a_terminal_prints_plain_status_lines():
     # the same display on a terminal is a bar redrawn in place: the check above can tell them apart
     rich_out = output(terminal=True)
     assert "\x1b[" in rich_out and set(rich_out) & set("━╸╺")
+
+
+def test_a_sim_output_folder_and_a_folder_of_runs_are_reported(tmp_path):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("name: s\nengines: {backend: emulated, count: 2, slots: 8}\npolicy: static:1:1\n"
+                        "workload: {family: swe, prompts: 2, group_size: 2, max_turns: 3}\n")
+    sim = CliRunner().invoke(main, ["sim", str(pipeline), "--policy", "colocated,static:1:1",
+                                    "--output", str(tmp_path / "sim")])
+    assert sim.exit_code == 0, sim.output
+    code, _, err = report(str(tmp_path / "sim"))
+    assert code == 0, err
+    md = (tmp_path / "sim" / "report" / "report.md").read_text()
+    assert "results.nc" in md and {"colocated", "static:1:1"} <= set(table(md.split("## Policy comparison", 1)[1], "policy"))
+    code, _, err = report(str(tmp_path / "sim" / "runs"), "--output", str(tmp_path / "all"))  # a folder of runs
+    assert code == 0, err
+    for policy in ("colocated", "static_1_1"):
+        assert_png(tmp_path / "all" / f"{policy}-roles.png")
