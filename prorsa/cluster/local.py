@@ -83,40 +83,21 @@ def trainer_worker_spec(processes: bool, security=None, host: str = "127.0.0.1")
 def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security=None,
                  host: str = "127.0.0.1") -> dict[str, dict]:
     cls = Nanny if cfg.runtime.processes else Worker
-    tls = {"security": security} if security is not None else {}
-    listen = listen_options(cfg.runtime.processes or security is not None, host)
+    common = {"dashboard": False, "preload": PRELOAD,
+              **listen_options(cfg.runtime.processes or security is not None, host),
+              **({"security": security} if security is not None else {})}
     specs: dict[str, dict] = {}
     for i, role in enumerate(roles):
         name = engine_name(i)
-        specs[name] = {
-            "cls": cls,
-            "options": {
-                "name": name,
-                # engine legs are coroutines; threads only bound how many the worker runs at once
-                "nthreads": cfg.engines.slots,
-                "resources": engine_resources(role, cfg.engines.slots),
-                "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))},
-                "dashboard": False,
-                "preload": PRELOAD,
-                **listen,
-                **tls,
-            },
-        }
+        # engine legs are coroutines; threads only bound how many the worker runs at once
+        specs[name] = {"cls": cls, "options": {
+            "name": name, "nthreads": cfg.engines.slots, "resources": engine_resources(role, cfg.engines.slots),
+            "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))}, **common}}
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)
-        specs[name] = {
-            "cls": cls,
-            "options": {
-                "name": name,
-                "nthreads": cfg.runtime.tool_threads,
-                "resources": tool_resources(cfg.runtime.tool_threads),
-                "plugins": {_tool_host(cfg)} if cfg.environment else set(),
-                "dashboard": False,
-                "preload": PRELOAD,
-                **listen,
-                **tls,
-            },
-        }
+        specs[name] = {"cls": cls, "options": {
+            "name": name, "nthreads": cfg.runtime.tool_threads, "resources": tool_resources(cfg.runtime.tool_threads),
+            "plugins": {_tool_host(cfg)} if cfg.environment else set(), **common}}
     if wants_trainer_worker(cfg):
         specs[TRAINER_NAME] = trainer_worker_spec(cfg.runtime.processes, security, host)
     return specs
