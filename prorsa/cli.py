@@ -451,7 +451,7 @@ def model() -> None:
 @model.command("make-tiny")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--seed", default=0, show_default=True, help="Weights seed (the tokenizer is fixed).")
-@click.option("--vocab-size", default=2048, show_default=True)
+@click.option("--vocab-size", default=2048, show_default=True, help="Tokens in the model's vocabulary.")
 def make_tiny(directory: str, seed: int, vocab_size: int) -> None:
     """Make a tiny Llama-style model with random weights in DIRECTORY (no model hub needed)."""
     from prorsa.engine.tiny_model import make_tiny_model, weights_digest
@@ -468,14 +468,17 @@ def make_tiny(directory: str, seed: int, vocab_size: int) -> None:
               help="A model directory, or tiny (made under .prorsa/models on first use).")
 @click.option("--task", default="arith", show_default=True, help="A dataset with demonstrations.")
 @click.option("--steps", default=60, show_default=True, type=click.IntRange(min=1), help="At most this many updates.")
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
-@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Demonstrations per update.")
+@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Learning rate.")
 @click.option("--tasks", "n_tasks", default=256, show_default=True, type=click.IntRange(min=1),
               help="Demonstrations to draw batches from.")
 @click.option("--target-rate", default=0.4, show_default=True, type=click.FloatRange(0, 1),
               help="Stop once this share of sampled first turns is a call to the tool (1: run every step).")
-@click.option("--eval-every", default=5, show_default=True, type=click.IntRange(min=1))
-@click.option("--seed", default=0, show_default=True)
+@click.option("--eval-every", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Updates between evaluations of the tool-call rate.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the tasks, the batches and the sampling.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
               help="torch threads (a tiny model is fastest on one).")
 @click.option("--output", required=True, type=click.Path(file_okay=False), help="The warmed-up model directory.")
