@@ -138,6 +138,26 @@ def t_paper_rules(d: dict) -> list[str]:
             f"(single cells in brackets): {means}."]
 
 
+def t_priors(d: dict) -> list[str]:
+    """prorsa / the best fixed split under three priors, single steps and multi-step runs."""
+    rows, lows = [], {}
+    for file in ("priors.json", "priors-steps3.json"):
+        for c in d[file]["cells"]:
+            v = c["prorsa_vs_best"]
+            rows.append([c["family"], MODEL.get(c["model"], c["model"]), c["mode"], str(c["steps"]),
+                         split(c["best_fixed"]), *(f3(v[p]) for p in ("none", "earlier", "wrong")),
+                         f3(c["oracle_vs_best"]), "/".join(str(c["prorsa_switches"][p]) for p in ("none", "earlier", "wrong"))])
+            for p in ("none", "earlier", "wrong"):
+                key = (p, c["steps"] > 1)
+                if key not in lows or v[p] < lows[key][0]:
+                    lows[key] = (v[p], f"{c['family']} {MODEL.get(c['model'], c['model'])} {c['mode']}")
+    low = "; ".join(f"{p}{' (multi-step)' if multi else ''} {x:.3f} ({where})"
+                    for (p, multi), (x, where) in sorted(lows.items(), key=lambda kv: (kv[0][1], kv[0][0])))
+    return table(["family", "model", "mode", "steps", "best fixed", "prorsa: none", "prorsa: earlier run",
+                  "prorsa: wrong family", "oracle", "switches n/e/w"], rows) + [
+        "", f"Lowest prorsa / best fixed per prior: {low}."]
+
+
 def drivers_table(file: str, header: str, hits: bool = False) -> Callable[[dict], list[str]]:
     def render(d: dict) -> list[str]:
         doc = d[file]
@@ -341,6 +361,7 @@ class Table(NamedTuple):
 TABLES: dict[str, Table] = {
     "paper": Table(["paper.json"], t_paper),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
+    "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
     "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),

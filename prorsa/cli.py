@@ -110,6 +110,14 @@ def _new_run_dir(base: Path, name: str) -> Path:
 
 
 OVERRIDES = click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+PRIOR = click.option("--prior", metavar="RUN_DIR", type=click.Path(),
+                     help="What prorsa may assume before it observes: an earlier run's directory (or a prorsa sim "
+                          "--output folder); its trajectories' means pick the opening roles. Default: the "
+                          "pipeline's prior:, else none (start all mixed and learn).")
+
+
+def _prior(path: str | None) -> str | None:
+    return None if path is None else str(Path(path).resolve())
 
 
 def _overrides(items: tuple[str, ...], **options) -> dict:
@@ -147,8 +155,10 @@ def main(verbose: bool) -> None:
                    "running scheduler, tcp://host:8786 (default: a LocalCluster).")
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(),
               help="Finish a stopped run: its pipeline.json, the trajectories it has not saved yet.")
+@PRIOR
 def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, policy: str | None,
-        seed: int | None, output: str | None, cluster_opt: str | None, resume_dir: str | None) -> None:
+        seed: int | None, output: str | None, cluster_opt: str | None, resume_dir: str | None,
+        prior: str | None) -> None:
     """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/.
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
     from prorsa.metrics.journal import JournalError
@@ -158,15 +168,15 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     if (pipeline is None) == (resume_dir is None):
         _fail("give a PIPELINE to start a run, or --resume RUN_DIR to finish one")
     if resume_dir is not None:
-        if engine or policy or output or seed is not None or overrides:
+        if engine or policy or output or prior or seed is not None or overrides:
             _fail("--resume runs the pipeline the run started with; drop --engine, --policy, --seed, "
-                  "--output and KEY=VALUE overrides")
+                  "--output, --prior and KEY=VALUE overrides")
         pipeline = f"{resume_dir}/pipeline.json"
         resolved = _or_fail(resolve, _or_fail(resume_config, resume_dir), pipeline)
         run_dir = Path(resume_dir)
     else:
         resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy,
-                                                            "seed": seed}))
+                                                            "seed": seed, "prior": _prior(prior)}))
     cfg = resolved.cfg
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
@@ -231,13 +241,15 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
 @click.option("--prefix-cache", type=click.Choice(["ideal", "lru"]), help="Override engines.prefix_cache.")
 @click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
 @click.option("--output", type=click.Path(file_okay=False), help="Write results.nc and one run directory per policy here.")
+@PRIOR
 def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | None, gpu: str | None,
         model: str | None, tp: int | None, ep: int | None, prefix_cache: str | None, seed: int | None,
-        output: str | None) -> None:
+        output: str | None, prior: str | None) -> None:
     """Simulate PIPELINE's rollout in virtual time under each policy and compare them.
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
     overrides = _overrides(overrides, **{"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
-                                         "engines.ep": ep, "engines.prefix_cache": prefix_cache, "seed": seed})
+                                         "engines.ep": ep, "engines.prefix_cache": prefix_cache, "seed": seed,
+                                         "prior": _prior(prior)})
     if "engines.count" in overrides:  # --policy picks what runs; the pipeline's own need not fit the count
         overrides.setdefault("policy", "colocated")
     resolved = _load(pipeline, overrides)

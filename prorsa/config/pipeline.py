@@ -304,10 +304,26 @@ class TrainConfig(_Section):
     placement: Literal["driver", "worker"] = "driver"
 
 
+class ExpectConfig(_Section):
+    """What a pipeline declares it expects of one trajectory, before anything is observed: means
+    over a trajectory (tokens, and tool seconds of the cost model's clock). A prior, not the run's
+    future: the policy plans its opening from it and corrects it as turns are observed."""
+
+    prompt_tokens: float = Field(ge=0, le=2**30)  # the first turn's append
+    observation_tokens: float = Field(ge=0, le=2**30)  # a later turn's append
+    decode_tokens: float = Field(gt=0, le=2**30)  # per turn
+    tool_s: float = Field(0.0, ge=0, le=86400)  # per tool call
+    turns: float = Field(ge=1, le=65536)  # per trajectory
+
+
 class PipelineConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)  # a directory name, with a timestamp added
     seed: int = 0
     policy: str = "static:2:1"
+    # what adaptive policies may assume before observing anything: an earlier run's directory (its
+    # trajectories.parquet; a `prorsa sim --output` folder: every run in it), or declared means;
+    # None: they start all-mixed and learn the workload from this run's own turns
+    prior: str | ExpectConfig | None = None
     engines: EnginesConfig = EnginesConfig()
     workload: WorkloadConfig = WorkloadConfig()
     runtime: RuntimeConfig = RuntimeConfig()
@@ -336,8 +352,10 @@ class PipelineConfig(_Section):
         return self
 
     def resolve_paths(self, base: Path) -> PipelineConfig:
-        """Relative trace and task-file paths are relative to the pipeline file."""
+        """Relative trace, prior and task-file paths are relative to the pipeline file."""
         cfg = self
+        if isinstance(cfg.prior, str) and not Path(cfg.prior).is_absolute():
+            cfg = cfg.model_copy(update={"prior": str((base / cfg.prior).resolve())})
         if cfg.workload.trace and not Path(cfg.workload.trace).is_absolute():
             trace = str((base / cfg.workload.trace).resolve())
             cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"trace": trace})})

@@ -145,14 +145,16 @@ class Prorsa:
         # not seen through within ten intervals (or 30 s) is taken as lost and planned afresh.
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
         self.name = _name("prorsa", args)
-        self.hint = ctx.workload
+        self.prior = ctx.prior
+        self.concurrency = ctx.concurrency
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
 
     def initial_roles(self, n_engines: int) -> list[Role]:
-        """The split the allocator scores best for the steady state the pipeline's workload hint
-        implies, unless all-mixed is within min_gain of it. Mixed is the default: it serves either
+        """The split the allocator scores best for the steady state the prior implies (an earlier
+        run's means, or the pipeline's declared ones; with none: all mixed), unless all-mixed is
+        within min_gain of it. Mixed is the default: it serves either
         phase at once, leaves MIXED cheaply, and a rollout opens with a burst of prompts that
         every engine can help prefill. But the roles a run opens with are the ones its first
         turns settle on (their prefixes stay where they ran), and moving there later costs
@@ -161,17 +163,49 @@ class Prorsa:
         Of the splits the steady state scores alike, the one with the most mixed engines: where
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
-        if self.hint is None or n_engines < 2:
-            return [Role.MIXED] * n_engines
-        fc = steady_forecast(self.hint, self.capacity, n_engines, self.forecaster.n_bins, self.forecaster.bin_s)
+        p, d, m = self._steady_split(self.prior, n_engines)
+        return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def _steady_split(self, hint: WorkloadHint | None, n_engines: int,
+                      keep: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
+        """The split the steady state of `hint` scores best, unless `keep` (default all mixed)
+        scores within min_gain of it."""
+        keep = keep or (0, 0, n_engines)
+        if hint is None or n_engines < 2:
+            return keep
+        fc = steady_forecast(hint, self.capacity, n_engines, self.forecaster.n_bins, self.forecaster.bin_s)
         cands = splits(n_engines)
         costs = score(self.capacity, fc, cands[:, 0], cands[:, 1], cands[:, 2])
-        mixed = float(costs[(cands[:, 2] == n_engines)][0])
-        if mixed <= (1 + self.allocator.min_gain) * float(costs.min()):
-            return [Role.MIXED] * n_engines
+        kept = costs[(cands == keep).all(axis=1)]
+        if len(kept) and kept[0] <= (1 + self.allocator.min_gain) * float(costs.min()):
+            return keep
         tied = cands[costs <= (1 + _TIE) * float(costs.min())]
         p, d, m = (int(x) for x in tied[np.lexsort((tied[:, 0], -tied[:, 2]))[0]])
-        return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+        return p, d, m
+
+    def learned(self) -> WorkloadHint | None:
+        """The workload as this run has observed it (once enough trajectories ended), else the prior."""
+        means = self.forecaster.means()
+        if means is None:
+            return self.prior
+        concurrency = self.concurrency or (self.prior.concurrency if self.prior else 0)
+        return WorkloadHint(concurrency=concurrency, **means) if concurrency else self.prior
+
+    def between_steps(self, snapshot: Snapshot) -> Decision:
+        """Between synchronous steps nothing is in flight, so a switch drains nothing: the next
+        step opens on the steady split of what the steps so far observed (a prior until then),
+        the way the first step opened on the prior."""
+        for ev in snapshot.events:
+            self.forecaster.observe(ev)
+        hint = self.learned()
+        engines = self._requests.engines(snapshot)
+        goal = self._steady_split(hint, len(engines))
+        targets = reassign(engines, goal)
+        self._committed, self._streak = None, (None, 0)
+        self._requests.ask(targets, snapshot.time_s)
+        what = "no workload observed yet" if hint is None else (
+            f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
+        return Decision(targets, f"next step: {goal[0]}:{goal[1]}:{goal[2]} for {what}")
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
@@ -201,6 +235,20 @@ class Prorsa:
             return {}, f"vote {n}/{self.votes}: "
         self._committed, self._streak = plan.goal, (None, 0)
         return plan.targets, ""
+
+
+def reassign(engines: list[EngineLoad], goal: tuple[int, int, int]) -> dict[str, Role]:
+    """Targets that bring `engines` to `goal` (prefill, decode, mixed counts), moving the fewest:
+    an engine keeps its role while the goal still wants one more of it."""
+    want = dict(zip((Role.PREFILL, Role.DECODE, Role.MIXED), goal))
+    movers = []
+    for e in engines:
+        if want.get(e.role, 0) > 0:
+            want[e.role] -= 1
+        else:
+            movers.append(e.engine_id)
+    missing = [role for role, n in want.items() for _ in range(n)]
+    return dict(zip(movers, missing))
 
 
 def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:

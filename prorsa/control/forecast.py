@@ -145,6 +145,9 @@ class Forecaster:
         self._rate = Samples(memory)  # tokens/s of finished decodes (pooled: engines, not tasks)
         self._rate_tokens = Samples(memory)  # their lengths, to weigh the rates
         self._wait = Samples(memory)  # submitted -> decoding, seconds (pooled)
+        # the whole run's sums (not the recent window: a step's tail is its longest trajectories)
+        self._sums = dict.fromkeys(("prompt_tokens", "observation_tokens", "decode_tokens", "tool_s", "turns"), 0.0)
+        self._counts = dict.fromkeys(self._sums, 0)
         self.book = ErrorBook(self.n_bins, self.bin_s, error_window)
 
     # -- learning ------------------------------------------------------------------------------
@@ -160,9 +163,12 @@ class Forecaster:
         new_turn = prev is None or ev.turn > prev.turn
         if new_turn and ev.phase.rank <= Phase.PREFILL.rank:
             self._queued_at[ev.traj_id] = ev.time_s
+            if ev.turn == 0 and ev.tokens > 0:
+                self._count("prompt_tokens", ev.tokens)
             if ev.turn > 0:
                 self.book.arrival(ev.time_s, ev.tokens)
                 if ev.tokens > 0:
+                    self._count("observation_tokens", ev.tokens)
                     for f in both:
                         f.obs_tokens.add(ev.tokens)
         if prev is not None and ev.turn == prev.turn + 1:  # turn k went on: its first event
@@ -170,7 +176,11 @@ class Forecaster:
                 f.turn_fate(prev.turn, last=False)
                 if prev.phase is Phase.TOOL:
                     f.tool_s.add(ev.time_s - prev.since_s)
+            if prev.phase is Phase.TOOL:
+                self._count("tool_s", ev.time_s - prev.since_s)
         if ev.phase.finished:
+            if ev.phase is Phase.DONE:
+                self._count("turns", ev.turn + 1)
             for f in both:
                 f.turn_fate(ev.turn, last=True)
                 if prev is not None:
@@ -188,6 +198,8 @@ class Forecaster:
     def _decode_finished(self, prev: TrajectoryState | None, ev: LifecycleEvent,
                          both: tuple[FamilyStats, FamilyStats]) -> None:
         """A decode ended (TOOL, or DONE/FAILED right after it): its length and rate."""
+        if ev.tokens > 0:
+            self._count("decode_tokens", ev.tokens)
         for f in both:
             if ev.tokens > 0:
                 f.decode_tokens.add(ev.tokens)
@@ -203,6 +215,20 @@ class Forecaster:
             return self._prior_tps
         r, w = self._rate.values(), self._rate_tokens.values()
         return float(w.sum() / (w / r).sum())  # total tokens over total seconds
+
+    def _count(self, key: str, x: float) -> None:
+        self._sums[key] += x
+        self._counts[key] += 1
+
+    def means(self, min_ended: int = 8) -> dict[str, float] | None:
+        """The workload as observed over the run, as WorkloadHint's means (no concurrency); None
+        until `min_ended` trajectories have ended (a turn count is only known at the end)."""
+        if self._counts["turns"] < min_ended:
+            return None
+        pr = self.priors
+        default = {"prompt_tokens": 0.0, "observation_tokens": pr.observation_tokens,
+                   "decode_tokens": pr.decode_tokens, "tool_s": 0.0, "turns": 1.0}
+        return {k: self._sums[k] / n if (n := self._counts[k]) else default[k] for k in self._sums}
 
     # -- predicting ----------------------------------------------------------------------------
 

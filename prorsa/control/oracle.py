@@ -107,6 +107,7 @@ class Oracle(Prorsa):
             raise ValueError("the oracle reads the workload's future, which only `prorsa sim` has")
         super().__init__(*args, context=context)
         self.name = ":".join(("oracle", *args))
+        self.prior = context.future_means or self.prior  # it opens on the run's own means
         old = self.forecaster
         self.forecaster = TrueFutureForecaster(context.future, old.horizon_s, old.bin_s,
                                                decode_tps=old._prior_tps)

@@ -49,8 +49,10 @@ class Decision:
 
 @dataclass(frozen=True)
 class WorkloadHint:
-    """What a pipeline declares about its workload, as means over a sample of its trajectories:
-    enough to plan an opening split before anything has been observed (never the split itself)."""
+    """A workload as means over its trajectories: enough to plan a split for its steady state
+    (never the split itself). A policy gets one as a prior (an earlier run's, or what the pipeline
+    declares: PolicyContext.prior), learns one from the turns it observes, and only the oracle
+    gets the run's own (PolicyContext.future_means)."""
 
     concurrency: int  # trajectories in flight (sync: B x G; async: concurrency)
     prompt_tokens: float  # the first turn's append
@@ -70,7 +72,9 @@ class PolicyContext:
     interval_s: float  # seconds between decide() calls
     # traj_id -> the trajectory's whole spec: the future, which only a simulator can give (oracle)
     future: Callable[[str], TrajectorySpec] | None = None
-    workload: WorkloadHint | None = None
+    prior: WorkloadHint | None = None  # what the run may assume before it observes (pipeline `prior:`)
+    future_means: WorkloadHint | None = None  # the run's own means: the oracle's alone, like `future`
+    concurrency: int = 0  # trajectories in flight as the pipeline declares them (sync: B x G)
     layouts: RoleCosts | None = None  # per-role cost models (engines.parallelism); None: `cost` in every role
 
     @classmethod
@@ -86,6 +90,10 @@ class Policy(Protocol):
     def initial_roles(self, n_engines: int) -> list[Role]: ...
 
     def decide(self, snapshot: Snapshot) -> Decision: ...
+
+    # Optional: between two synchronous steps, when no trajectory is in flight and a switch costs
+    # no drain, the roles for the next step (ControlLoop.before_step carries them out at once).
+    # def between_steps(self, snapshot: Snapshot) -> Decision: ...
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {}

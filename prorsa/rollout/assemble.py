@@ -56,6 +56,8 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
     loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
              asyncio.create_task(body.controller.run()),
              *(asyncio.create_task(loop()) for loop in body.background)]
+    if wcfg.mode == "sync":
+        rl["before_step"] = body.controller.before_step
     rollout = drive(workload, wcfg, body.runner, body.now, on_done, rec.on_turn, episodes=episodes,
                     update_weights=update_weights, skip=skip, **rl)
     try:

@@ -12,7 +12,11 @@ The pieces a RunContext holds, for callers that need one alone:
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
-    workload_hint(cfg)    means over the first trajectories of cfg's workload (WorkloadHint)
+    prior_hint(cfg)       the pipeline's `prior:` as a WorkloadHint (an earlier run's measured
+                          means, or declared ones), None without one
+
+Nothing here reads the run's own workload ahead: a policy learns it from the turns it observes,
+and starts from the prior, if the pipeline gives one (the oracle's future is the simulator's).
 """
 
 from __future__ import annotations
@@ -23,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, read_trace
-from prorsa.agent.workload import Workload
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import PolicyContext, WorkloadHint, make_policy
+from prorsa.metrics.prior import PriorError, read_prior
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
 from prorsa.rollout.placement import MoveCost
@@ -45,7 +49,7 @@ class RunContext:
     cfg: PipelineConfig
     unit: float  # wall seconds per body second (1 unless emulated engines run time-scaled)
     costs: RoleCosts  # an engine's cost model in each role
-    policy: PolicyContext  # what adaptive policies plan with (the workload hint included)
+    policy: PolicyContext  # what adaptive policies plan with (the prior included)
 
     def body_s(self, wall_s: float) -> float:
         """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
@@ -68,7 +72,16 @@ def check(cfg: PipelineConfig) -> list[str]:
     """What the schema cannot know: every name resolves to a profile, policy, reward, user tool or
     readable trace (a user's `package.module:name` is imported here, as the tool workers will)."""
     return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trace(cfg),
-                        _dashboard(cfg)) if p]
+                        _prior(cfg), _dashboard(cfg)) if p]
+
+
+def _prior(cfg: PipelineConfig) -> str | None:
+    if isinstance(cfg.prior, str):
+        try:
+            read_prior(cfg.prior)
+        except PriorError as err:
+            return f"prior: {err}"
+    return None
 
 
 def _profiles(cfg: PipelineConfig) -> str | None:
@@ -172,29 +185,22 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
     cost = layouts.mixed
     # an MoE engine under expert parallelism is a DP-attention group: KV of every rank
     return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
-                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg), workload=workload_hint(cfg),
-                         layouts=None if layouts.is_uniform else layouts)
+                         interval_s=cfg.runtime.control_interval_s / time_unit(cfg), prior=prior_hint(cfg),
+                         concurrency=concurrency(cfg), layouts=None if layouts.is_uniform else layouts)
 
 
-def workload_hint(cfg: PipelineConfig, sample: int = 64) -> WorkloadHint:
+def concurrency(cfg: PipelineConfig) -> int:
+    """Trajectories in flight, as the pipeline declares them (sync: a whole step)."""
     w = cfg.workload
-    workload = Workload.from_config(w, cfg.seed)
-    if w.mode == "sync":
-        specs = workload.trajectories_for_step(0, first=sample)
-        concurrency = w.prompts * w.group_size
-    else:
-        specs = [workload.trajectory(i) for i in range(sample)]
-        concurrency = w.concurrency
-    turns = [t for s in specs for t in s.turns]
-    later = [t.appended_tokens for s in specs for t in s.turns[1:]]
-    tools = [t.tool_latency_s for t in turns if not t.done]
-    return WorkloadHint(
-        concurrency=concurrency,
-        prompt_tokens=float(np.mean([s.turns[0].appended_tokens for s in specs])),
-        observation_tokens=float(np.mean(later)) if later else 0.0,
-        decode_tokens=float(np.mean([t.decode_tokens for t in turns])),
-        tool_s=float(np.mean(tools)) / time_unit(cfg) if tools else 0.0,
-        turns=len(turns) / len(specs))
+    return w.prompts * w.group_size if w.mode == "sync" else w.concurrency
+
+
+def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:
+    prior = cfg.prior
+    if prior is None:
+        return None
+    means = read_prior(prior) if isinstance(prior, str) else prior
+    return WorkloadHint(concurrency=concurrency(cfg), **means.model_dump())
 
 
 def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], float]) -> Router:
@@ -202,6 +208,7 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
     e, r = ctx.cfg.engines, ctx.cfg.runtime
     move_cost = None
     if r.sticky_overload == "cost":  # priced as the mixed role's layout, as the allocator plans
-        move_cost = MoveCost(ctx.costs.mixed, e.slots, ctx.policy.workload.decode_tokens)
+        prior = ctx.policy.prior
+        move_cost = MoveCost(ctx.costs.mixed, e.slots, prior.decode_tokens if prior else Priors().decode_tokens)
     return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=e.slots,
                   move_cost=move_cost, clock=clock)

@@ -4,6 +4,8 @@
     await loop.run()      every interval_s (the body's sleep) until cancelled
     await loop.step()     one interval: snapshot, decide, record, start the switches asked for
     await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
+    await loop.before_step(step)   between synchronous steps: the policy's roles for the next one
+                                   (Policy.between_steps), carried out before the step starts
     loop.trajectory_done(result)   the driver saw a trajectory end: a DONE event for the next step
                                    (an answer before the turn cap ends it unannounced to the body)
     timed(fn, *args)               -> (result, CPU seconds this thread spent in it)
@@ -98,6 +100,33 @@ class ControlLoop:
                 task.cancel()
             await asyncio.gather(*self._switching.values(), return_exceptions=True)
 
+    async def before_step(self, step: int) -> None:
+        """A synchronous step is about to start and none is in flight: a policy that plans between
+        steps (Policy.between_steps) sets the next step's roles now, and the step waits for them."""
+        between = getattr(self.policy, "between_steps", None)
+        if between is None or step == 0:
+            return
+        snap = self._with_ended(await self.observe())
+        self._learn(snap)
+        decision, cpu = timed(between, snap)
+        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
+                                       decision.reason, decision.forecast, dict(decision.forecast_error)))
+        moves = [self.switch(engine, role, decision.reason) for engine, role in decision.targets.items()
+                 if engine not in self._switching and role is not self.router.roles.get(engine)]
+        await asyncio.gather(*moves)
+
+    def _with_ended(self, snap: Snapshot) -> Snapshot:
+        if not self._ended:
+            return snap
+        ended, self._ended = self._ended, []
+        return replace(snap, events=(*snap.events, *ended))
+
+    def _learn(self, snap: Snapshot) -> None:
+        """The router prices moves with a turn's mean decode: it learns it from the decodes seen."""
+        for ev in snap.events:
+            if ev.tokens > 0 and (ev.phase is Phase.TOOL or ev.phase.finished):
+                self.router.decoded(ev.tokens)
+
     async def step(self) -> Decision:
         t0 = time.perf_counter()
         # thread_time counts only this thread, and only while the step holds it: other tasks run
@@ -105,9 +134,8 @@ class ControlLoop:
         self._cpu = 0.0
         snap = await self.observe()
         c = time.thread_time()
-        if self._ended:
-            ended, self._ended = self._ended, []
-            snap = replace(snap, events=(*snap.events, *ended))
+        snap = self._with_ended(snap)
+        self._learn(snap)
         self.spent(time.thread_time() - c)
         decision = await self.decide(snap)
         c = time.thread_time()

@@ -14,6 +14,8 @@
                                                      result is tagged with the one it started under
     gate=                                            async, optional: started count -> may another
                                                      start now (the RL loop's staleness bound)
+    before_step=                                     sync, optional: awaited before each step, after
+                                                     the weight update (the roles for the step)
 
 Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
 """
@@ -45,6 +47,7 @@ async def run_sync(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
     update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
+    before_step: Callable[[int], Awaitable[None]] | None = None,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
@@ -53,6 +56,8 @@ async def run_sync(
             continue
         if step and update_weights is not None:
             await update_weights()
+        if before_step is not None:
+            await before_step(step)
         step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes, version)
                                               for s in specs))
         results.extend(step_results)

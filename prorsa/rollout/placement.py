@@ -27,8 +27,9 @@ turn the engine admits meets only a bigger batch, whose steps are slower. Pricin
 (what its KV reads add to its neighbours' steps, or the prefill interference a busier mixed
 engine suffers) made the rule move more and lose: up to 4% of colocated's throughput on SWE and
 7% on the phase workloads, against never moving for load.
-A turn's decode length is not known when it is routed (a live turn decodes to EOS): the workload
-hint's mean stands for it.
+A turn's decode length is not known when it is routed (a live turn decodes to EOS): the mean of
+the decodes seen so far stands for it (`learn`), starting from the prior's mean, or the
+forecaster's default prior where the run has none.
 """
 
 from __future__ import annotations
@@ -40,12 +41,23 @@ from functools import cached_property
 from prorsa.costmodel import CostModel
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class MoveCost:
     cost: CostModel
     slots: int
-    decode_tokens: float  # a turn's mean decode (WorkloadHint.decode_tokens)
+    decode_tokens: float  # a turn's mean decode: the prior's until decodes are seen, then theirs
     budget: int = 8192  # prefill tokens a rank computes in one step (the engines' max_batched_tokens)
+    prior_weight: float = 8.0  # decodes the starting mean is worth against observed ones
+
+    def __post_init__(self) -> None:
+        self._prior = float(self.decode_tokens)
+        self._total, self._n = 0.0, 0  # the decodes observed
+
+    def learn(self, tokens: int) -> None:
+        self._total += tokens
+        self._n += 1
+        w = self.prior_weight
+        self.decode_tokens = (w * self._prior + self._total) / (w + self._n)
 
     @cached_property
     def prefill_rate(self) -> float:

@@ -248,6 +248,11 @@ class Router:
                 self._floor = min(self._floor, self.load[engine])
         self._kv[route.decode] -= route.kv
 
+    def decoded(self, tokens: int) -> None:
+        """A decode of `tokens` ended somewhere: the cost rule's mean decode learns from it."""
+        if self.move_cost is not None:
+            self.move_cost.learn(tokens)
+
     def forget(self, traj_id: str) -> None:
         self._sticky["prefill"].pop(traj_id, None)
         self._sticky["decode"].pop(traj_id, None)

@@ -26,11 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import Policy, make_policy
+from prorsa.control.policy import Policy, WorkloadHint, make_policy
 from prorsa.costmodel import load_gpu
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine
@@ -103,7 +105,7 @@ async def _simulate(run: RunContext, policy: str | Policy | None) -> SimRun:
 
     cfg, unit = run.cfg, run.unit
     workload = Workload.from_config(cfg.workload, cfg.seed)
-    context = replace(run.policy, future=future_of(workload, unit))
+    context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
@@ -173,6 +175,24 @@ def future_of(workload: Workload, unit: float) -> Callable[[str], TrajectorySpec
         return spec
 
     return lookup
+
+
+def future_means(run: RunContext, workload: Workload, sample: int = 64) -> WorkloadHint:
+    """The run's own means over its first `sample` trajectories: what the oracle opens on. The
+    future of the run, so no other policy is given it (they learn it, or start from a prior)."""
+    w = run.cfg.workload
+    specs = (workload.trajectories_for_step(0, first=sample) if w.mode == "sync"
+             else [workload.trajectory(i) for i in range(sample)])
+    turns = [t for s in specs for t in s.turns]
+    later = [t.appended_tokens for s in specs for t in s.turns[1:]]
+    tools = [t.tool_latency_s for t in turns if not t.done]
+    return WorkloadHint(
+        concurrency=run.policy.concurrency,
+        prompt_tokens=float(np.mean([s.turns[0].appended_tokens for s in specs])),
+        observation_tokens=float(np.mean(later)) if later else 0.0,
+        decode_tokens=float(np.mean([t.decode_tokens for t in turns])),
+        tool_s=float(np.mean(tools)) / run.unit if tools else 0.0,
+        turns=len(turns) / len(specs))
 
 
 def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:

@@ -190,8 +190,8 @@ def test_reactive_keeps_a_role_alive_and_holds_when_both_press():
     assert r.decide(snap(4.0, [P, D, D], queue=5000, kv=0.1)).targets == {}
 
 
-def test_the_opening_split_follows_the_workload_hint_not_a_told_split():
-    """Without a hint prorsa opens all mixed. With the pipeline's workload hint it opens with the
+def test_the_opening_split_follows_the_prior_not_a_told_split():
+    """Without a prior prorsa opens all mixed. With a prior (an earlier run's means) it opens with the
     split the cost model scores best for that workload's steady state: mixed for a dense model
     with small appends, dedicated roles for long SWE contexts on an MoE under DP attention."""
     from dataclasses import replace
@@ -206,9 +206,9 @@ def test_the_opening_split_follows_the_workload_hint_not_a_told_split():
     dense = PolicyContext.default()
     moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
     moe = PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4, interval_s=1.0)
-    assert make_policy("prorsa", dense).initial_roles(8) == [M] * 8  # no hint
-    assert make_policy("prorsa", replace(dense, workload=small)).initial_roles(8) == [M] * 8
-    opening = make_policy("prorsa", replace(moe, workload=swe)).initial_roles(8)
+    assert make_policy("prorsa", dense).initial_roles(8) == [M] * 8  # no prior
+    assert make_policy("prorsa", replace(dense, prior=small)).initial_roles(8) == [M] * 8
+    opening = make_policy("prorsa", replace(moe, prior=swe)).initial_roles(8)
     assert Role.PREFILL in opening and len(opening) == 8
 
 
@@ -221,12 +221,12 @@ def test_of_splits_the_steady_state_scores_alike_prorsa_opens_with_the_most_mixe
     from prorsa.control.policy import PolicyContext, WorkloadHint
     from prorsa.costmodel import CostModel
 
-    # the hint of benchmarks/paper.py's SWE MoE sync cell, where argmin's rounding chose D2 M5
+    # the means of benchmarks/paper.py's SWE MoE sync cell, where argmin's rounding chose D2 M5
     swe = WorkloadHint(concurrency=256, prompt_tokens=1753.0, observation_tokens=1558.9048387096775,
                        decode_tokens=465.390350877193, tool_s=0.909562328648394, turns=10.6875)
     moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
     moe = PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4,
-                        interval_s=1.0, workload=swe)
+                        interval_s=1.0, prior=swe)
     p = make_policy("prorsa", moe)
     steady = steady_forecast(swe, p.capacity, 8, p.forecaster.n_bins, p.forecaster.bin_s)
     cands = splits(8)
@@ -234,3 +234,69 @@ def test_of_splits_the_steady_state_scores_alike_prorsa_opens_with_the_most_mixe
     tied = cands[costs <= costs.min() * (1 + 1e-3)]
     assert len(tied) == 8 and (tied[:, 0] == 1).all()  # the tie this rule is for: P1 Dk M(7-k)
     assert p.initial_roles(8) == [P] + [M] * 7
+
+
+def _swe_moe_context(**kw):
+    from prorsa.control.policy import PolicyContext
+    from prorsa.costmodel import CostModel
+
+    moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
+    return PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4,
+                         interval_s=1.0, concurrency=256, **kw)
+
+
+def _trajectory_events(n: int, turns: int, prompt: int, obs: int, dec: int, tool_s: float):
+    """n trajectories of `turns` turns each, as a body reports them, one after another."""
+    from prorsa.control.lifecycle import LifecycleEvent as Ev
+    from prorsa.control.lifecycle import Phase
+
+    t, out = 0.0, []
+    for i in range(n):
+        tid = f"s0-p{i}-g0"
+        for k in range(turns):
+            out.append(Ev(t, tid, "swe", k, Phase.QUEUED, prompt if k == 0 else obs))
+            out.append(Ev(t + 0.1, tid, "swe", k, Phase.DECODE, 0))
+            last = k == turns - 1
+            out.append(Ev(t + 1.0, tid, "swe", k, Phase.DONE if last else Phase.TOOL, dec))
+            t += 1.0 + (0 if last else tool_s)
+    return out
+
+
+def test_prorsa_learns_the_workload_from_what_it_observes_and_opens_the_next_step_on_it():
+    """No prior: the first step opens all mixed; between steps the policy's means are the ones
+    the trajectories showed (not a sample of the run's future), and the next step opens on the
+    split they score best, moving the fewest engines."""
+    from prorsa.control.policy import Snapshot
+
+    p = make_policy("prorsa", _swe_moe_context())
+    assert p.initial_roles(8) == [M] * 8
+    assert p.learned() is None  # nothing ended yet: no means, and no prior to fall back on
+    events = _trajectory_events(16, turns=11, prompt=1750, obs=1560, dec=465, tool_s=0.9)
+    snap = Snapshot(200.0, tuple(eng(f"e{i}", M) for i in range(8)), events=tuple(events))
+    d = p.between_steps(snap)
+    hint = p.learned()
+    assert (hint.prompt_tokens, hint.observation_tokens, hint.decode_tokens, hint.turns) == (1750, 1560, 465, 11)
+    assert hint.tool_s == pytest.approx(0.9) and hint.concurrency == 256
+    assert sorted(d.targets.values()) == [P]  # SWE on an MoE under DP attention: P1 beside mixed
+    assert "next step: 1:0:7" in d.reason
+
+
+def test_between_steps_keeps_roles_when_nothing_was_observed():
+    from prorsa.control.policy import Snapshot
+
+    p = make_policy("prorsa", _swe_moe_context())
+    d = p.between_steps(Snapshot(1.0, tuple(eng(f"e{i}", M) for i in range(8))))
+    assert d.targets == {} and "no workload observed" in d.reason
+
+
+def test_reassign_moves_the_fewest_engines():
+    from prorsa.control.adaptive import reassign
+
+    engines = [eng("a", P), eng("b", D), eng("c", D), eng("d", M)]
+    assert reassign(engines, (1, 2, 1)) == {}
+    assert reassign(engines, (0, 0, 4)) == {"a": M, "b": M, "c": M}
+    assert reassign(engines, (2, 1, 1)) == {"c": P}
+
+
+def eng(engine_id: str, role: Role) -> EngineLoad:
+    return EngineLoad(engine_id, role, 0, 0, 0, 700000)

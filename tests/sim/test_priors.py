@@ -1,0 +1,104 @@
+"""What a run may assume: nothing of its own future. A prior is an earlier run's means (or the
+pipeline's declared ones); without one prorsa starts all mixed and learns from its turns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from prorsa.config.load import ConfigError
+from prorsa.config.pipeline import ExpectConfig, PipelineConfig
+from prorsa.metrics.prior import PriorError, read_prior
+from prorsa.roles import Role
+from prorsa.rollout.context import resolve
+from prorsa.sim.run import simulate, write_run
+
+MOE = {
+    "name": "priors", "seed": 3, "policy": "prorsa",
+    "engines": {"backend": "emulated", "count": 8, "slots": 128, "model": "qwen3-30b-a3b", "ep": 4},
+    "workload": {"family": "swe", "mode": "sync", "prompts": 16, "group_size": 8, "max_turns": 8},
+}
+
+
+def cfg(**top) -> PipelineConfig:
+    return PipelineConfig.model_validate(MOE | top)
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory):
+    """An earlier run of the same workload, another seed: what `--prior RUN_DIR` reads."""
+    sim = simulate(cfg(seed=4), "colocated")
+    run_dir = tmp_path_factory.mktemp("earlier") / "run"
+    write_run(sim, run_dir)
+    return run_dir, sim
+
+
+def test_a_prior_is_the_means_of_what_the_earlier_run_did(earlier):
+    run_dir, sim = earlier
+    done = [r for r in sim.recorder.trajectories if r.status == "completed"]
+    turns = [t for r in done for t in r.turns]
+    got = read_prior(run_dir)
+    assert got.turns == pytest.approx(len(turns) / len(done))
+    assert got.prompt_tokens == pytest.approx(sum(r.turns[0].prefill_tokens for r in done) / len(done))
+    later = [t.prefill_tokens for r in done for t in r.turns[1:]]
+    assert got.observation_tokens == pytest.approx(sum(later) / len(later))
+    assert got.decode_tokens == pytest.approx(sum(t.decode_tokens for t in turns) / len(turns))
+    tools = [t.tool_s for r in done for t in r.turns[:-1]]
+    assert got.tool_s == pytest.approx(sum(tools) / len(tools)) and got.tool_s > 0
+    # a sim --output folder (runs/<policy>/) and the parquet file itself read alike
+    assert read_prior(run_dir / "trajectories.parquet") == got
+    assert read_prior(run_dir.parent) == got
+
+
+def test_without_a_prior_prorsa_opens_all_mixed_and_with_one_on_its_split(earlier):
+    run_dir, _ = earlier
+    bare, told = resolve(cfg()), resolve(cfg(prior=str(run_dir)))
+    assert bare.policy.prior is None and told.policy.prior.concurrency == 128
+    from prorsa.control.policy import make_policy
+
+    assert make_policy("prorsa", bare.policy).initial_roles(8) == [Role.MIXED] * 8
+    assert Role.PREFILL in make_policy("prorsa", told.policy).initial_roles(8)
+    declared = cfg(prior=read_prior(run_dir).model_dump())
+    assert resolve(declared).policy.prior == told.policy.prior
+
+
+def test_later_steps_open_on_what_earlier_steps_observed():
+    """Three steps, no prior: the first opens all mixed, the next ones on the steady split of
+    the turns seen, set between the steps (no drain: nothing is in flight)."""
+    sim = simulate(cfg(workload=MOE["workload"] | {"steps": 3}), "prorsa")
+    between = [c for c in sim.recorder.controls if c.reason.startswith("next step")]
+    assert len(between) == 2
+    first_step_end = max(r.end_s for r in sim.recorder.trajectories if r.spec.step == 0)
+    assert between[0].t == pytest.approx(first_step_end)
+    assert all(set(c.roles.values()) == {Role.MIXED} for c in sim.recorder.controls if c.t < first_step_end)
+    opened = [ch for ch in sim.recorder.role_changes if ch.reason.startswith("next step")]
+    assert opened and all(ch.to_role is Role.PREFILL and ch.drain_s == 0 for ch in opened)
+
+
+def test_bad_priors_get_one_line_naming_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"^prior: .*nowhere: no such run directory"):
+        resolve(cfg(prior=str(tmp_path / "nowhere")))
+    with pytest.raises(ConfigError, match=r"^prior: .*not a run directory"):
+        resolve(cfg(prior=str(tmp_path)))
+    (tmp_path / "trajectories.parquet").write_text("not parquet")
+    with pytest.raises(ConfigError, match=r"^prior: .*unreadable trajectories.parquet"):
+        resolve(cfg(prior=str(tmp_path)))
+    with pytest.raises(ValueError, match="decode_tokens"):
+        ExpectConfig(prompt_tokens=1, observation_tokens=1, decode_tokens=0, turns=2)
+    with pytest.raises(PriorError):
+        read_prior(tmp_path / "nowhere")
+
+
+def test_prior_on_the_command_line(earlier, tmp_path):
+    run_dir, _ = earlier
+    pipeline = tmp_path / "p.json"
+    pipeline.write_text(json.dumps(MOE | {"workload": MOE["workload"] | {"prompts": 4}}))
+    cli = [sys.executable, "-m", "prorsa.cli", "sim", str(pipeline), "--policy", "prorsa"]
+    ok = subprocess.run([*cli, "--prior", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([*cli, "--prior", str(tmp_path / "missing")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and bad.stderr.strip().startswith("error:") and "prior:" in bad.stderr
+    assert "Traceback" not in bad.stderr
