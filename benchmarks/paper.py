@@ -134,11 +134,16 @@ def main() -> None:
     Console(width=160).print(table)
     print("goal (prorsa >= 0.97 of the better of colocated and the best static; >= 1.1x where a static split "
           "is): " + ("met in every cell" if not misses else "missed in " + "; ".join(misses)))
-    command = "python benchmarks/paper.py " + " ".join(sys.argv[1:])
+    save("paper.py", t0, results, points, args.out)
+
+
+def save(script: str, t0: float, cells: list[dict], points: list[dict], out: str) -> None:
+    """The results file: the command that made it, the cells' summaries and every point."""
+    command = f"python benchmarks/{script} " + " ".join(sys.argv[1:])
     print(f"command: {command}  ({time.perf_counter() - t0:.0f} s)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": command, "cells": results, "points": points}, indent=1) + "\n")
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"command": command, "cells": cells, "points": points}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ give it). Fixed splits: colocated and every P:D of 8 engines. Cells as benchmark
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, STATICS, config  # noqa: E402
+from paper import ENGINES, STATICS, config, save  # noqa: E402
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
 PRIORS = ("none", "earlier", "wrong")
@@ -124,11 +123,7 @@ def main() -> None:
         table.add_row(r["family"], r["model"], r["mode"], r["best_fixed"], *(f"{v[p]:.3f}" for p in PRIORS),
                       f"{r['oracle_vs_best']:.3f}", "/".join(str(r["prorsa_switches"][p]) for p in PRIORS))
     Console(width=160).print(table)
-    command = "python benchmarks/priors.py " + " ".join(sys.argv[1:])
-    print(f"command: {command}  ({time.perf_counter() - t0:.0f} s)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": command, "cells": results, "points": points}, indent=1) + "\n")
+    save("priors.py", t0, results, points, args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ FLOORS = [
     {"rollout"},  # what both bodies share; no dask
     {"cluster"},  # what runs in or starts worker processes
     {"dashboard"},
-    {"sim", "live"},  # the two bodies
+    {"sim"},  # the virtual-time body; the live one consults it too (a policy's rehearsals)
+    {"live"},  # the Dask body
     {"validate"},
     {"cli"},
 ]

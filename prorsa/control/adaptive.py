@@ -19,10 +19,12 @@ Requests.timeout_s and planned afresh).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
+from prorsa.agent.trace import TrajectorySpec
 from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first, score, splits
 from prorsa.control.forecast import Forecast, Forecaster
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
@@ -31,6 +33,10 @@ from prorsa.roles import Role
 
 
 _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a preference
+# A rehearsed split must end the replayed step this much sooner than all mixed: the next step's
+# trajectories are not the ones replayed, and a split's lead that small is within their difference.
+REHEARSAL_GAIN = 0.01
+MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
 
 
 class Requests:
@@ -147,9 +153,13 @@ class Prorsa:
         self.name = _name("prorsa", args)
         self.prior = ctx.prior
         self.concurrency = ctx.concurrency
+        self.rehearse = ctx.rehearse
+        self.prior_trajectories = ctx.prior_trajectories
+        self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
+        self._held: tuple[int, int, int] | None = None  # a rehearsed split, kept until the next step
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """The split the allocator scores best for the steady state the prior implies (an earlier
@@ -163,8 +173,25 @@ class Prorsa:
         Of the splits the steady state scores alike, the one with the most mixed engines: where
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
-        p, d, m = self._steady_split(self.prior, n_engines)
+        goal = self._steady_split(self.prior, n_engines)
+        p, d, m = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The split whose rehearsal (the body's simulator replaying `specs` as one step) ends
+        soonest, of: all mixed, every P:D, every P prefill beside mixed ones, and the fluid model's
+        pick; all mixed unless the best beats it by REHEARSAL_GAIN. `fluid` where nothing can be
+        rehearsed (no simulator lent, nothing observed, or more trajectories than is worth it)."""
+        if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
+            return fluid
+        mixed = (0, 0, n_engines)
+        cands = [mixed, fluid, *((p, n_engines - p, 0) for p in range(1, n_engines)),
+                 *((p, 0, n_engines - p) for p in range(1, n_engines))]
+        times = {c: self.rehearse(specs, c) for c in dict.fromkeys(cands)}
+        self.rehearsals.append(times)
+        best = min(times, key=lambda c: (times[c], cands.index(c)))
+        self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[mixed] else mixed
+        return self._held
 
     def _steady_split(self, hint: WorkloadHint | None, n_engines: int,
                       keep: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
@@ -199,19 +226,26 @@ class Prorsa:
             self.forecaster.observe(ev)
         hint = self.learned()
         engines = self._requests.engines(snapshot)
-        goal = self._steady_split(hint, len(engines))
+        before, self._held = len(self.rehearsals), None
+        goal = self._rehearsed(snapshot.finished, len(engines), self._steady_split(hint, len(engines)))
+        how = f"rehearsed on {len(snapshot.finished)} trajectories" if len(self.rehearsals) > before else "steady state"
         targets = reassign(engines, goal)
         self._committed, self._streak = None, (None, 0)
         self._requests.ask(targets, snapshot.time_s)
         what = "no workload observed yet" if hint is None else (
             f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
-        return Decision(targets, f"next step: {goal[0]}:{goal[1]}:{goal[2]} for {what}")
+        return Decision(targets, f"next step: {_split_name(goal)} ({how}) for {what}")
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
             self.forecaster.observe(ev)  # folds the event into forecaster.tracker too
         engines = self._requests.engines(snapshot)
         forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
+        if self._held is not None:
+            # the rehearsal ran the whole step, its tail included, in this split: the horizon's
+            # fluid model, which does not see where prefixes lie, is not asked to undo it
+            return Decision({}, f"hold {_split_name(self._held)}: rehearsed for this step",
+                            forecast=forecast.summary(), forecast_error=self.forecaster.errors())
         plan = self.allocator.plan(forecast, engines, anchor=self._committed,
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))
         targets, why = self._vote(plan)
@@ -235,6 +269,19 @@ class Prorsa:
             return {}, f"vote {n}/{self.votes}: "
         self._committed, self._streak = plan.goal, (None, 0)
         return plan.targets, ""
+
+
+def _split_name(split: tuple[int, int, int]) -> str:
+    return "P{} D{} M{}".format(*split)
+
+
+def fill(specs: Sequence[TrajectorySpec], n: int) -> list[TrajectorySpec]:
+    """`n` trajectories from `specs` (all of them when n is 0): cycled when there are fewer, each
+    repeat with a seed of its own (shared seeds would share token ids, and prefix caches hit)."""
+    if not specs or not n:
+        return list(specs)
+    return [s if i < len(specs) else replace(s, seed=(s.seed + 2654435761 * (i // len(specs))) % 2**32)
+            for i in range(n) for s in (specs[i % len(specs)],)]
 
 
 def reassign(engines: list[EngineLoad], goal: tuple[int, int, int]) -> dict[str, Role]:

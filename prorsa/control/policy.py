@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.config.pipeline import MAX_ENGINES
@@ -36,6 +36,9 @@ class Snapshot:
     engines: tuple[EngineLoad, ...]  # each engine as the body sees it now (prorsa/loads.py)
     trajectories_by_state: dict[str, int] = field(default_factory=dict)  # lifecycle state -> count
     events: tuple[LifecycleEvent, ...] = ()  # lifecycle events since the previous decide()
+    # between_steps only: the trajectories of the step that just ended, as they ran (observed
+    # appends, decodes and tool times, tool times in body seconds)
+    finished: tuple[TrajectorySpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,12 @@ class WorkloadHint:
     turns: float  # per trajectory
 
 
+# (trajectories, (prefill, decode, mixed) engines) -> the makespan, body seconds, of replaying the
+# trajectories as one synchronous step on the run's engines in that split: the simulator, which the
+# body lends the policy (control/ never imports it); tool times in body seconds
+Rehearse = Callable[[Sequence[TrajectorySpec], tuple[int, int, int]], float]
+
+
 @dataclass(frozen=True)
 class PolicyContext:
     """What an adaptive policy knows about the engines it steers (all engines alike)."""
@@ -75,6 +84,8 @@ class PolicyContext:
     prior: WorkloadHint | None = None  # what the run may assume before it observes (pipeline `prior:`)
     future_means: WorkloadHint | None = None  # the run's own means: the oracle's alone, like `future`
     concurrency: int = 0  # trajectories in flight as the pipeline declares them (sync: B x G)
+    prior_trajectories: tuple[TrajectorySpec, ...] = ()  # an earlier run's, as they ran (a prior run dir)
+    rehearse: Rehearse | None = None  # None: the body lends no simulator; plan with the fluid model alone
     layouts: RoleCosts | None = None  # per-role cost models (engines.parallelism); None: `cost` in every role
 
     @classmethod

@@ -138,10 +138,11 @@ class LiveController(ControlLoop):
         self.spent(cpu + time.thread_time() - c)
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(events))
 
-    async def decide(self, snap: Snapshot) -> Decision:
-        # prorsa's plan takes tens of ms of numpy and Python; on the loop it would hold up every
-        # leg of the run (in-process workers and scheduler share this loop) at each interval
-        decision, cpu = await asyncio.to_thread(timed, self.policy.decide, snap)
+    async def call_policy(self, fn, snap: Snapshot) -> Decision:
+        # prorsa's plan takes tens of ms of numpy and Python (a rehearsal between steps, seconds);
+        # on the loop it would hold up every leg of the run (in-process workers and scheduler
+        # share this loop)
+        decision, cpu = await asyncio.to_thread(timed, fn, snap)
         self.spent(cpu)
         return decision
 

@@ -43,6 +43,8 @@ from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.context import RunContext, make_router, resolve
 from prorsa.rollout.drivers import expected_trajectories
+from prorsa.sim.rehearse import rehearser
+from prorsa.sim.run import simulate_async
 
 
 log = logging.getLogger(__name__)
@@ -116,7 +118,10 @@ async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Con
 
 async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None,
                     journal: RunJournal, cluster: ClusterSpec | None) -> dict:
-    cfg, context, unit = run.cfg, run.policy, run.unit
+    cfg, unit = run.cfg, run.unit
+    # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
+    # in the policy's thread, while the weights update)
+    context = replace(run.policy, rehearse=rehearser(run, simulate_async))
     policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]

@@ -3,6 +3,8 @@
     read_prior(path) -> ExpectConfig   means over the completed trajectories of a run directory
                                        (its trajectories.parquet), a `prorsa sim --output` folder
                                        (every run in it), or a trajectories.parquet file
+    prior_trajectories(path, limit)    the completed trajectories of the first run there, as
+                                       they ran (TrajectorySpec: what the policy may rehearse)
     PriorError                         the path holds no run, or no completed trajectory
 
 What a run observed of itself is all it saves: per trajectory, what each turn appended and
@@ -19,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.config.pipeline import ExpectConfig
 
 _FILE = "trajectories.parquet"
@@ -76,3 +79,26 @@ def read_prior(path: str | Path) -> ExpectConfig:
     return ExpectConfig(prompt_tokens=mean(prompt, 0.0), observation_tokens=mean(obs, 0.0),
                         decode_tokens=max(mean(dec, 1.0), 1.0), tool_s=mean(tool, 0.0),
                         turns=max(mean(count, 1.0), 1.0))
+
+
+def prior_trajectories(path: str | Path, limit: int = 4096) -> tuple[TrajectorySpec, ...]:
+    """Up to `limit` completed trajectories of the first run under `path`, its last step's first."""
+    files = prior_files(Path(path))
+    if not files:
+        raise PriorError(f"{path}: not a run directory (no {_FILE} in it or in its runs)")
+    cols = ["traj_id", "family", "step", "prompt_index", "group_index", "status", "turns"]
+    try:
+        rows = pq.read_table(files[0], columns=cols).to_pylist()
+    except (OSError, pa.ArrowException) as err:
+        raise PriorError(f"{path}: unreadable {_FILE} ({err})") from None
+    done = sorted((r for r in rows if r["status"] == "completed" and r["turns"]),
+                  key=lambda r: (-r["step"], r["prompt_index"], r["group_index"]))[:limit]
+    out = []
+    for i, r in enumerate(done):
+        turns = r["turns"]
+        out.append(TrajectorySpec(
+            traj_id=r["traj_id"], family=r["family"], prompt_index=r["prompt_index"], group_index=r["group_index"],
+            step=r["step"], seed=i, turns=tuple(
+                TurnSpec(t["prefill_tokens"], t["decode_tokens"], 0.0 if k == len(turns) - 1 else t["tool_s"],
+                         k == len(turns) - 1) for k, t in enumerate(turns))))
+    return tuple(out)

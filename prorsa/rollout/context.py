@@ -35,7 +35,7 @@ from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import PolicyContext, WorkloadHint, make_policy
-from prorsa.metrics.prior import PriorError, read_prior
+from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
 from prorsa.rollout.placement import MoveCost
@@ -186,7 +186,8 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
     # an MoE engine under expert parallelism is a DP-attention group: KV of every rank
     return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
                          interval_s=cfg.runtime.control_interval_s / time_unit(cfg), prior=prior_hint(cfg),
-                         concurrency=concurrency(cfg), layouts=None if layouts.is_uniform else layouts)
+                         concurrency=concurrency(cfg), layouts=None if layouts.is_uniform else layouts,
+                         prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else ())
 
 
 def concurrency(cfg: PipelineConfig) -> int:

@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Callable
 
 from prorsa.agent.loop import TrajectoryResult
+from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.control.policy import Decision, Policy, Snapshot
@@ -40,6 +41,14 @@ from prorsa.roles import Role
 from prorsa.rollout.router import Router
 
 log = logging.getLogger(__name__)
+
+
+def as_ran(result: TrajectoryResult) -> TrajectorySpec:
+    """A finished trajectory as it ran: what each turn appended and decoded, and its tool times."""
+    turns = result.turns
+    return replace(result.spec, turns=tuple(
+        TurnSpec(t.prefill_tokens, t.decode_tokens, 0.0 if k == len(turns) - 1 else t.tool_s, k == len(turns) - 1)
+        for k, t in enumerate(turns)))
 
 
 def timed(fn, *args):
@@ -78,9 +87,12 @@ class ControlLoop:
         return False
 
     async def decide(self, snap: Snapshot) -> Decision:
-        """The policy's decision; a body whose event loop also carries the rollout may run it
-        off the loop (the simulator must not: its clock would move on meanwhile)."""
-        decision, cpu = timed(self.policy.decide, snap)
+        return await self.call_policy(self.policy.decide, snap)
+
+    async def call_policy(self, fn: Callable[[Snapshot], Decision], snap: Snapshot) -> Decision:
+        """A policy call, its CPU counted; a body whose event loop also carries the rollout may
+        run it off the loop (the simulator must not: its clock would move on meanwhile)."""
+        decision, cpu = timed(fn, snap)
         self.spent(cpu)
         return decision
 
@@ -108,7 +120,9 @@ class ControlLoop:
             return
         snap = self._with_ended(await self.observe())
         self._learn(snap)
-        decision, cpu = timed(between, snap)
+        snap = replace(snap, finished=tuple(as_ran(r) for r in self.rec.trajectories
+                                            if r.spec.step == step - 1 and r.status == "completed"))
+        decision = await self.call_policy(between, snap)
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
                                        decision.reason, decision.forecast, dict(decision.forecast_error)))
         moves = [self.switch(engine, role, decision.reason) for engine, role in decision.targets.items()

@@ -3,6 +3,8 @@
     simulate(cfg, policy=None) -> SimRun     run cfg's workload under `policy` (a spec or a Policy
                                              object; default cfg.policy) in virtual time
     write_run(sim, run_dir)                  the same files a live run writes (prorsa report reads them)
+    await simulate_async(run, policy[, workload])   the same on the caller's virtual clock (a
+                                             RunContext; `workload`: replay these instead)
 
 Clock: the simulator counts body seconds, the cost model's own. A pipeline made for a live run
 with time-scaled emulated engines gives its wall-clock figures (tool latencies, an async run's
@@ -44,6 +46,7 @@ from prorsa.rollout.context import RunContext, make_router, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
+from prorsa.sim.rehearse import rehearser
 from prorsa.sim.runner import SimTurnRunner
 
 
@@ -62,7 +65,7 @@ def simulate(cfg: PipelineConfig, policy: str | Policy | None = None) -> SimRun:
     t0 = time.perf_counter()
     run = resolve(cfg)
     with _rare_collections():
-        sim = run_virtual(_simulate(run, policy))
+        sim = run_virtual(simulate_async(run, policy))
     sim.wall_s = time.perf_counter() - t0
     sim.summary["sim_wall_s"] = round(sim.wall_s, 3)
     return sim
@@ -96,7 +99,7 @@ def _rare_collections():
                 gc.set_threshold(*_gc_saved)
 
 
-async def _simulate(run: RunContext, policy: str | Policy | None) -> SimRun:
+async def simulate_async(run: RunContext, policy: str | Policy | None, workload: Workload | None = None) -> SimRun:
     loop = asyncio.get_running_loop()
     started = loop.time()
 
@@ -104,8 +107,9 @@ async def _simulate(run: RunContext, policy: str | Policy | None) -> SimRun:
         return loop.time() - started
 
     cfg, unit = run.cfg, run.unit
-    workload = Workload.from_config(cfg.workload, cfg.seed)
-    context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload))
+    workload = workload or Workload.from_config(cfg.workload, cfg.seed)
+    context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload),
+                      rehearse=rehearser(run, simulate_async))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines

@@ -278,7 +278,7 @@ def test_prorsa_learns_the_workload_from_what_it_observes_and_opens_the_next_ste
     assert (hint.prompt_tokens, hint.observation_tokens, hint.decode_tokens, hint.turns) == (1750, 1560, 465, 11)
     assert hint.tool_s == pytest.approx(0.9) and hint.concurrency == 256
     assert sorted(d.targets.values()) == [P]  # SWE on an MoE under DP attention: P1 beside mixed
-    assert "next step: 1:0:7" in d.reason
+    assert "next step: P1 D0 M7 (steady state)" in d.reason
 
 
 def test_between_steps_keeps_roles_when_nothing_was_observed():
@@ -300,3 +300,66 @@ def test_reassign_moves_the_fewest_engines():
 
 def eng(engine_id: str, role: Role) -> EngineLoad:
     return EngineLoad(engine_id, role, 0, 0, 0, 700000)
+
+
+def _spec(i: int):
+    from prorsa.agent.trace import TrajectorySpec, TurnSpec
+
+    return TrajectorySpec(f"t{i}", "swe", i, 0, 0, (TurnSpec(100, 10, 0.5, False), TurnSpec(50, 10, 0.0, True)), seed=i)
+
+
+def test_prorsa_rehearses_the_prior_run_and_holds_the_split_that_ends_it_soonest():
+    """With a simulator lent (PolicyContext.rehearse) and an earlier run's trajectories, the
+    opening is the candidate whose replay ends soonest, and no interval's fluid plan undoes it."""
+    from dataclasses import replace
+
+    asked = []
+
+    def rehearse(specs, split):
+        asked.append((len(specs), split))
+        return {(2, 6, 0): 90.0, (0, 0, 8): 100.0}.get(split, 120.0)
+
+    ctx = replace(_swe_moe_context(), concurrency=6, rehearse=rehearse,
+                  prior_trajectories=tuple(_spec(i) for i in range(4)))
+    p = make_policy("prorsa", ctx)
+    assert p.initial_roles(8) == [P, P] + [D] * 6
+    assert {n for n, _ in asked} == {6}  # the 4 earlier trajectories filled to the 6 in flight
+    splits = [s for _, s in asked]
+    assert (0, 0, 8) in splits and (1, 7, 0) in splits and (7, 0, 1) in splits and len(splits) == len(set(splits))
+    held = p.decide(Snapshot(1.0, tuple(eng(f"e{i}", r) for i, r in enumerate([P, P] + [D] * 6))))
+    assert held.targets == {} and "hold P2 D6 M0" in held.reason
+
+
+def test_a_rehearsed_lead_within_one_percent_keeps_all_mixed():
+    from dataclasses import replace
+
+    ctx = replace(_swe_moe_context(), rehearse=lambda specs, split: 99.5 if split == (1, 7, 0) else 100.0,
+                  prior_trajectories=(_spec(0),))
+    assert make_policy("prorsa", ctx).initial_roles(8) == [M] * 8
+
+
+def test_between_steps_rehearses_the_step_that_just_ran():
+    from dataclasses import replace
+
+    seen = []
+
+    def rehearse(specs, split):
+        seen.append(tuple(s.traj_id for s in specs))
+        return 80.0 if split == (1, 0, 7) else 100.0
+
+    p = make_policy("prorsa", replace(_swe_moe_context(), rehearse=rehearse))
+    assert p.initial_roles(8) == [M] * 8  # no prior: nothing to rehearse, all mixed
+    finished = tuple(_spec(i) for i in range(3))
+    d = p.between_steps(Snapshot(50.0, tuple(eng(f"e{i}", M) for i in range(8)), finished=finished))
+    assert set(seen) == {("t0", "t1", "t2")}
+    assert list(d.targets.values()) == [P] and "rehearsed on 3 trajectories" in d.reason
+
+
+def test_fill_cycles_with_seeds_of_their_own():
+    from prorsa.control.adaptive import fill
+
+    specs = [_spec(0), _spec(1)]
+    out = fill(specs, 5)
+    assert [s.traj_id for s in out] == ["t0", "t1", "t0", "t1", "t0"]
+    assert len({s.seed for s in out}) == 5
+    assert fill(specs, 0) == specs

@@ -65,17 +65,54 @@ def test_without_a_prior_prorsa_opens_all_mixed_and_with_one_on_its_split(earlie
     assert resolve(declared).policy.prior == told.policy.prior
 
 
-def test_later_steps_open_on_what_earlier_steps_observed():
-    """Three steps, no prior: the first opens all mixed, the next ones on the steady split of
-    the turns seen, set between the steps (no drain: nothing is in flight)."""
-    sim = simulate(cfg(workload=MOE["workload"] | {"steps": 3}), "prorsa")
+def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soonest():
+    """Three steps, no prior: the first opens all mixed; between steps (no drain: nothing is in
+    flight) prorsa replays the step that ran under every candidate split in the simulator and
+    opens the next step on the fastest, which it holds through the step."""
+    from prorsa.control.policy import make_policy
+    from prorsa.sim.rehearse import rehearser
+    from prorsa.sim.run import simulate_async
+
+    three = cfg(workload=MOE["workload"] | {"steps": 3})
+    sim = simulate(three, "prorsa")
     between = [c for c in sim.recorder.controls if c.reason.startswith("next step")]
-    assert len(between) == 2
+    assert len(between) == 2 and all("rehearsed on 128 trajectories" in c.reason for c in between)
     first_step_end = max(r.end_s for r in sim.recorder.trajectories if r.spec.step == 0)
     assert between[0].t == pytest.approx(first_step_end)
     assert all(set(c.roles.values()) == {Role.MIXED} for c in sim.recorder.controls if c.t < first_step_end)
     opened = [ch for ch in sim.recorder.role_changes if ch.reason.startswith("next step")]
-    assert opened and all(ch.to_role is Role.PREFILL and ch.drain_s == 0 for ch in opened)
+    assert opened and all(ch.drain_s == 0 for ch in opened)
+    assert len(opened) == sim.summary["role_switches"]  # held: no switch inside a step
+    # the split step 2 opened on is the one a rehearsal of step 1 ranks first (here not all mixed)
+    from dataclasses import replace
+
+    from prorsa.rollout.control_loop import as_ran
+
+    run = resolve(three)
+    step1 = [as_ran(r) for r in sim.recorder.trajectories if r.spec.step == 1]
+    p = make_policy("prorsa", replace(run.policy, rehearse=rehearser(run, simulate_async)))
+    p._rehearsed(step1, 8, (0, 0, 8))
+    times = p.rehearsals[-1]
+    roles = next(c.roles for c in sim.recorder.controls if c.t > between[1].t)
+    count = tuple(sum(1 for r in roles.values() if r is want) for want in (Role.PREFILL, Role.DECODE, Role.MIXED))
+    assert count != (0, 0, 8) and times[count] == min(times.values()) < times[0, 0, 8] / 1.01
+    assert "next step: P{} D{} M{}".format(*count) in between[1].reason
+
+
+def test_an_earlier_run_is_read_back_as_it_ran(earlier):
+    from prorsa.metrics.prior import prior_trajectories
+
+    run_dir, sim = earlier
+    specs = prior_trajectories(run_dir)
+    ran = {r.spec.traj_id: r for r in sim.recorder.trajectories if r.status == "completed"}
+    assert len(specs) == len(ran) and len({s.seed for s in specs}) == len(specs)
+    for s in specs[:5]:
+        r = ran[s.traj_id]
+        assert [t.appended_tokens for t in s.turns] == [t.prefill_tokens for t in r.turns]
+        assert [t.decode_tokens for t in s.turns] == [t.decode_tokens for t in r.turns]
+        assert [t.tool_latency_s for t in s.turns][:-1] == pytest.approx([t.tool_s for t in r.turns][:-1])
+        assert s.turns[-1].done and s.turns[-1].tool_latency_s == 0
+    assert len(prior_trajectories(run_dir, limit=7)) == 7
 
 
 def test_bad_priors_get_one_line_naming_the_field(tmp_path):

@@ -1,0 +1,47 @@
+"""The simulator lent to a policy: replay trajectories as one step under a candidate split.
+
+    rehearser(run, simulate) -> Rehearse
+                                 rehearse(specs, (p, d, m)) -> makespan, body seconds, of `specs`
+                                 (tool times in body seconds) replayed at once on `run`'s engines
+                                 under static:p:d:m (colocated when p = d = 0); `simulate`:
+                                 sim/run.py's coroutine (run, policy, workload) -> SimRun
+
+Model-predictive control on the step's horizon: the policy (control/adaptive.py) asks which split
+would have ended the step it just saw soonest, with the same engines, router and cost model the
+run has, instead of trusting the fluid model's steady state. Each rehearsal runs on a virtual clock
+of its own, in a thread of its own: the caller may be inside the simulator's own loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from prorsa.agent.trace import TrajectorySpec
+from prorsa.agent.workload import Workload
+from prorsa.control.policy import Rehearse
+from prorsa.rollout.context import RunContext
+from prorsa.sim.clock import run_virtual
+
+
+def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> Rehearse:
+    base = run.cfg
+    # the trajectories as they ran: nothing of the pipeline's shaping is applied to them again
+    wcfg = base.workload.model_copy(update={
+        "mode": "sync", "steps": 1, "group_size": 1, "token_scale": 1.0, "tool_time_scale": 1.0,
+        "max_turns": None, "max_context": None, "weight_update_s": 0.0, "duration_s": None})
+
+    def rehearse(specs: Sequence[TrajectorySpec], split: tuple[int, int, int]) -> float:
+        p, d, m = split
+        policy = "colocated" if p == d == 0 else f"static:{p}:{d}:{m}"
+        w = wcfg.model_copy(update={"prompts": len(specs)})
+        ctx = replace(run, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
+        wall = tuple(replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
+                     for s in specs)
+        workload = Workload(w, base.seed, family=None, trace=wall)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: run_virtual(simulate(ctx, policy, workload=workload)).makespan_s).result()
+
+    return rehearse
