@@ -158,6 +158,39 @@ def t_priors(d: dict) -> list[str]:
         "", f"Lowest prorsa / best fixed per prior: {low}."]
 
 
+def t_drift(d: dict) -> list[str]:
+    """Decode lengths drifting across steps: prorsa and the per-step hindsight against the best single split."""
+    rows = []
+    for c in d["drift.json"]["cells"]:
+        rows.append([c["engines"], f"{c['growth']:g}", str(c["steps"]), split(c["best_fixed"]),
+                     f"{c['best_fixed_s']:.1f} s", " ".join(split(h) for h in c["hindsight_splits"]),
+                     f3(c["hindsight_vs_best"]), f3(c["prorsa_vs_best"]), f3(c["oracle_vs_best"]),
+                     str(c["prorsa_switches"])])
+    cells = d["drift.json"]["cells"]
+    most = max(c["hindsight_vs_best"] for c in cells)
+    return table(["engines", "decode growth", "steps", "best fixed", "its makespan", "best per step (hindsight)",
+                  "hindsight / best", "prorsa / best", "oracle / best", "prorsa switches"], rows) + [
+        "", f"The most a split chosen afresh for every step could gain over the best single split here: "
+            f"{most:.3f}x; prorsa {min(c['prorsa_vs_best'] for c in cells):.3f}-"
+            f"{max(c['prorsa_vs_best'] for c in cells):.3f} of the best single split."]
+
+
+def t_forecast_skill(d: dict) -> list[str]:
+    rows, ratios = [], {"prefill_tps": [], "decode_seqs": []}
+    for c in d["forecast-skill.json"]["cells"]:
+        row = [c["family"], MODEL.get(c["model"], c["model"]), c["mode"]]
+        for m in ("prefill_tps", "decode_seqs"):
+            by = c["mape"][m]
+            row += [f2(by["forecast"]), f2(by["persistence"]), f2(by["ewma"])]
+            if by["forecast"] is not None and by["persistence"] and by["ewma"]:
+                ratios[m].append(by["forecast"] / min(by["persistence"], by["ewma"]))
+        rows.append(row)
+    spans = "; ".join(f"{m} {span(r)}" for m, r in ratios.items() if r)
+    return table(["family", "model", "mode", "prefill tok/s: forecast", "persistence", "EWMA",
+                  "decoding seqs: forecast", "persistence", "EWMA"], rows) + [
+        "", f"Forecast MAPE over the better baseline's, per cell (< 1: the forecast wins): {spans}."]
+
+
 def drivers_table(file: str, header: str, hits: bool = False) -> Callable[[dict], list[str]]:
     def render(d: dict) -> list[str]:
         doc = d[file]
@@ -362,6 +395,8 @@ TABLES: dict[str, Table] = {
     "paper": Table(["paper.json"], t_paper),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
+    "drift": Table(["drift.json"], t_drift),
+    "forecast-skill": Table(["forecast-skill.json"], t_forecast_skill),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
     "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),

@@ -110,7 +110,7 @@ class Workload:
         raw = self.family.draw_turns(_rng(self.seed, _MEMBER, step, prompt, member), hardness, prompt_tokens)
         return TrajectorySpec(
             traj_id=traj_id, family=self.family.name, prompt_index=prompt, group_index=member,
-            step=step, turns=self._shape(raw, self.family.context_cap),
+            step=step, turns=self._shape(raw, self.family.context_cap, step),
             seed=_uint32(self.seed, _SPEC_SEED, step, prompt, member),
         )
 
@@ -129,13 +129,20 @@ class Workload:
         )
         return replace(
             base, traj_id=traj_id, step=step, prompt_index=prompt, group_index=member,
-            turns=self._shape(raw, None),
+            turns=self._shape(raw, None, step),
             # A repeat must not share token ids with the original, or prefix caches would hit.
             seed=base.seed if repeat == 0 else _uint32(base.seed, _REPEAT, repeat),
         )
 
-    def _shape(self, raw: RawTurns, family_cap: int | None) -> tuple[TurnSpec, ...]:
+    def decode_scale(self, step: int) -> float:
+        """Sync: how much step `step`'s decodes are drawn longer than step 0's (decode_growth)."""
+        c = self.cfg
+        return c.decode_growth ** (step / (c.steps - 1)) if c.steps > 1 else 1.0
+
+    def _shape(self, raw: RawTurns, family_cap: int | None, step: int = 0) -> tuple[TurnSpec, ...]:
         appended, decode, tool = list(raw.appended), list(raw.decode), list(raw.tool_s)
+        if (grown := self.decode_scale(step)) != 1.0:  # a longer response still meets the task's context bound
+            decode = [_scale_tokens(d, grown) for d in decode]
         n = _fit_context(appended, decode, family_cap)
         if self.cfg.max_turns is not None:
             n = min(n, self.cfg.max_turns)

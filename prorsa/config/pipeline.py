@@ -144,12 +144,18 @@ class WorkloadConfig(_Section):
     # bounded so scaled token counts stay within the int32 columns of trajectories.parquet
     token_scale: float = Field(1.0, gt=0, le=1000)  # multiplies drawn token counts (tiny real models)
     tool_time_scale: float = Field(1.0, ge=0, le=1000)  # multiplies drawn tool latencies
+    # sync: decode lengths drift across steps as a policy learns (RL runs see responses grow
+    # several-fold): step s's are drawn decode_growth^(s / (steps - 1)) times step 0's
+    decode_growth: float = Field(1.0, gt=0, le=1000)
     max_turns: int | None = Field(None, ge=1, le=65536)  # caps the family's turn count
     max_context: int | None = Field(None, ge=16, le=2**30)  # a trajectory ends before exceeding this
     # the trainer's weight update after each training step (sync: between steps; async: every
     # prompts x group_size finished trajectories): engines stall this long (wall seconds, like tool
     # latencies) and every prefix cache is invalidated; 0: no updates modelled
     weight_update_s: float = Field(0.0, ge=0)
+    # async: start a weight update every this many wall seconds instead (a trainer that publishes
+    # on a clock, not per batch); None: every prompts x group_size finished trajectories
+    weight_update_every_s: float | None = Field(None, gt=0, le=86400)
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
@@ -157,6 +163,11 @@ class WorkloadConfig(_Section):
             raise ValueError("give a task 'family' or a 'trace' file")
         if self.mode == "async" and self.trajectories is None and self.duration_s is None:
             raise ValueError("async mode needs 'trajectories' or 'duration_s' to know when to stop")
+        if self.weight_update_every_s is not None and self.mode != "async":
+            raise ValueError("weight_update_every_s schedules updates during an asynchronous rollout: it needs "
+                             "mode async (sync runs update between steps)")
+        if self.decode_growth != 1.0 and self.mode != "sync":
+            raise ValueError("decode_growth drifts decode lengths across synchronous steps: it needs mode sync")
         if self.prompts * self.group_size > MANY:
             raise ValueError(f"prompts x group_size = {self.prompts * self.group_size:,} trajectories a step; "
                              f"at most {MANY:,}")

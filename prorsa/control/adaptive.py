@@ -36,6 +36,7 @@ _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a pr
 # A rehearsed split must end the replayed step this much sooner than all mixed: the next step's
 # trajectories are not the ones replayed, and a split's lead that small is within their difference.
 REHEARSAL_GAIN = 0.01
+TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
 MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
 
 
@@ -160,6 +161,7 @@ class Prorsa:
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
         self._held: tuple[int, int, int] | None = None  # a rehearsed split, kept until the next step
+        self._decode_mean: float | None = None  # the last step's mean decode, for the drift
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """The split the allocator scores best for the steady state the prior implies (an earlier
@@ -220,21 +222,39 @@ class Prorsa:
 
     def between_steps(self, snapshot: Snapshot) -> Decision:
         """Between synchronous steps nothing is in flight, so a switch drains nothing: the next
-        step opens on the steady split of what the steps so far observed (a prior until then),
-        the way the first step opened on the prior."""
+        step opens on the split a rehearsal of the step that just ran ends soonest (its decodes
+        carried forward by the step-over-step trend: response lengths drift as a policy learns),
+        else on the steady split of what the steps so far observed (a prior until then)."""
         for ev in snapshot.events:
             self.forecaster.observe(ev)
         hint = self.learned()
         engines = self._requests.engines(snapshot)
         before, self._held = len(self.rehearsals), None
-        goal = self._rehearsed(snapshot.finished, len(engines), self._steady_split(hint, len(engines)))
-        how = f"rehearsed on {len(snapshot.finished)} trajectories" if len(self.rehearsals) > before else "steady state"
+        ahead, trend = self._carried_forward(snapshot.finished)
+        goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)))
+        how = "steady state" if len(self.rehearsals) == before else (
+            f"rehearsed on {len(ahead)} trajectories" + (f", decodes x{trend:.2f}" if trend != 1.0 else ""))
         targets = reassign(engines, goal)
         self._committed, self._streak = None, (None, 0)
         self._requests.ask(targets, snapshot.time_s)
         what = "no workload observed yet" if hint is None else (
             f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
         return Decision(targets, f"next step: {_split_name(goal)} ({how}) for {what}")
+
+    def _carried_forward(self, finished: Sequence[TrajectorySpec]) -> tuple[list[TrajectorySpec], float]:
+        """The step that ran, its decodes scaled by the last step-over-step change of their mean
+        (bounded to TREND_BOUND either way): the next step as a persistence of the drift."""
+        if not finished:
+            return [], 1.0
+        mean = float(np.mean([t.decode_tokens for s in finished for t in s.turns]))
+        previous, self._decode_mean = self._decode_mean, mean
+        if previous is None or previous <= 0:
+            return list(finished), 1.0
+        trend = min(max(mean / previous, 1 / TREND_BOUND), TREND_BOUND)
+        if abs(trend - 1.0) < 0.02:  # no drift to speak of: replay the step as it ran
+            return list(finished), 1.0
+        return [replace(s, turns=tuple(replace(t, decode_tokens=max(1, round(t.decode_tokens * trend)))
+                                       for t in s.turns)) for s in finished], trend
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:

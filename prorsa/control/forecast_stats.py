@@ -169,6 +169,23 @@ def shifted_bins(s: np.ndarray, t0: np.ndarray, edges: np.ndarray) -> np.ndarray
 
 # -- error book ----------------------------------------------------------------------------------
 
+BASELINES = ("", "_persistence", "_ewma")  # the forecast's own error, then its two baselines'
+EWMA_ALPHA = 0.3
+
+
+def skill(errors: dict[str, float]) -> dict[str, dict[str, float]]:
+    """ErrorBook.errors() as metric -> {forecast, persistence, ewma}: MAPE averaged over the bins."""
+    sums: dict[tuple[str, str], list[float]] = {}
+    for key, value in errors.items():
+        metric = key.split("@")[0]
+        base = next((b for b in BASELINES[1:] if metric.endswith(b)), "")
+        sums.setdefault((metric.removesuffix(base), base.lstrip("_") or "forecast"), []).append(value)
+    out: dict[str, dict[str, float]] = {}
+    for (metric, who), values in sorted(sums.items()):
+        out.setdefault(metric, {})[who] = float(np.mean(values))
+    return out
+
+
 class ErrorBook:
     """Compares each remembered forecast with what then happened, once its horizon has passed
     (plus one bin of grace for late events).
@@ -177,17 +194,23 @@ class ErrorBook:
     forecast). Realised decode seqs: time-average of the number of trajectories in DECODE.
     MAPE per horizon bin j = mean over recent forecasts of |forecast - actual| / actual, skipping
     forecasts whose actual was 0 there (MAPE is undefined there; bursty prefill has many).
+
+    Two baselines are scored beside every forecast, on the same bins: persistence (the last bin
+    before the forecast, repeated over the horizon) and an exponentially weighted mean of those
+    last bins (EWMA_ALPHA per forecast). A forecast that does not beat them is not worth its cost.
+    Their keys: "prefill_tps_persistence@...", "prefill_tps_ewma@...", and the same for decode_seqs.
     """
 
     def __init__(self, n_bins: int, bin_s: float, window: int):
         self.n_bins, self.bin_s = n_bins, bin_s
-        self._pending: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
+        self._pending: deque[tuple[float, list[tuple[str, str, np.ndarray]]]] = deque()
         self._arrivals: list[tuple[float, float]] = []
         self._changes: list[tuple[float, int]] = []
         self._level = 0  # sequences decoding at self._cut
         self._cut = float("-inf")  # changes before this are folded into _level
-        self._ape = {k: [deque(maxlen=window) for _ in range(n_bins)]
-                     for k in ("prefill_tps", "decode_seqs")}  # per horizon bin, recent APEs
+        self._ape = {f"{k}{b}": [deque(maxlen=window) for _ in range(n_bins)]
+                     for k in ("prefill_tps", "decode_seqs") for b in BASELINES}  # per horizon bin, recent APEs
+        self._ewma: dict[str, float] = {}
 
     def arrival(self, t: float, tokens: int) -> None:
         if t >= self._cut:
@@ -200,15 +223,23 @@ class ErrorBook:
             self._changes.append((t, delta))
 
     def remember(self, start: float, prefill_tps: np.ndarray, decode_seqs: np.ndarray) -> None:
-        self._pending.append((start, prefill_tps.copy(), decode_seqs.copy()))
+        last = np.array([start - self.bin_s, start])  # the bin just before: what persistence repeats
+        preds = []  # (metric, what it forecasts, per bin)
+        for key, mine, seen in (("prefill_tps", prefill_tps, self._realised_prefill(last)[0]),
+                                ("decode_seqs", decode_seqs, self._realised_decode(last)[0])):
+            ewma = self._ewma[key] = EWMA_ALPHA * seen + (1 - EWMA_ALPHA) * self._ewma.get(key, seen)
+            preds += [(key, key, mine.copy()), (f"{key}_persistence", key, np.full(self.n_bins, seen)),
+                      (f"{key}_ewma", key, np.full(self.n_bins, ewma))]
+        self._pending.append((start, preds))
 
     def score(self, now: float) -> None:
         span = (self.n_bins + 1) * self.bin_s
         while self._pending and self._pending[0][0] + span <= now:
-            start, pred_p, pred_d = self._pending.popleft()
+            start, preds = self._pending.popleft()
             edges = start + np.arange(self.n_bins + 1) * self.bin_s
-            self._record("prefill_tps", pred_p, self._realised_prefill(edges))
-            self._record("decode_seqs", pred_d, self._realised_decode(edges))
+            actual = {"prefill_tps": self._realised_prefill(edges), "decode_seqs": self._realised_decode(edges)}
+            for metric, key, pred in preds:
+                self._record(metric, pred, actual[key])
         self._prune(self._pending[0][0] if self._pending else now - span)
 
     def errors(self) -> dict[str, float]:

@@ -22,6 +22,7 @@ from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, FactorR
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from prorsa.control.forecast_stats import skill
 from prorsa.dashboard.state import STATES, LiveState
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,17 @@ class _Page:
         return (f"<b>{html.escape(str(m.get('name', '')))}</b> &middot; policy <b>{html.escape(str(m.get('policy', '')))}</b>"
                 f" &middot; t = {s.t:.1f} s &middot; trajectories done {done}, failed {c['failed']}, live "
                 f"{sum(c[x] for x in LIVE_STATES)} &middot; turns {s.turns} &middot; tokens {s.tokens}<br>"
-                f"roles: {html.escape(roles)} (* switching)<br>last decision: {why}")
+                f"roles: {html.escape(roles)} (* switching)<br>last decision: {why}"
+                + (f"<br>{skill_line(d.forecast_error)}" if d is not None and d.forecast_error else ""))
+
+
+def skill_line(errors: dict[str, float]) -> str:
+    """The forecast's error beside its two baselines', per metric: whether forecasting pays."""
+    names = {"prefill_tps": "prefill tokens/s", "decode_seqs": "decoding sequences"}
+    parts = [f"{names.get(metric, metric)} " + " / ".join(f"{by.get(w, float('nan')):.2f}"
+                                                         for w in ("forecast", "persistence", "ewma"))
+             for metric, by in skill(errors).items()]
+    return "forecast MAPE (prorsa / last interval / EWMA): " + "; ".join(parts)
 
 
 def _unsent(rows, total: int, sent: int) -> list:

@@ -50,8 +50,9 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
     cfg = run.cfg
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
     wcfg = cfg.workload
-    if wcfg.duration_s is not None and body.clock_unit != 1.0:
-        wcfg = wcfg.model_copy(update={"duration_s": wcfg.duration_s / body.clock_unit})
+    if body.clock_unit != 1.0:  # wall seconds, as the pipeline gives them, in the drivers' clock
+        wcfg = wcfg.model_copy(update={k: getattr(wcfg, k) / body.clock_unit
+                                       for k in ("duration_s", "weight_update_every_s") if getattr(wcfg, k) is not None})
     drive = run_sync if wcfg.mode == "sync" else run_async
     loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
              asyncio.create_task(body.controller.run()),

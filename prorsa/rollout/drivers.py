@@ -7,7 +7,8 @@
     update_weights=                                  optional: the body's weight update (engines
                                                      stall, prefix caches invalidated); sync: awaited
                                                      between steps; async: started every B x G
-                                                     finished trajectories while rollout goes on
+                                                     finished trajectories (or every
+                                                     weight_update_every_s) while rollout goes on
     skip=                                            optional: trajectory ids finished earlier (a
                                                      resumed run); the same slots, left out
     version=                                         optional: the engines' policy version now; each
@@ -74,6 +75,8 @@ async def run_async(
     batch = cfg.prompts * cfg.group_size  # trajectories per training step
     updates: list[asyncio.Task] = []
     deadline = None if cfg.duration_s is None else now() + cfg.duration_s
+    every = cfg.weight_update_every_s if update_weights is not None else None
+    next_update = None if every is None else now() + every
     limit = cfg.trajectories
     started = 0
     in_flight: set[asyncio.Task] = set()
@@ -93,14 +96,23 @@ async def run_async(
             if pending and more_to_start():  # held back by the gate: the update just made opens it
                 continue
             return results
-        timeout = None if deadline is None else max(deadline - now(), 0.0) or None
+        # past its deadline an async run only waits for what is in flight; an update stays due
+        wake = ([deadline] if deadline is not None and deadline > now() else []) + \
+            ([next_update] if next_update is not None else [])
+        timeout = max(min(wake) - now(), 0.0) if wake else None
         # an update that ends may open the gate, so it wakes the loop as a finished trajectory does
         done, _ = await asyncio.wait(in_flight | set(pending), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finished = done & in_flight
         in_flight -= finished
         before = len(results) // batch
         results.extend(t.result() for t in finished)
-        if update_weights is not None and (in_flight or more_to_start()) and len(results) // batch > before:
+        going_on = in_flight or more_to_start()
+        if next_update is not None and now() >= next_update:
+            next_update += every
+            due = bool(going_on)
+        else:
+            due = every is None and update_weights is not None and going_on and len(results) // batch > before
+        if due:
             updates.append(asyncio.create_task(update_weights()))  # the rollout goes on meanwhile
 
 

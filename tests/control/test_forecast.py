@@ -151,10 +151,30 @@ def test_error_book_known_answer():
     pred = f.prefill_tokens_per_s[2]
     assert pred == pytest.approx(10 * 100 / 0.5 * ON)
     want = {"prefill_tps@1-1.5s": abs(pred - 1000) / 1000}
+    # the baselines repeat [9.5, 10): no returns (0 tok/s: off by all of it), 10 decoding
+    want |= {"prefill_tps_persistence@1-1.5s": 1.0, "prefill_tps_ewma@1-1.5s": 1.0}
     for j, actual in ((2, 2.0), (3, 5.0), (4, 3.0)):
         lo, hi = j * 0.5, (j + 1) * 0.5
         want[f"decode_seqs@{lo:g}-{hi:g}s"] = abs(f.decode_seqs[j] - actual) / actual
+        for base in ("persistence", "ewma"):  # the first forecast's EWMA is its persistence
+            want[f"decode_seqs_{base}@{lo:g}-{hi:g}s"] = abs(10 - actual) / actual
     assert err == pytest.approx(want)
+
+
+def test_the_ewma_baseline_weighs_the_last_bins():
+    from prorsa.control.forecast_stats import EWMA_ALPHA, ErrorBook
+
+    book = ErrorBook(n_bins=2, bin_s=1.0, window=8)
+    for k, t in enumerate((0.2, 0.4)):  # 2 returns of 100 tokens in [0, 1): 200 tok/s
+        book.arrival(t, 100)
+    book.remember(1.0, np.zeros(2), np.zeros(2))
+    book.arrival(1.5, 100)  # 100 tok/s in [1, 2)
+    book.remember(2.0, np.zeros(2), np.zeros(2))
+    (_, first), (_, second) = book._pending
+    ewma = {m: p for m, _, p in second}["prefill_tps_ewma"]
+    assert {m: p for m, _, p in first}["prefill_tps_ewma"] == pytest.approx([200, 200])
+    assert ewma == pytest.approx([EWMA_ALPHA * 100 + (1 - EWMA_ALPHA) * 200] * 2)
+    assert {m: p for m, _, p in second}["prefill_tps_persistence"] == pytest.approx([100, 100])
 
 
 def test_predict_is_fast_at_1024_trajectories():
@@ -191,3 +211,15 @@ def test_forecast_is_finite_and_each_trajectory_arrives_at_most_once(rows, train
         assert np.isfinite(a).all() and (a >= -1e-9).all()
     assert f.prefill_turns_per_s.sum() * f.bin_s <= len(tr) + 1e-9
     assert f.decode_seqs.max(initial=0) <= len(tr) * 2 + 1e-9  # its own decode, then the next
+
+
+def test_skill_puts_the_forecast_beside_its_baselines():
+    from prorsa.control.forecast_stats import skill
+    from prorsa.dashboard.page import skill_line
+
+    errors = {"prefill_tps@0-0.5s": 1.0, "prefill_tps@0.5-1s": 2.0, "prefill_tps_persistence@0-0.5s": 4.0,
+              "prefill_tps_ewma@0-0.5s": 3.0, "decode_seqs@0-0.5s": 0.1}
+    assert skill(errors) == {"prefill_tps": {"forecast": 1.5, "persistence": 4.0, "ewma": 3.0},
+                             "decode_seqs": {"forecast": 0.1}}
+    line = skill_line(errors)
+    assert "prefill tokens/s 1.50 / 4.00 / 3.00" in line and "decoding sequences 0.10 / nan / nan" in line
