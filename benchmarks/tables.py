@@ -158,6 +158,36 @@ def t_priors(d: dict) -> list[str]:
         "", f"Lowest prorsa / best fixed per prior: {low}."]
 
 
+def t_tuned_once(d: dict) -> list[str]:
+    """A split tuned on another family or model, run here, against prorsa: what a user who tunes once gets."""
+    fig = {(p["family"], p["model"], p["mode"], p["policy"]): p["figure"] for p in d["paper.json"]["points"]}
+    earlier = {(c["family"], c["model"], c["mode"]): c["prorsa_vs_best"]["earlier"] for c in d["priors.json"]["cells"]}
+    cells = d["paper.json"]["cells"]
+    best = {(c["family"], c["model"], c["mode"]): c["best_static"] for c in cells}
+    other = {"dense": "moe", "moe": "dense"}
+    rows, worst = [], {"swe": 1.0, "model": 1.0, "prorsa": 1.0}
+    for c in cells:
+        key, mode = (c["family"], c["model"], c["mode"]), c["mode"]
+        pick = min if mode == "sync" else max
+        ref = pick(fig[key + ("colocated",)], fig[key + (c["best_static"],)])
+
+        def vs_best(policy: str) -> float:
+            return ratio(fig[key + (policy,)], ref, mode)
+
+        on_swe = best["swe", c["model"], mode]
+        on_model = best[c["family"], other[c["model"]], mode]
+        r_swe, r_model, r_prorsa = vs_best(on_swe), vs_best(on_model), vs_best("prorsa")
+        worst = {"swe": min(worst["swe"], r_swe), "model": min(worst["model"], r_model),
+                 "prorsa": min(worst["prorsa"], r_prorsa)}
+        rows.append([c["family"], MODEL.get(c["model"], c["model"]), mode, split(c["best_static"]),
+                     f"{r_swe:.3f} ({split(on_swe)})", f"{r_model:.3f} ({split(on_model)})", f3(r_prorsa),
+                     f3(earlier.get(key))])
+    return table(["family", "model", "mode", "best static here", "split tuned on SWE", "split tuned on the other model",
+                  "prorsa, no prior", "prorsa, earlier run"], rows) + [
+        "", f"Lowest over the cells: the SWE-tuned split {worst['swe']:.3f}, the other model's {worst['model']:.3f}, "
+            f"prorsa with no prior {worst['prorsa']:.3f} of the best fixed split."]
+
+
 def t_drift(d: dict) -> list[str]:
     """Decode lengths drifting across steps: prorsa and the per-step hindsight against the best single split."""
     rows = []
@@ -396,6 +426,7 @@ TABLES: dict[str, Table] = {
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "drift": Table(["drift.json"], t_drift),
+    "tuned-once": Table(["paper.json", "priors.json"], t_tuned_once),
     "forecast-skill": Table(["forecast-skill.json"], t_forecast_skill),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
