@@ -223,3 +223,30 @@ def test_skill_puts_the_forecast_beside_its_baselines():
                              "decode_seqs": {"forecast": 0.1}}
     line = skill_line(errors)
     assert "prefill tokens/s 1.50 / 4.00 / 3.00" in line and "decoding sequences 0.10 / nan / nan" in line
+
+
+def test_the_kv_forecast_of_a_decoding_trajectory_grows_a_token_per_token_decoded():
+    """Worked by hand: decodes are 600 tokens at 100 tok/s (6 s). A turn that appended 300 tokens
+    to a 5,000-token context has decoded for 1 s at t = 5: it holds 5,300 + 100 tokens then, and
+    100 more per second to the end of the 4 s horizon (its decode ends at +5 s)."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train(dec=600))
+    feed(fc, tr, [E(3.9, "x", "f", 2, Phase.QUEUED, 300, 5000), E(4.0, "x", "f", 2, Phase.DECODE, 0, 5000)])
+    f = fc.predict(5.0, tr)
+    mids = 0.25 + 0.5 * np.arange(8)
+    assert f.decode_seqs == pytest.approx(np.ones(8))
+    assert f.kv_tokens == pytest.approx(5000 + 300 + 100 + 100 * mids)
+    assert f.decode_remaining_tokens == pytest.approx(500)
+
+
+def test_a_queued_turns_kv_starts_when_its_decode_does():
+    """A turn queued at t = 5 with the learned 0.1 s wait decodes from +0.1 s: the first bin's
+    middle (+0.25 s) finds it 0.15 s in, holding its context, its append and 15 tokens."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train(dec=600))
+    feed(fc, tr, [E(5.0, "q", "f", 1, Phase.QUEUED, 200, 1000)])
+    f = fc.predict(5.0, tr)
+    mids = 0.25 + 0.5 * np.arange(8)
+    assert f.decode_seqs == pytest.approx(np.ones(8))
+    assert f.kv_tokens == pytest.approx(1000 + 200 + 100 * (mids - 0.1))
+    assert (f.backlog_tokens, f.backlog_turns) == (200, 1)

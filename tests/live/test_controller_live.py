@@ -180,3 +180,33 @@ def test_a_dear_policy_waits_longer_between_steps_and_its_cpu_is_counted(tmp_pat
             assert sum(capped.step_cpu_s) / 2.0 <= 0.15
 
     asyncio.run(main())
+
+
+STEPS = """\
+name: rehearsing
+seed: 3
+policy: prorsa
+engines: {backend: emulated, count: 4, slots: 128, time_scale: 0.05, model: qwen3-30b-a3b, ep: 4}
+workload: {family: swe, mode: sync, prompts: 8, group_size: 8, steps: 2, tool_time_scale: 0.1, max_turns: 4}
+runtime: {metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: null}
+"""
+
+
+def test_live_prorsa_rehearses_the_step_that_ran_before_the_next(tmp_path):
+    """Between the two steps of a live run the policy (in its thread) replays the first step in
+    the simulator under every candidate split, and the second step starts on its pick."""
+    f = tmp_path / "p.yaml"
+    f.write_text(STEPS)
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_completed"] == 128
+    ds = xr.open_dataset(run_dir / "metrics.nc")
+    between = [str(r) for r in ds.control_reason.values if str(r).startswith("next step")]
+    assert len(between) == 1 and "rehearsed on 64 trajectories" in between[0]
+    first_step_end = max(r["end_s"] for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist() if r["step"] == 0)
+    assert ds.attrs["time_scale"] == 0.05  # control_t is in body seconds, end_s in wall seconds
+    roles = {int(x) for x in ds.control_role.values[ds.control_t.values * 0.05 < first_step_end].ravel()}
+    assert len(roles) == 1  # the first step, with no prior, all mixed
