@@ -6,10 +6,15 @@
     prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]
         lifecycle events -> Forecaster -> Allocator each interval; a new goal split must win
         `votes` intervals in a row by more than min_gain of the goal being carried out (or of
-        the current split), and an engine that switched stays put for `horizon_s`
+        the current split), and an engine that switched stays put for `horizon_s`.
+        Where it has a run to replay and the body lends it the simulator (PolicyContext.rehearse):
+        model-predictive on a step's horizon instead. It opens on the split whose rehearsal of an
+        earlier run's trajectories ends soonest, and between synchronous steps rehearses the step
+        that just ran; a rehearsed split is held (a sync step's length; an async run's whole).
 
-    decide(snapshot)   folds snapshot.events in (prorsa), returns Decision(targets, reason,
-                       forecast, forecast_error); called once per control interval by the body
+    decide(snapshot)          folds snapshot.events in (prorsa), returns Decision(targets, reason,
+                              forecast, forecast_error); called once per control interval by the body
+    between_steps(snapshot)   prorsa: the next synchronous step's roles (snapshot.finished: the step)
 
 Both are deterministic functions of the snapshots they were given, and both plan from the roles
 they requested, not only the ones observed: a switch still draining is not asked for twice
@@ -164,9 +169,11 @@ class Prorsa:
         self._decode_mean: float | None = None  # the last step's mean decode, for the drift
 
     def initial_roles(self, n_engines: int) -> list[Role]:
-        """The split the allocator scores best for the steady state the prior implies (an earlier
-        run's means, or the pipeline's declared ones; with none: all mixed), unless all-mixed is
-        within min_gain of it. Mixed is the default: it serves either
+        """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
+        them ends soonest, held through the first step. Else the split the allocator scores best
+        for the steady state the prior implies (an earlier run's means, or the pipeline's declared
+        ones; with none: all mixed), unless all-mixed is within min_gain of it. Mixed is the
+        default: it serves either
         phase at once, leaves MIXED cheaply, and a rollout opens with a burst of prompts that
         every engine can help prefill. But the roles a run opens with are the ones its first
         turns settle on (their prefixes stay where they ran), and moving there later costs

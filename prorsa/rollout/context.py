@@ -13,7 +13,8 @@ The pieces a RunContext holds, for callers that need one alone:
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     prior_hint(cfg)       the pipeline's `prior:` as a WorkloadHint (an earlier run's measured
-                          means, or declared ones), None without one
+                          means, or declared ones), None without one; an earlier run's
+                          trajectories themselves go to PolicyContext.prior_trajectories
 
 Nothing here reads the run's own workload ahead: a policy learns it from the turns it observes,
 and starts from the prior, if the pipeline gives one (the oracle's future is the simulator's).
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, read_trace
@@ -35,8 +35,8 @@ from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import PolicyContext, WorkloadHint, make_policy
-from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.costmodel import CostModel, RoleCosts
+from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.roles import Role
 from prorsa.rollout.placement import MoveCost
 from prorsa.rollout.router import Router
