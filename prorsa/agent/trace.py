@@ -8,6 +8,9 @@ loop never knows which one it replays.
 Operations:
     read_trace(path)                 parse and validate a JSONL trace -> [TrajectorySpec]; TraceError
     write_trace(path, trajectories)  write them back in the same format (read(write(x)) == x)
+    turns_as_ran(turns)              (appended, decoded, tool_s) per turn of a finished trajectory
+                                     -> its TurnSpecs (the last done, with no tool after it)
+    workload_means(trajectories)     their means per trajectory: what a prior or a policy plans with
 
 The format is one JSON object per line, one line per turn:
 
@@ -28,7 +31,7 @@ import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -228,3 +231,23 @@ def write_trace(path: str | Path, trajectories: Iterable[TrajectorySpec]) -> Non
                 # json writes floats with repr(): the shortest string that reads back exactly.
                 f.write(json.dumps(line) + "\n")
     tmp.replace(path)
+
+
+def turns_as_ran(turns: Sequence[tuple[int, int, float]]) -> tuple[TurnSpec, ...]:
+    last = len(turns) - 1
+    return tuple(TurnSpec(a, d, 0.0 if k == last else tool_s, k == last) for k, (a, d, tool_s) in enumerate(turns))
+
+
+def workload_means(trajectories: Sequence[TrajectorySpec]) -> dict[str, float]:
+    """The first turn's append, a later turn's append, a turn's decode, a tool call's seconds (as
+    the specs give them) and turns per trajectory, each a mean (0 where there is none)."""
+    turns = [t for s in trajectories for t in s.turns]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    return {"prompt_tokens": mean([s.turns[0].appended_tokens for s in trajectories]),
+            "observation_tokens": mean([t.appended_tokens for s in trajectories for t in s.turns[1:]]),
+            "decode_tokens": mean([t.decode_tokens for t in turns]),
+            "tool_s": mean([t.tool_latency_s for t in turns if not t.done]),
+            "turns": len(turns) / len(trajectories) if trajectories else 0.0}

@@ -200,8 +200,7 @@ class Forecaster:
         """A decode ended (TOOL, or DONE/FAILED right after it): its length and rate."""
         if ev.tokens > 0:
             self._count("decode_tokens", ev.tokens)
-        for f in both:
-            if ev.tokens > 0:
+            for f in both:
                 f.decode_tokens.add(ev.tokens)
         if ev.tokens > 0 and prev is not None and prev.phase is Phase.DECODE and prev.turn == ev.turn:
             seconds = ev.time_s - prev.since_s

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Callable
 
 from prorsa.agent.loop import TrajectoryResult
-from prorsa.agent.trace import TrajectorySpec, TurnSpec
+from prorsa.agent.trace import TrajectorySpec, turns_as_ran
 from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.control.policy import Decision, Policy, Snapshot
@@ -45,10 +45,7 @@ log = logging.getLogger(__name__)
 
 def as_ran(result: TrajectoryResult) -> TrajectorySpec:
     """A finished trajectory as it ran: what each turn appended and decoded, and its tool times."""
-    turns = result.turns
-    return replace(result.spec, turns=tuple(
-        TurnSpec(t.prefill_tokens, t.decode_tokens, 0.0 if k == len(turns) - 1 else t.tool_s, k == len(turns) - 1)
-        for k, t in enumerate(turns)))
+    return replace(result.spec, turns=turns_as_ran([(t.prefill_tokens, t.decode_tokens, t.tool_s) for t in result.turns]))
 
 
 def timed(fn, *args):
@@ -123,11 +120,14 @@ class ControlLoop:
         snap = replace(snap, finished=tuple(as_ran(r) for r in self.rec.trajectories
                                             if r.spec.step == step - 1 and r.status == "completed"))
         decision = await self.call_policy(between, snap)
-        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
-                                       decision.reason, decision.forecast, dict(decision.forecast_error)))
+        self._record(snap, decision)
         moves = [self.switch(engine, role, decision.reason) for engine, role in decision.targets.items()
                  if engine not in self._switching and role is not self.router.roles.get(engine)]
         await asyncio.gather(*moves)
+
+    def _record(self, snap: Snapshot, decision: Decision) -> None:
+        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
+                                       decision.reason, decision.forecast, dict(decision.forecast_error)))
 
     def _with_ended(self, snap: Snapshot) -> Snapshot:
         if not self._ended:
@@ -153,8 +153,7 @@ class ControlLoop:
         self.spent(time.thread_time() - c)
         decision = await self.decide(snap)
         c = time.thread_time()
-        self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
-                                       decision.reason, decision.forecast, dict(decision.forecast_error)))
+        self._record(snap, decision)
         for engine, role in decision.targets.items():
             if engine in self._switching or role is self.router.roles.get(engine):
                 continue

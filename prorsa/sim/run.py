@@ -28,9 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
-from prorsa.agent.trace import TrajectorySpec
+from prorsa.agent.trace import TrajectorySpec, workload_means
 from prorsa.agent.workload import Workload
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
@@ -184,19 +182,10 @@ def future_of(workload: Workload, unit: float) -> Callable[[str], TrajectorySpec
 def future_means(run: RunContext, workload: Workload, sample: int = 64) -> WorkloadHint:
     """The run's own means over its first `sample` trajectories: what the oracle opens on. The
     future of the run, so no other policy is given it (they learn it, or start from a prior)."""
-    w = run.cfg.workload
-    specs = (workload.trajectories_for_step(0, first=sample) if w.mode == "sync"
+    specs = (workload.trajectories_for_step(0, first=sample) if run.cfg.workload.mode == "sync"
              else [workload.trajectory(i) for i in range(sample)])
-    turns = [t for s in specs for t in s.turns]
-    later = [t.appended_tokens for s in specs for t in s.turns[1:]]
-    tools = [t.tool_latency_s for t in turns if not t.done]
-    return WorkloadHint(
-        concurrency=run.policy.concurrency,
-        prompt_tokens=float(np.mean([s.turns[0].appended_tokens for s in specs])),
-        observation_tokens=float(np.mean(later)) if later else 0.0,
-        decode_tokens=float(np.mean([t.decode_tokens for t in turns])),
-        tool_s=float(np.mean(tools)) / run.unit if tools else 0.0,
-        turns=len(turns) / len(specs))
+    means = workload_means(specs)
+    return WorkloadHint(concurrency=run.policy.concurrency, **means | {"tool_s": means["tool_s"] / run.unit})
 
 
 def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:
