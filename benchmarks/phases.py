@@ -43,13 +43,15 @@ FIXED = ["colocated"] + [f"static:{p}:{d}" + (f":{m}" if m else "")
 POLICIES = [*FIXED, "prorsa", "oracle"]
 
 
-def write_phase_trace(path: Path, blocks: int, block: int, long: int, decode: int, tool_s: float) -> None:
+def write_phase_trace(path: Path, blocks: int, block: int, long: int, decode: int, tool_s: float,
+                      first: str = "prefill-heavy") -> None:
     from prorsa.agent.trace import TrajectorySpec, TurnSpec, write_trace
 
     kinds = {"prefill-heavy": (long, 64), "decode-heavy": (256, decode)}
+    other = "decode-heavy" if first == "prefill-heavy" else "prefill-heavy"
     trajectories = []
     for b in range(blocks):
-        family = "prefill-heavy" if b % 2 == 0 else "decode-heavy"
+        family = first if b % 2 == 0 else other
         appended, decoded = kinds[family]
         for i in range(block):
             n = b * block + i

@@ -1,5 +1,5 @@
-"""What prorsa is told, and what it costs: the paper table's cells under three priors, against
-every fixed split and the oracle.
+"""What prorsa is told, and what it costs: cells of the paper table, of drivers.py's factors and
+of phases.py under three priors, against every fixed split and the oracle.
 
     none     prorsa starts all-mixed and learns the workload from its own turns; in a multi-step
              run each step after the first opens on what the steps before observed
@@ -9,11 +9,20 @@ every fixed split and the oracle.
              math-tir <- search): a prior that misleads
 
 The oracle opens on the run's own means and forecasts from its true future (the simulator alone can
-give it). Fixed splits: colocated and every P:D of 8 engines. Cells as benchmarks/paper.py; with
---steps N every cell is a synchronous run of N steps (async cells are left out).
+give it). Fixed splits: colocated and every P:D of 8 engines (phases: every P:D:M).
 
-    .venv/bin/python benchmarks/priors.py [--families swe,search,math-tir] [--steps 1] [--workers 2]
-                                          [--out FILE]
+    --table paper     benchmarks/paper.py's cells (--families, --models, --modes)
+    --table drivers   benchmarks/drivers.py's SWE cells, one per value of each --factors
+                      (ep, tokens, prefix-cache, turns, weight-update, parallelism, ep-wide);
+                      the wrong prior is a math-tir run on the same engines
+    --table phases    benchmarks/phases.py's alternating trace (async, EP --ep); the earlier run
+                      is the same trace with its blocks in the other order (the same data seen in
+                      another order), the wrong prior a SWE run on the same engines
+
+With --steps N every synchronous cell is a run of N steps (async cells are left out).
+
+    .venv/bin/python benchmarks/priors.py [--table paper] [--families swe,search,math-tir] [--steps 1]
+                                          [--factors ep,turns] [--workers 2] [--out FILE]
 """
 
 from __future__ import annotations
@@ -26,34 +35,88 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, STATICS, config, save  # noqa: E402
+from paper import ENGINES, STATICS, save  # noqa: E402
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
 PRIORS = ("none", "earlier", "wrong")
+DRIVER_FACTORS = ("ep", "tokens", "prefix-cache", "turns", "weight-update", "parallelism")
+PHASES_FIXED = ["colocated"] + [f"static:{p}:{d}" + (f":{m}" if m else "")
+                                for p in range(ENGINES + 1) for d in range(ENGINES + 1 - p)
+                                for m in [ENGINES - p - d] if 0 < m < ENGINES or (m == 0 and p and d)]
+# A cell is (table, a, b, mode): ("paper", family, model, mode), ("drivers", factor, value, mode),
+# ("phases", "ep", ep, "async"). Its workload kind: a family, or "phases" (the alternating trace).
 
 
-def cell_config(family: str, model: str, mode: str, seed: int, steps: int, prior: str | None = None):
-    cfg = config(family, model, mode, seed)
-    return cfg.model_copy(update={"prior": prior, "workload": cfg.workload.model_copy(update={"steps": steps})})
+def cell_config(cell: tuple, seed: int, steps: int, prior: str | None = None, kind: str | None = None,
+                trace_dir: str = ""):
+    """The cell's pipeline; `kind` replaces its workload (a family, "phases" or "phases-reversed")."""
+    table, a, b, mode = cell
+    if table == "paper":
+        from paper import config
+
+        cfg = config(kind or a, b, mode, seed)
+    elif table == "drivers":
+        from drivers import config
+
+        cfg = config(a, b, mode).model_copy(update={"seed": seed})
+    else:
+        from phases import config
+
+        cfg = config(Path(trace_dir) / "phases.jsonl", b, 64, 512).model_copy(update={"seed": seed})
+    data = cfg.model_dump()
+    work = data["workload"]
+    if kind in ("phases", "phases-reversed"):
+        work["trace"] = str(Path(trace_dir) / f"{kind}.jsonl")
+    elif kind is not None:
+        work["family"], work["trace"] = kind, None
+    if mode == "sync" and steps > 1:  # else the cell's own (drivers' weight-update cells run 3)
+        work["steps"] = steps
+    data["prior"] = prior
+    from prorsa.config.pipeline import PipelineConfig
+
+    return PipelineConfig.model_validate(data)
+
+
+def own_kind(cell: tuple) -> str:
+    return {"paper": cell[1], "drivers": "swe", "phases": "phases"}[cell[0]]
+
+
+def wrong_kind(cell: tuple) -> str:
+    return "swe" if cell[0] == "phases" else WRONG[own_kind(cell)]
+
+
+def earlier_kind(cell: tuple) -> str:
+    return "phases-reversed" if cell[0] == "phases" else own_kind(cell)
+
+
+def fixed_splits(cell: tuple) -> list[str]:
+    return PHASES_FIXED if cell[0] == "phases" else ["colocated", *STATICS]
 
 
 def make_prior(job: tuple) -> tuple:
-    """An earlier run: the same cell drawn from another seed, under colocated, written as a run."""
+    """An earlier run of `kind` on the cell's engines, from another seed, under colocated, one step."""
     from prorsa.sim.run import simulate, write_run
 
-    family, model, mode, seed, folder = job
-    write_run(simulate(cell_config(family, model, mode, seed, 1), "colocated"), Path(folder))
+    cell, kind, seed, folder, trace_dir = job
+    write_run(simulate(cell_config(cell, seed, 1, kind=kind, trace_dir=trace_dir), "colocated"), Path(folder))
     return job
 
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
-    family, model, mode, seed, steps, policy, prior_name, prior_dir = job
-    s = simulate(cell_config(family, model, mode, seed, steps, prior_dir), policy).summary
-    return {"family": family, "model": model, "mode": mode, "steps": steps, "policy": policy, "prior": prior_name,
-            "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"],
+    cell, seed, steps, policy, prior_name, prior_dir, trace_dir = job
+    s = simulate(cell_config(cell, seed, steps, prior_dir, trace_dir=trace_dir), policy).summary
+    return {**cell_keys(cell), "steps": steps, "policy": policy, "prior": prior_name,
+            "figure": s["makespan_s"] if cell[3] == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"]}
+
+
+def cell_keys(cell: tuple) -> dict:
+    table, a, b, mode = cell
+    if table == "paper":
+        return {"family": a, "model": b, "mode": mode}
+    return {"table": table, "factor": a, "value": b, "mode": mode}
 
 
 def cell_summary(points: list[dict]) -> dict:
@@ -73,57 +136,88 @@ def cell_summary(points: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", default="swe,search,math-tir")
-    ap.add_argument("--models", default="dense,moe")
+    ap.add_argument("--table", choices=("paper", "drivers", "phases"), default="paper")
+    ap.add_argument("--families", default="swe,search,math-tir", help="--table paper")
+    ap.add_argument("--models", default="dense,moe", help="--table paper")
+    ap.add_argument("--factors", default=",".join(DRIVER_FACTORS), help="--table drivers")
+    ap.add_argument("--ep", default="4,16", help="--table phases: EP ranks an engine, one cell each")
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--steps", type=int, default=1, help="synchronous steps per run (> 1: sync cells only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default="benchmarks/results/priors.json")
+    ap.add_argument("--out", help="default: benchmarks/results/priors.json (paper), priors-TABLE.json")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
-    families = args.families.split(",")
-    if unknown := [f for f in families if f not in WRONG]:
-        sys.exit(f"error: --families: unknown {unknown}; known: {sorted(WRONG)}")
-    modes = args.modes.split(",") if args.steps == 1 else ["sync"]
-    cells = [(f, m, md) for f in families for m in args.models.split(",") for md in modes]
+    cells = chosen_cells(args)
+    if not cells:
+        sys.exit("error: no cells: phases cells are asynchronous, --steps > 1 keeps synchronous cells only")
+    out = args.out or ("benchmarks/results/priors.json" if args.table == "paper"
+                       else f"benchmarks/results/priors-{args.table}.json")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Pool(args.workers) as pool:
-        # an earlier run of each cell's family, and of the family that misleads it
-        wanted = {(f, m, md) for f, m, md in cells} | {(WRONG[f], m, md) for f, m, md in cells}
-        folder = {key: str(Path(tmp) / "-".join(key)) for key in wanted}
-        list(pool.imap_unordered(make_prior, [(*key, args.seed + 1, folder[key]) for key in wanted]))
+        if args.table == "phases":
+            from phases import write_phase_trace
+
+            write_phase_trace(Path(tmp) / "phases.jsonl", 4, 128, 8192, 2048, 1.0)
+            write_phase_trace(Path(tmp) / "phases-reversed.jsonl", 4, 128, 8192, 2048, 1.0, first="decode-heavy")
+        # an earlier run of each cell's workload, and of the one that misleads it
+        wanted = {(c, earlier_kind(c)) for c in cells} | {(c, wrong_kind(c)) for c in cells}
+        folder = {key: str(Path(tmp) / f"prior-{i}") for i, key in enumerate(sorted(wanted, key=str))}
+        list(pool.imap_unordered(make_prior, [(c, k, args.seed + 1, folder[c, k], tmp) for c, k in wanted]))
         jobs = []
-        for f, m, md in cells:
-            base = (f, m, md, args.seed, args.steps)
-            jobs += [(*base, p, "-", None) for p in ["colocated", *STATICS]]
-            jobs.append((*base, "oracle", "own", None))
-            jobs += [(*base, "prorsa", "none", None), (*base, "prorsa", "earlier", folder[f, m, md]),
-                     (*base, "prorsa", "wrong", folder[WRONG[f], m, md])]
+        for c in cells:
+            base = (c, args.seed, args.steps)
+            jobs += [(*base, p, "-", None, tmp) for p in fixed_splits(c)]
+            jobs.append((*base, "oracle", "own", None, tmp))
+            jobs += [(*base, "prorsa", "none", None, tmp), (*base, "prorsa", "earlier", folder[c, earlier_kind(c)], tmp),
+                     (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp)]
         points = []
         for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
             points.append(point)
-            print(f"[{i}/{len(jobs)}] {point['family']} {point['model']} {point['mode']} {point['policy']} "
-                  f"({point['prior']}): {point['figure']:.3f}", file=sys.stderr, flush=True)
+            print(f"[{i}/{len(jobs)}] {label(point)} {point['policy']} ({point['prior']}): {point['figure']:.3f}",
+                  file=sys.stderr, flush=True)
     results = []
-    for f, m, md in cells:
-        mine = [p for p in points if (p["family"], p["model"], p["mode"]) == (f, m, md)]
-        results.append({"family": f, "model": m, "mode": md, "steps": args.steps} | cell_summary(mine))
+    for c in cells:
+        mine = [p for p in points if all(p[k] == v for k, v in cell_keys(c).items())]
+        results.append(cell_keys(c) | {"steps": args.steps} | cell_summary(mine))
 
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"prorsa / the best fixed split under three priors ({ENGINES} engines, {args.steps} step(s); "
                         "> 1 beats every fixed split)")
-    for col in ("family", "model", "mode", "best fixed", "none", "earlier", "wrong", "oracle", "switches n/e/w"):
-        table.add_column(col, justify="left" if col in ("family", "model", "mode") else "right")
+    for col in ("cell", "best fixed", "none", "earlier", "wrong", "oracle", "switches n/e/w"):
+        table.add_column(col, justify="left" if col == "cell" else "right")
     for r in results:
         v = r["prorsa_vs_best"]
-        table.add_row(r["family"], r["model"], r["mode"], r["best_fixed"], *(f"{v[p]:.3f}" for p in PRIORS),
+        table.add_row(label(r), r["best_fixed"], *(f"{v[p]:.3f}" for p in PRIORS),
                       f"{r['oracle_vs_best']:.3f}", "/".join(str(r["prorsa_switches"][p]) for p in PRIORS))
     Console(width=160).print(table)
-    save("priors.py", t0, results, points, args.out)
+    save("priors.py", t0, results, points, out)
+
+
+def chosen_cells(args: argparse.Namespace) -> list[tuple]:
+    modes = args.modes.split(",") if args.steps == 1 else ["sync"]
+    if args.table == "paper":
+        families = args.families.split(",")
+        if unknown := [f for f in families if f not in WRONG]:
+            sys.exit(f"error: --families: unknown {unknown}; known: {sorted(WRONG)}")
+        return [("paper", f, m, md) for f in families for m in args.models.split(",") for md in modes]
+    if args.table == "drivers":
+        from drivers import FACTORS
+
+        factors = args.factors.split(",")
+        if unknown := [f for f in factors if f not in FACTORS]:
+            sys.exit(f"error: --factors: unknown {unknown}; known: {sorted(FACTORS)}")
+        return [("drivers", f, v, md) for f in factors for v in FACTORS[f] for md in modes]
+    return [("phases", "ep", int(ep), "async") for ep in args.ep.split(",")] if "async" in modes else []
+
+
+def label(r: dict) -> str:
+    if "family" in r:
+        return f"{r['family']} {r['model']} {r['mode']}"
+    return f"{r['table']} {r['factor']}={r['value']} {r['mode']}"
 
 
 if __name__ == "__main__":

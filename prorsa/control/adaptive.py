@@ -43,6 +43,7 @@ _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a pr
 REHEARSAL_GAIN = 0.01
 TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
 MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
+VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
 
 
 class Requests:
@@ -167,6 +168,8 @@ class Prorsa:
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
         self._held: tuple[int, int, int] | None = None  # a rehearsed split, kept until the next step
         self._decode_mean: float | None = None  # the last step's mean decode, for the drift
+        # (current, goal) -> the last trajectory completed when its replay refused the move
+        self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
@@ -275,13 +278,14 @@ class Prorsa:
                             forecast=forecast.summary(), forecast_error=self.forecaster.errors())
         plan = self.allocator.plan(forecast, engines, anchor=self._committed,
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))
-        targets, why = self._vote(plan)
+        targets, why = self._vote(plan, snapshot.finished)
         self._requests.ask(targets, snapshot.time_s)
         return Decision(targets, f"{why}{plan.reason}", forecast=plan.summary(),
                         forecast_error=self.forecaster.errors())
 
-    def _vote(self, plan: Plan) -> tuple[dict[str, Role], str]:
-        """A new goal must win `votes` plans in a row; a committed goal is carried on at once."""
+    def _vote(self, plan: Plan, finished: Sequence[TrajectorySpec] = ()) -> tuple[dict[str, Role], str]:
+        """A new goal must win `votes` plans in a row, then its replay (_replayed); a committed
+        goal is carried on at once."""
         if not plan.targets:
             if plan.goal == plan.current:  # reached (or never left); else blocked for now: keep it
                 self._committed = None
@@ -294,8 +298,48 @@ class Prorsa:
         self._streak = (plan.goal, n)
         if n < self.votes:
             return {}, f"vote {n}/{self.votes}: "
-        self._committed, self._streak = plan.goal, (None, 0)
+        self._streak = (None, 0)
+        veto = self._replayed(plan.current, plan.goal, finished)
+        if veto:
+            return {}, veto
+        self._committed = plan.goal
         return plan.targets, ""
+
+    def _replayed(self, current: tuple[int, int, int], goal: tuple[int, int, int],
+                  finished: Sequence[TrajectorySpec]) -> str:
+        """Why not to move to the fluid model's `goal` ("" to move): the last `concurrency`
+        trajectories to complete, replayed in the simulator, do not end sooner under it than under
+        the current split by REHEARSAL_GAIN. The fluid model prices a horizon's demand as given,
+        whatever the split; in a rollout the demand is the trajectories' own, slower where they are
+        served slower, and the replay closes that loop (benchmarks/priors.py --table phases).
+        Until VETO_EVIDENCE trajectories have completed there is too little to replay and the
+        fluid model decides alone: a run's opening moves, made while the engines are empty, are
+        most of what an MoE run gains (held for evidence, EP16 sync lost all its gain over colocated).
+        A goal refused stays refused until another quarter of `concurrency` has completed."""
+        if self.rehearse is None:
+            return ""
+        if len(finished) < VETO_EVIDENCE:
+            return ""
+        refused = self._refused.get((current, goal))
+        if refused is not None and _completed_since(finished, refused) < max(self.concurrency // 4, 1):
+            return f"{_split_name(goal)} refused by its replay, too few completed since: "
+        specs = list(finished[-self.concurrency:]) if self.concurrency else list(finished)
+        times = {c: self.rehearse(specs, c) for c in (current, goal)}
+        self.rehearsals.append(times)
+        if times[goal] * (1 + REHEARSAL_GAIN) < times[current]:
+            return ""
+        self._refused[current, goal] = finished[-1].traj_id
+        return (f"{_split_name(goal)} refused: the last {len(specs)} trajectories replayed end in "
+                f"{times[goal]:.1f} s under it, {times[current]:.1f} s as now: ")
+
+
+def _completed_since(finished: Sequence[TrajectorySpec], traj_id: str) -> int:
+    """How many of `finished` (oldest first) completed after `traj_id`; all of them when it has
+    left the window."""
+    for k, spec in enumerate(reversed(finished)):
+        if spec.traj_id == traj_id:
+            return k
+    return len(finished)
 
 
 def _split_name(split: tuple[int, int, int]) -> str:

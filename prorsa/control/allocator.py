@@ -50,7 +50,7 @@ import numpy as np
 
 from prorsa.control.forecast import Forecast, ForecastSummary
 from prorsa.loads import EngineLoad
-from functools import cached_property
+from functools import cache, cached_property
 
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
@@ -185,11 +185,14 @@ class PlanSummary(ForecastSummary):
     goal_mixed: float = 0.0
 
 
+@cache  # every interval asks again, and 64 engines have ~2,000 splits
 def splits(n: int) -> np.ndarray:
-    """Every (P, D, M) with P + D + M = n that can serve both phases; (k, 3) ints."""
+    """Every (P, D, M) with P + D + M = n that can serve both phases; (k, 3) ints, read-only."""
     out = [(p, d, n - p - d) for p in range(n + 1) for d in range(n + 1 - p)
            if p + (n - p - d) >= 1 and d + (n - p - d) >= 1]
-    return np.array(out, dtype=int).reshape(-1, 3)
+    table = np.array(out, dtype=int).reshape(-1, 3)
+    table.flags.writeable = False
+    return table
 
 
 def count_roles(roles: Sequence[Role]) -> Split:
@@ -305,13 +308,19 @@ class _Movers:
 
     def __init__(self, cap: Capacity, engines: Sequence[EngineLoad], locked: Collection[str],
                  remaining_tokens: float):
-        free = [e for e in engines if e.engine_id not in locked]
-        self.pools = {r: cheapest_first([e for e in free if e.role is r]) for r in ROLES}
+        free = cheapest_first([e for e in engines if e.engine_id not in locked])
+        self.rank = {e.engine_id: i for i, e in enumerate(free)}
+        self.pools = {r: [e for e in free if e.role is r] for r in ROLES}
         # A mixed engine turning decode already serves decode, so its gain starts at once; any
         # other engine gains nothing until it has drained.
         self.drain = {(e.engine_id, r): 0.0 if e.role is Role.MIXED and r is Role.DECODE
                       else cap.drain_time(e, r, remaining_tokens)
                       for e in free for r in ROLES if r is not e.role}
+        # each engine's other roles, the one it drains into fastest first (a goal is priced for
+        # thousands of candidate splits an interval: sort once)
+        self.prefer = {e.engine_id: sorted((r for r in ROLES if r is not e.role),
+                                           key=lambda r, e=e: (self.drain[e.engine_id, r], ROLES.index(r)))
+                       for e in free}
 
     def counts(self) -> Split:
         return len(self.pools[Role.PREFILL]), len(self.pools[Role.DECODE]), len(self.pools[Role.MIXED])
@@ -320,15 +329,14 @@ class _Movers:
         """(engine, new role) for cur -> goal, cheapest engines first, each to the missing role it
         drains into fastest; and each move's drain time."""
         need = {r: max(0, goal[k] - cur[k]) for k, r in enumerate(ROLES)}
-        leaving = [e for k, r in enumerate(ROLES) for e in self.pools[r][:max(0, cur[k] - goal[k])]]
+        leaving = [e.engine_id for k, r in enumerate(ROLES) for e in self.pools[r][:max(0, cur[k] - goal[k])]]
         out: list[tuple[str, Role]] = []
         drains: list[float] = []
-        for e in cheapest_first(leaving):
-            to = min((r for r in ROLES if need[r] > 0),
-                     key=lambda r: (self.drain[e.engine_id, r], ROLES.index(r)))
+        for e in sorted(leaving, key=self.rank.__getitem__):
+            to = next(r for r in self.prefer[e] if need[r] > 0)
             need[to] -= 1
-            out.append((e.engine_id, to))
-            drains.append(self.drain[e.engine_id, to])
+            out.append((e, to))
+            drains.append(self.drain[e, to])
         return out, drains
 
 

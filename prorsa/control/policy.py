@@ -30,14 +30,18 @@ from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 
+RECENT_FINISHED = 1024
+
+
 @dataclass(frozen=True)
 class Snapshot:
     time_s: float  # seconds since the rollout began (the body's clock)
     engines: tuple[EngineLoad, ...]  # each engine as the body sees it now (prorsa/loads.py)
     trajectories_by_state: dict[str, int] = field(default_factory=dict)  # lifecycle state -> count
     events: tuple[LifecycleEvent, ...] = ()  # lifecycle events since the previous decide()
-    # between_steps only: the trajectories of the step that just ended, as they ran (observed
-    # appends, decodes and tool times, tool times in body seconds)
+    # trajectories as they ran (observed appends, decodes and tool times, in body seconds): to
+    # between_steps, the step that just ended; to decide, the most recent to have completed
+    # (up to RECENT_FINISHED, oldest first)
     finished: tuple[TrajectorySpec, ...] = ()
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import replace
 from typing import Callable
 
@@ -35,7 +36,7 @@ from prorsa.agent.loop import TrajectoryResult
 from prorsa.agent.trace import TrajectorySpec, turns_as_ran
 from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent, Phase
-from prorsa.control.policy import Decision, Policy, Snapshot
+from prorsa.control.policy import RECENT_FINISHED, Decision, Policy, Snapshot
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.router import Router
@@ -67,6 +68,8 @@ class ControlLoop:
         self.step_s: list[float] = []  # wall time of each control step, for its cost
         self.step_cpu_s: list[float] = []  # and the CPU it took, wherever it ran
         self._cpu = 0.0  # this step's CPU so far
+        self._recent: deque[TrajectorySpec] = deque(maxlen=RECENT_FINISHED)  # see _recent_finished
+        self._converted = 0  # recorder trajectories already looked at
 
     def trajectory_done(self, result: TrajectoryResult) -> None:
         """A live agent may answer before its last planned turn; no task says so to the body's
@@ -109,6 +112,15 @@ class ControlLoop:
                 task.cancel()
             await asyncio.gather(*self._switching.values(), return_exceptions=True)
 
+    def _recent_finished(self) -> tuple[TrajectorySpec, ...]:
+        """The last RECENT_FINISHED completed trajectories as they ran, each converted once."""
+        done = self.rec.trajectories
+        for r in done[self._converted:]:
+            if r.status == "completed":
+                self._recent.append(as_ran(r))
+        self._converted = len(done)
+        return tuple(self._recent)
+
     async def before_step(self, step: int) -> None:
         """A synchronous step is about to start and none is in flight: a policy that plans between
         steps (Policy.between_steps) sets the next step's roles now, and the step waits for them."""
@@ -150,6 +162,7 @@ class ControlLoop:
         c = time.thread_time()
         snap = self._with_ended(snap)
         self._learn(snap)
+        snap = replace(snap, finished=self._recent_finished())
         self.spent(time.thread_time() - c)
         decision = await self.decide(snap)
         c = time.thread_time()

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from prorsa.costmodel import CostModel
 
@@ -52,6 +52,10 @@ class MoveCost:
     def __post_init__(self) -> None:
         self._prior = float(self.decode_tokens)
         self._total, self._n = 0.0, 0  # the decodes observed
+        # The router prices every engine for a turn that may move, and between two turns most
+        # engines hold the same load and KV: remember their step-time factor (not the wait, which
+        # scales with the decode mean that `learn` updates at every decode).
+        self._decode_steps = lru_cache(maxsize=1 << 14)(self._decode_steps_uncached)
 
     def learn(self, tokens: int) -> None:
         self._total += tokens
@@ -85,12 +89,17 @@ class MoveCost:
     def wait_s(self, leg: str, load: int, backlog: float, kv: int, context: int) -> float:
         wait = backlog / self.prefill_rate if leg != "decode" else 0.0
         if leg != "prefill" and load > 0:
-            mean_kv = max(kv / load, 1.0)
-            admits = max(1, min(self.slots, int(self._kv_tokens // mean_kv)))
-            waves = max(0, load + 1 - admits) / admits  # each as long as a decode of a full batch
-            batch = min(load + 1, admits)
-            wait += self.decode_tokens * ((1 + waves) * self._step(batch, mean_kv) - self._step(1, mean_kv))
+            wait += self.decode_tokens * self._decode_steps(load, kv)
         return wait
+
+    def _decode_steps_uncached(self, load: int, kv: int) -> float:
+        """Seconds a new turn's decode takes per token beside `load` turns holding `kv` tokens,
+        beyond an idle engine's."""
+        mean_kv = max(kv / load, 1.0)
+        admits = max(1, min(self.slots, int(self._kv_tokens // mean_kv)))
+        waves = max(0, load + 1 - admits) / admits  # each as long as a decode of a full batch
+        batch = min(load + 1, admits)
+        return (1 + waves) * self._step(batch, mean_kv) - self._step(1, mean_kv)
 
     def _step(self, batch: int, context: float) -> float:
         per_rank = math.ceil(batch / self.cost.ep)

@@ -175,7 +175,8 @@ class Router:
                 move = base[k] * (1 + stalled) if k == "whole" else base[k]
                 if move > stay or move >= best_s:
                     continue  # it cannot beat staying, nor an engine before it
-                total = price.wait_s(k, self.load[e], self.backlog(e, now), self._kv[e], turn.context) + move
+                backlog = self.backlog(e, now) if k != "decode" else 0.0  # a decode leg waits on no prefill
+                total = price.wait_s(k, self.load[e], backlog, self._kv[e], turn.context) + move
             if total < best_s:
                 best, best_s = e, total
         return best, best == prev

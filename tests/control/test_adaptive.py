@@ -63,7 +63,7 @@ def stream(n_traj: int, t_end: float, seed: int = 0, rate: float = 60.0, prompt:
 
 
 def drive(policy, events: list[E], n_engines: int = 8, t_end: float = 60.0,
-          carry_out: bool = True) -> list[tuple[float, Decision]]:
+          carry_out: bool = True, finished: tuple = ()) -> list[tuple[float, Decision]]:
     roles = {f"e{i}": r for i, r in enumerate(policy.initial_roles(n_engines))}
     out, j, t = [], 0, 1.0
     while t <= t_end + 1e-9:
@@ -72,7 +72,7 @@ def drive(policy, events: list[E], n_engines: int = 8, t_end: float = 60.0,
             batch.append(events[j])
             j += 1
         engines = tuple(EngineLoad(e, r, 0, 2, 20000, 700000) for e, r in roles.items())
-        d = policy.decide(Snapshot(time_s=t, engines=engines, events=tuple(batch)))
+        d = policy.decide(Snapshot(time_s=t, engines=engines, events=tuple(batch), finished=finished))
         if carry_out:
             roles.update(d.targets)
         out.append((t, d))
@@ -363,3 +363,50 @@ def test_fill_cycles_with_seeds_of_their_own():
     assert [s.traj_id for s in out] == ["t0", "t1", "t0", "t1", "t0"]
     assert len({s.seed for s in out}) == 5
     assert fill(specs, 0) == specs
+
+
+def _replaying(goal_faster: bool, asked: list):
+    """prorsa with a simulator lent whose replay favours any split other than all mixed, or all mixed."""
+    from dataclasses import replace
+
+    from prorsa.control.policy import PolicyContext
+
+    def rehearse(specs, split):
+        asked.append((tuple(s.traj_id for s in specs), split))
+        return 90.0 if (split != (0, 0, 8)) == goal_faster else 100.0
+
+    # one vote: a goal the fluid model keeps wanting is asked for every interval
+    return make_policy("prorsa:4:2:1:1", replace(PolicyContext.default(), rehearse=rehearse, concurrency=32))
+
+
+def test_a_fluid_move_is_made_only_when_its_replay_ends_sooner():
+    """Under overload the fluid model wants prefill engines (test_no_flapping_once_settled); with
+    a simulator lent, each new goal is first replayed on the last `concurrency` trajectories to
+    complete, against the current split, and made only if the replay ends sooner under it."""
+    events, done = stream(**HEAVY), tuple(_spec(i) for i in range(40))
+    free = drive(make_policy("prorsa:4:2:1:1"), events, t_end=20)
+    asked: list = []
+    agreed = drive(_replaying(True, asked), events, t_end=20, finished=done)
+    assert [d.targets for _, d in agreed] == [d.targets for _, d in free]  # the replay agreed each time
+    assert asked and {ids for ids, _ in asked} == {tuple(f"t{i}" for i in range(8, 40))}  # the last 32
+
+    asked.clear()
+    refused = drive(_replaying(False, asked), events, t_end=20, finished=done)
+    assert all(not d.targets for _, d in refused)
+    why = next(d.reason for _, d in refused if "refused" in d.reason)
+    assert "refused: the last 32 trajectories replayed end in 100.0 s under it, 90.0 s as now" in why
+    # a refused goal is not replayed again until another quarter of `concurrency` has completed
+    pairs = [split for _, split in asked]
+    assert len(pairs) == 2 * len(set(pairs) - {(0, 0, 8)})
+    assert any("refused by its replay, too few completed since" in d.reason for _, d in refused)
+
+
+def test_with_too_little_to_replay_the_fluid_model_decides_alone():
+    """At a run's opening nothing has completed, and the moves made then (engines still empty,
+    nothing to drain) are most of an MoE run's gain: they are not held back for a replay."""
+    asked: list = []
+    events = stream(**HEAVY)
+    res = drive(_replaying(False, asked), events, t_end=20, finished=tuple(_spec(i) for i in range(15)))
+    assert not asked
+    assert [d.targets for _, d in res] == [d.targets for _, d in drive(make_policy("prorsa:4:2:1:1"), events, t_end=20)]
+    assert any(d.targets for _, d in res)
