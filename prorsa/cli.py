@@ -275,7 +275,7 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
     console = Console(stderr=False)
     e = cfg.engines
     console.print(f"simulating {cfg.name}: {e.count} x {e.gpu} engines (tp={e.tp}, ep={e.ep}) serving "
-                  f"{e.model}, {cfg.workload.mode} {cfg.workload.family or 'trace'}, {len(specs)} policies")
+                  f"{e.model}, {cfg.workload.mode} {cfg.workload.label}, {len(specs)} policies")
     out = Path(output) if output else None
 
     def done(run) -> None:

@@ -34,7 +34,7 @@ def check_file(path: str | Path) -> str:
         return f"ok: {path} (sweep {grid.spec.name}: {len(grid.points)} points)"
     cfg = load_run(path).cfg
     return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
-            f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.family or 'trace'})")
+            f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.label})")
 
 
 def _check_trace(path: Path) -> str:

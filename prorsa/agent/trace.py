@@ -16,12 +16,14 @@ The format is one JSON object per line, one line per turn:
 
     {"traj": "s0-p3-g1", "turn": 0, "appended_tokens": 812, "decode_tokens": 301,
      "tool_latency_s": 0.42, "done": false, "family": "swe", "seed": 123, "step": 0,
-     "prompt": 3, "group": 1}
+     "prompt": 3, "group": 1, "start_s": 12.5}
 
-`family`, `seed`, `step`, `prompt` and `group` are optional and per trajectory: written on turn 0
-only, accepted on any line (they must then agree). Missing ones default to family "trace"
-(or the reader's default), step 0, prompt = order of first appearance, group 0 and a seed hashed
-from the trajectory id. Lines of different trajectories may interleave (a live run writes turns as
+`family`, `seed`, `step`, `prompt`, `group` and `start_s` are optional and per trajectory: written
+on turn 0 only, accepted on any line (they must then agree). Missing ones default to family "trace"
+(or the reader's default), step 0, prompt = order of first appearance, group 0, a seed hashed
+from the trajectory id and no release time. `start_s` is the trajectory's release: it starts no
+earlier than this many seconds after the run (async) or its step (sync) began, in the seconds
+its tool latencies are given in (drivers.py). Lines of different trajectories may interleave (a live run writes turns as
 they finish); within a trajectory turns must run 0, 1, 2, ... and end with exactly one done.
 """
 
@@ -54,6 +56,8 @@ class TrajectorySpec:
     step: int  # sync: training step; async: 0 (the trainer assigns policy versions at run time)
     turns: tuple[TurnSpec, ...]  # at least one; only the last is done
     seed: int  # for token-id synthesis and sampling (uint32 range)
+    # released this many seconds after the run (async) or its step (sync) began; None: at once
+    start_s: float | None = None
 
     def __post_init__(self) -> None:
         # Catch a malformed record where it is built, not turns later inside an engine.
@@ -61,6 +65,8 @@ class TrajectorySpec:
             raise ValueError(f"trajectory {self.traj_id!r} has no turns")
         if not self.turns[-1].done or any(t.done for t in self.turns[:-1]):
             raise ValueError(f"trajectory {self.traj_id!r}: exactly the last turn must be done")
+        if self.start_s is not None and not 0 <= self.start_s < float("inf"):
+            raise ValueError(f"trajectory {self.traj_id!r}: start_s must be a finite number >= 0, got {self.start_s!r}")
 
     @property
     def context_tokens(self) -> int:
@@ -74,6 +80,7 @@ class TraceError(ValueError):
 
 _INT32 = 2**31 - 1
 MAX_TOOL_S = 7 * 86400.0
+MAX_START_S = 30 * 86400.0  # no rollout runs a month: a larger release is a unit mistake (ms)
 
 
 class _Line(BaseModel):
@@ -93,9 +100,10 @@ class _Line(BaseModel):
     step: int | None = Field(None, ge=0, le=_INT32)
     prompt: int | None = Field(None, ge=0, le=_INT32)
     group: int | None = Field(None, ge=0, le=_INT32)
+    start_s: float | None = Field(None, ge=0, le=MAX_START_S)
 
 
-_PER_TRAJECTORY = ("family", "seed", "step", "prompt", "group")
+_PER_TRAJECTORY = ("family", "seed", "step", "prompt", "group", "start_s")
 
 
 @dataclass
@@ -199,6 +207,7 @@ def _assemble(traj: str, order: int, part: _Partial, default_family: str) -> Tra
         turns=tuple(part.turns),
         # crc32: stable across processes and Python versions, unlike hash(str).
         seed=m.get("seed", zlib.crc32(traj.encode())),
+        start_s=m.get("start_s"),
     )
 
 
@@ -217,6 +226,8 @@ def trace_lines(spec: TrajectorySpec) -> list[dict[str, object]]:
         if k == 0:
             line.update(family=spec.family, seed=spec.seed, step=spec.step,
                         prompt=spec.prompt_index, group=spec.group_index)
+            if spec.start_s is not None:
+                line["start_s"] = float(spec.start_s)
         lines.append(line)
     return lines
 

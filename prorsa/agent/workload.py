@@ -4,12 +4,20 @@ Built once per run from its WorkloadConfig and seed; the sync and async drivers 
 and the agent loop replays them. Pure: no clock, no I/O after construction, no engine.
 
 Operations:
-    Workload.from_config(cfg, seed)    build from a family profile, or read cfg.trace (TraceError)
+    Workload.from_config(cfg, seed)    build from a family profile, a mix of them, or read cfg.trace
+                                       (TraceError)
     trajectories_for_step(step, first) sync: B prompts x G samples, prompt-major ("s{step}-p{p}-g{g}"),
                                        or only the first `first`
     trajectory(index)                  async: the index-th trajectory started ("a{index}"); groups of
                                        G consecutive indices share a prompt
     prompt_hardness(step, prompt)      the factor a GRPO group shares (1.0 for traces)
+    family_of(step, prompt)            the family a prompt is drawn from (None for traces)
+    mix_weights(step)                  a mix's weights at a step, normalised (None without a mix)
+    context_cap(cfg)                   a workload's family context cap (a mix: its largest)
+
+Mixes: each prompt's family is drawn from the step's weights (cfg.mix, moving linearly to
+cfg.mix_end by the last sync step) on a stream of its own, so every member of a group shares it and
+a mix of one family draws exactly that family's trajectories.
 
 Determinism: every spec is a function of (seed, step, prompt, group) alone. Each draw gets a
 numpy Generator seeded from a SeedSequence of those ints, never a shared stream, so trajectory 17
@@ -26,6 +34,9 @@ The last kept turn is marked done and its tool latency set to 0.
 Trace replay runs the same slots (step, prompt, group or index) over the trace's trajectories in
 order, cycling when more are asked for; slot labels replace the trace's so ids stay unique, and a
 repeat of a trace trajectory gets a new seed. Steps 3-4 apply to traces too (identity by default).
+Releases (start_s): sync keeps each one, relative to the step; async replays the trace in order of
+release (stable: a trace without releases keeps its order), and a repeat is released one period
+(the trace's last release) later per pass, so a cycled trace keeps staggering its starts.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from prorsa.agent.families import Family, RawTurns, get_family
+from prorsa.agent.families import FAMILIES, Family, RawTurns, get_family
 from prorsa.agent.trace import TraceError, TrajectorySpec, TurnSpec, read_trace
 from prorsa.config.pipeline import WorkloadConfig
 
@@ -42,7 +53,7 @@ __all__ = ["TraceError", "TrajectorySpec", "TurnSpec", "Workload"]
 
 # Tags keep the seed streams of different purposes apart. Keys must have a fixed length per tag:
 # SeedSequence pads short entropy with zeros, so [s, 1, 2] and [s, 1, 2, 0] would collide.
-_PROMPT, _MEMBER, _SPEC_SEED, _REPEAT = 1, 2, 3, 4
+_PROMPT, _MEMBER, _SPEC_SEED, _REPEAT, _FAMILY = 1, 2, 3, 4, 5
 
 
 def _seq(*keys: int) -> np.random.SeedSequence:
@@ -60,14 +71,20 @@ def _uint32(*keys: int) -> int:
 class Workload:
     def __init__(self, cfg: WorkloadConfig, seed: int, *, family: Family | None,
                  trace: tuple[TrajectorySpec, ...] | None) -> None:
-        if (family is None) == (trace is None):
-            raise ValueError("a Workload draws from a family or replays a trace, exactly one")
+        """Draws from `family`, replays `trace`, or, with neither, draws from cfg.mix."""
+        drawing_a_mix = family is None and trace is None
+        if family is not None and trace is not None or drawing_a_mix and cfg.mix is None:
+            raise ValueError("a Workload draws from a family or a mix, or replays a trace, exactly one")
         if trace is not None and not trace:
             raise TraceError(f"{cfg.trace}: the trace holds no trajectories")
+        if trace is not None and cfg.mode == "async":
+            trace = tuple(sorted(trace, key=lambda s: s.start_s or 0.0))
         self.cfg = cfg  # only the workload section (STYLE 9)
         self.seed = seed
-        self.family = family  # None when replaying
+        self.family = family  # None when replaying or mixing
         self.trace = trace  # None when drawing
+        self._period = max((s.start_s or 0.0 for s in trace), default=0.0) if trace else 0.0
+        self._mix = _mix_arrays(cfg) if drawing_a_mix else None
 
     @classmethod
     def from_config(cls, cfg: WorkloadConfig, seed: int) -> Workload:
@@ -75,7 +92,9 @@ class Workload:
             # An explicitly given family labels trace lines that carry none; the default does not.
             label = cfg.family if cfg.family and "family" in cfg.model_fields_set else "trace"
             return cls(cfg, seed, family=None, trace=tuple(read_trace(cfg.trace, default_family=label)))
-        assert cfg.family is not None  # WorkloadConfig guarantees a family or a trace
+        if cfg.mix is not None:
+            return cls(cfg, seed, family=None, trace=None)
+        assert cfg.family is not None  # WorkloadConfig guarantees a family, a mix or a trace
         return cls(cfg, seed, family=get_family(cfg.family), trace=None)
 
     # --- slots --------------------------------------------------------------------------------
@@ -96,27 +115,53 @@ class Workload:
         return self._slot(f"a{index}", 0, index // g, index % g, slot=index)
 
     def prompt_hardness(self, step: int, prompt: int) -> float:
-        if self.family is None:
+        if self.trace is not None:
             return 1.0
         return self._draw_prompt(step, prompt)[0]
+
+    def family_of(self, step: int, prompt: int) -> Family | None:
+        if self.trace is not None:
+            return None
+        if self._mix is None:
+            return self.family
+        names, _, _ = self._mix
+        cum = np.cumsum(self._weights(step))
+        # a stream of its own: the prompt's other draws are those its family alone would make; the
+        # draw is scaled by the total so rounding never lands past it, on a family of weight 0
+        pick = np.searchsorted(cum, _rng(self.seed, _FAMILY, step, prompt).random() * cum[-1], side="right")
+        return FAMILIES[names[int(pick)]]
+
+    def mix_weights(self, step: int) -> dict[str, float] | None:
+        if self._mix is None:
+            return None
+        return {name: float(w) for name, w in zip(self._mix[0], self._weights(step)) if w > 0}
+
+    def _weights(self, step: int) -> np.ndarray:
+        assert self._mix is not None
+        _, start, end = self._mix
+        steps = self.cfg.steps
+        f = step / (steps - 1) if steps > 1 and self.cfg.mode == "sync" else 0.0
+        return (1 - f) * start + f * end
 
     # --- drawing and replaying ----------------------------------------------------------------
 
     def _slot(self, traj_id: str, step: int, prompt: int, member: int, *, slot: int) -> TrajectorySpec:
         if self.trace is not None:
             return self._replay(traj_id, step, prompt, member, slot)
-        assert self.family is not None
-        hardness, prompt_tokens = self._draw_prompt(step, prompt)
-        raw = self.family.draw_turns(_rng(self.seed, _MEMBER, step, prompt, member), hardness, prompt_tokens)
+        family = self.family_of(step, prompt)
+        assert family is not None
+        hardness, prompt_tokens = family.draw_prompt(_rng(self.seed, _PROMPT, step, prompt))
+        raw = family.draw_turns(_rng(self.seed, _MEMBER, step, prompt, member), hardness, prompt_tokens)
         return TrajectorySpec(
-            traj_id=traj_id, family=self.family.name, prompt_index=prompt, group_index=member,
-            step=step, turns=self._shape(raw, self.family.context_cap, step),
+            traj_id=traj_id, family=family.name, prompt_index=prompt, group_index=member,
+            step=step, turns=self._shape(raw, family.context_cap, step),
             seed=_uint32(self.seed, _SPEC_SEED, step, prompt, member),
         )
 
     def _draw_prompt(self, step: int, prompt: int) -> tuple[float, int]:
-        assert self.family is not None
-        return self.family.draw_prompt(_rng(self.seed, _PROMPT, step, prompt))
+        family = self.family_of(step, prompt)
+        assert family is not None
+        return family.draw_prompt(_rng(self.seed, _PROMPT, step, prompt))
 
     def _replay(self, traj_id: str, step: int, prompt: int, member: int, slot: int) -> TrajectorySpec:
         assert self.trace is not None
@@ -127,9 +172,12 @@ class Workload:
             [t.decode_tokens for t in base.turns],
             [t.tool_latency_s for t in base.turns],
         )
+        start_s = base.start_s
+        if repeat and start_s is not None and self.cfg.mode == "async":
+            start_s += repeat * self._period
         return replace(
             base, traj_id=traj_id, step=step, prompt_index=prompt, group_index=member,
-            turns=self._shape(raw, None, step),
+            turns=self._shape(raw, None, step), start_s=start_s,
             # A repeat must not share token ids with the original, or prefix caches would hit.
             seed=base.seed if repeat == 0 else _uint32(base.seed, _REPEAT, repeat),
         )
@@ -158,6 +206,23 @@ class Workload:
             TurnSpec(appended[k], decode[k], 0.0 if k == n - 1 else tool[k], k == n - 1)
             for k in range(n)
         )
+
+
+def context_cap(cfg: WorkloadConfig) -> int | None:
+    """The family's context cap (a mix: the largest of its families'); None without a family."""
+    names = list(cfg.mix or {}) or ([cfg.family] if cfg.family else [])
+    return max((get_family(name).context_cap for name in names), default=None)
+
+
+def _mix_arrays(cfg: WorkloadConfig) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """A mix as (families, shares at step 0, shares at the last step), in FAMILIES' order, so the
+    draws do not depend on the order the pipeline lists them in. Shares, not raw weights, are
+    interpolated: {swe: 3, math-tir: 1} to {math-tir: 1} moves math-tir's share evenly from 1/4."""
+    assert cfg.mix is not None
+    end = cfg.mix_end or cfg.mix
+    names = [name for name in FAMILIES if name in cfg.mix or name in end]
+    start_w, end_w = (np.array([m.get(n, 0.0) for n in names], float) for m in (cfg.mix, end))
+    return names, start_w / start_w.sum(), end_w / end_w.sum()
 
 
 def _scale_tokens(tokens: int, scale: float) -> int:

@@ -131,9 +131,17 @@ class EnginesConfig(_Section):
         return self
 
 
+FamilyName = Literal["swe", "search", "math-tir", "terminal"]  # agent/families.py FAMILIES
+FAMILY_NAMES: tuple[str, ...] = get_args(FamilyName)
+
+
 class WorkloadConfig(_Section):
-    family: Literal["swe", "search", "math-tir", "terminal"] | None = "swe"
+    family: FamilyName | None = "swe"
     trace: str | None = None  # JSONL trace to replay instead of a family profile
+    # instead of one family, a mix: each prompt's family drawn by weight ({swe: 3, math-tir: 1});
+    # sync: the weights move linearly to mix_end's by the last step (a curriculum, a shifting mix)
+    mix: dict[str, float] | None = None
+    mix_end: dict[str, float] | None = None
     mode: Literal["sync", "async"] = "sync"
     prompts: int = Field(4, ge=1, le=MANY)  # sync: B prompts per step
     group_size: int = Field(4, ge=1, le=MANY)  # sync: G samples per prompt (a GRPO group)
@@ -157,10 +165,51 @@ class WorkloadConfig(_Section):
     # on a clock, not per batch); None: every prompts x group_size finished trajectories
     weight_update_every_s: float | None = Field(None, gt=0, le=86400)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _mix_replaces_the_default_family(cls, data):
+        if isinstance(data, dict) and data.get("mix") is not None and "family" not in data:
+            return data | {"family": None}
+        return data
+
+    @field_validator("mix", "mix_end", mode="before")
+    @classmethod
+    def _no_bool_weight(cls, v):
+        if isinstance(v, dict) and (flag := next((k for k, w in v.items() if isinstance(w, bool)), None)):
+            raise ValueError(f"weight of {flag!r}: a number, not a boolean")
+        return v
+
+    @field_validator("mix", "mix_end")
+    @classmethod
+    def _mix_weights(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("name at least one family and its weight, e.g. {swe: 3, math-tir: 1}")
+        if unknown := [k for k in v if k not in FAMILY_NAMES]:
+            raise ValueError(f"unknown task family {unknown[0]!r}; known: {', '.join(FAMILY_NAMES)}")
+        if negative := [k for k, w in v.items() if w < 0]:
+            raise ValueError(f"weight of {negative[0]!r} is {v[negative[0]]!r}; weights must be >= 0")
+        if not any(w > 0 for w in v.values()):
+            raise ValueError("every weight is 0; give at least one family a weight above 0")
+        return v
+
+    @property
+    def label(self) -> str:
+        """What the workload draws from, in a line of text: a family, `mix` or `trace`."""
+        return "trace" if self.trace else "mix" if self.mix else str(self.family)
+
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
-        if self.trace is None and self.family is None:
-            raise ValueError("give a task 'family' or a 'trace' file")
+        if self.trace is None and self.family is None and self.mix is None:
+            raise ValueError("give a task 'family', a 'mix' or a 'trace' file")
+        if self.mix is not None and (self.trace is not None or self.family is not None):
+            raise ValueError(f"mix draws each prompt's family: give mix or {'trace' if self.trace else 'family'}, "
+                             "not both")
+        if self.mix_end is not None and self.mix is None:
+            raise ValueError("mix_end is where the mix moves to by the last step: it needs mix (the weights at step 0)")
+        if self.mix_end is not None and self.mode != "sync":
+            raise ValueError("mix_end shifts the mix across synchronous steps: it needs mode sync")
         if self.mode == "async" and self.trajectories is None and self.duration_s is None:
             raise ValueError("async mode needs 'trajectories' or 'duration_s' to know when to stop")
         if self.weight_update_every_s is not None and self.mode != "async":

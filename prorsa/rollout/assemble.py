@@ -59,8 +59,9 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
              *(asyncio.create_task(loop()) for loop in body.background)]
     if wcfg.mode == "sync":
         rl["before_step"] = body.controller.before_step
+    # a trace's releases (start_s) stay on the specs: the driver converts each with the same unit
     rollout = drive(workload, wcfg, body.runner, body.now, on_done, rec.on_turn, episodes=episodes,
-                    update_weights=update_weights, skip=skip, **rl)
+                    update_weights=update_weights, skip=skip, clock_unit=body.clock_unit, **rl)
     try:
         if body.guard is None:
             await rollout

@@ -17,6 +17,15 @@
                                                      start now (the RL loop's staleness bound)
     before_step=                                     sync, optional: awaited before each step, after
                                                      the weight update (the roles for the step)
+    clock_unit=                                      wall seconds per second of `now`: a spec's
+                                                     release (start_s) is given in wall seconds,
+                                                     like its tool latencies
+
+Releases. A spec with a start_s starts no earlier than start_s after its step began (sync: the
+step begins once before_step returns) or the run began (async); one without starts as it always
+did. Async starts trajectories in index order: a free slot waits for the next index's release, so
+a trace replayed async is ordered by release first (agent/workload.py) and no unreleased trajectory
+holds back a released one.
 
 Pure asyncio over a TurnRunner, so the same drivers run live and in virtual time.
 """
@@ -48,7 +57,7 @@ async def run_sync(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
     update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
-    before_step: Callable[[int], Awaitable[None]] | None = None,
+    before_step: Callable[[int], Awaitable[None]] | None = None, clock_unit: float = 1.0,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
@@ -59,7 +68,9 @@ async def run_sync(
             await update_weights()
         if before_step is not None:
             await before_step(step)
-        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes, version)
+        began = now()
+        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes, version,
+                                                   release=_release(s, began, clock_unit))
                                               for s in specs))
         results.extend(step_results)
     return results
@@ -69,12 +80,13 @@ async def run_async(
     workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
     update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
-    gate: Callable[[int], bool] | None = None,
+    gate: Callable[[int], bool] | None = None, clock_unit: float = 1.0,
 ) -> list[TrajectoryResult]:
     results: list[TrajectoryResult] = []
     batch = cfg.prompts * cfg.group_size  # trajectories per training step
     updates: list[asyncio.Task] = []
-    deadline = None if cfg.duration_s is None else now() + cfg.duration_s
+    began = now()
+    deadline = None if cfg.duration_s is None else began + cfg.duration_s
     every = cfg.weight_update_every_s if update_weights is not None else None
     next_update = None if every is None else now() + every
     limit = cfg.trajectories
@@ -85,23 +97,28 @@ async def run_async(
         return (limit is None or started < limit) and (deadline is None or now() < deadline)
 
     while True:
+        held = None  # the release the next index waits for, when a slot is free before it
         while len(in_flight) < cfg.concurrency and more_to_start() and (gate is None or gate(started)):
             spec = workload.trajectory(started)
+            if spec.traj_id not in skip and (release := _release(spec, began, clock_unit)) > now():
+                # one released after the deadline never starts: the run ends with what is in flight
+                held = release if deadline is None or release < deadline else None
+                break
             started += 1
             if spec.traj_id not in skip:  # an index is an identity: a skipped one still counts
                 in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes, version)))
         pending = [u for u in updates if not u.done()]
-        if not in_flight:
+        if not in_flight and held is None:
             await asyncio.gather(*updates)
             if pending and more_to_start():  # held back by the gate: the update just made opens it
                 continue
             return results
         # past its deadline an async run only waits for what is in flight; an update stays due
         wake = ([deadline] if deadline is not None and deadline > now() else []) + \
-            ([next_update] if next_update is not None else [])
+            ([next_update] if next_update is not None else []) + ([held] if held is not None else [])
         timeout = max(min(wake) - now(), 0.0) if wake else None
         # an update that ends may open the gate, so it wakes the loop as a finished trajectory does
-        done, _ = await asyncio.wait(in_flight | set(pending), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done = await _first_done(in_flight | set(pending), timeout)
         finished = done & in_flight
         in_flight -= finished
         before = len(results) // batch
@@ -116,8 +133,24 @@ async def run_async(
             updates.append(asyncio.create_task(update_weights()))  # the rollout goes on meanwhile
 
 
+def _release(spec: TrajectorySpec, began: float, clock_unit: float) -> float:
+    """When `spec` may start, in `now`'s seconds: at once (`began`) when it has no release."""
+    return began if spec.start_s is None else began + spec.start_s / clock_unit
+
+
+async def _first_done(tasks: set[asyncio.Task], timeout: float | None) -> set[asyncio.Task]:
+    """asyncio.wait's first-completed set; with nothing in flight (a release pending) only the timeout."""
+    if not tasks:
+        await asyncio.sleep(timeout or 0.0)
+        return set()
+    done, _ = await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    return done
+
+
 async def _one(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None,
-               version: Version | None = None) -> TrajectoryResult:
+               version: Version | None = None, release: float | None = None) -> TrajectoryResult:
+    if release is not None and (wait := release - now()) > 0:  # a trajectory without a release never yields here
+        await asyncio.sleep(wait)
     episode = episodes(spec) if episodes is not None else None
     started_under = version() if version is not None else 0
     result = await run_trajectory(spec, runner, now, on_turn, episode)

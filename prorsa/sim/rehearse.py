@@ -19,9 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from prorsa.agent.families import get_family
 from prorsa.agent.trace import TrajectorySpec
-from prorsa.agent.workload import Workload
+from prorsa.agent.workload import Workload, context_cap
 from prorsa.control.policy import Rehearse
 from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
@@ -33,7 +32,7 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
     # the trajectories as they ran: nothing of the pipeline's shaping is applied to them again but
     # its context bound (the family's, or the pipeline's), which a trajectory carried forward with
     # longer decodes would meet sooner
-    cap = min(x for x in (w0.max_context, get_family(w0.family).context_cap if w0.family else None, 2**30) if x)
+    cap = min(x for x in (w0.max_context, context_cap(w0), 2**30) if x)
     wcfg = w0.model_copy(update={
         "mode": "sync", "steps": 1, "group_size": 1, "token_scale": 1.0, "tool_time_scale": 1.0,
         "decode_growth": 1.0, "max_turns": None, "max_context": cap, "weight_update_s": 0.0, "duration_s": None})

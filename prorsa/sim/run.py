@@ -1,7 +1,9 @@
 """One simulated rollout: the live run's brain and emulated engines on a virtual clock.
 
-    simulate(cfg, policy=None) -> SimRun     run cfg's workload under `policy` (a spec or a Policy
-                                             object; default cfg.policy) in virtual time
+    simulate(cfg, policy=None[, workload]) -> SimRun
+                                             run cfg's workload (or `workload`: these trajectories)
+                                             under `policy` (a spec or a Policy object; default
+                                             cfg.policy) in virtual time
     write_run(sim, run_dir)                  the same files a live run writes (prorsa report reads them)
     await simulate_async(run, policy[, workload])   the same on the caller's virtual clock (a
                                              RunContext; `workload`: replay these instead)
@@ -59,11 +61,11 @@ class SimRun:
     events: int = 0  # timers the virtual clock fired: engine steps, transfers, tool calls, intervals
 
 
-def simulate(cfg: PipelineConfig, policy: str | Policy | None = None) -> SimRun:
+def simulate(cfg: PipelineConfig, policy: str | Policy | None = None, workload: Workload | None = None) -> SimRun:
     t0 = time.perf_counter()
     run = resolve(cfg)
     with _rare_collections():
-        sim = run_virtual(simulate_async(run, policy))
+        sim = run_virtual(simulate_async(run, policy, workload))
     sim.wall_s = time.perf_counter() - t0
     sim.summary["sim_wall_s"] = round(sim.wall_s, 3)
     return sim
@@ -191,7 +193,8 @@ def future_means(run: RunContext, workload: Workload, sample: int = 64) -> Workl
 def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:
     if unit == 1.0:
         return spec
-    return replace(spec, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s / unit) for t in spec.turns))
+    return replace(spec, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s / unit) for t in spec.turns),
+                   start_s=None if spec.start_s is None else spec.start_s / unit)
 
 
 def write_run(sim: SimRun, run_dir: Path) -> None:

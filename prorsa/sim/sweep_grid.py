@@ -59,9 +59,10 @@ def expand(spec: SweepSpec, source: Path) -> Grid:
     ax = spec.axes
     policies = ax.policy or [base.policy]
     models = [_fill_model(m, base) for m in (ax.model or [ModelChoice(name=base.engines.model)])]
-    family = base.workload.family if base.workload.trace is None else "trace"
-    if ax.workload is not None and base.workload.trace is not None:
-        raise ConfigError(f"{source}: axes.workload: the base pipeline replays a trace; drop the trace or the axis")
+    family = base.workload.label
+    if ax.workload is not None and family in ("trace", "mix"):
+        what = "replays a trace" if family == "trace" else "draws a mix of families"
+        raise ConfigError(f"{source}: axes.workload: the base pipeline {what}; drop the {family} or the axis")
     coords = {
         "policy": list(dict.fromkeys(STATIC_BEST if p == STATIC_ALL else p for p in policies)),
         "workload": ax.workload or [family],

@@ -89,6 +89,11 @@ MALFORMED = [
     ([_line(tool_latency_s=2.5)], 1, "tool_latency_s", "final turn"),
     ([_line(done=False, family="swe"), _line(turn=1, family="search")], 2, "family", "disagrees"),
     ([_line(seed=-1)], 1, "seed", "-1"),
+    ([_line(start_s=-2.5)], 1, "start_s", "-2.5"),
+    ([_line(start_s="10")], 1, "start_s", "valid number"),
+    ([_line(start_s=True)], 1, "start_s", "valid number"),
+    ([_line(start_s=1e9)], 1, "start_s", "less than or equal"),
+    ([_line(done=False, start_s=3.0), _line(turn=1, start_s=4.0)], 2, "start_s", "disagrees"),
 ]
 
 
@@ -104,6 +109,32 @@ def test_malformed_trace_names_file_line_and_field(tmp_path, lines, lineno, fiel
     if field is not None:
         assert f"'{field}'" in msg
     assert words in msg
+
+
+def test_release_times_read_and_write_back(tmp_path):
+    path = tmp_path / "staggered.jsonl"
+    path.write_text("\n".join([_line(traj="a", start_s=0), _line(traj="b", start_s=12.5),
+                               _line(traj="c", done=False, tool_latency_s=0.5), _line(traj="c", turn=1, start_s=3)]))
+    specs = read_trace(path)
+    assert [s.start_s for s in specs] == [0.0, 12.5, 3.0]  # an int is a number of seconds too; any line may carry it
+    assert isinstance(specs[0].start_s, float)
+    out = tmp_path / "again.jsonl"
+    write_trace(out, specs)
+    assert read_trace(out) == specs
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x.get("start_s") for x in lines] == [0.0, 12.5, 3.0, None]  # on turn 0 only
+    write_trace(out, read_trace(SMALL))
+    assert "start_s" not in out.read_text()  # written only when set
+    with pytest.raises(ValueError, match="start_s must be a finite number >= 0"):
+        TrajectorySpec("x", "swe", 0, 0, 0, (TurnSpec(1, 1, 0.0, True),), 1, start_s=float("nan"))
+
+
+def test_non_finite_release_is_refused(tmp_path):
+    path = tmp_path / "nan.jsonl"
+    path.write_text('{"traj": "t", "turn": 0, "appended_tokens": 1, "decode_tokens": 1, '
+                    '"tool_latency_s": 0.0, "done": true, "start_s": NaN}\n')
+    with pytest.raises(TraceError, match=r"nan.jsonl:1: (field 'start_s'|bad JSON)"):
+        read_trace(path)
 
 
 def test_non_finite_latency_is_refused(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from prorsa.agent.families import FAMILIES, get_family
 from prorsa.agent.trace import write_trace
-from prorsa.agent.workload import TraceError, TrajectorySpec, Workload
+from prorsa.agent.workload import TraceError, TrajectorySpec, TurnSpec, Workload
 from prorsa.config.pipeline import WorkloadConfig
 
 SMALL = Path(__file__).resolve().parents[1] / "data" / "small_trace.jsonl"
@@ -240,3 +240,89 @@ def test_replay_does_not_mutate_the_trace():
     w.trajectories_for_step(0)
     assert w.trace == before and w.trace is not None
     assert replace(w.trace[0], traj_id="x").turns == before[0].turns
+
+
+# --- mixes of families --------------------------------------------------------------------------
+
+def test_a_mix_of_one_family_draws_exactly_that_family():
+    for kw in ({"prompts": 5, "group_size": 3, "steps": 2, "decode_growth": 4.0},
+               {"mode": "async", "trajectories": 20, "group_size": 2}):
+        alone, mixed = make(4, family="math-tir", **kw), make(4, mix={"math-tir": 2.5}, **kw)
+        if kw.get("mode") == "async":
+            assert [mixed.trajectory(i) for i in range(12)] == [alone.trajectory(i) for i in range(12)]
+        else:
+            assert mixed.trajectories_for_step(1) == alone.trajectories_for_step(1)  # decode_growth too
+        assert mixed.prompt_hardness(0, 3) == alone.prompt_hardness(0, 3)
+
+
+def test_mix_families_are_fixed_by_the_seed_and_shared_by_a_group():
+    w = make(0, mix={"swe": 1, "math-tir": 1, "search": 2}, prompts=8, group_size=2, steps=2)
+    step0, step1 = w.trajectories_for_step(0), w.trajectories_for_step(1)
+    assert [s.family for s in step0[::2]] == ["search", "search", "math-tir", "swe", "swe", "search", "swe", "swe"]
+    assert [s.family for s in step1[::2]] == ["search", "math-tir", "math-tir", "math-tir", "search", "search",
+                                              "swe", "search"]
+    assert all(a.family == b.family for a, b in zip(step0[::2], step0[1::2]))  # a GRPO group shares its task
+    assert [w.family_of(0, p).name for p in range(8)] == [s.family for s in step0[::2]]
+    for s in step0:
+        _check_shape(s)
+        assert s.context_tokens <= get_family(s.family).context_cap  # each family's own context cap
+    # the order the pipeline lists them in does not matter
+    again = make(0, mix={"search": 2, "math-tir": 1, "swe": 1}, prompts=8, group_size=2, steps=2)
+    assert again.trajectories_for_step(0) == step0
+    a = make(4, mix={"swe": 1, "terminal": 1}, mode="async", trajectories=8, group_size=2)
+    assert [a.trajectory(i).family for i in range(8)] == ["swe", "swe", "terminal", "terminal"] + ["swe"] * 4
+
+
+def test_mix_end_moves_the_shares_linearly_across_steps():
+    w = make(0, mix={"swe": 3, "math-tir": 1}, mix_end={"math-tir": 1}, steps=5, prompts=4, group_size=1)
+    assert [w.mix_weights(s) for s in range(5)] == [
+        {"swe": 0.75, "math-tir": 0.25}, {"swe": 0.5625, "math-tir": 0.4375}, {"swe": 0.375, "math-tir": 0.625},
+        {"swe": 0.1875, "math-tir": 0.8125}, {"math-tir": 1.0}]
+    assert make(0).mix_weights(0) is None
+
+
+def test_mix_shares_per_step_follow_the_weights():
+    n = 2000
+    w = make(1, mix={"swe": 1, "search": 0}, mix_end={"search": 1}, steps=5, prompts=n, group_size=1)
+    for step in range(5):
+        share = np.mean([w.family_of(step, p).name == "search" for p in range(n)])
+        p = step / 4
+        assert abs(share - p) <= 4 * np.sqrt(p * (1 - p) / n) + 1e-12, (step, share)  # exact at both ends
+    # and the specs carry the family drawn: the forecaster learns per family from them
+    last = w.trajectories_for_step(4, first=50)
+    assert {s.family for s in last} == {"search"} and max(len(s.turns) for s in last) <= 4
+
+
+def test_decode_growth_and_the_family_caps_hold_in_a_mix():
+    grown = make(2, mix={"math-tir": 1, "search": 1}, steps=3, prompts=40, group_size=2, decode_growth=8.0)
+    flat = make(2, mix={"math-tir": 1, "search": 1}, steps=3, prompts=40, group_size=2)
+    for g, f in zip(grown.trajectories_for_step(2), flat.trajectories_for_step(2)):
+        assert g.family == f.family
+        assert g.context_tokens <= get_family(g.family).context_cap
+    decode = {k: np.mean([t.decode_tokens for s in w.trajectories_for_step(2) if s.family == "search" for t in s.turns])
+              for k, w in (("grown", grown), ("flat", flat))}
+    assert decode["grown"] > 4 * decode["flat"]  # search's turns are short: the growth shows in full
+
+
+# --- releases (start_s) in traces ---------------------------------------------------------------
+
+def _released(tmp_path, starts: list[float | None]) -> Path:
+    specs = [TrajectorySpec(f"t{i}", "swe", i, 0, 0, (TurnSpec(10, 5, 0.0, True),), seed=i, start_s=s)
+             for i, s in enumerate(starts)]
+    write_trace(tmp_path / "r.jsonl", specs)
+    return tmp_path / "r.jsonl"
+
+
+def test_sync_replay_keeps_each_release_relative_to_its_step(tmp_path):
+    w = make(0, trace=str(_released(tmp_path, [4.0, None, 1.5, 0.0])), prompts=2, group_size=2, steps=2)
+    assert [s.start_s for s in w.trajectories_for_step(0)] == [4.0, None, 1.5, 0.0]
+    assert [s.start_s for s in w.trajectories_for_step(1)] == [4.0, None, 1.5, 0.0]
+
+
+def test_async_replay_runs_in_release_order_and_repeats_a_period_later(tmp_path):
+    w = make(0, trace=str(_released(tmp_path, [4.0, None, 1.5, 0.0])), mode="async", trajectories=8)
+    specs = [w.trajectory(i) for i in range(8)]
+    assert [s.seed for s in specs[:4]] == [1, 3, 2, 0]  # stable: the unreleased one keeps its place
+    assert [s.start_s for s in specs] == [None, 0.0, 1.5, 4.0, None, 4.0, 5.5, 8.0]
+    plain = make(0, trace=str(SMALL), mode="async", trajectories=8)
+    assert [plain.trajectory(i).seed for i in range(4)] == [s.seed for s in plain.trace]  # no releases: trace order

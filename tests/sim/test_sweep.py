@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster
 from rich.console import Console
 
 from prorsa.cli import main
-from prorsa.config.load import load_pipeline
+from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.sim.run import simulate
 from prorsa.sim.sweep import run_sweep
 from prorsa.sim.sweep_grid import DIMS, load_grid
@@ -132,3 +132,11 @@ def test_a_worker_killed_mid_sweep_loses_no_point(tmp_path, client):
     assert not outcome.failed and len(outcome.computed) == 12 and set(lost) <= set(outcome.computed)
     ds = xr.load_dataset(tmp_path / "out" / "sweep.nc")
     assert ds.sizes["seed"] == 6 and np.isfinite(ds.makespan_s).all()
+
+
+def test_a_workload_axis_over_a_mix_is_refused_and_a_mix_is_a_coordinate(tmp_path):
+    mixed = BASE | {"workload": {k: v for k, v in BASE["workload"].items() if k != "family"} | {"mix": {"search": 1}}}
+    with pytest.raises(ConfigError, match=r"axes.workload: the base pipeline draws a mix of families; drop the mix"):
+        load_grid(write_sweep(tmp_path, {"base": "tiny.yaml", "axes": {"workload": ["swe"]}}, mixed))
+    grid = load_grid(write_sweep(tmp_path, SWEEP, mixed))
+    assert grid.coords["workload"] == ["mix"]
