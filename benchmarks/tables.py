@@ -188,6 +188,29 @@ def t_tuned_once(d: dict) -> list[str]:
             f"prorsa with no prior {worst['prorsa']:.3f} of the best fixed split."]
 
 
+def priors_cells_table(file: str) -> Callable[[dict], list[str]]:
+    """priors.py --table drivers|phases: a row per cell (factor=value, mode), the three priors."""
+
+    def render(d: dict) -> list[str]:
+        rows, lows = [], {}
+        for c in d[file]["cells"]:
+            v = c["prorsa_vs_best"]
+            where = f"{c['factor']}={c['value']} {c['mode']}"
+            rows.append([where, split(c["best_fixed"]), f3(c["colocated_vs_best"]),
+                         *(f3(v[p]) for p in ("none", "earlier", "wrong")), f3(c["oracle_vs_best"]),
+                         "/".join(str(c["prorsa_switches"][p]) for p in ("none", "earlier", "wrong"))])
+            for p in ("none", "earlier", "wrong"):
+                if p not in lows or v[p] < lows[p][0]:
+                    lows[p] = (v[p], where)
+            if "oracle" not in lows or c["oracle_vs_best"] < lows["oracle"][0]:
+                lows["oracle"] = (c["oracle_vs_best"], where)
+        low = "; ".join(f"{p} {x:.3f} ({where})" for p, (x, where) in lows.items())
+        return table(["cell", "best fixed", "colocated", "prorsa: none", "prorsa: earlier run", "prorsa: wrong family",
+                      "oracle", "switches n/e/w"], rows) + ["", f"Lowest / best fixed: {low}."]
+
+    return render
+
+
 def t_drift(d: dict) -> list[str]:
     """Decode lengths drifting across steps: prorsa and the per-step hindsight against the best single split."""
     rows = []
@@ -452,6 +475,8 @@ TABLES: dict[str, Table] = {
     "paper": Table(["paper.json"], t_paper),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
+    "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),
+    "priors-phases": Table(["priors-phases.json"], priors_cells_table("priors-phases.json")),
     "drift": Table(["drift.json"], t_drift),
     "drift-mix": Table(["drift-mix.json"], t_drift_mix),
     "tuned-once": Table(["paper.json", "priors.json"], t_tuned_once),

@@ -43,6 +43,8 @@ _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a pr
 REHEARSAL_GAIN = 0.01
 TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
 MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
+PRIOR_SAMPLES = 16  # observations of a mean before it is held against the prior's
+PRIOR_TOLERANCE = 2.0  # an observed mean this many times off the prior's (either way) drops it
 VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
 
 
@@ -167,6 +169,7 @@ class Prorsa:
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
         self._held: tuple[int, int, int] | None = None  # a rehearsed split, kept until the next step
+        self._held_on_prior = False  # ... rehearsed on the prior's trajectories: dropped if they prove wrong
         self._decode_mean: float | None = None  # the last step's mean decode, for the drift
         # (current, goal) -> the last trajectory completed when its replay refused the move
         self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
@@ -187,7 +190,25 @@ class Prorsa:
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
         goal = self._steady_split(self.prior, n_engines)
         p, d, m = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
+        self._held_on_prior = self._held is not None
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def _prior_contradicted(self) -> str:
+        """Why the prior is not this run's workload ("" while it may be): a mean the run has
+        observed PRIOR_SAMPLES times is off the prior's by more than PRIOR_TOLERANCE either way.
+        Appends are known as they are queued; decodes only as they end, the short ones first, so
+        a decode mean is held against the prior's only when it is longer. A wrong family's
+        rehearsed split, held through the run, cost EP16 SWE up to 0.58 of the best fixed split
+        against 0.90 with no prior at all (benchmarks/priors.py --table drivers)."""
+        if self.prior is None:
+            return ""
+        seen = self.forecaster.observed(PRIOR_SAMPLES)
+        for key, low in (("prompt_tokens", 1 / PRIOR_TOLERANCE), ("observation_tokens", 1 / PRIOR_TOLERANCE),
+                         ("decode_tokens", 0.0)):
+            mine, told = seen.get(key), getattr(self.prior, key)
+            if mine is not None and told > 0 and not low <= mine / told <= PRIOR_TOLERANCE:
+                return f"prior dropped: {key} {mine:.0f} observed against its {told:.0f}; "
+        return ""
 
     def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int]) -> tuple[int, int, int]:
         """The split whose rehearsal (the body's simulator replaying `specs` as one step) ends
@@ -239,7 +260,7 @@ class Prorsa:
             self.forecaster.observe(ev)
         hint = self.learned()
         engines = self._requests.engines(snapshot)
-        before, self._held = len(self.rehearsals), None
+        before, self._held, self._held_on_prior = len(self.rehearsals), None, False
         ahead, trend = self._carried_forward(snapshot.finished)
         goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)))
         how = "steady state" if len(self.rehearsals) == before else (
@@ -271,6 +292,9 @@ class Prorsa:
             self.forecaster.observe(ev)  # folds the event into forecaster.tracker too
         engines = self._requests.engines(snapshot)
         forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
+        dropped = self._prior_contradicted() if self._held_on_prior else ""
+        if dropped:
+            self._held, self._held_on_prior = None, False
         if self._held is not None:
             # the rehearsal ran the whole step, its tail included, in this split: the horizon's
             # fluid model, which does not see where prefixes lie, is not asked to undo it
@@ -280,7 +304,7 @@ class Prorsa:
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))
         targets, why = self._vote(plan, snapshot.finished)
         self._requests.ask(targets, snapshot.time_s)
-        return Decision(targets, f"{why}{plan.reason}", forecast=plan.summary(),
+        return Decision(targets, f"{dropped}{why}{plan.reason}", forecast=plan.summary(),
                         forecast_error=self.forecaster.errors())
 
     def _vote(self, plan: Plan, finished: Sequence[TrajectorySpec] = ()) -> tuple[dict[str, Role], str]:

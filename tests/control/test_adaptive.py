@@ -410,3 +410,47 @@ def test_with_too_little_to_replay_the_fluid_model_decides_alone():
     assert not asked
     assert [d.targets for _, d in res] == [d.targets for _, d in drive(make_policy("prorsa:4:2:1:1"), events, t_end=20)]
     assert any(d.targets for _, d in res)
+
+
+def _held_on(prior):
+    """prorsa holding P2 D6, rehearsed on an earlier run whose means were `prior`."""
+    from dataclasses import replace
+
+    ctx = replace(_swe_moe_context(), concurrency=16, prior=prior, prior_trajectories=(_spec(0),),
+                  rehearse=lambda specs, split: 90.0 if split == (2, 6, 0) else 100.0)
+    p = make_policy("prorsa", ctx)
+    assert p.initial_roles(8) == [P, P] + [D] * 6
+    return p
+
+
+def _decide_on(p, events):
+    return p.decide(Snapshot(30.0, tuple(eng(f"e{i}", r) for i, r in enumerate([P, P] + [D] * 6)),
+                             events=tuple(events)))
+
+
+def test_a_prior_the_run_contradicts_is_dropped():
+    """An earlier run of another family: its rehearsed split is held only until 16 prompts show
+    appends more than twice as long (or short) as the prior's; then the fluid model plans."""
+    from prorsa.control.policy import WorkloadHint
+
+    prior = WorkloadHint(16, prompt_tokens=434, observation_tokens=306, decode_tokens=2045, tool_s=0.5, turns=5.6)
+    p = _held_on(prior)
+    few = _trajectory_events(15, turns=1, prompt=2170, obs=0, dec=2000, tool_s=0.0)
+    assert _decide_on(p, few).reason.startswith("hold P2 D6 M0")  # 15 prompts: not yet
+    more = [e for e in _trajectory_events(16, turns=1, prompt=2170, obs=0, dec=2000, tool_s=0.0)
+            if e.traj_id == "s0-p15-g0"]
+    d = _decide_on(p, more)
+    assert d.reason.startswith("prior dropped: prompt_tokens 2170 observed against its 434; ")
+    assert not _decide_on(p, []).reason.startswith("hold")  # and it stays dropped
+
+
+def test_decodes_shorter_than_the_prior_do_not_drop_it():
+    """The first decodes to end are the short ones: a decode mean below the prior's is no evidence
+    against it; one more than twice as long is."""
+    from prorsa.control.policy import WorkloadHint
+
+    prior = WorkloadHint(16, prompt_tokens=2000, observation_tokens=1500, decode_tokens=500, tool_s=1.0, turns=11)
+    short = _trajectory_events(20, turns=1, prompt=2000, obs=0, dec=100, tool_s=0.0)
+    assert _decide_on(_held_on(prior), short).reason.startswith("hold P2 D6 M0")
+    long = _trajectory_events(20, turns=1, prompt=2000, obs=0, dec=1100, tool_s=0.0)
+    assert _decide_on(_held_on(prior), long).reason.startswith("prior dropped: decode_tokens 1100 observed against its 500")
