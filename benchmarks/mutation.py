@@ -10,13 +10,15 @@ rather than crash at once: + - * / // swapped among themselves, a comparison's b
 removed, a sign dropped, True and False, a number moved by one, a loop that never runs, break and
 continue. The sample is drawn from every mutant of every module, an equal share from each, by a
 seeded generator: the same seed draws the same mutants as long as the modules' source is the same,
-so a run before and after new tests compares like with like. The unmutated code must pass the tests first; the source is restored after every mutant.
+so a run before and after new tests compares like with like. The unmutated code must pass the
+tests first; the source is restored after every mutant.
 
 The score is (killed + timed out) / mutants; "without equivalents" leaves out the survivors
 judged equivalent (EQUIVALENT below, each with why no test can kill it).
 
     .venv/bin/python benchmarks/mutation.py [--mutants 200] [--seed 0] [--timeout S]
                                             [--session FILE] [--out FILE]
+    .venv/bin/python benchmarks/mutation.py --rescore FILE    (after EQUIVALENT changed)
 
 Run it on a clean checkout (it rewrites the five modules while it runs); one worker process.
 """
@@ -53,9 +55,52 @@ OPERATORS = (
     "core/ReplaceContinueWithBreak",
 )
 
-# Survivors no test can kill, keyed by (module, the mutated line as it reads after the mutation,
-# stripped): the mutant computes what the original does on every input the code can be given.
-EQUIVALENT: dict[tuple[str, str], str] = {}
+# Survivors judged equivalent, keyed by (module, the mutated line as it reads after the mutation,
+# stripped): the mutant behaves as the original does wherever the program can reach it, so no
+# test of what the code computes can kill it. Each says why.
+_UNUSED_DEFAULT = "a default no caller relies on: {} it"
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("prorsa/control/allocator.py", "goal_prefill: float = -1.0  # the split being moved toward"):
+        _UNUSED_DEFAULT.format("Plan.summary(), the one maker of a PlanSummary, gives"),
+    ("prorsa/control/allocator.py", "goal_mixed: float = -1.0"):
+        _UNUSED_DEFAULT.format("Plan.summary(), the one maker of a PlanSummary, gives"),
+    ("prorsa/control/allocator.py", "return np.array(out, dtype=int).reshape(- 2, 3)"):
+        "numpy infers a negative size, any negative, from the others: -2 reshapes as -1 does",
+    ("prorsa/control/forecast.py",
+     "prefill_tokens: float = 1.0  # prefill tokens arriving over the horizon (turns k > 0)"):
+        "a default read only by the dashboard for a decision with no forecast, whose horizon 0 drops it",
+    ("prorsa/control/forecast.py",
+     "decode_tps_per_seq: float = -1.0  # the per-sequence decode rate it assumed"):
+        "a default read only by the dashboard for a decision with no forecast, which does not show it",
+    ("prorsa/control/forecast.py",
+     "prefill_prefix_tokens: float = -1.0  # mean cached context under a prefill (arrivals, backlog)"):
+        _UNUSED_DEFAULT.format("the forecaster, the oracle and the steady forecast each give"),
+    ("prorsa/control/forecast.py",
+     "def __init__(self, horizon_s: float = 5.0, bin_s: float = 0.5, *, decode_tps: float = 50.0,"):
+        _UNUSED_DEFAULT.format("the adaptive policy and the oracle each give"),
+    ("prorsa/control/forecast.py",
+     "def __init__(self, horizon_s: float = 3.0, bin_s: float = 0.5, *, decode_tps: float = 50.0,"):
+        _UNUSED_DEFAULT.format("the adaptive policy and the oracle each give"),
+    ("prorsa/control/forecast.py", "growth = np.maximum(self._mid[None, :] - t.start[:, None], -1.0) * rate"):
+        "growth below 0 only where a bin's middle is before the decode starts, where occupancy is 0",
+    ("prorsa/control/forecast_stats.py",
+     "grid = np.unique(np.concatenate([edges, t[(t >= edges[0]) & (t < edges[-1])]]))"):
+        "a change at the first edge adds a point the edges already hold, and np.unique drops it",
+    ("prorsa/control/forecast_stats.py", "self._sorted = s, np.append(np.cumsum(s[::-1])[::-1], 1.0)"):
+        "the trailing suffix sum is read only past the last sample, where cond_rest takes the tail instead",
+    ("prorsa/control/forecast_stats.py",
+     "self.end_from = np.zeros( 3)  # ends reported straight after [the decode, a tool phase]"):
+        "only [0] and [1] are counted; a third entry stays 0 and adds nothing to the sum",
+    ("prorsa/control/forecast_stats.py",
+     "at = np.where(i >= 0, level[np.maximum(i, 0)] if len(level) else 1, self._level)"):
+        "with no change recorded every index is -1, so np.where takes the level, never this value",
+    ("prorsa/rollout/router.py", "if sticky and self.load[prev] <= self.overload - max(self._floor, 1):"):
+        "a shortcut made stricter: what it no longer settles, the exact test against the least load "
+        "settles alike (the floor never exceeds it); only a scan more",
+    ("prorsa/rollout/router.py", "if sticky and self.load[prev] <= self.overload * max(self._floor, 0):"):
+        "a shortcut made stricter: what it no longer settles, the exact test against the least load "
+        "settles alike (the floor never exceeds it); only a scan more",
+}
 
 
 def enumerate_mutants(modules: tuple[str, ...]) -> list:
@@ -167,6 +212,37 @@ def summary(rows: list[dict], modules: tuple[str, ...]) -> dict:
     return out
 
 
+def judged(row: dict) -> dict:
+    """`row` with its survivor's EQUIVALENT reason, if it has one."""
+    row.pop("equivalent", None)
+    if row["outcome"] == "survived" and (reason := EQUIVALENT.get((row["file"], row["mutated"]))):
+        row["equivalent"] = reason
+    return row
+
+
+def rescore(path: Path) -> None:
+    """Judge a results file's survivors again by EQUIVALENT as it is now (a mutant's equivalence
+    does not depend on the tests, so a run before new tests is judged as the run after them)."""
+    doc = json.loads(path.read_text())
+    missing = [r for r in doc["mutants"] if "mutated" not in r]
+    if missing:  # written before rows kept their mutated line: make each mutant again to read it
+        import cosmic_ray.plugins
+        from cosmic_ray.mutating import mutate_code
+
+        specs = {(str(s.module_path), s.operator_name, s.occurrence): s for s in enumerate_mutants(MODULES)}
+        for r in missing:
+            spec = specs[r["file"], "core/" + r["operator"], r["occurrence"]]
+            source = (REPO / r["file"]).read_text()
+            mutant = mutate_code(source, cosmic_ray.plugins.get_operator(spec.operator_name)(), spec.occurrence)
+            r["mutated"] = next(b.strip() for a, b in zip(source.splitlines(), mutant.splitlines()) if a != b)
+    doc["modules"] = summary([judged(r) for r in doc["mutants"]], MODULES)
+    doc["survivors"] = [r for r in doc["mutants"] if r["outcome"] == "survived"]
+    doc["judged_by"] = f"python benchmarks/mutation.py --rescore {path}"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{path}: {sum(1 for r in doc['survivors'] if r.get('equivalent'))} of {len(doc['survivors'])} "
+          f"survivors judged equivalent")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mutants", type=int, default=200, help="how many to draw (all of them if fewer)")
@@ -175,7 +251,11 @@ def main() -> None:
                     help="seconds a mutant's tests may run (default: 4x the unmutated run, at least 30)")
     ap.add_argument("--session", default=None, help="cosmic-ray's sqlite session (default: a temporary file)")
     ap.add_argument("--out", default="benchmarks/results/mutation.json")
+    ap.add_argument("--rescore", type=Path, metavar="FILE",
+                    help="run nothing: judge FILE's survivors again by EQUIVALENT and rewrite its scores")
     args = ap.parse_args()
+    if args.rescore:
+        return rescore(args.rescore)
 
     from cosmic_ray.mutating import mutate_and_test
     from cosmic_ray.work_db import WorkDB, use_db
@@ -234,13 +314,11 @@ def main() -> None:
                     else:
                         state = result.test_outcome.value
                     line, old, new = changed_line(result.diff or "")
-                    row = {"job": item.job_id, "file": str(spec.module_path), "line": line or spec.start_pos[0],
-                           "operator": spec.operator_name.removeprefix("core/"), "occurrence": spec.occurrence,
-                           "in": spec.definition_name, "description": short(old, new), "outcome": state,
-                           "seconds": round(time.perf_counter() - t1, 2)}
-                    if state == "survived" and (reason := EQUIVALENT.get((row["file"], new))):
-                        row["equivalent"] = reason
-                    rows.append(row)
+                    rows.append(judged({
+                        "job": item.job_id, "file": str(spec.module_path), "line": line or spec.start_pos[0],
+                        "operator": spec.operator_name.removeprefix("core/"), "occurrence": spec.occurrence,
+                        "in": spec.definition_name, "description": short(old, new), "mutated": new,
+                        "outcome": state, "seconds": round(time.perf_counter() - t1, 2)}))
                     tally[state] += 1
                     progress.update(task, advance=1, tally=" ".join(f"{k} {v}" for k, v in sorted(tally.items())))
     finally:
