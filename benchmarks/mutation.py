@@ -3,8 +3,8 @@ the allocator, the forecast, its statistics, the router and the move cost, each 
 tests of tests/control and tests/rollout (the fast ones): a mutant is killed when a test fails,
 survives when every test passes.
 
-Mutants are made by cosmic-ray's operators (a sqlite session of its work items and results is
-kept, readable with `cr-report SESSION`), restricted to the ones that change a price or a decision
+Mutants are made by cosmic-ray's operators (its sqlite work database of the mutants and their
+results is kept, readable with `cr-report FILE`), restricted to the ones that change a price or a decision
 rather than crash at once: + - * / // swapped among themselves, a comparison's boundary moved
 (< and <=) or negated (< and >=), == and !=, `is` and `is not`, `and` and `or`, a `not` added or
 removed, a sign dropped, True and False, a number moved by one, a loop that never runs, break and
@@ -17,7 +17,7 @@ The score is (killed + timed out) / mutants; "without equivalents" leaves out th
 judged equivalent (EQUIVALENT below, each with why no test can kill it).
 
     .venv/bin/python benchmarks/mutation.py [--mutants 200] [--seed 0] [--timeout S]
-                                            [--session FILE] [--out FILE]
+                                            [--db FILE] [--out FILE]
     .venv/bin/python benchmarks/mutation.py --rescore FILE    (after EQUIVALENT changed)
 
 Run it on a clean checkout (it rewrites the five modules while it runs); one worker process.
@@ -249,7 +249,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds a mutant's tests may run (default: 4x the unmutated run, at least 30)")
-    ap.add_argument("--session", default=None, help="cosmic-ray's sqlite session (default: a temporary file)")
+    ap.add_argument("--db", default=None, help="cosmic-ray's sqlite work database (default: a temporary file)")
     ap.add_argument("--out", default="benchmarks/results/mutation.json")
     ap.add_argument("--rescore", type=Path, metavar="FILE",
                     help="run nothing: judge FILE's survivors again by EQUIVALENT and rewrite its scores")
@@ -286,12 +286,12 @@ def main() -> None:
     console.print(f"{len(specs)} mutants in {len(MODULES)} modules, {len(sample)} drawn (seed {args.seed}); "
                   f"unmutated tests {baseline_s:.1f} s, timeout {timeout:.0f} s")
 
-    session = Path(args.session or tempfile.mkdtemp(prefix="mutation-"))
-    session = session / "session.sqlite" if session.is_dir() else session
-    session.unlink(missing_ok=True)
+    db_path = Path(args.db or tempfile.mkdtemp(prefix="mutation-"))
+    db_path = db_path / "mutation.sqlite" if db_path.is_dir() else db_path
+    db_path.unlink(missing_ok=True)
     rows: list[dict] = []
     try:
-        with use_db(str(session), WorkDB.Mode.create) as db:
+        with use_db(str(db_path), WorkDB.Mode.create) as db:
             items = [WorkItem.single(job_id=f"{i:04d}", mutation=s) for i, s in enumerate(sample)]
             db.add_work_items(items)
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -339,8 +339,8 @@ def main() -> None:
                           markup=False, highlight=False)
 
     elapsed = time.perf_counter() - t0
-    cmd = "python benchmarks/mutation.py " + " ".join(sys.argv[1:])
-    print(f"command: {cmd}  ({elapsed:.0f} s); session {session}")
+    cmd = " ".join(["python benchmarks/mutation.py", *sys.argv[1:]])
+    print(f"command: {cmd}  ({elapsed:.0f} s); work database {db_path}")
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({

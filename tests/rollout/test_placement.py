@@ -132,10 +132,10 @@ def test_the_cost_rule_moves_a_recompute_only_for_more_than_it_adds_with_its_sta
         r._kv.update(e0=kv0, e1=kv1)
         return r.route("t0", appended=100, context=1000).decode
 
-    # staying: 11 turns of 1,000 KV tokens on 8 slots, the 12th waits 4/8 of a wave of full
-    # batches (4 a rank, 24 ms a step) and its own decode's growth: 100 x (1.5 x 0.024 - 0.021) =
-    # 1.5 s. Moving to e1, decoding 1: a batch of 2 (1 a rank) is no slower, but the recompute
-    # stalls that one: 0.9 x 2 = 1.8 s. It stays.
+    # staying: 11 turns of 1,000 KV tokens on 8 slots, the 12th waits half a wave of full batches
+    # (4 a rank, 24 ms a step), then decodes in one instead of alone (21 ms):
+    # 100 x (1.5 x 0.024 - 0.021) = 1.5 s. Moving to e1, decoding 1: a batch of 2 (1 a rank) is no
+    # slower, but the recompute stalls that one: 0.9 x 2 = 1.8 s. It stays.
     assert again(11, 11_000, 1, 1000) == "e0"
     # with e1 idle the move is the recompute alone, 0.9 s < 1.5 s
     assert again(11, 11_000, 0, 0) == "e1"
