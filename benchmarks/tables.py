@@ -466,6 +466,33 @@ def t_chaos(d: dict) -> list[str]:
                   "resumed", "legs re-bound", "turns retried", "faulty vs clean", "overhead"], rows)
 
 
+# ------------------------------------------------------------------------------ the tests' own test
+
+def t_mutation(d: dict) -> list[str]:
+    """Per module, the same seeded mutants against the tests before and after the known answers."""
+    before, after = d["mutation-before.json"], d["mutation.json"]
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    rows = []
+    for m, a in after["modules"].items():
+        b = before["modules"][m]
+        rows.append([m if m == "total" else f"`{m}`", str(a["mutants"]), pct(b["score"]),
+                     pct(b["score_without_equivalent"]), str(a["killed"]), str(a["timeout"]), str(a["survived"]),
+                     str(a["equivalent"]), pct(a["score"]), pct(a["score_without_equivalent"])])
+    left = [r for r in after["survivors"] if not r.get("equivalent")]
+    lines = table(["module", "mutants", "before", "before, w/o equivalent", "now killed", "timed out", "survived",
+                   "of them equivalent", "after", "after, w/o equivalent"], rows)
+    lines += ["", f"The same {after['drawn']} of {after['population']} mutants (seed {after['seed']}) both times. "
+                  f"Surviving now: {len(after['survivors'])}, of which {len(left)} not judged equivalent."]
+    if after["survivors"]:
+        lines += ["", *table(["where", "operator", "change", "equivalent because"],
+                             [[f"`{r['file']}:{r['line']}`", r["operator"], r["description"].replace("|", "\\|"),
+                               r.get("equivalent", "**not judged equivalent**")] for r in after["survivors"]])]
+    return lines
+
+
 class Table(NamedTuple):
     files: list[str]  # results files it reads, in benchmarks/results
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
@@ -507,6 +534,7 @@ TABLES: dict[str, Table] = {
     "fidelity": Table(["fidelity.json"], t_fidelity),
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
     "chaos": Table(["chaos.json", "chaos-driver-kill.json"], t_chaos),
+    "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
 }
 
 

@@ -189,3 +189,113 @@ def test_a_goal_being_carried_out_is_judged_against_itself_not_the_split_on_the_
     assert plan.goal == goal and plan.targets and set(plan.targets.values()) <= {D, P}
     # a goal no better than the anchor by min_gain does not replace it
     assert all(alloc.plan(small, engines(roles), anchor=goal).goal == goal for _ in range(3))
+
+
+# -- known answers: prices worked by hand on a cost model simple enough to price on paper ----------
+
+class PaperCost:
+    """A step: 10 ms + 1 us a token computed + 100 us a sequence + 1 ns an attention unit + 10 ns a
+    KV token read, linear so that every sum a step is priced from shows in its time; a KV pull:
+    5 ms + 1 us a token. `ep` ranks an engine (an MoE engine under DP attention)."""
+
+    def __init__(self, ep: int = 1):
+        self.ep = ep
+        self.layout = (1, ep)
+
+    def step_times(self, tokens, seqs, attn_units, kv_read_tokens):
+        return 0.01 + 1e-6 * tokens + 1e-4 * seqs + 1e-9 * attn_units + 1e-8 * kv_read_tokens
+
+    step_time = step_times
+
+    def prefill_time(self, chunks):
+        return sum(self.step_time(n, 1, n * (c + 0.5 * n), c) for n, c in chunks)
+
+    def kv_transfer_time(self, tokens, link="net"):
+        return 0.005 + 1e-6 * tokens
+
+
+def paper(ep: int = 2) -> Capacity:
+    return Capacity(PaperCost(ep), slots=16, kv_capacity_tokens=10**9, prefill_budget=4000)
+
+
+def test_an_ep_engines_steps_are_priced_per_rank():
+    cap = paper(ep=2)
+    # 8 sequences at 1,000 tokens on 2 ranks: 4 a rank, attention 4 x 1,000.5, KV read 4 x 1,000
+    assert cap.decode_step(8, 1000) == pytest.approx(0.01 + 4e-6 + 4e-4 + 4002e-9 + 4000e-8)
+    assert cap.decode_step(0, 1000) == 0.0  # no batch, no step (not an idle step's overhead)
+    # the same 8 with 300 prefill tokens cut from 200-token appends on 500 cached: 304 tokens over
+    # 4 + 1.5 sequences, attention 4 x 1,000.5 + 300 x (500 + 100), KV 4 x 1,000 + 1.5 x 500
+    assert cap.mixed_step(8, 1000, 300, 200, 500) == pytest.approx(
+        0.01 + 304e-6 + 5.5e-4 + 184_002e-9 + 4750e-8)
+    # a 1,000-token append cut to 300-token pieces: one piece, sitting over 500 + 700 / 2 cached
+    assert cap.mixed_step(8, 1000, 300, 1000, 500) == pytest.approx(
+        0.01 + 304e-6 + 5e-4 + (4002 + 300 * (850 + 150)) * 1e-9 + 4850e-8)
+
+
+def test_a_prefill_engines_rate_counts_every_rank():
+    cap = paper(ep=2)
+    # 1,000-token appends on 500 cached: 4 fit a 4,000-token budget, one step of 4,000 tokens over
+    # 4 sequences, attention 4 x 1,000 x (500 + 500), KV 4 x 500: 18.42 ms; 2 ranks, 8 turns a step
+    assert cap.prefill_rate(1000, 500) == pytest.approx(2 * 4 / (0.01 + 4000e-6 + 4e-4 + 4e6 * 1e-9 + 2000e-8))
+    # a 10,000-token append takes 3 full steps, each a 4,000-token piece over 500 + 5,000 cached
+    step = 0.01 + 4000e-6 + 1e-4 + 4000 * 5500 * 1e-9 + 5500e-8
+    assert cap.prefill_rate(10_000, 500) == pytest.approx(2 / (3 * step))
+
+
+def test_a_mixed_engines_step_under_a_steady_prefill_stream():
+    """Worked by hand for a step of 20 ms decoding alone, 30 ms with one 110-token piece (or
+    100-token), 50 ms with a full chunk."""
+    from prorsa.control.allocator import _mixed_step
+
+    def tau(load, piece, ep):
+        a = lambda x: np.array([x])  # noqa: E731
+        return float(_mixed_step(a(0.02), a(0.03), a(0.05), a(float(load)), piece, 1100.0, ep)[0])
+
+    # below a piece a step: tau = 20 ms / (1 - load x 10 ms / 110), the share of steps carrying one
+    assert tau(2000, 110.0, 1) == pytest.approx(0.02 / (1 - 2000 * 0.01 / 110))
+    # two ranks, each carrying a piece in a share rho = 2,000 x tau / 110 of its steps, and every
+    # step waits when either does: tau = 20 + (1 - (1 - rho)^2) x 10 ms, whose root is 27.5 ms
+    # (rho = 1/2)
+    assert tau(2000, 110.0, 2) == pytest.approx(0.0275)
+    # above a piece a step (5,000 tokens/s at 100-token pieces): every step carries one, growing by
+    # 20 ms over the 1,000 tokens from a piece to a chunk; the barrier then changes nothing
+    for ep in (1, 2):
+        assert tau(5000, 100.0, ep) == pytest.approx((0.03 - 100 * 2e-5) / (1 - 5000 * 2e-5))
+    # 15,000 tokens/s would outrun steps of one piece (load x 10 ms / 100 = 1.5 > 1): the step
+    # carries more than a piece, (30 ms - 2 ms) / (1 - 0.3) = 40 ms
+    for ep in (1, 2):
+        assert tau(15_000, 100.0, ep) == pytest.approx(0.04)
+
+
+def test_an_moe_splits_score_worked_by_hand():
+    """One 1 s bin, 8 sequences decoding at 1,000 tokens and 200 tokens/s each, nothing to prefill,
+    engines of 2 ranks. One decode engine runs them 4 a rank; a mixed engine with no prefill to
+    carry steps as a decode engine does, barrier or not."""
+    fc = Forecast(start_s=0.0, bin_s=1.0, prefill_tokens_per_s=np.zeros(1), prefill_turns_per_s=np.zeros(1),
+                  decode_seqs=np.array([8.0]), kv_tokens=np.array([8000.0]), prefill_prefix_tokens=1000.0,
+                  decode_tokens_per_turn=100.0, decode_tps_per_seq=200.0)
+    step = 0.01 + 4e-6 + 4e-4 + 4002e-9 + 4000e-8
+    tps = 8 / step  # tokens/s the engine decodes
+    owed = 8 * 200 - tps * 1.0  # what the bin's pace asked for and the engine did not decode
+    # each sequence decodes all the bin (200 tokens need 2.09 s); what is owed drains at tps, a
+    # triangle of owed / 200 sequences' waiting
+    want = 8 * 1.0 + (owed / 200) * owed / (2 * tps)
+    costs = score(paper(ep=2), fc, np.array([1, 1]), np.array([1, 0]), np.array([0, 1]))
+    assert costs == pytest.approx([want, want])
+    # with no engine that decodes, every sequence waits the whole bin and nothing drains
+    assert score(paper(ep=2), fc, np.array([1]), np.array([0]), np.array([0])) == pytest.approx([8.0])
+
+
+def test_a_mixed_engines_chunk_is_what_the_engines_batch():
+    """The allocator prices a mixed step's prefill at the engines' max_batched_tokens, and the
+    router's move cost a prefill step at the same: a default changed in one place only would price
+    steps the engines never run."""
+    import inspect
+
+    from prorsa.engine.emulated import EmulatedEngine
+    from prorsa.rollout.placement import MoveCost
+
+    batched = inspect.signature(EmulatedEngine.__init__).parameters["max_batched_tokens"].default
+    cap = Capacity(PaperCost(), slots=1, kv_capacity_tokens=1)
+    assert cap.chunk_tokens == cap.prefill_budget == batched
+    assert MoveCost(PaperCost(), slots=1, decode_tokens=1).budget == batched

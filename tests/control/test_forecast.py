@@ -250,3 +250,106 @@ def test_a_queued_turns_kv_starts_when_its_decode_does():
     assert f.decode_seqs == pytest.approx(np.ones(8))
     assert f.kv_tokens == pytest.approx(1000 + 200 + 100 * (mids - 0.1))
     assert (f.backlog_tokens, f.backlog_turns) == (200, 1)
+
+
+def test_a_queued_turns_next_turn_arrives_with_its_kv_and_its_prefix():
+    """Worked by hand: decodes of 100 tokens at 100 tok/s (1 s), 1.2 s tools, 100-token
+    observations, a 0.1 s wait. A first turn of 200 tokens on 1,000 queued at t = 5 decodes over
+    [0.1, 1.1) (bins 0 and 1 by their middles), ends in bin 2 (placed at its middle, 1.25 s), comes
+    back from its tool at 2.45 s (bin 4, placed at 2.25 s) unless turn 0 was its last, and decodes
+    again over [2.35, 3.35) (bins 5 and 6). Its next turn's prefix is the 1,300 tokens it will hold
+    then; the KV it decodes on is that prefix, the observation and, on average, half a decode."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train())
+    feed(fc, tr, [E(5.0, "q", "f", 0, Phase.QUEUED, 200, 1000)])
+    f = fc.predict(5.0, tr)
+    again = 1 - H0
+    assert f.prefill_turns_per_s * 0.5 == pytest.approx([0, 0, 0, 0, again, 0, 0, 0])
+    assert f.prefill_tokens_per_s * 0.5 == pytest.approx([0, 0, 0, 0, 100 * again, 0, 0, 0])
+    assert f.decode_seqs == pytest.approx([1, 1, 0, 0, 0, again, again, 0])
+    own = [1200 + 100 * (0.25 - 0.1), 1200 + 100 * (0.75 - 0.1)]
+    assert f.kv_tokens == pytest.approx(own + [0, 0, 0] + [(1300 + 100 + 50) * again] * 2 + [0])
+    # the prefixes under a prefill: the queued append's 1,000, and 1,300 under the arrival
+    assert f.prefill_prefix_tokens == pytest.approx((1000 + 1300 * again) / (1 + again))
+
+
+def test_an_arriving_turn_holds_its_prefix_its_observation_and_half_its_decode():
+    """The tool burst above: 100 trajectories whose 500-token prompt decoded 100 tokens come back
+    with 1,000-token observations, each decoding on 600 + 1,000 + 100 / 2 tokens of KV."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train(tool_s=2.3, obs=1000))
+    burst = []
+    for i in range(100):
+        burst += [E(10.3, f"b{i}", "f", 0, Phase.QUEUED, 500), E(10.4, f"b{i}", "f", 0, Phase.DECODE),
+                  E(11.4, f"b{i}", "f", 0, Phase.TOOL, 100)]
+    feed(fc, tr, burst)
+    f = fc.predict(12.0, tr)
+    assert f.kv_tokens == pytest.approx(np.array([0, 0, 0, 0, 1, 1, 0, 0]) * 100 * ON * 1650)
+
+
+def test_an_event_stamped_after_the_forecast_counts_as_just_now():
+    """Reporters' clocks differ: a turn queued 0.2 s "after" the forecast's start waits the usual
+    0.1 s from the start, not 0.3 s."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train(dec=600))
+    feed(fc, tr, [E(5.2, "q", "f", 1, Phase.QUEUED, 200, 1000)])
+    f = fc.predict(5.0, tr)
+    assert f.kv_tokens[0] == pytest.approx(1000 + 200 + 100 * (0.25 - 0.1))
+
+
+def test_before_any_tool_is_seen_a_tool_takes_the_priors_second():
+    """No history: a trajectory entering a tool now comes back at +1 s (the bin (0.5, 1]), with
+    P(another turn | in a tool) = 1 - h s / (1 - h (1 - s)) at the prior hazard h = 0.2 and the
+    prior share s = 0.5 of ends reported after a tool: 1 - 0.1 / 0.9."""
+    fc, tr = Forecaster(2.0, 0.5), LifecycleTracker()
+    feed(fc, tr, [E(0.0, "t", "f", 0, Phase.DECODE), E(1.0, "t", "f", 0, Phase.TOOL, 100)])
+    f = fc.predict(1.0, tr)
+    assert f.prefill_turns_per_s * 0.5 == pytest.approx([0, 1 - 0.1 / 0.9, 0, 0])
+
+
+def test_horizon_bins_decode_rate_and_means_at_their_edges():
+    # a horizon that is not a whole number of bins is rounded to the nearest: 1.3 s -> 3 bins
+    short = Forecaster(1.3, 0.5)
+    assert (short.n_bins, short.horizon_s) == (3, 1.5)
+    fc, tr = Forecaster(2.0, 0.5, decode_tps=50.0), LifecycleTracker()
+    # a decode reported as ending when it started tells no rate (and divides by nothing)
+    feed(fc, tr, [E(1.0, "z", "f", 0, Phase.DECODE), E(1.0, "z", "f", 0, Phase.TOOL, 40)])
+    assert fc.decode_rate() == 50.0
+    # one token in 10 ms is a rate like any other: 100 tokens/s
+    feed(fc, tr, [E(2.0, "o", "f", 0, Phase.DECODE), E(2.01, "o", "f", 0, Phase.TOOL, 1)])
+    assert fc.decode_rate() == pytest.approx(100.0)
+    # with nothing ended, means() falls back to the priors, and a trajectory has at least a turn
+    assert Forecaster().means(min_ended=0) == {"prompt_tokens": 0.0, "observation_tokens": 500.0,
+                                               "decode_tokens": 400.0, "tool_s": 0.0, "turns": 1.0}
+
+
+def test_a_forecasts_summary_averages_its_bins():
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train(dec=600))
+    feed(fc, tr, [E(4.0, "long", "f", 0, Phase.DECODE, context=0),
+                  E(-0.5, "ending", "f", 0, Phase.DECODE, context=0)])
+    s = fc.predict(5.0, tr).summary()
+    # the decode counts of test_decoding_trajectories_occupy_bins_until_their_expected_end
+    assert s.decode_seqs_mean == pytest.approx((2 + 1 + 1 + 5 * (1 + 1 - H0)) / 8)
+    assert s.decode_seqs_peak == pytest.approx(2.0)
+
+
+def test_past_every_sample_the_rest_is_uniform_up_to_twice_tail_times_the_elapsed():
+    from prorsa.control.forecast_stats import cond_cdf
+
+    # 2 s elapsed past the only sample (1 s), tail 0.25: the rest uniform on (0, 1 s]
+    p = cond_cdf(np.array([1.0]), np.array([2.0]), np.array([0.25, 0.5, 2.0]), 0.25)
+    assert p == pytest.approx(np.array([[0.25, 0.5, 1.0]]))
+
+
+def test_the_error_book_forgets_what_no_forecast_can_score_any_more():
+    """Bounded memory: with nothing pending, arrivals and decode changes older than a horizon and a
+    bin of grace (3 s here) are dropped, the changes folded into the level they leave."""
+    from prorsa.control.forecast_stats import ErrorBook
+
+    book = ErrorBook(n_bins=2, bin_s=1.0, window=8)
+    for t in (0.5, 5.5, 8.0):
+        book.arrival(t, 100)
+        book.decode_change(t, 1)
+    book.score(10.0)
+    assert [t for t, _ in book._arrivals] == [8.0] and book._changes == [(8.0, 1)] and book._level == 2

@@ -78,3 +78,80 @@ def test_the_router_teaches_its_move_cost():
     plain = Router({"e0": Role.MIXED}, overload=2.0)
     plain.decoded(900)  # no cost rule: nothing to learn, nothing raised
     assert plain.move_cost is None and not math.isnan(p.decode_tokens)
+
+
+class ReadCost(PaperCost):
+    """PaperCost whose step also reads: + 1 us an attention unit + 0.1 us a KV token read, on `ep`
+    ranks."""
+
+    def __init__(self, ep: int = 1):
+        self.ep = ep
+
+    def step_time(self, tokens, seqs, attn_units, kv_read_tokens):
+        return 0.02 + 1e-3 * seqs + 1e-6 * attn_units + 1e-7 * kv_read_tokens
+
+
+def test_a_backlog_waits_its_tokens_over_the_rate_to_the_second_and_its_fraction():
+    # 3,000 tokens at 2,000 tokens/s: 1.5 s, not the whole seconds of it
+    assert price().wait_s("prefill", 0, 3000, 0, 1000) == pytest.approx(1.5)
+
+
+def test_a_turn_longer_than_the_kv_is_still_admitted_alone():
+    # one 30,000-token sequence on 20,000 tokens of KV: the engine admits one at a time (not
+    # none), so the new turn waits one whole decode of it: 100 tokens at 21 ms a step
+    assert price().wait_s("decode", 1, 0, 30_000, 1000) == pytest.approx(100 * 0.021)
+
+
+def test_a_bigger_batch_is_slower_by_what_it_reads():
+    """One rank (a dense engine). A turn joining one other at 1,000 tokens decodes 100 tokens in a
+    batch of 2 (20 + 2 ms + 2 x 1,000.5 attention units + 2,000 KV tokens read: 24.201 ms a step)
+    instead of alone (20 + 1 + 1.0005 + 0.1 = 22.1005 ms)."""
+    p = MoveCost(ReadCost(ep=1), slots=8, decode_tokens=100)
+    assert p.wait_s("decode", 1, 0, 1000, 1000) == pytest.approx(100 * (0.024201 - 0.0221005))
+    # two ranks: the 2 split 1 a rank, a step as fast as alone, and KV is 2 x 10,000 tokens
+    q = MoveCost(ReadCost(ep=2), slots=8, decode_tokens=100)
+    assert q.wait_s("decode", 1, 0, 1000, 1000) == 0.0
+    # 3 on 2 ranks at 10,000 tokens: 2 fit the KV, the 4th waits (4 - 2) / 2 waves of batches of
+    # 2 (1 a rank: 20 + 1 + 10.0005 + 1 ms = 32.0005 ms), one whole decode more than alone
+    step = 0.02 + 1e-3 + 10_000.5e-6 + 1e-3
+    assert q.wait_s("decode", 3, 0, 30_000, 1000) == pytest.approx(100 * (2 * step - step))
+
+
+def _paper_router(roles, **kw) -> Router:
+    return Router(roles, overload="cost", slots=8, move_cost=price(), clock=lambda: 0.0, **kw)
+
+
+def test_the_cost_rule_moves_a_recompute_only_for_more_than_it_adds_with_its_stall():
+    """Two mixed engines; t0 last ran on e0. Its next turn (100 tokens on 1,000 cached) would
+    recompute 1,100 tokens on e1 (0.9 s more than its append, and as much again for each sequence
+    the recompute stalls there)."""
+    def again(load0, kv0, load1, kv1):
+        r = _paper_router({"e0": Role.MIXED, "e1": Role.MIXED})
+        r.finished(r.route("t0"))
+        r.load.update(e0=load0, e1=load1)
+        r._kv.update(e0=kv0, e1=kv1)
+        return r.route("t0", appended=100, context=1000).decode
+
+    # staying: 11 turns of 1,000 KV tokens on 8 slots, the 12th waits half a wave of full batches
+    # (4 a rank, 24 ms a step), then decodes in one instead of alone (21 ms):
+    # 100 x (1.5 x 0.024 - 0.021) = 1.5 s. Moving to e1, decoding 1: a batch of 2 (1 a rank) is no
+    # slower, but the recompute stalls that one: 0.9 x 2 = 1.8 s. It stays.
+    assert again(11, 11_000, 1, 1000) == "e0"
+    # with e1 idle the move is the recompute alone, 0.9 s < 1.5 s
+    assert again(11, 11_000, 0, 0) == "e1"
+    # past its 8 slots an engine stalls 8 sequences, not all it holds: e1 with 9 turns waits
+    # 100 x (1.25 x 0.024 - 0.021) = 0.9 s, and its move adds 0.9 x 9 = 8.1 s: 9.0 s against
+    # staying on e0 with 37 (100 x (4.75 x 0.024 - 0.021) = 9.3 s). It moves.
+    assert again(37, 37_000, 9, 9000) == "e1"
+
+
+def test_the_cost_rule_adds_a_prefill_queue_to_the_recompute():
+    """Disaggregated: t0's prefill engine p0 has 4,000 tokens ahead (2 s). p1 with 2,000 (1 s)
+    plus the 0.9 s recompute is 1.9 s: it moves; p1 with 2,400 (1.2 s + 0.9 s = 2.1 s): it stays."""
+    for other, where in ((2000.0, "p1"), (2400.0, "p0")):
+        r = _paper_router({"p0": Role.PREFILL, "p1": Role.PREFILL, "d": Role.DECODE})
+        first = r.route("t0")
+        r.finished(first)
+        assert first.prefill == "p0"
+        r._backlog.update(p0=4000.0, p1=other)
+        assert r.route("t0", appended=100, context=1000).prefill == where, other

@@ -245,3 +245,31 @@ def test_a_pipeline_with_sticky_overload_cost_routes_by_the_cost_rule():
     assert router.move_cost is not None and router.move_cost.slots == run.cfg.engines.slots
     run = load_run(REPO / "pipelines" / "swe.yaml", {"runtime.sticky_overload": None})
     assert make_router(run, roles(0, 0, 2), clock=lambda: 0.0).move_cost is None
+
+
+def test_the_cost_rule_books_a_turns_kv_on_its_decode_engine_and_finished_gives_it_back():
+    """A turn holds its context, its append and the mean decode (256 here) on its decode engine by
+    the end of its decode; the cost rule counts that much there while the turn is in flight."""
+    r, _ = _priced()
+    a = r.route("a", appended=100, context=1000)
+    b = r.route("b")  # a first turn with nothing said: no context, no append, the decode alone
+    assert (a.kv, b.kv) == (1000 + 100 + 256, 256)
+    assert r._kv == {a.decode: 1356, b.decode: 256} and a.decode != b.decode
+    r.finished(a)
+    assert r._kv == {a.decode: 0, b.decode: 256}
+    r.finished(b)
+    assert r._kv == {a.decode: 0, b.decode: 0}
+
+
+def test_a_turn_that_stays_after_a_scan_still_prefills_locally():
+    """Ratio rule 2: t0's decode engine carries 3 turns, the other 2. That is over twice the
+    lower bound the router keeps of the least load (0, taken as 1), so it scans, and finds 3 within
+    twice the least load: t0 stays, and its small append is prefilled where its context is."""
+    r = Router(roles(1, 2), local_prefill_tokens=64)
+    first = r.route("t0")
+    r.finished(first)
+    other = next(e for e in ("engine-1", "engine-2") if e != first.decode)
+    r.load[first.decode] += 3
+    r.load[other] += 2
+    again = r.route("t0", appended=10)
+    assert again == type(again)(prefill=None, decode=first.decode, local_prefill=True)
