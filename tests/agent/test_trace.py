@@ -129,19 +129,12 @@ def test_release_times_read_and_write_back(tmp_path):
         TrajectorySpec("x", "swe", 0, 0, 0, (TurnSpec(1, 1, 0.0, True),), 1, start_s=float("nan"))
 
 
-def test_non_finite_release_is_refused(tmp_path):
+@pytest.mark.parametrize("extra, field", [(', "tool_latency_s": 0.0, "start_s": NaN', "start_s"),
+                                          (', "tool_latency_s": Infinity', "tool_latency_s")])
+def test_non_finite_numbers_are_refused(tmp_path, extra, field):
     path = tmp_path / "nan.jsonl"
-    path.write_text('{"traj": "t", "turn": 0, "appended_tokens": 1, "decode_tokens": 1, '
-                    '"tool_latency_s": 0.0, "done": true, "start_s": NaN}\n')
-    with pytest.raises(TraceError, match=r"nan.jsonl:1: (field 'start_s'|bad JSON)"):
-        read_trace(path)
-
-
-def test_non_finite_latency_is_refused(tmp_path):
-    path = tmp_path / "nan.jsonl"
-    path.write_text('{"traj": "t", "turn": 0, "appended_tokens": 1, "decode_tokens": 1, '
-                    '"tool_latency_s": Infinity, "done": true}\n')
-    with pytest.raises(TraceError, match=r":1: (field 'tool_latency_s'|bad JSON)"):
+    path.write_text('{"traj": "t", "turn": 0, "appended_tokens": 1, "decode_tokens": 1, "done": true' + extra + '}\n')
+    with pytest.raises(TraceError, match=rf"nan.jsonl:1: (field '{field}'|bad JSON)"):
         read_trace(path)
 
 

@@ -7,23 +7,12 @@ import asyncio
 
 import pytest
 
-from prorsa.agent.loop import TurnResult
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
 from prorsa.rollout.drivers import run_async, run_sync
 from prorsa.sim.clock import run_virtual
-
-
-class SecondPerTurn:
-    """Every turn takes 1 s of the (virtual) clock; tool calls take none."""
-
-    needs_token_ids = False
-    vocab_size = 0
-
-    async def run_turn(self, req):
-        await asyncio.sleep(1.0)
-        return TurnResult(req.traj_id, req.turn, "e0", "e1", req.appended_tokens, 0, req.decode_tokens)
+from second_per_turn import SecondPerTurn
 
 
 def _spec(i: int, turns: int, start_s: float | None) -> TrajectorySpec:

@@ -7,22 +7,11 @@ import asyncio
 
 import pytest
 
-from prorsa.agent.loop import TurnResult
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
 from prorsa.rollout.drivers import run_async
 from prorsa.sim.clock import run_virtual
-
-
-class SlowRunner:
-    """Every turn takes 1 s of the (virtual) clock."""
-
-    needs_token_ids = False
-    vocab_size = 0
-
-    async def run_turn(self, req):
-        await asyncio.sleep(1.0)
-        return TurnResult(req.traj_id, req.turn, "e0", "e1", req.appended_tokens, 0, req.decode_tokens)
+from second_per_turn import SecondPerTurn
 
 
 def updates_at(every: float | None, **kw) -> tuple[list[float], int, float]:
@@ -42,7 +31,7 @@ def updates_at(every: float | None, **kw) -> tuple[list[float], int, float]:
             started.append(now())
             await asyncio.sleep(0.5)
 
-        await run_async(Workload.from_config(cfg, 3), cfg, SlowRunner(), now, lambda r: done.append(r.spec.traj_id),
+        await run_async(Workload.from_config(cfg, 3), cfg, SecondPerTurn(), now, lambda r: done.append(r.spec.traj_id),
                         update_weights=update)
         return now()
 
