@@ -9,7 +9,8 @@ of phases.py under three priors, against every fixed split and the oracle.
              math-tir <- search): a prior that misleads
 
 The oracle opens on the run's own means and forecasts from its true future (the simulator alone can
-give it). Fixed splits: colocated and every P:D of 8 engines (phases: every P:D:M).
+give it). Fixed splits: colocated, every P:D and every P beside mixed engines of 8 (phases: every
+P:D:M). --reuse FILE keeps the points an earlier results file holds and simulates the rest.
 
     --table paper     benchmarks/paper.py's cells (--families, --models, --modes)
     --table drivers   benchmarks/drivers.py's SWE cells, one per value of each --factors
@@ -28,6 +29,7 @@ With --steps N every synchronous cell is a run of N steps (async cells are left 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -43,6 +45,7 @@ DRIVER_FACTORS = ("ep", "tokens", "prefix-cache", "turns", "weight-update", "par
 PHASES_FIXED = ["colocated"] + [f"static:{p}:{d}" + (f":{m}" if m else "")
                                 for p in range(ENGINES + 1) for d in range(ENGINES + 1 - p)
                                 for m in [ENGINES - p - d] if 0 < m < ENGINES or (m == 0 and p and d)]
+BESIDE_MIXED = [f"static:{p}:0:{ENGINES - p}" for p in range(1, ENGINES)]
 # A cell is (table, a, b, mode): ("paper", family, model, mode), ("drivers", factor, value, mode),
 # ("phases", "ep", ep, "async"). Its workload kind: a family, or "phases" (the alternating trace).
 
@@ -90,7 +93,8 @@ def earlier_kind(cell: tuple) -> str:
 
 
 def fixed_splits(cell: tuple) -> list[str]:
-    return PHASES_FIXED if cell[0] == "phases" else ["colocated", *STATICS]
+    """Colocated, every P:D and every P beside mixed engines (phases: every P:D:M)."""
+    return PHASES_FIXED if cell[0] == "phases" else ["colocated", *STATICS, *BESIDE_MIXED]
 
 
 def make_prior(job: tuple) -> tuple:
@@ -146,6 +150,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="default: benchmarks/results/priors.json (paper), priors-TABLE.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same table: its points are kept")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
@@ -172,7 +177,9 @@ def main() -> None:
             jobs.append((*base, "oracle", "own", None, tmp))
             jobs += [(*base, "prorsa", "none", None, tmp), (*base, "prorsa", "earlier", folder[c, earlier_kind(c)], tmp),
                      (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp)]
-        points = []
+        kept = reused(args.reuse)
+        points = [kept[key] for key in map(job_key, jobs) if key in kept]
+        jobs = [j for j in jobs if job_key(j) not in kept]
         for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
             points.append(point)
             print(f"[{i}/{len(jobs)}] {label(point)} {point['policy']} ({point['prior']}): {point['figure']:.3f}",
@@ -195,6 +202,23 @@ def main() -> None:
                       f"{r['oracle_vs_best']:.3f}", "/".join(str(r["prorsa_switches"][p]) for p in PRIORS))
     Console(width=160).print(table)
     save("priors.py", t0, results, points, out)
+
+
+def job_key(job: tuple) -> tuple:
+    cell, _, steps, policy, prior_name = job[:5]
+    return (*cell_keys(cell).values(), steps, policy, prior_name)
+
+
+def reused(path: str | None) -> dict[tuple, dict]:
+    """job key -> point, from an earlier results file (--reuse)."""
+    if not path:
+        return {}
+    try:
+        points = json.loads(Path(path).read_text())["points"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: --reuse {path}: not a priors.py results file ({e})")
+    keys = ("family", "model") if points and "family" in points[0] else ("table", "factor", "value")
+    return {(*(p[k] for k in keys), p["mode"], p["steps"], p["policy"], p["prior"]): p for p in points}
 
 
 def chosen_cells(args: argparse.Namespace) -> list[tuple]:
