@@ -340,9 +340,7 @@ class Prorsa:
         fluid model decides alone: a run's opening moves, made while the engines are empty, are
         most of what an MoE run gains (held for evidence, EP16 sync lost all its gain over colocated).
         A goal refused stays refused until another quarter of `concurrency` has completed."""
-        if self.rehearse is None:
-            return ""
-        if len(finished) < VETO_EVIDENCE:
+        if self.rehearse is None or len(finished) < VETO_EVIDENCE:
             return ""
         refused = self._refused.get((current, goal))
         if refused is not None and _completed_since(finished, refused) < max(self.concurrency // 4, 1):

@@ -30,7 +30,7 @@ from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 
-RECENT_FINISHED = 1024
+RECENT_FINISHED = 1024  # completed trajectories a decide snapshot carries, the most recent
 
 
 @dataclass(frozen=True)
