@@ -117,7 +117,9 @@ class Workload:
     def prompt_hardness(self, step: int, prompt: int) -> float:
         if self.trace is not None:
             return 1.0
-        return self._draw_prompt(step, prompt)[0]
+        family = self.family_of(step, prompt)
+        assert family is not None
+        return self._draw_prompt(family, step, prompt)[0]
 
     def family_of(self, step: int, prompt: int) -> Family | None:
         if self.trace is not None:
@@ -150,7 +152,7 @@ class Workload:
             return self._replay(traj_id, step, prompt, member, slot)
         family = self.family_of(step, prompt)
         assert family is not None
-        hardness, prompt_tokens = family.draw_prompt(_rng(self.seed, _PROMPT, step, prompt))
+        hardness, prompt_tokens = self._draw_prompt(family, step, prompt)
         raw = family.draw_turns(_rng(self.seed, _MEMBER, step, prompt, member), hardness, prompt_tokens)
         return TrajectorySpec(
             traj_id=traj_id, family=family.name, prompt_index=prompt, group_index=member,
@@ -158,9 +160,7 @@ class Workload:
             seed=_uint32(self.seed, _SPEC_SEED, step, prompt, member),
         )
 
-    def _draw_prompt(self, step: int, prompt: int) -> tuple[float, int]:
-        family = self.family_of(step, prompt)
-        assert family is not None
+    def _draw_prompt(self, family: Family, step: int, prompt: int) -> tuple[float, int]:
         return family.draw_prompt(_rng(self.seed, _PROMPT, step, prompt))
 
     def _replay(self, traj_id: str, step: int, prompt: int, member: int, slot: int) -> TrajectorySpec:

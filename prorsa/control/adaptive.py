@@ -220,11 +220,17 @@ class Prorsa:
         mixed = (0, 0, n_engines)
         cands = [mixed, fluid, *((p, n_engines - p, 0) for p in range(1, n_engines)),
                  *((p, 0, n_engines - p) for p in range(1, n_engines))]
-        times = {c: self.rehearse(specs, c) for c in dict.fromkeys(cands)}
-        self.rehearsals.append(times)
+        times = self._replay(specs, cands)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[mixed] else mixed
         return self._held
+
+    def _replay(self, specs, splits: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], float]:
+        """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the record."""
+        assert self.rehearse is not None
+        times = {c: self.rehearse(specs, c) for c in dict.fromkeys(splits)}
+        self.rehearsals.append(times)
+        return times
 
     def _steady_split(self, hint: WorkloadHint | None, n_engines: int,
                       keep: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
@@ -346,8 +352,7 @@ class Prorsa:
         if refused is not None and _completed_since(finished, refused) < max(self.concurrency // 4, 1):
             return f"{_split_name(goal)} refused by its replay, too few completed since: "
         specs = list(finished[-self.concurrency:]) if self.concurrency else list(finished)
-        times = {c: self.rehearse(specs, c) for c in (current, goal)}
-        self.rehearsals.append(times)
+        times = self._replay(specs, [current, goal])
         if times[goal] * (1 + REHEARSAL_GAIN) < times[current]:
             return ""
         self._refused[current, goal] = finished[-1].traj_id

@@ -70,6 +70,7 @@ class ControlLoop:
         self._cpu = 0.0  # this step's CPU so far
         self._recent: deque[TrajectorySpec] = deque(maxlen=RECENT_FINISHED)  # see _recent_finished
         self._converted = 0  # recorder trajectories already looked at
+        self._recent_tuple: tuple[TrajectorySpec, ...] = ()
 
     def trajectory_done(self, result: TrajectoryResult) -> None:
         """A live agent may answer before its last planned turn; no task says so to the body's
@@ -115,11 +116,14 @@ class ControlLoop:
     def _recent_finished(self) -> tuple[TrajectorySpec, ...]:
         """The last RECENT_FINISHED completed trajectories as they ran, each converted once."""
         done = self.rec.trajectories
+        if len(done) == self._converted:
+            return self._recent_tuple  # most intervals: nothing ended, no copy
         for r in done[self._converted:]:
             if r.status == "completed":
                 self._recent.append(as_ran(r))
         self._converted = len(done)
-        return tuple(self._recent)
+        self._recent_tuple = tuple(self._recent)
+        return self._recent_tuple
 
     async def before_step(self, step: int) -> None:
         """A synchronous step is about to start and none is in flight: a policy that plans between
