@@ -147,7 +147,8 @@ class LiveEpisode:
             if room < 1:
                 break
             req = TurnRequest(spec.traj_id, k, spec.family, appended, len(ids), min(self.max_response_tokens, room),
-                              0.0, k == self.max_turns - 1, spec.seed + k, tuple(ids), live=True)
+                              0.0, k == self.max_turns - 1, spec.seed + k, tuple(ids), live=True,
+                              group=f"{spec.step}-{spec.prompt_index}")
             res = await play_turn(runner, req, result, on_turn)
             if res is None:
                 break

@@ -46,6 +46,7 @@ class TurnRequest:
     token_ids: tuple[int, ...] | None = None  # the whole context, for engines that need ids
     tool_call: ToolCall | None = None  # run for real after the decode (environments); else the latency
     live: bool = False  # live mode: decode to the model's EOS; the tool worker parses the call from the text
+    group: str = ""  # its GRPO group (step and prompt): members share the task and its difficulty
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ async def run_trajectory(
             seed=spec.seed + k,
             token_ids=tuple(ids) if ids is not None else None,
             tool_call=None if turn.done or episode is None else episode.tool_call(k),
+            group=f"{spec.step}-{spec.prompt_index}",
         )
         res = await play_turn(runner, req, result, on_turn)
         if res is None:

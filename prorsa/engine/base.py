@@ -35,6 +35,7 @@ class PrefillRequest:
     context_tokens: int  # tokens in the context after this turn's append (prompt + history)
     new_tokens: int  # tokens appended this turn (observation or prompt); the rest may be cached
     token_ids: tuple[int, ...] | None = None  # the whole context, when the engine needs ids
+    priority: float = 0.0  # lower is admitted sooner; equal ones first come first (control/tail.py)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class DecodeRequest:
     temperature: float = 1.0
     seed: int | None = None
     ignore_eos: bool = True  # replay wants exact lengths; a live agent sets False
+    priority: float = 0.0  # lower is admitted sooner; equal ones first come first (control/tail.py)
 
 
 @dataclass(frozen=True)

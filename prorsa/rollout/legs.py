@@ -2,7 +2,8 @@
 
     PREFILL_LEGS, DECODE_LEGS    the leg phases (task annotations) that need each role
     legs_to_drain(new_role)      the leg phases an engine gives up when it switches to new_role
-    leg_requests(turn, route)   -> (PrefillRequest or None, DecodeRequest) for the routed engines
+    leg_requests(turn, route, priority)   -> (PrefillRequest or None, DecodeRequest) for the routed
+                                engines, both admitted at `priority` (control/tail.py; 0: first come)
     turn_result(turn, pre, dec, start_s, end_s, tool_s)   -> the TurnResult the agent loop gets
 
 No transport here: the Dask runtime wraps the requests in tasks, the simulator awaits the engines.
@@ -24,10 +25,11 @@ def legs_to_drain(new: Role) -> tuple[str, ...]:
     return (() if new.serves_prefill else PREFILL_LEGS) + (() if new.serves_decode else DECODE_LEGS)
 
 
-def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None, DecodeRequest]:
+def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0) -> tuple[PrefillRequest | None, DecodeRequest]:
     pre = None
     if route.prefill is not None:
-        pre = PrefillRequest(turn.traj_id, turn.turn, turn.context_tokens, turn.appended_tokens, turn.token_ids)
+        pre = PrefillRequest(turn.traj_id, turn.turn, turn.context_tokens, turn.appended_tokens, turn.token_ids,
+                             priority=priority)
     dec = DecodeRequest(
         traj_id=turn.traj_id,
         turn=turn.turn,
@@ -37,6 +39,7 @@ def leg_requests(turn: TurnRequest, route: Route) -> tuple[PrefillRequest | None
         new_tokens=0 if pre else turn.appended_tokens,
         seed=turn.seed,
         ignore_eos=not turn.live,  # replay wants exact lengths; a live model ends its own turn
+        priority=priority,
     )
     return pre, dec
 
