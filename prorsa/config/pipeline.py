@@ -272,6 +272,18 @@ def sticky_overload_from(text: str) -> float | str | None:
         raise ValueError(f"a number of at least 1, cost, or none; got {text!r}") from e
 
 
+class SchedulingConfig(_Section):
+    """Trajectory-level scheduling from each trajectory's predicted remaining work (control/tail.py);
+    each mechanism switches alone, for ablations. Off: every turn is scheduled alike, first come."""
+
+    # engines admit a turn by a key: when it was sent, minus the decode seconds its trajectory is
+    # predicted to have left; the longest remainders go first and nothing waits forever
+    priority: bool = False
+    # the router prices a move by the trajectory's predicted remainder rather than one mean turn:
+    # a long trajectory leaves a crowded engine, one near its end stays (needs sticky_overload cost)
+    spread: bool = False
+
+
 class SandboxSettings(_Section):
     """Limits of one sandboxed call (python tool, command tools); agent/tools/sandbox.py."""
 
@@ -387,6 +399,7 @@ class PipelineConfig(_Section):
     engines: EnginesConfig = EnginesConfig()
     workload: WorkloadConfig = WorkloadConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    scheduling: SchedulingConfig = SchedulingConfig()
     environment: EnvironmentConfig | None = None  # None: tool calls replayed as latencies
     train: TrainConfig | None = None  # None: rollout only (weight updates, if any, are modelled)
     output_dir: str = "runs"
@@ -395,6 +408,12 @@ class PipelineConfig(_Section):
     def _live_needs_text(self) -> PipelineConfig:
         if self.environment is not None and self.environment.mode == "live" and self.engines.backend != "vllm":
             raise ValueError("environment.mode live reads the model's text: it needs engines.backend vllm")
+        return self
+
+    @model_validator(mode="after")
+    def _spread_needs_costs(self) -> PipelineConfig:
+        if self.scheduling.spread and self.runtime.sticky_overload != "cost":
+            raise ValueError("scheduling.spread prices moves with the cost model: it needs runtime.sticky_overload cost")
         return self
 
     @model_validator(mode="after")
