@@ -5,9 +5,10 @@ ranks (an MoE expert-parallel group): each admitted sequence lives on the least-
 each rank gets its own prefill token budget per step; the engine times a step by its slowest rank. The emulated engine's step loop calls
 it between sleeps, passing the time; the simulator may reuse it directly.
 
-    submit(seq)                  a request joins the FIFO waiting queue
+    submit(seq)                  a request joins the waiting queue, ordered by priority (lower
+                                 first; equal priorities first come, first served)
     admissible()                 whether the head of the queue would be admitted now
-    admit(now)                   admit FIFO while slots and KV allow -> admitted sequences
+    admit(now)                   admit in queue order while slots and KV allow -> admitted sequences
                                  (a sequence with nothing to compute finishes right there)
     transfer_done(seq, now)      a pulled KV arrived: the sequence joins the decode batch
     plan_prefill(max_tokens)     the next prefill step: chunks of waiting prefills + all decodes
@@ -53,6 +54,7 @@ class SeqState:
     prefill_end: float | None = None
     decode_start: float | None = None
     finished: float | None = None
+    priority: float = 0.0  # its place in the waiting queue: lower first (vLLM's priority policy)
     removed: bool = False  # cancelled: skipped by plans made before the removal
     waiter: Any = field(default=None, repr=False)  # the engine's future for this sequence
 
@@ -101,7 +103,19 @@ class Batcher:
         if seq.reserve > self.kv_capacity:
             raise ValueError(f"request of trajectory {seq.traj_id} needs {seq.reserve} KV tokens; "
                              f"the engine holds {self.kv_capacity}")
-        self.waiting.append(seq)
+        waiting = self.waiting
+        if not waiting or waiting[-1].priority <= seq.priority:
+            waiting.append(seq)  # first come (every priority equal: always here)
+            return
+        # after every sequence of its priority or lower; a queue is short next to a step's work
+        lo, hi = 0, len(waiting)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if waiting[mid].priority <= seq.priority:
+                lo = mid + 1
+            else:
+                hi = mid
+        waiting.insert(lo, seq)
 
     def admissible(self) -> bool:
         head = self.waiting[0] if self.waiting else None
@@ -110,7 +124,7 @@ class Batcher:
 
     def admit(self, now: float) -> list[SeqState]:
         admitted = []
-        while self.admissible():  # FIFO: a head that does not fit blocks the queue (vLLM FCFS)
+        while self.admissible():  # in order: a head that does not fit blocks the queue (as in vLLM)
             seq = self.waiting.popleft()
             seq.admitted = now
             self.kv_used += seq.reserve

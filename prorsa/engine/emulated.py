@@ -178,7 +178,8 @@ class EmulatedEngine:
     async def prefill(self, req: PrefillRequest) -> PrefillResult:
         cached = self._reusable(req.traj_id, req.context_tokens, req.new_tokens)
         seq = SeqState(req.traj_id, reserve=req.context_tokens,
-                       prefill_left=req.context_tokens - cached, prefix=cached, decode_left=0)
+                       prefill_left=req.context_tokens - cached, prefix=cached, decode_left=0,
+                       priority=req.priority)
         await self._serve(seq)
         self._prefix.put(req.traj_id, req.context_tokens, self._batch.kv_used)
         kv = {"engine_id": self.engine_id, "traj_id": req.traj_id, "turn": req.turn,
@@ -197,12 +198,13 @@ class EmulatedEngine:
         reserve = req.context_tokens + req.max_tokens
         if remote:  # pull only what is not cached here (vLLM's connector does the same)
             seq = SeqState(req.traj_id, reserve=reserve, prefill_left=0,
-                           prefix=req.context_tokens, decode_left=req.max_tokens, transfer=True)
+                           prefix=req.context_tokens, decode_left=req.max_tokens, transfer=True,
+                           priority=req.priority)
             transfer = (req.context_tokens - cached, req.kv.get("link", "net"))
         else:
             seq = SeqState(req.traj_id, reserve=reserve,
                            prefill_left=req.context_tokens - cached, prefix=cached,
-                           decode_left=req.max_tokens)
+                           decode_left=req.max_tokens, priority=req.priority)
             transfer = None
         transfer_s = await self._serve(seq, transfer)
         self._prefix.put(req.traj_id, req.context_tokens + req.max_tokens, self._batch.kv_used)

@@ -7,6 +7,7 @@ trace's content) is checked here, and the values derived from the pipeline are c
                                               then the clock, engine costs and policy context
     check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
     make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
+    make_scheduler(ctx)                       the TurnScheduler of a run (its scheduling: options)
 
 The pieces a RunContext holds, for callers that need one alone:
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
@@ -35,6 +36,7 @@ from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import PolicyContext, WorkloadHint, make_policy
+from prorsa.control.tail import RemainingWork, TurnScheduler
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.roles import Role
@@ -213,3 +215,11 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
         move_cost = MoveCost(ctx.costs.mixed, e.slots, prior.decode_tokens if prior else Priors().decode_tokens)
     return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=e.slots,
                   move_cost=move_cost, clock=clock)
+
+
+def make_scheduler(ctx: RunContext) -> TurnScheduler:
+    """Its decode mean starts from the prior's, as the router's does; max_turns is declared."""
+    prior = ctx.policy.prior
+    work = RemainingWork(ctx.cfg.workload.max_turns, prior.decode_tokens if prior else Priors().decode_tokens)
+    s = ctx.cfg.scheduling
+    return TurnScheduler(work, priority=s.priority, spread=s.spread)

@@ -5,9 +5,10 @@
                                              (or, for a decode leg, pulled whole), and the stall that
                                              recompute puts on the `stalled` sequences co-batched
                                              with it
-    wait_s(leg, load, backlog, kv, context)  what a new leg waits on an engine holding `load` turns,
+    wait_s(leg, load, backlog, kv, decode)   what a new leg waits on an engine holding `load` turns,
                                              `kv` tokens of their KV and `backlog` prefill tokens,
-                                             beyond what an idle engine would make it wait
+                                             beyond what an idle engine would make it wait, for a
+                                             decode of `decode` tokens (None: the mean turn's)
 
 The router (runtime.sticky_overload: cost) moves a turn when the wait it avoids is more than what
 the move adds. Both sides are turn-seconds of the body clock (seconds summed over the turns the
@@ -86,10 +87,10 @@ class MoveCost:
         extra = self.cost.prefill_time([(context + appended, 0)]) - self.cost.prefill_time([(appended, context)])
         return extra * (1 + stalled) if leg == "whole" else extra
 
-    def wait_s(self, leg: str, load: int, backlog: float, kv: int, context: int) -> float:
+    def wait_s(self, leg: str, load: int, backlog: float, kv: int, decode: float | None = None) -> float:
         wait = backlog / self.prefill_rate if leg != "decode" else 0.0
         if leg != "prefill" and load > 0:
-            wait += self.decode_tokens * self._decode_steps(load, kv)
+            wait += (self.decode_tokens if decode is None else decode) * self._decode_steps(load, kv)
         return wait
 
     def _decode_steps_uncached(self, load: int, kv: int) -> float:

@@ -68,6 +68,7 @@ class _Turn:
     """What the cost rule prices a move of this turn by."""
     context: int  # tokens cached before this turn's append
     appended: int
+    decode: float | None = None  # tokens it decodes where it goes: None, one mean turn
 
 
 def _always(kind: str) -> Callable[[str], str]:
@@ -153,7 +154,7 @@ class Router:
     def _cost_choice(self, prev: str, eligible: _Pool, turn: _Turn, kind: Callable[[str], str]) -> tuple[str, bool]:
         price = self.move_cost
         now = self.clock()  # one reading for every engine this choice prices
-        stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev, now), self._kv[prev], turn.context)
+        stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev, now), self._kv[prev], turn.decode)
         # the least a move can add (a KV pull, or a recompute onto an engine that co-batches nothing
         # with it): a decode pick may ask either of its engines
         kinds = ("decode", "whole") if kind not in _CONSTANT_KINDS else (kind(prev),)
@@ -176,7 +177,7 @@ class Router:
                 if move > stay or move >= best_s:
                     continue  # it cannot beat staying, nor an engine before it
                 backlog = self.backlog(e, now) if k != "decode" else 0.0  # a decode leg waits on no prefill
-                total = price.wait_s(k, self.load[e], backlog, self._kv[e], turn.context) + move
+                total = price.wait_s(k, self.load[e], backlog, self._kv[e], turn.decode) + move
             if total < best_s:
                 best, best_s = e, total
         return best, best == prev
@@ -192,12 +193,14 @@ class Router:
         self.load[engine] += 1
 
     def route(self, traj_id: str, colocated: bool = False, appended: int | None = None,
-              context: int = 0) -> Route:
+              context: int = 0, remaining: float | None = None) -> Route:
         """`appended`: tokens this turn adds to the context (None: unknown, never decode-local);
-        `context`: tokens before them, cached where the trajectory's last turn ran."""
+        `context`: tokens before them, cached where the trajectory's last turn ran; `remaining`:
+        the decode tokens its trajectory is predicted to have left, the cost rule's price of the
+        wait where it goes (control/tail.py, scheduling.spread; None: one mean turn's)."""
         pools = self._pool()
         roles, decoders, mixed = pools.roles, pools.decoders, pools.mixed
-        turn = _Turn(context, appended or 0)
+        turn = _Turn(context, appended or 0, remaining)
         # with no prefill engine, the mixed engines prefill for the decode engines, which would
         # otherwise idle while the allocator counts them as decoding
         prefillers = pools.prefillers or (mixed if len(decoders) > len(mixed) else None)

@@ -42,7 +42,7 @@ from prorsa.engine.registry import engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.context import RunContext, make_router, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -122,7 +122,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
         await engine.start()
     router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit,
-                           dispatch_s=load_gpu(e.gpu).dispatch_latency_s)
+                           dispatch_s=load_gpu(e.gpu).dispatch_latency_s, scheduler=make_scheduler(run))
     rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
 

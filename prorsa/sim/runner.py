@@ -1,9 +1,11 @@
 """The simulator's transport: turns go straight to emulated engines on the virtual-clock loop.
 
-    SimTurnRunner(engines, router, now, tool_unit, dispatch_s)   a TurnRunner (agent/loop.py),
-                                          like the Dask runtime's; tool latencies are divided by
-                                          tool_unit, and every leg waits dispatch_s before its
-                                          engine sees it (the hardware profile's dispatch_latency_s)
+    SimTurnRunner(engines, router, now, tool_unit, dispatch_s, scheduler)   a TurnRunner
+                                          (agent/loop.py), like the Dask runtime's; tool latencies
+                                          are divided by tool_unit, every leg waits dispatch_s before
+                                          its engine sees it (the hardware profile's
+                                          dispatch_latency_s), and legs are admitted by the
+                                          scheduler's key (control/tail.py)
     run_turn(turn)                        route, run the legs on their engines, sleep the tool out
     take_events()                         the lifecycle events since the last call (for observe)
     legs_on(engine, phases)               legs of those phases on the engine now
@@ -24,6 +26,7 @@ from typing import Callable
 
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.control.lifecycle import LifecycleEvent, Phase
+from prorsa.control.tail import TurnScheduler
 from prorsa.engine.base import Engine
 from prorsa.rollout.legs import leg_requests, turn_result
 from prorsa.rollout.router import Router
@@ -34,8 +37,9 @@ class SimTurnRunner:
     vocab_size = 0
 
     def __init__(self, engines: dict[str, Engine], router: Router, now: Callable[[], float],
-                 tool_unit: float = 1.0, dispatch_s: float = 0.0) -> None:
+                 tool_unit: float = 1.0, dispatch_s: float = 0.0, scheduler: TurnScheduler | None = None) -> None:
         self.engines = engines
+        self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.tool_unit = tool_unit  # wall seconds per body second of the workload's tool latencies
         self.dispatch_s = dispatch_s
         self.router = router
@@ -62,10 +66,11 @@ class SimTurnRunner:
     async def run_turn(self, turn: TurnRequest) -> TurnResult:
         start = self.now()
         context = turn.context_tokens - turn.appended_tokens
+        sched = self.scheduler
         route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
-                                   context=context)
+                                   context=context, remaining=sched.remaining(turn))
         self._emit(turn, Phase.QUEUED, turn.appended_tokens, context)
-        pre_req, dec_req = leg_requests(turn, route)
+        pre_req, dec_req = leg_requests(turn, route, sched.key(turn, start))
         try:
             pre = None
             if pre_req is not None:
@@ -88,6 +93,7 @@ class SimTurnRunner:
                 dec = await (engine.generate(dec_req) if phase == "generate" else engine.decode(dec_req))
         finally:
             self.router.finished(route)
+        sched.ended(turn, dec.n_tokens, dec.decode_s)
         self._emit(turn, Phase.TOOL, turn.decode_tokens, context)
         t_tool = self.now()
         if turn.tool_latency_s > 0:

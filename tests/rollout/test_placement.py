@@ -50,15 +50,15 @@ def test_what_a_queue_costs():
     p = price()
     # every rank's 8,192-token budget in one step: 16,384 tokens per 8.192 s
     assert p.prefill_rate == pytest.approx(2000.0)
-    assert p.wait_s("prefill", 0, 4000, 0, 1000) == pytest.approx(2.0)
-    assert p.wait_s("decode", 0, 4000, 0, 1000) == 0.0  # a decode leg waits on no prefill backlog
+    assert p.wait_s("prefill", 0, 4000, 0) == pytest.approx(2.0)
+    assert p.wait_s("decode", 0, 4000, 0) == 0.0  # a decode leg waits on no prefill backlog
     # 3 turns of 1,000 KV tokens: a 4th is admitted at once and decodes in a batch of 4, 2 a
     # rank (22 ms a step against 21 ms alone), 100 tokens long
-    assert p.wait_s("decode", 3, 4000, 3000, 1000) == pytest.approx(0.1)
+    assert p.wait_s("decode", 3, 4000, 3000) == pytest.approx(0.1)
     # 20 turns on 8 slots: the 21st waits 13/8 waves of full batches (4 a rank, 24 ms a step)
-    assert p.wait_s("decode", 20, 0, 20_000, 1000) == pytest.approx(100 * (2.625 * 0.024 - 0.021))
+    assert p.wait_s("decode", 20, 0, 20_000) == pytest.approx(100 * (2.625 * 0.024 - 0.021))
     # KV, not slots, bounds admission when contexts are long: 20,000 tokens hold 2 of 10,000
-    assert p.wait_s("decode", 4, 0, 40_000, 1000) == pytest.approx(100 * (2.5 * 0.021 - 0.021))
+    assert p.wait_s("decode", 4, 0, 40_000) == pytest.approx(100 * (2.5 * 0.021 - 0.021))
 
 
 def test_a_turns_kv_and_the_learned_decode():
@@ -93,13 +93,13 @@ class ReadCost(PaperCost):
 
 def test_a_backlog_waits_its_tokens_over_the_rate_to_the_second_and_its_fraction():
     # 3,000 tokens at 2,000 tokens/s: 1.5 s, not the whole seconds of it
-    assert price().wait_s("prefill", 0, 3000, 0, 1000) == pytest.approx(1.5)
+    assert price().wait_s("prefill", 0, 3000, 0) == pytest.approx(1.5)
 
 
 def test_a_turn_longer_than_the_kv_is_still_admitted_alone():
     # one 30,000-token sequence on 20,000 tokens of KV: the engine admits one at a time (not
     # none), so the new turn waits one whole decode of it: 100 tokens at 21 ms a step
-    assert price().wait_s("decode", 1, 0, 30_000, 1000) == pytest.approx(100 * 0.021)
+    assert price().wait_s("decode", 1, 0, 30_000) == pytest.approx(100 * 0.021)
 
 
 def test_a_bigger_batch_is_slower_by_what_it_reads():
@@ -107,14 +107,14 @@ def test_a_bigger_batch_is_slower_by_what_it_reads():
     batch of 2 (20 + 2 ms + 2 x 1,000.5 attention units + 2,000 KV tokens read: 24.201 ms a step)
     instead of alone (20 + 1 + 1.0005 + 0.1 = 22.1005 ms)."""
     p = MoveCost(ReadCost(ep=1), slots=8, decode_tokens=100)
-    assert p.wait_s("decode", 1, 0, 1000, 1000) == pytest.approx(100 * (0.024201 - 0.0221005))
+    assert p.wait_s("decode", 1, 0, 1000) == pytest.approx(100 * (0.024201 - 0.0221005))
     # two ranks: the 2 split 1 a rank, a step as fast as alone, and KV is 2 x 10,000 tokens
     q = MoveCost(ReadCost(ep=2), slots=8, decode_tokens=100)
-    assert q.wait_s("decode", 1, 0, 1000, 1000) == 0.0
+    assert q.wait_s("decode", 1, 0, 1000) == 0.0
     # 3 on 2 ranks at 10,000 tokens: 2 fit the KV, the 4th waits (4 - 2) / 2 waves of batches of
     # 2 (1 a rank: 20 + 1 + 10.0005 + 1 ms = 32.0005 ms), one whole decode more than alone
     step = 0.02 + 1e-3 + 10_000.5e-6 + 1e-3
-    assert q.wait_s("decode", 3, 0, 30_000, 1000) == pytest.approx(100 * (2 * step - step))
+    assert q.wait_s("decode", 3, 0, 30_000) == pytest.approx(100 * (2 * step - step))
 
 
 def _paper_router(roles, **kw) -> Router:

@@ -172,7 +172,7 @@ def test_the_cost_rule_moves_a_short_context_off_an_engine_with_a_queue():
     r.load[first.decode] += 4 * 8
     moved = r.route("t0", appended=100, context=300)
     assert moved.decode == other
-    assert price.wait_s("whole", 32, 0, 0, 300) > price.move_s("whole", 300, 100, stalled=0)
+    assert price.wait_s("whole", 32, 0, 0) > price.move_s("whole", 300, 100, stalled=0)
     assert r.backlog(other) == 400  # the moved turn prefills its whole context there
 
 
@@ -203,7 +203,7 @@ def test_the_cost_rule_counts_a_prefill_engines_backlog_and_drains_it_with_time(
         now[0] = later
         again = r.route("t0", appended=256, context=2048)
         assert (again.prefill == first.prefill) is stays, later
-    assert price.wait_s("prefill", 1, 200_000, 0, 2048) > price.move_s("prefill", 2048, 256)
+    assert price.wait_s("prefill", 1, 200_000, 0) > price.move_s("prefill", 2048, 256)
     assert 200_000 / price.prefill_rate < 10.0
     assert price.move_s("decode", 2048, 256) < price.move_s("prefill", 2048, 256)
 
@@ -213,10 +213,10 @@ def test_move_prices_grow_with_the_context_and_the_wait_with_the_queue():
     assert price.move_s("whole", 0, 500) == 0.0  # nothing cached: nothing to lose
     assert 0 < price.move_s("whole", 4096, 256) < price.move_s("whole", 32768, 256)
     assert price.move_s("whole", 4096, 256, stalled=7) == pytest.approx(8 * price.move_s("whole", 4096, 256))
-    assert price.wait_s("whole", 0, 0, 0, 4096) == 0.0  # an idle engine makes nobody wait
-    waits = [price.wait_s("whole", load, 0, load * 4096, 4096) for load in (0, 4, 7, 8, 16, 24)]
+    assert price.wait_s("whole", 0, 0, 0) == 0.0  # an idle engine makes nobody wait
+    waits = [price.wait_s("whole", load, 0, load * 4096) for load in (0, 4, 7, 8, 16, 24)]
     assert waits == sorted(waits) and waits[-1] > 2 * waits[3]  # full batches ahead: whole decodes
-    assert price.wait_s("decode", 4, 10**6, 4 * 4096, 4096) == price.wait_s("decode", 4, 0, 4 * 4096, 4096)
+    assert price.wait_s("decode", 4, 10**6, 4 * 4096) == price.wait_s("decode", 4, 0, 4 * 4096)
 
 
 def test_an_engine_full_of_kv_makes_a_turn_wait_below_its_slots():
@@ -227,7 +227,7 @@ def test_an_engine_full_of_kv_makes_a_turn_wait_below_its_slots():
     ctx = 60_000
     admits = price.cost.kv_capacity_tokens() // ctx
     assert 8 <= admits < 64
-    waits = {n: price.wait_s("whole", n, 0, n * ctx, 1000) for n in (admits - 2, admits - 1, admits)}
+    waits = {n: price.wait_s("whole", n, 0, n * ctx) for n in (admits - 2, admits - 1, admits)}
     below = waits[admits - 1] - waits[admits - 2]
     assert waits[admits] - waits[admits - 1] > 1.2 * below
 

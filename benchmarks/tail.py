@@ -1,0 +1,153 @@
+"""The tail: trajectory-level scheduling against the makespan lower bound (simulated).
+
+A synchronous step ends with its slowest trajectory. For every sync cell of the paper table and
+of `drivers.py --factor turns`, each scheduling mechanism (pipeline `scheduling:`) alone and
+together, under colocated engines (no role switching) and prorsa (switching):
+
+    none        every turn alike, first come (today)
+    priority    engines admit turns by send time minus predicted remaining decode seconds
+    spread      the router prices a move by the trajectory's predicted remainder
+    both
+
+Reported: makespan over the lower bound (sim/bounds.py: the slowest trajectory alone, or all the
+work at full batch over every GPU, whichever is larger) and, against every fixed split with and
+without the mechanisms, whether prediction beats them all. The paper cells admit every trajectory
+at once (256 on 8 engines x 32 slots), so two `contended` cells give each engine 8 slots, where
+turns queue for admission. Async cells are listed beside (trajectories/s, higher is better).
+Virtual time: deterministic, independent of the machine's load.
+
+    .venv/bin/python benchmarks/tail.py [--workers 2] [--out benchmarks/results/tail.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+MECHANISMS = {"none": {}, "priority": {"priority": True}, "spread": {"spread": True},
+              "both": {"priority": True, "spread": True}}
+POLICIES = ["colocated", "prorsa"]
+STATICS = [f"static:{p}:{8 - p}" for p in range(1, 8)]
+FAMILIES = ["swe", "search", "math-tir", "terminal"]
+TURNS = [4, 8, 16, 24]
+CONTENDED_SLOTS = 8
+
+
+def cells(async_too: bool) -> list[tuple]:
+    """(source, family, model, variant, mode): variant is the turn cap (drivers) or the slots."""
+    out = [("paper", f, m, 0, "sync") for f in FAMILIES for m in ("dense", "moe")]
+    out += [("turns", "swe", "moe-ep16", t, "sync") for t in TURNS]
+    out += [("contended", f, "dense", CONTENDED_SLOTS, "sync") for f in ("swe", "math-tir")]
+    if async_too:
+        out += [("paper", f, m, 0, "async") for f in FAMILIES for m in ("dense", "moe")]
+    return out
+
+
+def config(cell: tuple, mechanism: str):
+    import drivers
+    import paper
+
+    source, family, model, variant, mode = cell
+    if source == "turns":
+        cfg = drivers.config("turns", variant, mode)
+    else:
+        cfg = paper.config(family, model, mode, 0)
+        if source == "contended":
+            cfg = cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"slots": variant})})
+    return cfg.model_validate(cfg.model_dump() | {"scheduling": MECHANISMS[mechanism]})
+
+
+def run(job: tuple) -> dict:
+    from prorsa.sim.run import simulate
+
+    cell, mechanism, policy = job
+    s = simulate(config(cell, mechanism), policy).summary
+    return {"cell": list(cell), "mechanism": mechanism, "policy": policy,
+            "figure": s["makespan_s"] if cell[-1] == "sync" else s["trajectories_per_s"],
+            "switches": s["role_switches"], "sim_wall_s": s["sim_wall_s"]}
+
+
+def label(cell: list) -> str:
+    source, family, model, variant, mode = cell
+    extra = {"paper": "", "turns": f" turns {variant}", "contended": f" {variant} slots"}[source]
+    return f"{family} {model}{extra} {mode}"
+
+
+def summarise(cell: tuple, points: list[dict], bound_s: float | None) -> dict:
+    by = {(p["policy"], p["mechanism"]): p["figure"] for p in points}
+    sync = cell[-1] == "sync"
+    pick = min if sync else max
+    out = {"cell": list(cell), "label": label(list(cell)), "bound_s": bound_s,
+           "figures": {f"{p}/{m}": by[(p, m)] for p, m in by}}
+    if sync and bound_s:
+        out["over_bound"] = {f"{p}/{m}": by[(p, m)] / bound_s for p, m in by}
+    statics = [s for s in STATICS if (s, "none") in by]
+    if statics:
+        best_none = pick(statics, key=lambda s: by[(s, "none")])
+        best_both = pick(statics, key=lambda s: by[(s, "both")])
+        fixed = pick(by[(best_none, "none")], by[("colocated", "none")])
+        fixed_both = pick(by[(best_both, "both")], by[("colocated", "both")])
+        ours = by[("prorsa", "both")]
+        gain = (lambda a, b: b / a) if sync else (lambda a, b: a / b)  # > 1: ours is better
+        out |= {"best_static": best_none, "best_static_both": best_both,
+                "prorsa_both_vs_fixed": gain(ours, fixed), "prorsa_both_vs_fixed_both": gain(ours, fixed_both)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-async", action="store_true", help="sync cells only")
+    ap.add_argument("--out", default="benchmarks/results/tail.json")
+    args = ap.parse_args()
+    from rich.console import Console
+    from rich.table import Table
+
+    from prorsa.sim.bounds import lower_bound
+
+    todo = cells(not args.no_async)
+    jobs = [(c, m, p) for c in todo for m in MECHANISMS for p in POLICIES]
+    # every fixed split with the mechanisms and without, where the question is whether prediction beats them
+    jobs += [(c, m, s) for c in todo if c[-1] == "sync" for m in ("none", "both") for s in STATICS]
+    t0 = time.perf_counter()
+    points: list[dict] = []
+    with Pool(args.workers) as pool:
+        for i, point in enumerate(pool.imap_unordered(run, jobs), 1):
+            points.append(point)
+            print(f"[{i}/{len(jobs)}] {label(point['cell'])} {point['policy']} {point['mechanism']}: "
+                  f"{point['figure']:.3f}", file=sys.stderr, flush=True)
+    rows = []
+    for c in todo:
+        bound = lower_bound(config(c, "none")).makespan_s if c[-1] == "sync" else None
+        rows.append(summarise(c, [p for p in points if tuple(p["cell"]) == c], bound))
+
+    table = Table(title="makespan over the lower bound (sync; lower is better) by scheduling mechanism")
+    for col in ("cell", "bound s", *(f"{p} {m}" for p in POLICIES for m in MECHANISMS), "prorsa both / best fixed"):
+        table.add_column(col, justify="left" if col == "cell" else "right")
+    for r in rows:
+        if "over_bound" not in r:
+            continue
+        o = r["over_bound"]
+        table.add_row(r["label"], f"{r['bound_s']:.1f}", *(f"{o[f'{p}/{m}']:.3f}" for p in POLICIES for m in MECHANISMS),
+                      f"{r['prorsa_both_vs_fixed']:.3f}")
+    console = Console(width=200)
+    console.print(table)
+    for r in rows:
+        if r["cell"][-1] == "async":
+            f = r["figures"]
+            console.print(f"{r['label']}: " + ", ".join(f"{k} {v:.3f}/s" for k, v in f.items()))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({
+        "command": "python benchmarks/tail.py" + (" --no-async" if args.no_async else ""),
+        "wall_s": round(time.perf_counter() - t0, 1), "rows": rows, "points": points}, indent=1))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
