@@ -341,3 +341,39 @@ def test_random_mix_drains_and_releases_everything(cost):
     for s in stats:
         assert (s.queued, s.active, s.kv_tokens) == (0, 0, 0)
         assert s.decode_tokens_total > 0 and s.prefill_tokens_total > 0
+
+
+def test_a_lower_priority_key_overtakes_the_queue_and_equal_keys_keep_their_order(cost):
+    """One slot: the first request runs; of the queued ones, the lowest key goes next, and among
+    equal keys the first sent (a vLLM engine with --scheduling-policy priority does the same)."""
+    async def main():
+        engine = await started(cost, slots=1)
+        order: list[str] = []
+
+        async def send(traj: str, priority: float) -> None:
+            await engine.generate(DecodeRequest(traj, 0, context_tokens=100, max_tokens=50, new_tokens=100,
+                                                priority=priority))
+            order.append(traj)
+
+        tasks = []
+        for traj, priority in [("first", 0.0), ("a", 5.0), ("b", 5.0), ("urgent", -3.0), ("c", 5.0)]:
+            tasks.append(asyncio.ensure_future(send(traj, priority)))
+            await asyncio.sleep(0)  # sent in this order
+        await asyncio.gather(*tasks)
+        await engine.stop()
+        return order
+
+    assert run_virtual(main()) == ["first", "urgent", "a", "b", "c"]
+
+
+def test_without_priorities_the_queue_is_first_come():
+    from prorsa.engine.batching import Batcher, SeqState
+
+    b = Batcher(slots=1, kv_capacity=10_000)
+    seqs = [SeqState(f"t{i}", reserve=10, prefill_left=0, prefix=0, decode_left=5) for i in range(5)]
+    for s in seqs:
+        b.submit(s)
+    assert list(b.waiting) == seqs
+    late = SeqState("late", reserve=10, prefill_left=0, prefix=0, decode_left=5, priority=-1.0)
+    b.submit(late)
+    assert b.waiting[0] is late and list(b.waiting)[1:] == seqs

@@ -1,0 +1,66 @@
+"""Trajectory-level scheduling: the remaining-work prediction and the admission key it gives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from prorsa.control.tail import MIN_FINISHED, RemainingWork, TurnScheduler
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn: int
+    family: str = "swe"
+    group: str = ""
+    done: bool = False
+
+
+def test_before_anything_ends_every_turn_is_first_come():
+    s = TurnScheduler(RemainingWork(max_turns=12), priority=True)
+    assert s.key(Turn(0, group="0-1"), now=5.0) == 5.0
+    assert s.key(Turn(3, group="0-2"), now=5.0) == 5.0  # no pace seen: nothing to weigh it by
+
+
+def test_a_group_that_decodes_long_is_predicted_long():
+    w = RemainingWork(max_turns=12, decode_prior=500, prior_weight=4)
+    for _ in range(8):
+        w.decoded("short", "math", 200, 2.0)
+        w.decoded("long", "math", 2000, 20.0)
+    assert w.per_turn("long", "math") > w.per_turn("", "math") > w.per_turn("short", "math")
+    # shrunk toward the family's mean (1100 over 16 decodes) by 4 turns' weight
+    assert w.per_turn("long", "math") == pytest.approx((8 * 2000 + 4 * 1100) / 12)
+
+
+def test_turns_left_are_progressive_until_finished_counts_say_otherwise():
+    w = RemainingWork(max_turns=10)
+    assert [w.turns_left("swe", k) for k in (0, 2, 6, 9)] == [1.0, 3.0, 4.0, 1.0]  # capped by max_turns
+    for _ in range(MIN_FINISHED):
+        w.finished("swe", 5)
+    assert w.turns_left("swe", 0) == pytest.approx(5.0)
+    assert w.turns_left("swe", 3) == pytest.approx(2.0)
+    assert w.turns_left("swe", 5) == 5.0  # none went past turn 5: progressive again (6), within max_turns
+
+
+def test_the_key_subtracts_the_predicted_remaining_seconds_and_learns_from_ended_turns():
+    s = TurnScheduler(RemainingWork(max_turns=None, decode_prior=100), priority=True)
+    s.ended(Turn(0, group="g"), decode_tokens=1000, decode_s=10.0)  # pace: 0.01 s a token
+    # group g: (1000 + 4 * 1000) / 5 = 1000 tokens a turn; at turn 2, 3 turns left (progressive)
+    assert s.key(Turn(2, group="g"), now=50.0) == pytest.approx(50.0 - 3 * 1000 * 0.01)
+    assert s.key(Turn(2, group="g"), now=50.0) < s.key(Turn(0, group="g"), now=50.0)
+
+
+def test_options_off_change_nothing():
+    s = TurnScheduler(RemainingWork(), priority=False, spread=False)
+    s.ended(Turn(0, done=True), 1000, 10.0)
+    assert s.key(Turn(3), now=7.0) == 0.0 and s.remaining(Turn(3)) is None
+    assert s.work.per_turn("", "swe") == s.work.decode_prior  # it learned nothing
+
+
+def test_spread_gives_the_router_the_trajectorys_remainder():
+    s = TurnScheduler(RemainingWork(max_turns=12, decode_prior=300), spread=True)
+    assert s.key(Turn(1), now=3.0) == 0.0
+    assert s.remaining(Turn(1)) == pytest.approx(2 * 300)
+    s.ended(Turn(11, done=True), 300, 1.0)  # a trajectory of 12 turns ended
+    assert s.work._turns["swe"].counts == [12]
