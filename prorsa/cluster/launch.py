@@ -36,7 +36,7 @@ from prorsa.cluster.hosts import WorkerEngineHost, WorkerToolHost
 from prorsa.cluster.security import make_security
 from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
-from prorsa.engine.registry import engine_name, resolve_model_dir
+from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
 from prorsa.roles import Role
 from prorsa.cluster.local import (TRAINER_NAME, engine_resources, start_local_cluster, tool_name, tool_resources,
                                     trainer_resources, wants_trainer_worker)
@@ -273,7 +273,7 @@ def portable_engines(cfg: EnginesConfig) -> EnginesConfig:
 
 async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> None:
     """Engines (and the toolbox) on workers that joined by themselves; returns once all are up."""
-    await client.register_plugin(WorkerEngineHost(roles, portable_engines(cfg.engines), str(run_dir.resolve())))
+    await client.register_plugin(WorkerEngineHost(roles, portable_engines(hosted_engines(cfg)), str(run_dir.resolve())))
     if cfg.environment is not None:
         live = cfg.environment.mode == "live"
         model_dir = str(resolve_model_dir(cfg.engines).resolve()) if live else None

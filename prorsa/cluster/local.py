@@ -27,7 +27,7 @@ from prorsa.cluster.engine_host import EngineHost
 from prorsa.cluster.tool_host import ToolHost
 from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.engine.registry import engine_name, resolve_model_dir
+from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
 
@@ -87,12 +87,13 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
               **listen_options(cfg.runtime.processes or security is not None, host),
               **({"security": security} if security is not None else {})}
     specs: dict[str, dict] = {}
+    engines = hosted_engines(cfg)
     for i, role in enumerate(roles):
         name = engine_name(i)
         # engine legs are coroutines; threads only bound how many the worker runs at once
         specs[name] = {"cls": cls, "options": {
             "name": name, "nthreads": cfg.engines.slots, "resources": engine_resources(role, cfg.engines.slots),
-            "plugins": {EngineHost(i, role, cfg.engines, str(run_dir))}, **common}}
+            "plugins": {EngineHost(i, role, engines, str(run_dir))}, **common}}
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)
         specs[name] = {"cls": cls, "options": {

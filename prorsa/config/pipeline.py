@@ -72,6 +72,9 @@ class VllmSettings(_Section):
     # CPU servers run at this nice level: the control plane (scheduler, workers, driver) uses little CPU but
     # sits on every turn's critical path, so where it shares cores with engines it goes first
     nice: int = Field(5, ge=0, le=19)
+    # vLLM --scheduling-policy: `priority` admits by each request's priority (lower first, ties
+    # first come); scheduling.priority launches the engines with it (engine/registry.py)
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
 
 
 class RoleParallelism(_Section):

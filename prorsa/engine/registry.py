@@ -1,6 +1,7 @@
 """Engine backends by name: the pipeline's `engines.backend` picks one.
 
     make_engine(index, role, cfg, run_dir) -> Engine    called once per engine, where it will live
+    hosted_engines(pipeline) -> EnginesConfig           the engines section the engine hosts get
 
 Imports are lazy so a machine without vLLM runs emulated engines.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prorsa.config.pipeline import EnginesConfig
+from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.core_share import engine_cores
 from prorsa.roles import Role
@@ -34,6 +35,16 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> En
     if cfg.backend == "vllm":
         return _vllm_engine(index, role, cfg, run_dir)
     raise ValueError(f"engines.backend: unknown backend {cfg.backend!r}")
+
+
+def hosted_engines(cfg: PipelineConfig) -> EnginesConfig:
+    """The engines section as the engine hosts get it. With scheduling.priority, vLLM servers run
+    the priority scheduling policy: one on the default fcfs policy would not look at a request's
+    priority (emulated engines always admit by it)."""
+    engines = cfg.engines
+    if not cfg.scheduling.priority or engines.backend != "vllm":
+        return engines
+    return engines.model_copy(update={"vllm": engines.vllm.model_copy(update={"scheduling_policy": "priority"})})
 
 
 def resolve_model_dir(cfg: EnginesConfig) -> Path:

@@ -11,6 +11,11 @@
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
     leg_graph / turn_graph       a turn's task group as delayed tasks, submitted in batches
 
+A turn's `priority` (engine/base.py: its admission key, lower sooner; 0 everywhere: first come)
+goes on both leg requests, for the engines to admit by, and onto the group's tasks as Dask's
+`priority` annotation, negated (Dask runs higher first), so the scheduler's queue and each worker's
+ready queue order them the same way.
+
 A turn's task group (keys carry traj and turn, annotations carry phase/tokens/context):
 
     turn-<traj>-<k>  (tool worker)
@@ -72,13 +77,14 @@ def tool_task(
     return res if obs is None else with_observation(res, obs)
 
 
-def leg_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0):
+def leg_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0,
+              priority: float = 0.0):
     """The engine legs of a turn as delayed tasks (keys, annotations, loose worker restrictions),
     not yet submitted: (prefill or None, decode). Submitting several turns' legs as one graph
     costs the scheduler one update-graph instead of one per task."""
-    pre_req, dec_req = leg_requests(turn, route)
+    pre_req, dec_req = leg_requests(turn, route, priority)
     tag = f"{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
-    common = dict(allow_other_workers=True, **turn_annotations(turn))
+    common = dict(allow_other_workers=True, **dask_priority(priority), **turn_annotations(turn))
     if pre_req is None:
         # colocated: one generate request; decode-local: a decode that prefills the append first
         phase, fn = ("local", decode_task) if route.local_prefill else ("generate", generate_task)
@@ -101,21 +107,30 @@ def turn_annotations(turn: TurnRequest) -> dict:
                 append=turn.appended_tokens, max_tokens=turn.decode_tokens)
 
 
+def dask_priority(priority: float) -> dict:
+    """Dask's `priority` annotation for a turn's admission key: higher runs first, so negated;
+    none for 0, which leaves Dask's own order (older graphs first)."""
+    return {"priority": -priority} if priority else {}
+
+
 def turn_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], key: str,
-               submitted: float, started: float, attempt: int = 0):
+               submitted: float, started: float, attempt: int = 0, priority: float = 0.0):
     """The driver shape's task group: the legs plus the tool task `key` on a tool worker."""
-    pf, df = leg_graph(turn, route, addresses, attempt)
-    with dask.annotate(phase="tool", tokens=0, done=turn.done, resources={"env": 1}, **turn_annotations(turn)):
+    pf, df = leg_graph(turn, route, addresses, attempt, priority)
+    with dask.annotate(phase="tool", tokens=0, done=turn.done, resources={"env": 1}, **dask_priority(priority),
+                       **turn_annotations(turn)):
         return delayed(tool_task, pure=False)(turn, pf, df, submitted, started, dask_key_name=key)
 
 
 def turn_task(
-    turn: TurnRequest, route: Route, addresses: dict[str, str], started: float, attempt: int = 0
+    turn: TurnRequest, route: Route, addresses: dict[str, str], started: float, attempt: int = 0,
+    priority: float = 0.0,
 ) -> TurnResult:
-    """The design card's shape: the turn task owns its legs and runs its tool where it stands."""
+    """The design card's shape: the turn task owns its legs and runs its tool where it stands.
+    Submit it with `priority` positional: Client.submit takes a `priority=` keyword for itself."""
     t_submit = time.time()
     client = get_client()
-    pf, df = leg_graph(turn, route, addresses, attempt)
+    pf, df = leg_graph(turn, route, addresses, attempt, priority)
     futures = client.compute([df] if pf is None else [pf, df], optimize_graph=False)
     secede()  # waiting on engines must not hold one of the tool worker's threads
     pre, dec = client.gather(futures) if pf is not None else (None, futures[0].result())

@@ -130,6 +130,48 @@ def test_decode_uses_the_shipped_kv(engines, run, models, tmp_path):
         run(c.stop())
 
 
+def test_priority_policy_admits_the_lowest_key_first(run, models, tmp_path):
+    """One sequence at a time, so every request but the running one waits in vLLM's queue: a
+    request sent last with the lowest key runs next, ahead of the queued ones sent before it, and
+    those (equal keys) run in the order they came. On fcfs, or with the priority not sent, the
+    last one sent would finish last."""
+    settings = SETTINGS.model_copy(update={"scheduling_policy": "priority", "extra_args": ("--max-num-seqs", "1")})
+    e = VllmEngine("P", Role.MIXED, settings, models[0], cores=[1], log_dir=tmp_path)
+    run(e.start())
+    done: list[str] = []
+
+    async def send(name: str, seed: int, max_tokens: int, priority: float):
+        ids = context(seed, n=50)
+        out = await e.generate(DecodeRequest(name, 0, context_tokens=len(ids), max_tokens=max_tokens,
+                                             token_ids=ids, temperature=0.0, priority=priority))
+        done.append(name)
+        return out
+
+    async def scenario():
+        running = asyncio.create_task(send("running", 0, 800, 0.0))
+        while True:  # the first request holds the only sequence slot
+            await e.refresh_metrics()
+            if e.stats().active == 1:  # the server's count, fresh from /metrics
+                break
+            await asyncio.sleep(0.02)
+        tasks = [running]
+        for i, (name, priority) in enumerate([("low-a", 50.0), ("low-b", 50.0), ("low-c", 50.0), ("high", -50.0)]):
+            tasks.append(asyncio.create_task(send(name, i + 1, 24, priority)))
+            await asyncio.sleep(0.02)  # one after the other: arrival order is send order
+        return dict(zip(["running", "low-a", "low-b", "low-c", "high"], await asyncio.gather(*tasks)))
+
+    try:
+        t0 = time.monotonic()
+        out = run(scenario(), timeout=300)
+        print(f"[vllm] priority policy: finished {done}; waiting {out['high'].queue_s * 1e3:.0f} ms (high) vs "
+              f"{out['low-a'].queue_s * 1e3:.0f} ms (low-a, sent first); {time.monotonic() - t0:.1f} s")
+    finally:
+        run(e.stop())
+    # all four waited behind the first (had one not, the last sent could not finish first)
+    assert done == ["running", "high", "low-a", "low-b", "low-c"]
+    assert out["high"].queue_s < out["low-a"].queue_s
+
+
 def test_second_turn_hits_the_prefix_cache(engines, run):
     a, b = engines
     turn0 = context(3)

@@ -66,6 +66,58 @@ def test_completion_body_sends_token_ids():
         completion_body(None, max_tokens=1)
 
 
+def test_completion_body_sends_priority_in_ms_only_when_set():
+    """vLLM's priority is an int (lower sooner); ours is seconds. 0 is not sent: the body a
+    server on the default fcfs policy gets is the one it always got."""
+    assert "priority" not in completion_body((1,), max_tokens=1)
+    assert "priority" not in completion_body((1,), max_tokens=1, priority=0.0)
+    assert "priority" not in completion_body((1,), max_tokens=1, priority=0.0004)  # rounds to 0 ms
+    body = completion_body((1,), max_tokens=1, priority=-12.3456)
+    assert body["priority"] == -12346 and type(body["priority"]) is int
+    assert completion_body((1,), max_tokens=1, priority=1_800_000_000.25)["priority"] == 1_800_000_000_250
+
+
+def test_priority_policy_command_line():
+    """--scheduling-policy priority only when asked; scheduling.priority asks for it on vLLM engines."""
+    from prorsa.config.pipeline import EnginesConfig, PipelineConfig, SchedulingConfig
+    from prorsa.engine.registry import hosted_engines
+
+    assert "--scheduling-policy" not in build_command(ServerSpec(Path("/m")), port=1)
+    spec = ServerSpec.from_settings(VllmSettings(scheduling_policy="priority"), Path("/m"), None)
+    assert _flag(build_command(spec, port=1), "--scheduling-policy") == "priority"
+
+    vllm = EnginesConfig(backend="vllm")
+    on, off = SchedulingConfig(priority=True), SchedulingConfig()
+    assert hosted_engines(PipelineConfig(name="p", engines=vllm, scheduling=on)).vllm.scheduling_policy == "priority"
+    assert hosted_engines(PipelineConfig(name="p", engines=vllm, scheduling=off)).vllm.scheduling_policy == "fcfs"
+    emulated = PipelineConfig(name="p", scheduling=on)
+    assert hosted_engines(emulated) is emulated.engines  # emulated engines admit by priority anyway
+
+
+def test_engine_sends_each_legs_priority():
+    import asyncio
+
+    from prorsa.engine.base import DecodeRequest, PrefillRequest
+    from prorsa.engine.vllm import VllmEngine
+    from prorsa.roles import Role
+
+    engine = VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), cores=None, log_dir=Path("."))
+    sent = []
+
+    async def complete(body, leg, kv_tokens):
+        sent.append(body.get("priority"))
+        raise EngineUnavailable("stop here")
+
+    engine._complete = complete
+    dec = DecodeRequest("t", 0, context_tokens=3, max_tokens=1, token_ids=(1, 2, 3), priority=2.5)
+    legs = (engine.prefill(PrefillRequest("t", 0, 3, 3, (1, 2, 3), priority=-1.5)), engine.decode(dec),
+            engine.generate(dec), engine.generate(DecodeRequest("t", 0, 3, 1, token_ids=(1, 2, 3))))
+    for leg in legs:
+        with pytest.raises(EngineUnavailable):
+            asyncio.run(leg)
+    assert sent == [-1500, 2500, 2500, None]
+
+
 def test_parse_completion_response():
     # shape of a vLLM 0.32 /v1/completions response with return_token_ids, logprobs=0,
     # --enable-prompt-tokens-details and --enable-per-request-metrics

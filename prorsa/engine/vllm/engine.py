@@ -18,6 +18,10 @@
 Legs: prefill() counts as Role.PREFILL, decode() as Role.DECODE (local prefill included),
 generate() as Role.MIXED. All coroutines run on the owner's event loop (one httpx client).
 
+Every leg is sent with its request's priority (engine/base.py: lower sooner; protocol.py turns it
+into vLLM's int milliseconds); the server admits by it when launched with the priority scheduling
+policy (engines.vllm.scheduling_policy, which scheduling.priority sets: engine/registry.py).
+
 A request that fails because the server is down raises EngineUnavailable and starts a restart at
 once (not at the worker's next health check); requests sent meanwhile wait for it rather than
 fail. A decode whose KV pull failed raises KvTransferFailed; any other failed request raises
@@ -152,7 +156,7 @@ class VllmEngine:
     # --- the two legs and the colocated turn ------------------------------------------------
 
     async def prefill(self, req: PrefillRequest) -> PrefillResult:
-        body = completion_body(req.token_ids, max_tokens=1, logprobs=False)
+        body = completion_body(req.token_ids, max_tokens=1, logprobs=False, priority=req.priority)
         body["kv_transfer_params"] = {"do_remote_decode": True}
         reply = await self._complete(body, Role.PREFILL, kv_tokens=req.context_tokens)
         if not reply.kv:
@@ -178,7 +182,8 @@ class VllmEngine:
         # steps, and a CPU generator has no offset to rewind: the engine core dies ("CPU Generator
         # does not use offset"). On CPU a turn samples from the engine's own stream instead.
         seed = req.seed if self.settings.device != "cpu" else None
-        body = completion_body(req.token_ids, req.max_tokens, req.temperature, seed, req.ignore_eos)
+        body = completion_body(req.token_ids, req.max_tokens, req.temperature, seed, req.ignore_eos,
+                               priority=req.priority)
         if kv is not None:
             body["kv_transfer_params"] = kv  # unchanged: names the prefill engine and its blocks
         reply = await self._complete(body, leg, kv_tokens=req.context_tokens + req.max_tokens)

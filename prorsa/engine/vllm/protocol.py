@@ -1,6 +1,7 @@
 """The HTTP exchange with a vLLM 0.32 OpenAI server: request bodies in, typed replies out.
 
     completion_body(ids, ...)   a /v1/completions body: token ids as the prompt
+    priority_ms(priority)       a request's admission key (float seconds) as vLLM's int priority
     parse_completion(resp)      a Reply from the response JSON
     gauge(text, name)           one gauge from the Prometheus text of /metrics
 
@@ -49,7 +50,12 @@ def completion_body(
     seed: int | None = None,
     ignore_eos: bool = True,
     logprobs: bool = True,
+    priority: float = 0.0,
 ) -> dict[str, Any]:
+    """`priority`: the request's admission key in seconds (lower sooner, engine/base.py), sent as
+    vLLM's int `priority` in milliseconds, only when non-zero: a server must run the priority
+    scheduling policy (server.py) for it to count, and 0 leaves a default (fcfs) server's body as
+    it always was."""
     if token_ids is None:
         raise ValueError("vLLM engines need token ids (Engine.needs_token_ids is True)")
     body: dict[str, Any] = {
@@ -64,7 +70,14 @@ def completion_body(
         body["logprobs"] = 0  # 0 top alternatives: just the sampled token's logprob
     if seed is not None:
         body["seed"] = seed
+    if ms := priority_ms(priority):
+        body["priority"] = ms
     return body
+
+
+def priority_ms(priority: float) -> int:
+    """vLLM's priority is an int, lower scheduled sooner, ties by arrival: ours in milliseconds."""
+    return round(priority * 1000)
 
 
 def parse_completion(resp: dict[str, Any], wall_s: float) -> Reply:

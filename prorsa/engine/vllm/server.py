@@ -56,6 +56,9 @@ class ServerSpec:
     nixl_progress_nice: int = 19  # nice level of NIXL's spinning progress thread; 0 = leave it
     nice: int = 0  # nice level of the whole server (engine core and workers inherit it)
     nixl_host: str | None = None  # address other engines use to reach the side channel
+    # "priority": admit and preempt by each request's `priority` (lower first, ties by arrival);
+    # "fcfs" (vLLM's default): arrival order, a request's priority is not looked at
+    scheduling_policy: str = "fcfs"
     extra_args: tuple[str, ...] = ()
     start_timeout_s: float = 300.0
 
@@ -74,6 +77,7 @@ class ServerSpec:
             nixl_compat_check=settings.nixl_compat_check,
             nixl_progress_nice=settings.nixl_progress_nice,
             nice=settings.nice,
+            scheduling_policy=settings.scheduling_policy,
             extra_args=tuple(settings.extra_args),
             start_timeout_s=settings.start_timeout_s,
         )
@@ -114,6 +118,8 @@ def build_command(spec: ServerSpec, port: int) -> list[str]:
         cmd += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
     else:
         cmd += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    if spec.scheduling_policy != "fcfs":
+        cmd += ["--scheduling-policy", spec.scheduling_policy]
     return cmd + list(spec.extra_args)
 
 
