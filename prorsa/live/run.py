@@ -41,7 +41,7 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.context import RunContext, make_router, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.rehearse import rehearser
 from prorsa.sim.run import simulate_async
@@ -155,7 +155,7 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
                           "expected": rec.expected}, t0, unit)
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
-                                cfg.runtime.turn_retries)
+                                cfg.runtime.turn_retries, scheduler=make_scheduler(run))
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)

@@ -1,6 +1,7 @@
 """The live body: a TurnRunner that carries every turn out as keyed Dask tasks.
 
-    DaskTurnRunner.run_turn(turn)   route the turn, submit its task group, await the result
+    DaskTurnRunner.run_turn(turn)   route the turn, submit its task group, await the result; its
+                                    legs carry the scheduler's key (control/tail.py)
 
 Two shapes of the same task group, chosen by `runtime.turn_shape` (benchmarks/control_plane.py
 measures both):
@@ -21,7 +22,8 @@ import time
 import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
-from prorsa.live.tasks import turn_annotations, turn_graph, turn_task
+from prorsa.control.tail import TurnScheduler
+from prorsa.live.tasks import dask_priority, turn_annotations, turn_graph, turn_task
 from prorsa.rollout.router import Router
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,9 @@ class DaskTurnRunner:
         vocab_size: int,
         started_wall: float,
         retries: int = 2,
+        scheduler: TurnScheduler | None = None,
     ) -> None:
+        self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.retries = retries
         self.retried = 0  # turns re-run after a failure
         self.client = client
@@ -86,9 +90,13 @@ class DaskTurnRunner:
     async def run_turn(self, turn: TurnRequest) -> TurnResult:
         """A turn whose engine or worker failed is re-run from the trajectory's token history
         on freshly routed engines (the KV is rebuilt by prefill), up to `retries` times."""
+        # one key per turn, in the clock its decode seconds are learned in, so a retry keeps its place
+        priority = self.scheduler.key(turn, time.time() - self.started)
         for attempt in range(self.retries + 1):
             try:
-                return await self._attempt(turn, attempt)
+                result = await self._attempt(turn, attempt, priority)
+                self.scheduler.ended(turn, result.decode_tokens, result.decode_s)
+                return result
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -99,19 +107,22 @@ class DaskTurnRunner:
                 self.retried += 1
         raise AssertionError("unreachable")
 
-    async def _attempt(self, turn: TurnRequest, attempt: int) -> TurnResult:
+    async def _attempt(self, turn: TurnRequest, attempt: int, priority: float) -> TurnResult:
         route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
-                                   context=turn.context_tokens - turn.appended_tokens)
+                                   context=turn.context_tokens - turn.appended_tokens,
+                                   remaining=self.scheduler.remaining(turn))
         key = f"turn-{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
         try:
             if self.shape == "in_task":
-                with dask.annotate(phase="tool", tokens=0, done=turn.done, **turn_annotations(turn)):
-                    fut = self.client.submit(
-                        turn_task, turn, route, self.addresses, self.started, attempt,
+                with dask.annotate(phase="tool", tokens=0, done=turn.done, **turn_annotations(turn),
+                                   **dask_priority(priority)):
+                    fut = self.client.submit(  # positional: submit takes priority= for itself
+                        turn_task, turn, route, self.addresses, self.started, attempt, priority,
                         key=key, resources={"env": 1}, pure=False,
                     )
             else:
-                graph = turn_graph(turn, route, self.addresses, key, time.time(), self.started, attempt)
+                graph = turn_graph(turn, route, self.addresses, key, time.time(), self.started, attempt,
+                                   priority=priority)
                 fut = await self._batch.submit(graph)
             result = await fut
         finally:

@@ -17,12 +17,12 @@ engines: {{backend: emulated, count: 3, slots: 8, time_scale: 0.05}}
 workload: {{family: swe, mode: {mode}, prompts: 3, group_size: 2, steps: 2, max_turns: 3,
            concurrency: 4, trajectories: 10, token_scale: 0.5, tool_time_scale: 0.05}}
 runtime: {{turn_shape: {shape}, metrics_interval_s: 0.1, dashboard_address: null{runtime}}}
-"""
+{extra}"""
 
 
-def run(tmp_path: Path, policy="static:2:1", mode="sync", shape="in_task", runtime="") -> Path:
+def run(tmp_path: Path, policy="static:2:1", mode="sync", shape="in_task", runtime="", extra="") -> Path:
     f = tmp_path / "p.yaml"
-    f.write_text(PIPELINE.format(policy=policy, mode=mode, shape=shape, runtime=runtime))
+    f.write_text(PIPELINE.format(policy=policy, mode=mode, shape=shape, runtime=runtime, extra=extra))
     out = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
                           capture_output=True, text=True, timeout=300)
@@ -80,3 +80,13 @@ def test_decode_local_prefill_keeps_later_turns_on_the_decode_engine(tmp_path):
     assert all(t["prefill_engine"] == "" and t["decode_engine"] == "engine-2" for t in later)
     # the decode engine holds the context it generated: only the append is prefilled there
     assert all(0 < t["cached_tokens"] < t["prefill_tokens"] + t["cached_tokens"] for t in later)
+
+
+@pytest.mark.parametrize("shape", ["in_task", "driver"])
+def test_trajectory_scheduling_runs_live_in_both_turn_shapes(tmp_path, shape):
+    """Admission keys travel through the Dask tasks to the engines, and the router prices moves by
+    the predicted remainder, in either shape: nothing is lost or left unfinished."""
+    run_dir = run(tmp_path, shape=shape, extra="scheduling: {priority: true, spread: true}\n")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_completed"] == 12 and summary["trajectories_failed"] == 0
+    assert summary["turns_retried"] == 0
