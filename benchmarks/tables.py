@@ -255,6 +255,29 @@ def t_drift_mix(d: dict) -> list[str]:
             f"{span([c['oracle_vs_best'] for c in waves])} of the best single split."]
 
 
+def t_tail(d: dict) -> list[str]:
+    """Each scheduling mechanism alone and together: makespan over the bound, colocated and prorsa."""
+    mechs = ["none", "priority", "spread", "both", "priority-oracle"]
+    rows, asyncs = [], []
+    for r in d["tail.json"]["rows"]:
+        if "over_bound" in r:
+            o = r["over_bound"]
+            rows.append([r["label"], f"{r['bound_s']:.1f} s", *(f3(o[f"colocated/{m}"]) for m in mechs),
+                         *(f3(o[f"prorsa/{m}"]) for m in mechs), split(r["best_static"]),
+                         f3(r["prorsa_both_vs_fixed"]), f3(r["prorsa_both_vs_fixed_both"])])
+        else:
+            f = r["figures"]
+            asyncs.append(f"{r['label']} {' / '.join(f2(f[f'colocated/{m}']) for m in mechs)}")
+    sync = [r["over_bound"] for r in d["tail.json"]["rows"] if "over_bound" in r]
+    gains = [o["colocated/none"] / o["colocated/priority"] for o in sync]
+    true = [o["colocated/none"] / o["colocated/priority-oracle"] for o in sync]
+    return table(["cell", "bound", *(f"colocated {m}" for m in mechs), *(f"prorsa {m}" for m in mechs),
+                  "best fixed", "prorsa both / best fixed", "... / best fixed with both"], rows) + [
+        "", f"Priority alone against none, colocated: {min(gains):.3f}-{max(gains):.3f}x; keyed by the true "
+            f"remainder instead: {min(true):.3f}-{max(true):.3f}x. Async, colocated trajectories/s under "
+            f"{' / '.join(mechs)}: " + "; ".join(asyncs) + "."]
+
+
 def t_forecast_skill(d: dict) -> list[str]:
     rows, ratios = [], {"prefill_tps": [], "decode_seqs": []}
     for c in d["forecast-skill.json"]["cells"]:
@@ -508,6 +531,7 @@ TABLES: dict[str, Table] = {
     "drift-mix": Table(["drift-mix.json"], t_drift_mix),
     "tuned-once": Table(["paper.json", "priors.json"], t_tuned_once),
     "forecast-skill": Table(["forecast-skill.json"], t_forecast_skill),
+    "tail": Table(["tail.json"], t_tail),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
     "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),

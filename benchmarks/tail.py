@@ -8,6 +8,7 @@ together, under colocated engines (no role switching) and prorsa (switching):
     priority    engines admit turns by send time minus predicted remaining decode seconds
     spread      the router prices a move by the trajectory's predicted remainder
     both
+    priority-oracle   priority keyed by the true remainder, read off the workload (simulator only)
 
 Reported: makespan over the lower bound (sim/bounds.py: the slowest trajectory alone, or all the
 work at full batch over every GPU, whichever is larger) and, against every fixed split with and
@@ -31,7 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 MECHANISMS = {"none": {}, "priority": {"priority": True}, "spread": {"spread": True},
-              "both": {"priority": True, "spread": True}}
+              "both": {"priority": True, "spread": True},
+              # priority on the true remainder (scheduling.oracle): what prediction leaves on the table
+              "priority-oracle": {"priority": True, "oracle": True}}
 POLICIES = ["colocated", "prorsa"]
 STATICS = [f"static:{p}:{8 - p}" for p in range(1, 8)]
 FAMILIES = ["swe", "search", "math-tir", "terminal"]

@@ -285,6 +285,9 @@ class SchedulingConfig(_Section):
     # the router prices a move by the trajectory's predicted remainder rather than one mean turn:
     # a long trajectory leaves a crowded engine, one near its end stays (needs sticky_overload cost)
     spread: bool = False
+    # simulator only: both read the remainder off the workload instead of predicting it (what
+    # prediction leaves on the table; like the oracle policy, never a live run's)
+    oracle: bool = False
 
 
 class SandboxSettings(_Section):

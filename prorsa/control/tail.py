@@ -5,12 +5,13 @@ trajectory with most of its work ahead queue behind ones about to finish; giving
 predicted remainders the engines first (longest remaining processing time first) shortens the
 step, and a key that also counts how long a turn has waited keeps anything from waiting forever.
 
-    RemainingWork(max_turns, decode_prior, turns_prior)
+    RemainingWork(max_turns, decode_prior, max_context=None)
         decoded(group, family, tokens, seconds)   a turn's decode ended: learn from it
         finished(family, turns)                   a trajectory ended after `turns` turns
-        tokens(group, family, turn) -> float      decode tokens it has left, turn `turn`'s included
-        seconds(group, family, turn) -> float     the same at the pace decodes ran in this run
-    TurnScheduler(work, priority, spread)         what the runners ask, once per turn:
+        tokens(group, family, turn, context) -> float   decode tokens it has left, turn `turn`'s
+                                                  included, with `context` tokens in it now
+        seconds(group, family, turn, context) -> float  the same at the pace decodes ran in this run
+    TurnScheduler(work, priority, spread[, future])   what the runners ask, once per turn:
         key(turn, now) -> float                   the turn's admission key (0 when priority is off)
         remaining(turn) -> float | None           tokens the router prices a move by (None when
                                                   spread is off: one mean turn, as before)
@@ -18,13 +19,19 @@ step, and a key that also counts how long a turn has waited keeps anything from 
                                                   end too, when it was the last turn)
 
 What it may know is what a run observes (the policy rule of DESIGN.md): the decodes that ended,
-the turn counts of trajectories that finished, and what the pipeline declares (max_turns).
+the turn counts of trajectories that finished, and what the pipeline declares (max_turns, the
+context budget of its task family or max_context).
   decode per turn   the trajectory's GRPO group pooled (members share the task, hence its
                     difficulty), shrunk toward its family's mean by `prior_weight` turns
   turns left        the mean of E[T - k | T > k] over the family's finished trajectories once
                     `MIN_FINISHED` of them went past turn k; before that, progressive: as many
                     again as it has done (a long trajectory is likely to stay long), within
                     max_turns
+  at most           what the context budget leaves: a trajectory near it has little left,
+                    however many turns it would otherwise be given
+With `future` (simulator only, scheduling.oracle: the one labelled exception to the rule above)
+the remainder is read off the trajectory's spec instead: what prediction leaves on the table.
+
 The key is the turn's send time minus its predicted remaining decode seconds: an earliest-
 deadline-first order in which a trajectory far from its end may overtake turns sent up to that
 long before it, never more.
@@ -33,9 +40,12 @@ long before it, never more.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
+
+from prorsa.agent.trace import TrajectorySpec
 
 MIN_FINISHED = 8  # finished trajectories past turn k before their turn counts replace the progressive guess
 _KEEP = 4096  # finished turn counts remembered per family (the most recent)
@@ -80,8 +90,9 @@ class _Turns:
 
 class RemainingWork:
     def __init__(self, max_turns: int | None = None, decode_prior: float = 512.0,
-                 prior_weight: float = 4.0) -> None:
+                 prior_weight: float = 4.0, max_context: int | None = None) -> None:
         self.max_turns = max_turns  # the pipeline's cap: no trajectory runs past it
+        self.max_context = max_context  # the task's context budget: its decodes and appends fit in it
         self.decode_prior = decode_prior  # tokens a turn decodes before any decode has ended
         self.prior_weight = prior_weight  # turns the family's mean is worth against a group's own
         self._family: dict[str, _Mean] = defaultdict(_Mean)
@@ -116,31 +127,41 @@ class RemainingWork:
             left = min(left, float(self.max_turns - turn))
         return max(left, 1.0)
 
-    def tokens(self, group: str, family: str, turn: int) -> float:
-        return self.per_turn(group, family) * self.turns_left(family, turn)
+    def tokens(self, group: str, family: str, turn: int, context: int = 0) -> float:
+        left = self.per_turn(group, family) * self.turns_left(family, turn)
+        if self.max_context is not None:
+            left = min(left, max(self.max_context - context, 1))
+        return left
 
-    def seconds(self, group: str, family: str, turn: int) -> float:
+    def seconds(self, group: str, family: str, turn: int, context: int = 0) -> float:
         """tokens() at the pace decodes ran so far; 0 before any decode ended (keys are then
         first come, which is all anyone can do)."""
-        if not self._pace.n:
-            return 0.0
-        return self.tokens(group, family, turn) * self._pace.total / self._pace.n
+        return self.tokens(group, family, turn, context) * self.pace
+
+    @property
+    def pace(self) -> float:
+        """Decode seconds a token, over the decodes that ended; 0 before any did."""
+        return self._pace.total / self._pace.n if self._pace.n else 0.0
 
 
 class TurnFacts(Protocol):
     """What the scheduler reads off a turn (agent/loop.py's TurnRequest)."""
 
+    traj_id: str
     turn: int
     family: str
     group: str
     done: bool
+    context_tokens: int  # after this turn's append
 
 
 class TurnScheduler:
     """The scheduling options of one run over one RemainingWork; both bodies call it alike."""
 
-    def __init__(self, work: RemainingWork, priority: bool = False, spread: bool = False) -> None:
+    def __init__(self, work: RemainingWork, priority: bool = False, spread: bool = False,
+                 future: Callable[[str], TrajectorySpec] | None = None) -> None:
         self.work, self.priority, self.spread = work, priority, spread
+        self.future = future  # traj_id -> its spec: the oracle's remainder (simulator only)
 
     @property
     def active(self) -> bool:
@@ -149,12 +170,19 @@ class TurnScheduler:
     def key(self, turn: TurnFacts, now: float) -> float:
         if not self.priority:
             return 0.0
-        return now - self.work.seconds(turn.group, turn.family, turn.turn)
+        if self.future is not None:
+            return now - self._true_tokens(turn) * self.work.pace
+        return now - self.work.seconds(turn.group, turn.family, turn.turn, turn.context_tokens)
 
     def remaining(self, turn: TurnFacts) -> float | None:
         if not self.spread:
             return None
-        return self.work.tokens(turn.group, turn.family, turn.turn)
+        if self.future is not None:
+            return float(self._true_tokens(turn))
+        return self.work.tokens(turn.group, turn.family, turn.turn, turn.context_tokens)
+
+    def _true_tokens(self, turn: TurnFacts) -> int:
+        return sum(t.decode_tokens for t in self.future(turn.traj_id).turns[turn.turn:])
 
     def ended(self, turn: TurnFacts, decode_tokens: int, decode_s: float) -> None:
         if not self.active:

@@ -7,7 +7,8 @@ trace's content) is checked here, and the values derived from the pipeline are c
                                               then the clock, engine costs and policy context
     check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
     make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
-    make_scheduler(ctx)                       the TurnScheduler of a run (its scheduling: options)
+    make_scheduler(ctx[, future])             the TurnScheduler of a run (its scheduling: options;
+                                              `future`: the simulator's, for scheduling.oracle)
 
 The pieces a RunContext holds, for callers that need one alone:
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
@@ -31,7 +32,8 @@ from typing import Any
 
 from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
-from prorsa.agent.trace import TraceError, read_trace
+from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
+from prorsa.agent.workload import context_cap
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.forecast_stats import Priors
@@ -217,9 +219,14 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
                   move_cost=move_cost, clock=clock)
 
 
-def make_scheduler(ctx: RunContext) -> TurnScheduler:
-    """Its decode mean starts from the prior's, as the router's does; max_turns is declared."""
-    prior = ctx.policy.prior
-    work = RemainingWork(ctx.cfg.workload.max_turns, prior.decode_tokens if prior else Priors().decode_tokens)
+def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | None = None) -> TurnScheduler:
+    """Its decode mean starts from the prior's, as the router's does; max_turns and the context
+    budget (the task family's, or max_context if tighter) are declared."""
+    prior, w = ctx.policy.prior, ctx.cfg.workload
+    budgets = [c for c in (context_cap(w), w.max_context) if c is not None]
+    work = RemainingWork(w.max_turns, prior.decode_tokens if prior else Priors().decode_tokens,
+                         max_context=min(budgets) if budgets else None)
     s = ctx.cfg.scheduling
-    return TurnScheduler(work, priority=s.priority, spread=s.spread)
+    if s.oracle and future is None:
+        raise ConfigError("scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
+    return TurnScheduler(work, priority=s.priority, spread=s.spread, future=future if s.oracle else None)

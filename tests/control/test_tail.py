@@ -12,9 +12,11 @@ from prorsa.control.tail import MIN_FINISHED, RemainingWork, TurnScheduler
 @dataclass(frozen=True)
 class Turn:
     turn: int
+    traj_id: str = "t"
     family: str = "swe"
     group: str = ""
     done: bool = False
+    context_tokens: int = 0
 
 
 def test_before_anything_ends_every_turn_is_first_come():
@@ -64,3 +66,21 @@ def test_spread_gives_the_router_the_trajectorys_remainder():
     assert s.remaining(Turn(1)) == pytest.approx(2 * 300)
     s.ended(Turn(11, done=True), 300, 1.0)  # a trajectory of 12 turns ended
     assert s.work._turns["swe"].counts == [12]
+
+
+def test_a_trajectory_near_its_context_budget_has_little_left():
+    w = RemainingWork(max_turns=None, decode_prior=1000, max_context=10_000)
+    assert w.tokens("", "math", 3, context=1000) == pytest.approx(4 * 1000)  # 4 turns left (progressive)
+    assert w.tokens("", "math", 3, context=9000) == pytest.approx(1000)  # the budget leaves 1000
+    assert w.tokens("", "math", 3, context=12_000) == 1  # past it: still ordered, last
+
+
+def test_the_oracle_reads_the_remainder_off_the_spec():
+    from prorsa.agent.trace import TrajectorySpec, TurnSpec
+
+    spec = TrajectorySpec(traj_id="t", family="swe", seed=0, step=0, prompt_index=0, group_index=0,
+                          turns=(TurnSpec(10, 100, 1.0, False), TurnSpec(10, 300, 1.0, False), TurnSpec(10, 50, 0.0, True)))
+    s = TurnScheduler(RemainingWork(), priority=True, spread=True, future=lambda traj: spec)
+    assert s.remaining(Turn(1)) == 350
+    s.ended(Turn(0), decode_tokens=100, decode_s=2.0)  # pace 0.02 s a token
+    assert s.key(Turn(1), now=10.0) == pytest.approx(10.0 - 350 * 0.02)
