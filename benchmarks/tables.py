@@ -263,7 +263,8 @@ def t_tail(d: dict) -> list[str]:
         if "over_bound" in r:
             o = r["over_bound"]
             rows.append([r["label"], f"{r['bound_s']:.1f} s", *(f3(o[f"colocated/{m}"]) for m in mechs),
-                         *(f3(o[f"prorsa/{m}"]) for m in mechs), split(r["best_static"]),
+                         f3(o["colocated/priority-prior"]),
+                         *(f3(o[f"prorsa/{m}"]) for m in ("none", "priority", "both")), split(r["best_static"]),
                          f3(r["prorsa_both_vs_fixed"]), f3(r["prorsa_both_vs_fixed_both"])])
         else:
             f = r["figures"]
@@ -271,7 +272,8 @@ def t_tail(d: dict) -> list[str]:
     sync = [r["over_bound"] for r in d["tail.json"]["rows"] if "over_bound" in r]
     gains = [o["colocated/none"] / o["colocated/priority"] for o in sync]
     true = [o["colocated/none"] / o["colocated/priority-oracle"] for o in sync]
-    return table(["cell", "bound", *(f"colocated {m}" for m in mechs), *(f"prorsa {m}" for m in mechs),
+    return table(["cell", "bound", *(f"colocated {m}" for m in mechs), "colocated priority-prior",
+                  *(f"prorsa {m}" for m in ("none", "priority", "both")),
                   "best fixed", "prorsa both / best fixed", "... / best fixed with both"], rows) + [
         "", f"Priority alone against none, colocated: {min(gains):.3f}-{max(gains):.3f}x; keyed by the true "
             f"remainder instead: {min(true):.3f}-{max(true):.3f}x. Async, colocated trajectories/s under "

@@ -9,6 +9,9 @@ together, under colocated engines (no role switching) and prorsa (switching):
     spread      the router prices a move by the trajectory's predicted remainder
     both
     priority-oracle   priority keyed by the true remainder, read off the workload (simulator only)
+    priority-prior    priority with an earlier run of the cell (seed 1, colocated) as `prior:`: its
+                      turn counts and decodes from the start (colocated only, where a prior moves
+                      nothing but the scheduler)
 
 Reported: makespan over the lower bound (sim/bounds.py: the slowest trajectory alone, or all the
 work at full batch over every GPU, whichever is larger) and, against every fixed split with and
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
@@ -52,7 +56,7 @@ def cells(async_too: bool) -> list[tuple]:
     return out
 
 
-def config(cell: tuple, mechanism: str):
+def config(cell: tuple, mechanism: str, prior: str | None = None, seed: int = 0):
     import drivers
     import paper
 
@@ -63,14 +67,23 @@ def config(cell: tuple, mechanism: str):
         cfg = paper.config(family, model, mode, 0)
         if source == "contended":
             cfg = cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"slots": variant})})
-    return cfg.model_validate(cfg.model_dump() | {"scheduling": MECHANISMS[mechanism]})
+    scheduling = MECHANISMS["priority" if mechanism == "priority-prior" else mechanism]
+    return cfg.model_validate(cfg.model_dump() | {"scheduling": scheduling, "prior": prior, "seed": seed})
+
+
+def make_prior(job: tuple) -> None:
+    """An earlier run of the cell: another seed, colocated, no scheduling, written as a run directory."""
+    from prorsa.sim.run import simulate, write_run
+
+    cell, folder = job
+    write_run(simulate(config(cell, "none", seed=1), "colocated"), Path(folder))
 
 
 def run(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
-    cell, mechanism, policy = job
-    s = simulate(config(cell, mechanism), policy).summary
+    cell, mechanism, policy, prior = job
+    s = simulate(config(cell, mechanism, prior), policy).summary
     return {"cell": list(cell), "mechanism": mechanism, "policy": policy,
             "figure": s["makespan_s"] if cell[-1] == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"], "sim_wall_s": s["sim_wall_s"]}
@@ -115,17 +128,22 @@ def main() -> None:
     from prorsa.sim.bounds import lower_bound
 
     todo = cells(not args.no_async)
-    jobs = [(c, m, p) for c in todo for m in MECHANISMS for p in POLICIES]
+    jobs = [(c, m, p, None) for c in todo for m in MECHANISMS for p in POLICIES]
     # every fixed split with the mechanisms and without, where the question is whether prediction beats them
-    jobs += [(c, m, s) for c in todo if c[-1] == "sync" for m in ("none", "both") for s in STATICS]
+    jobs += [(c, m, s, None) for c in todo if c[-1] == "sync" for m in ("none", "both") for s in STATICS]
     t0 = time.perf_counter()
     points: list[dict] = []
+    tmp = tempfile.TemporaryDirectory()
+    priors = {c: str(Path(tmp.name) / f"prior-{i}") for i, c in enumerate(todo)}
+    jobs += [(c, "priority-prior", "colocated", priors[c]) for c in todo]
     with Pool(args.workers) as pool:
+        pool.map(make_prior, list(priors.items()), chunksize=1)
         for i, point in enumerate(pool.imap_unordered(run, jobs), 1):
             points.append(point)
             print(f"[{i}/{len(jobs)}] {label(point['cell'])} {point['policy']} {point['mechanism']}: "
                   f"{point['figure']:.3f}", file=sys.stderr, flush=True)
     rows = []
+    tmp.cleanup()
     for c in todo:
         bound = lower_bound(config(c, "none")).makespan_s if c[-1] == "sync" else None
         rows.append(summarise(c, [p for p in points if tuple(p["cell"]) == c], bound))

@@ -8,6 +8,7 @@ step, and a key that also counts how long a turn has waited keeps anything from 
     RemainingWork(max_turns, decode_prior, max_context=None)
         decoded(group, family, tokens, seconds)   a turn's decode ended: learn from it
         finished(family, turns)                   a trajectory ended after `turns` turns
+        learn_from(specs)                         an earlier run's trajectories (the pipeline's prior)
         tokens(group, family, turn, context) -> float   decode tokens it has left, turn `turn`'s
                                                   included, with `context` tokens in it now
         seconds(group, family, turn, context) -> float  the same at the pace decodes ran in this run
@@ -23,8 +24,9 @@ the turn counts of trajectories that finished, and what the pipeline declares (m
 context budget of its task family or max_context).
   decode per turn   the trajectory's GRPO group pooled (members share the task, hence its
                     difficulty), shrunk toward its family's mean by `prior_weight` turns
-  turns left        the mean of E[T - k | T > k] over the family's finished trajectories once
-                    `MIN_FINISHED` of them went past turn k; before that, progressive: as many
+  turns left        the mean of E[T - k | T > k] over the family's finished trajectories (this
+                    run's, and an earlier run's given as `prior:`) once `MIN_FINISHED` of them
+                    went past turn k; before that, progressive: as many
                     again as it has done (a long trajectory is likely to stay long), within
                     max_turns
   at most           what the context budget leaves: a trajectory near it has little left,
@@ -40,7 +42,7 @@ long before it, never more.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import numpy as np
@@ -110,6 +112,15 @@ class RemainingWork:
 
     def finished(self, family: str, turns: int) -> None:
         self._turns[family].add(turns)
+
+    def learn_from(self, specs: Iterable[TrajectorySpec]) -> None:
+        """An earlier run's trajectories as they ran: their turn counts and decodes (not their
+        pace, which was another run's engines')."""
+        for spec in specs:
+            self.finished(spec.family, len(spec.turns))
+            fam = self._family[spec.family]
+            for t in spec.turns:
+                fam.add(t.decode_tokens)
 
     def per_turn(self, group: str, family: str) -> float:
         fam = self._family.get(family)

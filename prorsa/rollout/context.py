@@ -220,12 +220,14 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
 
 
 def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | None = None) -> TurnScheduler:
-    """Its decode mean starts from the prior's, as the router's does; max_turns and the context
+    """Its decode mean starts from the prior's, as the router's does, and an earlier run's
+    trajectories (a prior run directory) give it their turn counts; max_turns and the context
     budget (the task family's, or max_context if tighter) are declared."""
     prior, w = ctx.policy.prior, ctx.cfg.workload
     budgets = [c for c in (context_cap(w), w.max_context) if c is not None]
     work = RemainingWork(w.max_turns, prior.decode_tokens if prior else Priors().decode_tokens,
                          max_context=min(budgets) if budgets else None)
+    work.learn_from(ctx.policy.prior_trajectories)
     s = ctx.cfg.scheduling
     if s.oracle and future is None:
         raise ConfigError("scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")

@@ -84,3 +84,18 @@ def test_the_oracle_reads_the_remainder_off_the_spec():
     assert s.remaining(Turn(1)) == 350
     s.ended(Turn(0), decode_tokens=100, decode_s=2.0)  # pace 0.02 s a token
     assert s.key(Turn(1), now=10.0) == pytest.approx(10.0 - 350 * 0.02)
+
+
+def test_an_earlier_runs_trajectories_give_turn_counts_from_the_start():
+    from prorsa.agent.trace import TrajectorySpec, TurnSpec
+
+    def spec(n: int, decode: int) -> TrajectorySpec:
+        turns = tuple(TurnSpec(10, decode, 0.0 if k == n - 1 else 1.0, k == n - 1) for k in range(n))
+        return TrajectorySpec(traj_id=f"p{n}", family="swe", seed=0, step=0, prompt_index=0, group_index=0,
+                              turns=turns)
+
+    w = RemainingWork(max_turns=None, decode_prior=100)
+    w.learn_from([spec(6, 300)] * MIN_FINISHED)
+    assert w.turns_left("swe", 0) == pytest.approx(6.0) and w.turns_left("swe", 4) == pytest.approx(2.0)
+    assert w.per_turn("", "swe") == pytest.approx(300)
+    assert w.seconds("", "swe", 0) == 0.0  # an earlier run's pace is not this one's
