@@ -26,9 +26,8 @@ context budget of its task family or max_context).
                     difficulty), shrunk toward its family's mean by `prior_weight` turns
   turns left        the mean of E[T - k | T > k] over the family's finished trajectories (this
                     run's, and an earlier run's given as `prior:`) once `MIN_FINISHED` of them
-                    went past turn k; before that, progressive: as many
-                    again as it has done (a long trajectory is likely to stay long), within
-                    max_turns
+                    went past turn k; before that, progressive: as many again as it has done
+                    (a long trajectory is likely to stay long), within max_turns
   at most           what the context budget leaves: a trajectory near it has little left,
                     however many turns it would otherwise be given
 With `future` (simulator only, scheduling.oracle: the one labelled exception to the rule above)
