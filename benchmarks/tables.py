@@ -280,6 +280,34 @@ def t_tail(d: dict) -> list[str]:
             f"{' / '.join(mechs)}: " + "; ".join(asyncs) + "."]
 
 
+def t_tail_live(d: dict) -> list[str]:
+    """Priority off and on, live on vLLM CPU engines and simulated: makespan and who waited."""
+    doc = d["tail-live.json"]
+    med, sim = doc["live_median"], doc["sim"]["calibrated"]
+
+    def waits(x: dict) -> str:
+        return " / ".join(f"{x[f'waited_{g}_s']:.2f}" for g in ("all", "long", "rest")) + " s"
+
+    rows = [[f"priority {w}", ", ".join(f"{r['makespan_s']:.1f}" for r in doc["live"] if r["priority"] is p) + " s",
+             f"{med[w]['makespan_s']:.2f} s", f"{sim[w]['makespan_s']:.2f} s", waits(med[w]), waits(sim[w]),
+             f"{med[w]['waited_last_s']:.1f} s", f"{sim[w]['waited_last_s']:.1f} s"]
+            for w, p in (("off", False), ("on", True))]
+    rows.append(["off / on", "", f3(doc["live_ratio"]), f3(sim["off"]["makespan_s"] / sim["on"]["makespan_s"]),
+                 "", "", "", ""])
+    seeds = [r["ratio"] for r in doc["sim_seeds"]["calibrated"]]
+    fit = doc["sim"]["fitted"]
+    return table(["scheduling.priority", "live runs", "live median", f"sim ({doc['profile']})",
+                  "live wait a turn: all / longest quarter / rest", "sim wait a turn: all / longest quarter / rest",
+                  "live: last to end waited", "sim: last to end waited"], rows) + [
+        "", f"Seed {doc['seed']}; simulated off / on over seeds 0-{len(seeds) - 1}: {min(seeds):.3f}-{max(seeds):.3f} "
+            f"(median {statistics.median(seeds):.3f}). With the profile corrected to the off runs "
+            f"({len(doc['corrections'])} corrections, the last {doc['corrections'][-1].split(': ', 1)[1]}): "
+            f"{fit['off']['makespan_s']:.2f} s / {fit['on']['makespan_s']:.2f} s = "
+            f"{fit['off']['makespan_s'] / fit['on']['makespan_s']:.3f}. "
+            f"vLLM's own queue held a live turn {1000 * med['off']['engine_queue_s']:.2f} ms (off) and "
+            f"{1000 * med['on']['engine_queue_s']:.2f} ms (on) on average."]
+
+
 def t_forecast_skill(d: dict) -> list[str]:
     rows, ratios = [], {"prefill_tps": [], "decode_seqs": []}
     for c in d["forecast-skill.json"]["cells"]:
@@ -534,6 +562,7 @@ TABLES: dict[str, Table] = {
     "tuned-once": Table(["paper.json", "priors.json"], t_tuned_once),
     "forecast-skill": Table(["forecast-skill.json"], t_forecast_skill),
     "tail": Table(["tail.json"], t_tail),
+    "tail-live": Table(["tail-live.json"], t_tail_live),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
     "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),
