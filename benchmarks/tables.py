@@ -280,15 +280,16 @@ def t_tail(d: dict) -> list[str]:
             f"{' / '.join(mechs)}: " + "; ".join(asyncs) + "."]
 
 
-def t_tail_live(d: dict) -> list[str]:
-    """Priority off and on, live on vLLM CPU engines and simulated: makespan and who waited."""
-    doc = d["tail-live.json"]
+def t_tail_live(d: dict, name: str = "tail-live.json") -> list[str]:
+    """A mechanism off and on, live on vLLM CPU engines and simulated: makespan and who waited."""
+    doc = d[name]
+    mech = doc.get("mechanism", "priority")
     med, sim = doc["live_median"], doc["sim"]["calibrated"]
 
     def waits(x: dict) -> str:
         return " / ".join(f"{x[f'waited_{g}_s']:.2f}" for g in ("all", "long", "rest")) + " s"
 
-    rows = [[f"priority {w}", ", ".join(f"{r['makespan_s']:.1f}" for r in doc["live"] if r["priority"] is p) + " s",
+    rows = [[f"{mech} {w}", ", ".join(f"{r['makespan_s']:.1f}" for r in doc["live"] if r.get("on", r.get("priority")) is p) + " s",
              f"{med[w]['makespan_s']:.2f} s", f"{sim[w]['makespan_s']:.2f} s", waits(med[w]), waits(sim[w]),
              f"{med[w]['waited_last_s']:.1f} s", f"{sim[w]['waited_last_s']:.1f} s"]
             for w, p in (("off", False), ("on", True))]
@@ -296,7 +297,7 @@ def t_tail_live(d: dict) -> list[str]:
                  "", "", "", ""])
     seeds = [r["ratio"] for r in doc["sim_seeds"]["calibrated"]]
     fit = doc["sim"]["fitted"]
-    return table(["scheduling.priority", "live runs", "live median", f"sim ({doc['profile']})",
+    return table([f"scheduling.{mech}", "live runs", "live median", f"sim ({doc['profile']})",
                   "live wait a turn: all / longest quarter / rest", "sim wait a turn: all / longest quarter / rest",
                   "live: last to end waited", "sim: last to end waited"], rows) + [
         "", f"Seed {doc['seed']}; simulated off / on over seeds 0-{len(seeds) - 1}: {min(seeds):.3f}-{max(seeds):.3f} "

@@ -1,4 +1,8 @@
-"""Priority admission live on vLLM CPU engines, beside the simulator's prediction for the same runs.
+"""A scheduling mechanism live on vLLM CPU engines, beside the simulator's prediction for the same runs.
+
+`--mechanism priority` (admission by predicted remainder, the default) or `migrate` (a trajectory
+moves while its tool runs, its next engine warmed meanwhile; both ways then route by the cost rule
+in the driver turn shape, so only the mechanism differs).
 
 The quickstart pipeline (3 vLLM CPU engines, a tiny model made locally) changed so that turns queue
 for admission: colocated engines of 2 slots each (`engines.slots` is each engine worker's Dask
@@ -6,18 +10,18 @@ resource, so at most 2 of its turns run at once and the rest wait in the worker'
 the turn's priority), up to 8 turns a trajectory; 2 sync steps of 16 trajectories, 5-6 on each
 engine. That is also a workload where the simulator predicts a gain for its seed 0.
 
-1. Live, `scheduling.priority` off and on, `--repeats` times each, interleaved (off on, on off, ...)
+1. Live, the mechanism (`scheduling.<mechanism>`) off and on, `--repeats` times each, interleaved (off on, on off, ...)
    so that the shared machine's load drifts over both alike (`prorsa run`, as fidelity_vllm.py runs
-   it); or `--runs DIR...` to read existing run directories (priority read from each pipeline.json).
+   it); or `--runs DIR...` to read existing run directories (on or off read from each pipeline.json).
 2. Simulated both ways with the pipeline's own profile (`engines.gpu`, one engine calibrated alone),
-   and with that profile corrected to the priority-off runs, their turns pooled (fidelity_vllm.py's
-   fit, sim/live_calibration.py): the priority-on runs are then a prediction the fit never saw. The
+   and with that profile corrected to the off runs, their turns pooled (fidelity_vllm.py's
+   fit, sim/live_calibration.py): the on runs are then a prediction the fit never saw. The
    fit corrects vLLM CPU engines through their host load, so it only ever slows them: where the
    live engines run faster than the profile it ends at the profile's speed, not converged.
 3. How the simulator's ratio moves with the workload's seed (`--sim-seeds`): a sync step of this
    size ends with a handful of trajectories, so one seed's prediction is one draw.
 
-Reported: makespan medians and off / on (> 1: priority shortened the run), and per turn the seconds
+Reported: makespan medians and off / on (> 1: the mechanism shortened the run), and per turn the seconds
 it waited: its wall time less prefill, KV transfer, decode and tool time (so the engine's own
 queue, the Dask worker's queue for a slot and the dispatch), for every turn and for the turns of
 each step's longest quarter of trajectories (by decode tokens: the same trajectories in every run),
@@ -25,8 +29,8 @@ which is whom priority should serve first, and by the trajectory that ended each
 step waited for). A live turn's `queue_s` is vLLM's own queue, which the
 2 Dask slots keep near empty; the simulator's engines hold the queue themselves.
 
-    .venv/bin/python benchmarks/tail_live.py [--repeats 3] [--seed 0] [--keep DIR] [--runs RUN...]
-        [--sim-seeds 8] [--output benchmarks/results/tail-live.json]
+    .venv/bin/python benchmarks/tail_live.py [--mechanism priority|migrate] [--repeats 3] [--seed 0]
+        [--keep DIR] [--runs RUN...] [--sim-seeds 8] [--output benchmarks/results/tail-live[-migrate].json]
 """
 
 from __future__ import annotations
@@ -49,12 +53,14 @@ from fidelity_vllm import ROOT, live_run  # noqa: E402
 PIPELINE = ROOT / "pipelines/quickstart.yaml"
 # what changes in the quickstart: turns queue for admission on every engine
 OVERRIDES = {"policy": "colocated", "engines": {"slots": 2}, "workload": {"max_turns": 8}}
+# what a mechanism needs beside it, off and on alike
+NEEDS = {"priority": {}, "migrate": {"runtime": {"sticky_overload": "cost", "turn_shape": "driver"}}}
 LONG_SHARE = 0.25  # the longest quarter of each step's trajectories
 
 
-def variant(raw: dict, priority: bool, seed: int) -> dict:
-    out = dict(raw) | {"seed": seed, "scheduling": {"priority": priority}}
-    for k, v in OVERRIDES.items():
+def variant(raw: dict, mechanism: str, on: bool, seed: int) -> dict:
+    out = dict(raw) | {"seed": seed, "scheduling": {mechanism: on}}
+    for k, v in (OVERRIDES | NEEDS[mechanism]).items():
         out[k] = (dict(raw.get(k) or {}) | v) if isinstance(v, dict) else v
     return out
 
@@ -105,20 +111,25 @@ def simulated(cfg, gpu: str, scratch: Path) -> dict:
     return {"makespan_s": makespan, **turn_figures(rows)}
 
 
-def with_priority(cfg, priority: bool):
-    return cfg.model_copy(update={"scheduling": cfg.scheduling.model_copy(update={"priority": priority})})
+def with_mechanism(cfg, mechanism: str, on: bool):
+    return cfg.model_copy(update={"scheduling": cfg.scheduling.model_copy(update={mechanism: on})})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pipeline", type=Path, default=PIPELINE, help="the pipeline OVERRIDES change")
+    ap.add_argument("--mechanism", choices=sorted(NEEDS), default="priority", help="the scheduling option measured")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="live runs each way")
     ap.add_argument("--runs", nargs="+", type=Path, metavar="RUN", help="existing live run directories, both ways")
     ap.add_argument("--keep", type=Path, help="leave the live run directories here (default: deleted)")
     ap.add_argument("--sim-seeds", type=int, default=8, help="workload seeds the simulator's ratio is shown over")
-    ap.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/tail-live.json")
+    ap.add_argument("--output", type=Path, help="default: benchmarks/results/tail-live.json, or "
+                    "tail-live-<mechanism>.json for another mechanism than priority")
     args = ap.parse_args()
+    mech = args.mechanism
+    args.output = args.output or ROOT / "benchmarks/results" / (
+        "tail-live.json" if mech == "priority" else f"tail-live-{mech}.json")
 
     from rich.console import Console
     from rich.table import Table
@@ -134,7 +145,7 @@ def main() -> None:
         if not dirs:
             for prio in (False, True):
                 (tmp / f"tail-live-{'on' if prio else 'off'}.yaml").write_text(
-                    yaml.safe_dump(variant(raw, prio, args.seed), sort_keys=False))
+                    yaml.safe_dump(variant(raw, mech, prio, args.seed), sort_keys=False))
             for r in range(args.repeats):
                 for prio in ((False, True) if r % 2 == 0 else (True, False)):
                     load = os.getloadavg()[0]
@@ -148,47 +159,47 @@ def main() -> None:
         pooled_off: list[dict] = []
         for i, d in enumerate(dirs):
             cfg, summary, rows = load_live_run(Path(d))
-            prio = cfg.scheduling.priority
+            prio = getattr(cfg.scheduling, mech)
             cfgs.setdefault(prio, cfg)
             if not prio:
                 pooled_off += rows
-            live[i] |= {"order": i, "priority": prio, "seed": cfg.seed, "makespan_s": summary["makespan_s"],
-                        **turn_figures(rows)}
-            print(f"live {i}: priority {'on' if prio else 'off'}, makespan {summary['makespan_s']:.1f} s",
+            live[i] |= {"order": i, "on": prio, "seed": cfg.seed, "makespan_s": summary["makespan_s"],
+                        "turns_migrated": summary.get("turns_migrated", 0), **turn_figures(rows)}
+            print(f"live {i}: {mech} {'on' if prio else 'off'}, makespan {summary['makespan_s']:.1f} s",
                   file=sys.stderr)
         if set(cfgs) != {False, True}:
-            sys.exit("error: need live runs with scheduling.priority off and on")
+            sys.exit(f"error: need live runs with scheduling.{mech} off and on")
         cfg = cfgs[False]
         gpu = cfg.engines.gpu
-        header = (f"{gpu} corrected to {sum(not r['priority'] for r in live)} priority-off run(s) of the "
+        header = (f"{gpu} corrected to {sum(not r['on'] for r in live)} {mech}-off run(s) of the "
                   f"tail-live pipeline by benchmarks/tail_live.py, {time.strftime('%F')}")
         fits = fit_to_run(cfg, pooled_off, tmp / "fit", header)
         fitted = str(fitted_profile(cfg, tmp / "fit"))
-        sim = {name: {way: simulated(with_priority(cfg, prio), profile, tmp / f"sim-{name}-{way}")
+        sim = {name: {way: simulated(with_mechanism(cfg, mech, prio), profile, tmp / f"sim-{name}-{way}")
                       for way, prio in (("off", False), ("on", True))}
                for name, profile in (("calibrated", gpu), ("fitted", fitted))}
         seeds = {name: [] for name in sim}
         for s in range(args.sim_seeds):
             c = cfg.model_copy(update={"seed": s})
             for name, profile in (("calibrated", gpu), ("fitted", fitted)):
-                m = [simulated(with_priority(c, p), profile, tmp / f"seed-{name}-{s}-{p}")["makespan_s"]
+                m = [simulated(with_mechanism(c, mech, p), profile, tmp / f"seed-{name}-{s}-{p}")["makespan_s"]
                      for p in (False, True)]
                 seeds[name].append({"seed": s, "off_s": m[0], "on_s": m[1], "ratio": m[0] / m[1]})
 
     way = {False: "off", True: "on"}
-    med = {w: {k: statistics.median(r[k] for r in live if way[r["priority"]] == w)
+    med = {w: {k: statistics.median(r[k] for r in live if way[r["on"]] == w)
                for k in ("makespan_s", "engine_queue_s", "waited_all_s", "waited_long_s", "waited_rest_s",
                         "waited_last_s")}
            for w in ("off", "on")}
     live_ratio = med["off"]["makespan_s"] / med["on"]["makespan_s"]
 
     console = Console(width=160)
-    t = Table(title=f"priority admission, live vLLM CPU engines vs simulated: {args.pipeline.stem} "
+    t = Table(title=f"scheduling.{mech}, live vLLM CPU engines vs simulated: {args.pipeline.stem} "
                     f"with {json.dumps(OVERRIDES)}, seed {cfg.seed} (makespan, s)")
-    for col in ("scheduling.priority", "live runs", "live median", f"sim ({gpu})", "sim (fitted to off)"):
+    for col in (f"scheduling.{mech}", "live runs", "live median", f"sim ({gpu})", "sim (fitted to off)"):
         t.add_column(col, justify="right")
     for w in ("off", "on"):
-        runs = " ".join(f"{r['makespan_s']:.1f}" for r in live if way[r["priority"]] == w)
+        runs = " ".join(f"{r['makespan_s']:.1f}" for r in live if way[r["on"]] == w)
         t.add_row(w, runs, f"{med[w]['makespan_s']:.2f}", f"{sim['calibrated'][w]['makespan_s']:.2f}",
                   f"{sim['fitted'][w]['makespan_s']:.2f}")
     t.add_row("off / on", "", f"{live_ratio:.3f}",
@@ -212,7 +223,7 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps({
         "command": command.strip(), "date": time.strftime("%F"), "machine": f"{os.cpu_count()} cores, shared",
-        "pipeline": args.pipeline.name, "overrides": OVERRIDES, "seed": cfg.seed, "profile": gpu,
+        "pipeline": args.pipeline.name, "mechanism": mech, "overrides": OVERRIDES | NEEDS[mech], "seed": cfg.seed, "profile": gpu,
         "live": live, "live_median": med, "live_ratio": live_ratio, "sim": sim, "sim_seeds": seeds,
         "corrections": history}, indent=1) + "\n")
     print(f"wrote {args.output}", file=sys.stderr)

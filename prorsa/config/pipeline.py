@@ -285,6 +285,10 @@ class SchedulingConfig(_Section):
     # the router prices a move by the trajectory's predicted remainder rather than one mean turn:
     # a long trajectory leaves a crowded engine, one near its end stays (needs sticky_overload cost)
     spread: bool = False
+    # as a turn's decode ends, the router may pick another engine for the trajectory's next turn
+    # and warm it with the context while the tool runs, so the move costs no recompute on the
+    # trajectory's path (needs sticky_overload cost; live: turn_shape driver)
+    migrate: bool = False
     # simulator only: both read the remainder off the workload instead of predicting it (what
     # prediction leaves on the table; like the oracle policy, never a live run's)
     oracle: bool = False
@@ -417,9 +421,13 @@ class PipelineConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _spread_needs_costs(self) -> PipelineConfig:
-        if self.scheduling.spread and self.runtime.sticky_overload != "cost":
-            raise ValueError("scheduling.spread prices moves with the cost model: it needs runtime.sticky_overload cost")
+    def _moves_need_costs(self) -> PipelineConfig:
+        for option in ("spread", "migrate"):
+            if getattr(self.scheduling, option) and self.runtime.sticky_overload != "cost":
+                raise ValueError(f"scheduling.{option} prices moves with the cost model: it needs runtime.sticky_overload cost")
+        if self.scheduling.migrate and self.runtime.turn_shape != "driver":
+            raise ValueError("scheduling.migrate warms the next engine as the decode ends, which the driver sees only "
+                             "in runtime.turn_shape driver")
         return self
 
     @model_validator(mode="after")

@@ -12,10 +12,13 @@ step, and a key that also counts how long a turn has waited keeps anything from 
         tokens(group, family, turn, context) -> float   decode tokens it has left, turn `turn`'s
                                                   included, with `context` tokens in it now
         seconds(group, family, turn, context) -> float  the same at the pace decodes ran in this run
-    TurnScheduler(work, priority, spread[, future])   what the runners ask, once per turn:
+    TurnScheduler(work, priority, spread[, future, migrate])   what the runners ask, once per turn:
         key(turn, now) -> float                   the turn's admission key (0 when priority is off)
         remaining(turn) -> float | None           tokens the router prices a move by (None when
                                                   spread is off: one mean turn, as before)
+        left_after(turn, decoded) -> float | None   tokens left once this turn decoded `decoded`:
+                                                  what a migration during its tool call is priced
+                                                  by (None when migrate is off or the turn was its last)
         ended(turn, decode_tokens, decode_s)      feed it what the turn showed (its trajectory's
                                                   end too, when it was the last turn)
 
@@ -169,13 +172,13 @@ class TurnScheduler:
     """The scheduling options of one run over one RemainingWork; both bodies call it alike."""
 
     def __init__(self, work: RemainingWork, priority: bool = False, spread: bool = False,
-                 future: Callable[[str], TrajectorySpec] | None = None) -> None:
-        self.work, self.priority, self.spread = work, priority, spread
+                 future: Callable[[str], TrajectorySpec] | None = None, migrate: bool = False) -> None:
+        self.work, self.priority, self.spread, self.migrate = work, priority, spread, migrate
         self.future = future  # traj_id -> its spec: the oracle's remainder (simulator only)
 
     @property
     def active(self) -> bool:
-        return self.priority or self.spread
+        return self.priority or self.spread or self.migrate
 
     def key(self, turn: TurnFacts, now: float) -> float:
         if not self.priority:
@@ -191,8 +194,16 @@ class TurnScheduler:
             return float(self._true_tokens(turn))
         return self.work.tokens(turn.group, turn.family, turn.turn, turn.context_tokens)
 
-    def _true_tokens(self, turn: TurnFacts) -> int:
-        return sum(t.decode_tokens for t in self.future(turn.traj_id).turns[turn.turn:])
+    def left_after(self, turn: TurnFacts, decoded: int) -> float | None:
+        if not self.migrate or turn.done:
+            return None
+        if self.future is not None:
+            return float(self._true_tokens(turn, turn.turn + 1))
+        return self.work.tokens(turn.group, turn.family, turn.turn + 1, turn.context_tokens + decoded)
+
+    def _true_tokens(self, turn: TurnFacts, start: int | None = None) -> int:
+        turns = self.future(turn.traj_id).turns
+        return sum(t.decode_tokens for t in turns[turn.turn if start is None else start:])
 
     def ended(self, turn: TurnFacts, decode_tokens: int, decode_s: float) -> None:
         if not self.active:

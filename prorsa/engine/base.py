@@ -10,6 +10,9 @@ virtual-time cluster). All calls are coroutines on the engine owner's event loop
     decode(req)         second leg: pull the KV named by req.kv (or prefill locally when
                         req.kv is None: decode-local incremental prefill) and generate
     generate(req)       a colocated turn: prefill and decode in one request on this engine
+    warm(req)           compute the context's KV and keep it in this engine's prefix cache, for
+                        the trajectory's next turn here (a migration while its tool runs); no
+                        decode engine pulls it
     set_role(role)      bookkeeping and admission: an engine keeps serving what it admitted
     stats()             a snapshot for metrics and the controller; cheap, no I/O
     reset_prefix_cache()  drop every cached prefix (weight updates invalidate them)
@@ -110,6 +113,8 @@ class Engine(Protocol):
     async def decode(self, req: DecodeRequest) -> DecodeResult: ...
 
     async def generate(self, req: DecodeRequest) -> DecodeResult: ...
+
+    async def warm(self, req: PrefillRequest) -> PrefillResult: ...
 
     def set_role(self, role: Role) -> None: ...
 

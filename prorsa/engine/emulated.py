@@ -9,6 +9,7 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
     decode(req)             pull req.kv from its engine (only the part not cached here), or prefill
                             locally when req.kv is None, then generate req.max_tokens tokens
     generate(req)           local prefill + decode (colocated)
+    warm(req)               prefill into the prefix cache for a later turn (a migration)
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
     reshards(role)          whether serving `role` needs another layout (engines.parallelism)
     relayout(role)          an empty engine takes `role`'s layout: weights move, the prefix cache goes
@@ -219,6 +220,10 @@ class EmulatedEngine:
         if req.kv is not None:
             raise ValueError("generate prefills locally; pass kv=None (or call decode)")
         return await self.decode(req)
+
+    async def warm(self, req: PrefillRequest) -> PrefillResult:
+        # a prefill already is one: its context stays cached here, and no decode engine pulls it
+        return await self.prefill(req)
 
     def _reusable(self, traj_id: str, context: int, new: int) -> int:
         """Context tokens this engine's cache can serve: never the turn's newly appended ones."""

@@ -185,6 +185,7 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     resumed = journal.completed_before + journal.failed_before
     summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
         "turns_retried": runner.retried,
+        "turns_migrated": runner.migrated,
         "legs_rescued": legs_rescued,
         "trajectories_resumed": resumed,
         "backend": cfg.engines.backend, "clock": "wall", "time_scale": unit,

@@ -11,6 +11,10 @@ measures both):
             by futures, so no worker thread waits on engines; the groups of turns that start
             in the same event-loop tick are sent as one graph
 Either way every turn is a keyed task with traj/turn/phase annotations the scheduler plugin reads.
+
+scheduling.migrate (driver shape): the driver also takes the decode leg's result; as the decode
+ends it asks the router where the trajectory's next turn should go (Router.relocate) and, for a
+move, submits `warm-<traj>-<k>` there while the tool task runs; the turn returns once both have.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.control.tail import TurnScheduler
-from prorsa.live.tasks import dask_priority, turn_annotations, turn_graph, turn_task
+from prorsa.live.tasks import dask_priority, leg_graph, tool_graph, turn_annotations, turn_task, warm_submit
+from prorsa.rollout.legs import warm_request
 from prorsa.rollout.router import Router
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,7 @@ class DaskTurnRunner:
         self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.retries = retries
         self.retried = 0  # turns re-run after a failure
+        self.migrated = 0  # turns after which the trajectory moved while its tool ran (scheduling.migrate)
         self.client = client
         self.router = router
         self.addresses = addresses
@@ -112,6 +118,7 @@ class DaskTurnRunner:
                                    context=turn.context_tokens - turn.appended_tokens,
                                    remaining=self.scheduler.remaining(turn))
         key = f"turn-{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
+        warm = None
         try:
             if self.shape == "in_task":
                 with dask.annotate(phase="tool", tokens=0, done=turn.done, **turn_annotations(turn),
@@ -121,12 +128,29 @@ class DaskTurnRunner:
                         key=key, resources={"env": 1}, pure=False,
                     )
             else:
-                graph = turn_graph(turn, route, self.addresses, key, time.time(), self.started, attempt,
-                                   priority=priority)
-                fut = await self._batch.submit(graph)
+                pf, df = leg_graph(turn, route, self.addresses, attempt, priority)
+                tool = self._batch.submit(tool_graph(turn, pf, df, key, time.time(), self.started, priority))
+                decode = self._batch.submit(df) if self.scheduler.migrate and not turn.done else None
+                fut = await tool  # one graph with `decode`: the same leg, the same key
+                if decode is not None:
+                    warm = await self._warm(turn, route, await decode, priority)
             result = await fut
+            if warm is not None:
+                await warm
         finally:
             self.router.finished(route)
         if turn.done:
             self.router.forget(turn.traj_id)
         return result
+
+    async def _warm(self, turn: TurnRequest, route, decode_future, priority: float):
+        """As the decode ends (the route still in flight): the warm-up's future, or None to stay."""
+        dec = await decode_future
+        decode_future.release()
+        left = self.scheduler.left_after(turn, dec.n_tokens)
+        to = None if left is None else self.router.relocate(turn.traj_id, route, turn.context_tokens + dec.n_tokens, left)
+        if to is None:
+            return None
+        self.migrated += 1
+        req = warm_request(turn, dec.n_tokens, dec.token_ids, priority)
+        return warm_submit(self.client, req, turn, self.addresses[to], priority)

@@ -5,11 +5,14 @@
     generate_task(req)           engine worker, resources={"decode": 1}   -> DecodeResult (colocated)
     decode_task(None, req)       the same, decode-local: the engine holding the context prefills
                                  the append itself (key local-<traj>-<k>)
+    warm_task(req)               engine worker, resources={"prefill": 1}: the trajectory's context
+                                 prefilled into this engine's cache while its tool runs, for its
+                                 next turn here (scheduling.migrate)  -> whether it warmed
     tool_task(turn, pre, dec)    tool worker: runs the turn's tool call (environments; live: the
                                  calls parsed from the decode's text) or sleeps its replayed
                                  latency                                  -> TurnResult
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
-    leg_graph / turn_graph       a turn's task group as delayed tasks, submitted in batches
+    leg_graph / tool_graph / turn_graph   a turn's task group as delayed tasks, submitted in batches
 
 A turn's `priority` (engine/base.py: its admission key, lower sooner; 0 everywhere: first come)
 goes on both leg requests, for the engines to admit by, and onto the group's tasks as Dask's
@@ -28,6 +31,7 @@ costs no thread.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 
@@ -44,6 +48,8 @@ from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, Pref
 from prorsa.rollout.legs import leg_requests, turn_result
 from prorsa.rollout.router import Route
 
+log = logging.getLogger(__name__)
+
 
 async def prefill_task(req: PrefillRequest) -> PrefillResult:
     return await engine_here().prefill(req)
@@ -57,6 +63,23 @@ async def decode_task(pre: PrefillResult | None, req: DecodeRequest) -> DecodeRe
 
 async def generate_task(req: DecodeRequest) -> DecodeResult:
     return await engine_here().generate(req)
+
+
+async def warm_task(req: PrefillRequest) -> bool:
+    # optional work: a warm-up that fails costs the next turn the recompute it was to save, no more
+    try:
+        await engine_here().warm(req)
+        return True
+    except Exception as e:
+        log.warning("warming %s for turn %d failed (%s: %s)", req.traj_id, req.turn + 1, type(e).__name__, e)
+        return False
+
+
+def warm_submit(client, req: PrefillRequest, turn: TurnRequest, address: str, priority: float = 0.0):
+    """-> the Dask future of warming the engine at `address` with `req` (warm_request)."""
+    with dask.annotate(phase="warm", **turn_annotations(turn), **dask_priority(priority)):
+        return client.submit(warm_task, req, key=f"warm-{turn.traj_id}-{turn.turn}", workers=[address],
+                             allow_other_workers=True, resources={"prefill": 1}, pure=False)
 
 
 def tool_task(
@@ -117,6 +140,11 @@ def turn_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], key: 
                submitted: float, started: float, attempt: int = 0, priority: float = 0.0):
     """The driver shape's task group: the legs plus the tool task `key` on a tool worker."""
     pf, df = leg_graph(turn, route, addresses, attempt, priority)
+    return tool_graph(turn, pf, df, key, submitted, started, priority)
+
+
+def tool_graph(turn: TurnRequest, pf, df, key: str, submitted: float, started: float, priority: float = 0.0):
+    """The tool task `key` after the legs `pf`, `df` (leg_graph)."""
     with dask.annotate(phase="tool", tokens=0, done=turn.done, resources={"env": 1}, **dask_priority(priority),
                        **turn_annotations(turn)):
         return delayed(tool_task, pure=False)(turn, pf, df, submitted, started, dask_key_name=key)

@@ -231,4 +231,5 @@ def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | No
     s = ctx.cfg.scheduling
     if s.oracle and future is None:
         raise ConfigError("scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
-    return TurnScheduler(work, priority=s.priority, spread=s.spread, future=future if s.oracle else None)
+    return TurnScheduler(work, priority=s.priority, spread=s.spread, future=future if s.oracle else None,
+                         migrate=s.migrate)

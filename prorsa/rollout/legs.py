@@ -4,6 +4,8 @@
     legs_to_drain(new_role)      the leg phases an engine gives up when it switches to new_role
     leg_requests(turn, route, priority)   -> (PrefillRequest or None, DecodeRequest) for the routed
                                 engines, both admitted at `priority` (control/tail.py; 0: first come)
+    warm_request(turn, decoded, generated, priority)   -> the PrefillRequest that warms another
+                                engine with the context after the turn's decode (scheduling.migrate)
     turn_result(turn, pre, dec, start_s, end_s, tool_s)   -> the TurnResult the agent loop gets
 
 No transport here: the Dask runtime wraps the requests in tasks, the simulator awaits the engines.
@@ -19,6 +21,7 @@ from prorsa.rollout.router import Route
 PREFILL_LEGS = ("prefill",)
 DECODE_LEGS = ("decode", "generate", "local")  # every leg that generates: its engine serves decode
 FIRST_LEGS = ("prefill", "generate", "local")  # the leg that starts a turn
+WARM_LEGS = ("warm",)  # a migration's warm-up: no role needs it drained, a relayout does
 
 
 def legs_to_drain(new: Role) -> tuple[str, ...]:
@@ -42,6 +45,14 @@ def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0) -> tupl
         priority=priority,
     )
     return pre, dec
+
+
+def warm_request(turn: TurnRequest, decoded: int, generated: tuple[int, ...] = (),
+                 priority: float = 0.0) -> PrefillRequest:
+    """The context as the next turn will find it, less that turn's append; a prefill of it all
+    (new_tokens 0: nothing of it is new, whatever the engine has cached)."""
+    ids = None if turn.token_ids is None else turn.token_ids + tuple(generated)
+    return PrefillRequest(turn.traj_id, turn.turn, turn.context_tokens + decoded, 0, ids, priority=priority)
 
 
 def turn_result(turn: TurnRequest, pre: PrefillResult | None, dec: DecodeResult,

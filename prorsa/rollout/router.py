@@ -3,6 +3,8 @@
     route(traj_id, colocated, appended, context)  -> Route (prefill engine, decode engine); counts the
                                 turn in flight
     finished(route)             the turn is over: its engines are free of it
+    relocate(traj_id, route, context, remaining)   -> an engine to warm with the trajectory's
+                                context while its tool runs (its next turn goes there), or None
     set_role(engine, role)      the controller moved an engine; new turns follow the new role
     close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
 
@@ -221,6 +223,53 @@ class Router:
             return self._prefilled_by(decode, Route(prefill=None, decode=decode), turn, sticky)
         prefill, sticky = self._pick(traj_id, "prefill", prefillers, turn, _AS_PREFILL)
         return self._prefilled_by(prefill, Route(prefill=prefill, decode=decode), turn, sticky)
+
+    def relocate(self, traj_id: str, route: Route, context: int, remaining: float | None = None) -> str | None:
+        """Where the trajectory of `route`'s turn should find its `context` tokens cached at its
+        next turn (scheduling.migrate): an engine of the same kind as the one holding them now,
+        when waiting there beats staying by more than the warm-up costs the engine's other
+        sequences, or None to stay. Called as the turn's decode ends, `route` still counted in
+        flight; `remaining`: the decode tokens the trajectory is predicted to have left.
+
+        The warm-up (the context prefilled there while the tool runs) is off the trajectory's own
+        path, so unlike a move at routing (_cost_choice) its own recompute is not charged: only
+        what it makes the engine's other turns wait, every turn it holds on a mixed engine (the
+        decodes co-batched with it and the turns queued behind), on a prefill engine the next
+        prefill behind it. An idle engine takes it for free. Decode-local turns and decode legs
+        are not moved: their context is pulled or kept where the decode runs."""
+        if self.move_cost is None or route.local_prefill or context <= 0:
+            return None
+        pools = self._pool()
+        if route.prefill is None:
+            leg, kind, eligible, prev = "decode", "whole", pools.mixed or pools.decoders, route.decode
+        else:
+            leg, kind, eligible, prev = "prefill", "prefill", pools.prefillers, route.prefill
+        if prev not in eligible.members or len(eligible) < 2:
+            return None
+        price, now = self.move_cost, self.clock()
+        # the next turn's wait, not the whole remainder's: the loads it is priced on last about a
+        # turn (pricing the remainder moved 5x as often and lost up to 9% on contended cells)
+        decode = price.decode_tokens if remaining is None else min(remaining, price.decode_tokens)
+        own_kv = route.kv if leg == "decode" else 0
+
+        def wait(e: str, load: int, kv: int) -> float:
+            return price.wait_s(kind, load, self.backlog(e, now), kv, decode)
+
+        stay = wait(prev, self.load[prev] - 1, self._kv[prev] - own_kv)  # this turn will have ended
+        extra = price.move_s(kind, context, 0)
+        best, best_s = None, stay
+        for e in eligible:
+            if e == prev:
+                continue
+            # every turn it holds, admitted or queued, waits out the warm-up's prefill
+            stalled = self.load[e] if kind == "whole" else 1
+            total = wait(e, self.load[e], self._kv[e]) + extra * stalled
+            if total < best_s:
+                best, best_s = e, total
+        if best is not None:
+            self._sticky[leg][traj_id] = best
+            self._backlog[best] = self.backlog(best, now) + context
+        return best
 
     def _prefilled_by(self, engine: str, route: Route, turn: _Turn, cached: bool) -> Route:
         """`route`, booked for the cost rule: the prefill it gives `engine` (the append on the

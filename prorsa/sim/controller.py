@@ -21,7 +21,7 @@ from prorsa.engine.emulated import EmulatedEngine
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.control_loop import ControlLoop
-from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, legs_to_drain
+from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS, legs_to_drain
 from prorsa.rollout.router import Router
 from prorsa.sim.runner import SimTurnRunner
 
@@ -46,7 +46,7 @@ class SimController(ControlLoop):
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         e = self.engines[engine]
         if e.reshards(new):  # the router sends it nothing (empties): every leg it holds finishes
-            await self.runner.drained(engine, PREFILL_LEGS + DECODE_LEGS)
+            await self.runner.drained(engine, PREFILL_LEGS + DECODE_LEGS + WARM_LEGS)
             await e.relayout(new)
             e.set_role(new)
             return

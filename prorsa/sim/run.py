@@ -137,7 +137,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     for engine in engines.values():
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
-        "control": {"intervals": len(controller.step_s)}, "clock": "body", "backend": "emulated"}
+        "control": {"intervals": len(controller.step_s)}, "clock": "body", "backend": "emulated",
+        "turns_migrated": runner.migrated}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary, events=getattr(loop, "timers_fired", 0))
 
 

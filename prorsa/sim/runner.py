@@ -7,6 +7,8 @@
                                           dispatch_latency_s), and legs are admitted by the
                                           scheduler's key (control/tail.py)
     run_turn(turn)                        route, run the legs on their engines, sleep the tool out
+                                          (and, where the router moves the trajectory, warm its
+                                          next engine meanwhile: the turn ends when both have)
     take_events()                         the lifecycle events since the last call (for observe)
     legs_on(engine, phases)               legs of those phases on the engine now
     await drained(engine, phases)         returns once the engine holds none of them
@@ -28,7 +30,7 @@ from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.control.tail import TurnScheduler
 from prorsa.engine.base import Engine
-from prorsa.rollout.legs import leg_requests, turn_result
+from prorsa.rollout.legs import leg_requests, turn_result, warm_request
 from prorsa.rollout.router import Router
 
 
@@ -47,6 +49,7 @@ class SimTurnRunner:
         self._events: list[LifecycleEvent] = []
         self._legs: dict[str, Counter] = {e: Counter() for e in engines}  # engine -> phase -> legs
         self.prefill_backlog: dict[str, int] = dict.fromkeys(engines, 0)  # tokens of prefill legs held
+        self.migrated = 0  # turns after which the trajectory moved while its tool ran (scheduling.migrate)
         self._changed: dict[str, asyncio.Event] = {}
 
     def take_events(self) -> list[LifecycleEvent]:
@@ -67,10 +70,12 @@ class SimTurnRunner:
         start = self.now()
         context = turn.context_tokens - turn.appended_tokens
         sched = self.scheduler
+        warm = None
         route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
                                    context=context, remaining=sched.remaining(turn))
         self._emit(turn, Phase.QUEUED, turn.appended_tokens, context)
-        pre_req, dec_req = leg_requests(turn, route, sched.key(turn, start))
+        key = sched.key(turn, start)
+        pre_req, dec_req = leg_requests(turn, route, key)
         try:
             pre = None
             if pre_req is not None:
@@ -91,6 +96,11 @@ class SimTurnRunner:
             with self._leg(route.decode, phase):
                 await self._dispatch()
                 dec = await (engine.generate(dec_req) if phase == "generate" else engine.decode(dec_req))
+            left = sched.left_after(turn, dec.n_tokens)
+            to = None if left is None else self.router.relocate(turn.traj_id, route, turn.context_tokens + dec.n_tokens, left)
+            if to is not None:
+                self.migrated += 1
+                warm = asyncio.ensure_future(self._warm(to, warm_request(turn, dec.n_tokens, priority=key)))
         finally:
             self.router.finished(route)
         sched.ended(turn, dec.n_tokens, dec.decode_s)
@@ -98,10 +108,18 @@ class SimTurnRunner:
         t_tool = self.now()
         if turn.tool_latency_s > 0:
             await asyncio.sleep(turn.tool_latency_s / self.tool_unit)
+        tool_end = self.now()
+        if warm is not None:
+            await warm
         if turn.done:
             self._emit(turn, Phase.DONE, 0, context)
             self.router.forget(turn.traj_id)
-        return turn_result(turn, pre, dec, start, self.now(), self.now() - t_tool)
+        return turn_result(turn, pre, dec, start, self.now(), tool_end - t_tool)
+
+    async def _warm(self, engine: str, req) -> None:
+        with self._leg(engine, "warm"):
+            await self._dispatch()
+            await self.engines[engine].warm(req)
 
     async def _dispatch(self) -> None:
         # counted as the leg's (held by its engine) while in flight, as a live leg's Dask task is

@@ -99,3 +99,13 @@ def test_an_earlier_runs_trajectories_give_turn_counts_from_the_start():
     assert w.turns_left("swe", 0) == pytest.approx(6.0) and w.turns_left("swe", 4) == pytest.approx(2.0)
     assert w.per_turn("", "swe") == pytest.approx(300)
     assert w.seconds("", "swe", 0) == 0.0  # an earlier run's pace is not this one's
+
+
+def test_migrate_gives_the_router_what_is_left_after_the_turn():
+    s = TurnScheduler(RemainingWork(max_turns=4, decode_prior=300), migrate=True)
+    assert s.active and s.key(Turn(0), now=5.0) == 0.0 and s.remaining(Turn(0)) is None
+    # after turn 1 of at most 4, progressive: two more turns of the prior's 300 tokens
+    assert s.left_after(Turn(1), decoded=100) == pytest.approx(s.work.tokens("", "swe", 2, 100))
+    assert s.left_after(Turn(1), decoded=100) > 0
+    assert TurnScheduler(RemainingWork(), migrate=False).left_after(Turn(1), decoded=100) is None
+    assert s.left_after(Turn(3, done=True), decoded=100) is None  # no next turn to place

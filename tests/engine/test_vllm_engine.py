@@ -195,6 +195,22 @@ def test_second_turn_hits_the_prefix_cache(engines, run):
     assert again.cached_tokens == 0
 
 
+def test_a_warmed_engine_serves_the_next_turn_from_its_prefix_cache(engines, run):
+    """scheduling.migrate: turn 0 runs on A; while its tool runs, B is warmed with the context
+    as turn 1 will find it (a plain prefill, no KV left waiting for a pull). Turn 1 on B then
+    prefills only what is new: the same blocks would be recomputed without the warm-up."""
+    a, b = engines
+    turn0 = context(11, n=400)
+    act0 = run(a.generate(decode_req(turn0, traj="w")))
+    warm = run(b.warm(PrefillRequest("w", 0, context_tokens=len(turn0) + len(act0.token_ids), new_tokens=0,
+                                     token_ids=turn0 + act0.token_ids)))
+    assert warm.kv == {} and warm.cached_tokens == 0  # B had never seen it
+    turn1 = turn0 + act0.token_ids + context(12, n=60)
+    act1 = run(b.generate(decode_req(turn1, traj="w", turn=1)))
+    print(f"[vllm] migrated turn 1 cached {act1.cached_tokens}/{len(turn1)} on the warmed engine")
+    assert act1.cached_tokens >= 256 and act1.cached_tokens <= len(turn0) + len(act0.token_ids)
+
+
 def test_role_flip_under_load_loses_no_request(engines, run):
     """8 turns A->B in flight, roles flipped, 8 turns B->A: all 16 equal the colocated outputs."""
     a, b = engines

@@ -82,6 +82,37 @@ def test_decode_local_prefill_keeps_later_turns_on_the_decode_engine(tmp_path):
     assert all(0 < t["cached_tokens"] < t["prefill_tokens"] + t["cached_tokens"] for t in later)
 
 
+MIGRATE = """\
+name: migrate
+seed: 3
+policy: colocated
+engines: {backend: emulated, count: 3, slots: 2, time_scale: 0.05}
+workload: {family: swe, mode: sync, prompts: 3, group_size: 4, steps: 2, max_turns: 4, token_scale: 0.5,
+           tool_time_scale: 0.05}
+runtime: {turn_shape: driver, metrics_interval_s: 0.1, dashboard_address: null, sticky_overload: cost}
+scheduling: {migrate: true}
+"""
+
+
+def test_a_trajectory_migrates_live_while_its_tool_runs_and_nothing_is_lost(tmp_path):
+    """12 trajectories a step on 3 engines of 2 slots: turns queue, and as a decode ends the driver
+    warms a less busy engine with the trajectory's context (a Dask task there) while its tool
+    runs. Every trajectory completes, and a turn that follows its trajectory to the new engine
+    finds its context cached there."""
+    f = tmp_path / "p.yaml"
+    f.write_text(MIGRATE)
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_completed"] == 24 and summary["trajectories_failed"] == 0
+    assert summary["turns_retried"] == 0 and summary["turns_migrated"] > 0
+    trajs = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
+    followed = [b for r in trajs for a, b in zip(r["turns"], r["turns"][1:]) if a["decode_engine"] != b["decode_engine"]]
+    assert any(t["recomputed_tokens"] == 0 and t["cached_tokens"] > 0 for t in followed)
+
+
 @pytest.mark.parametrize("shape", ["in_task", "driver"])
 def test_trajectory_scheduling_runs_live_in_both_turn_shapes(tmp_path, shape):
     """Admission keys travel through the Dask tasks to the engines, and the router prices moves by

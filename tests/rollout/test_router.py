@@ -273,3 +273,76 @@ def test_a_turn_that_stays_after_a_scan_still_prefills_locally():
     r.load[other] += 2
     again = r.route("t0", appended=10)
     assert again == type(again)(prefill=None, decode=first.decode, local_prefill=True)
+
+
+# -- scheduling.migrate: Router.relocate ---------------------------------------------------------
+
+def test_relocate_moves_a_trajectory_off_a_queued_engine_to_an_idle_one_for_free():
+    """Its engine holds two waves past its slots; the other is idle, so the warm-up there stalls
+    nothing: the next turn goes there, its context booked as that engine's prefill backlog."""
+    r, price = _priced()
+    route = r.route("t0")
+    other = next(e for e in r.roles if e != route.decode)
+    r.load[route.decode] += 3 * 8
+    assert r.relocate("t0", route, context=16384, remaining=2000.0) == other
+    assert r.backlog(other) == 16384
+    r.finished(route)
+    again = r.route("t0", appended=256, context=16384)
+    assert again.decode == other  # sticky now: the context is cached there
+
+
+def test_relocate_charges_the_warm_up_to_every_turn_the_other_engine_holds():
+    """The same queue to escape. Where the other engine holds 7 turns, a 16k-token prefill in
+    their batch costs them more than the wait it saves (a 2k context costs less and moves); the
+    price is the recompute times the turns it stalls, not counting the trajectory's own."""
+    for context, moves in ((16384, False), (2048, True)):
+        r, price = _priced()
+        route = r.route("t0")
+        other = next(e for e in r.roles if e != route.decode)
+        r.load[route.decode] += 10
+        r.load[other] += 7
+        stay = price.wait_s("whole", r.load[route.decode] - 1, 0, 0)
+        go = price.wait_s("whole", 7, 0, 0) + price.move_s("whole", context, 0) * 7
+        assert (go < stay) is moves
+        assert (r.relocate("t0", route, context=context, remaining=5000.0) == other) is moves, context
+
+
+def test_relocate_prices_one_turn_and_less_for_a_trajectory_near_its_end():
+    """The wait is priced for the next turn (a mean turn's decode) or what the trajectory has left,
+    whichever is less: with 10 tokens left a 4k move saves almost nothing; a mean turn ahead pays
+    for it. A 32k context is not worth moving for one turn, however long the trajectory: its
+    remainder would pay, but the loads it is priced on last about a turn."""
+    moved = {}
+    for context, remaining in ((4096, 10.0), (4096, 256.0), (4096, 1e6), (32768, 256.0), (32768, 1e6)):
+        r, _ = _priced()
+        route = r.route("t0")
+        other = next(e for e in r.roles if e != route.decode)
+        r.load[route.decode] += 12
+        r.load[other] += 1
+        moved[context, remaining] = r.relocate("t0", route, context=context, remaining=remaining) == other
+    assert moved == {(4096, 10.0): False, (4096, 256.0): True, (4096, 1e6): True,
+                     (32768, 256.0): False, (32768, 1e6): False}
+
+
+def test_relocate_stays_without_the_cost_rule_for_local_prefill_and_on_balanced_engines():
+    r = Router(roles(0, 0, 2), slots=8)
+    assert r.relocate("t0", r.route("t0"), context=4096, remaining=100.0) is None  # no cost model
+    r, _ = _priced()
+    route = r.route("t0")
+    for e in r.roles:
+        r.load[e] += 12
+    assert r.relocate("t0", route, context=4096, remaining=1000.0) is None  # no engine is better
+    r, _ = _priced(p=0, d=2, m=0)
+    assert r.relocate("t0", r.route("t0"), context=0, remaining=1000.0) is None  # nothing cached to move
+
+
+def test_relocate_moves_a_prefill_engines_trajectory_to_one_without_a_backlog():
+    """Disaggregated: t0's context is cached on its prefill engine, which has 400k tokens queued;
+    the other prefill engine is idle. The next turn's prefill goes there."""
+    r, _ = _priced(p=2, d=1, m=0)
+    route = r.route("t0")
+    other = next(e for e in r.roles if r.roles[e] is Role.PREFILL and e != route.prefill)
+    r._backlog[route.prefill] = 400_000
+    assert r.relocate("t0", route, context=8192, remaining=1000.0) == other
+    r.finished(route)
+    assert r.route("t0", appended=256, context=8192).prefill == other

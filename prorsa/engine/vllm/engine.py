@@ -9,6 +9,8 @@
                           the KV over NIXL and generates. Without: prefills locally first (its
                           prefix cache makes only the uncached tail compute)
     generate(req)         one colocated request
+    warm(req)             POST /v1/completions, max_tokens=1, no KV transfer: the context's blocks
+                          stay in this server's prefix cache for the trajectory's next turn here
     set_role(role)        bookkeeping: any engine serves either leg (connector role kv_both)
     inflight(role) / drain(role)   requests of one leg in flight / wait until none remain
     stats()               from in-flight counters and the last refresh_metrics(); no I/O
@@ -156,16 +158,23 @@ class VllmEngine:
     # --- the two legs and the colocated turn ------------------------------------------------
 
     async def prefill(self, req: PrefillRequest) -> PrefillResult:
+        return await self._prefill(req, {"do_remote_decode": True})
+
+    async def warm(self, req: PrefillRequest) -> PrefillResult:
+        return await self._prefill(req, None)
+
+    async def _prefill(self, req: PrefillRequest, transfer: dict[str, Any] | None) -> PrefillResult:
         body = completion_body(req.token_ids, max_tokens=1, logprobs=False, priority=req.priority)
-        body["kv_transfer_params"] = {"do_remote_decode": True}
+        if transfer is not None:
+            body["kv_transfer_params"] = transfer
         reply = await self._complete(body, Role.PREFILL, kv_tokens=req.context_tokens)
-        if not reply.kv:
+        if transfer is not None and not reply.kv:
             raise EngineError(f"{self.engine_id}: prefill returned no kv_transfer_params (no KV connector?)")
         self._totals["prefill"] += reply.prompt_tokens - reply.cached_tokens
         self._totals["cached"] += reply.cached_tokens
         return PrefillResult(
             engine_id=self.engine_id,
-            kv=reply.kv,
+            kv=reply.kv or {},
             cached_tokens=reply.cached_tokens,
             queue_s=reply.queue_s,
             compute_s=reply.first_token_s,
