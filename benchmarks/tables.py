@@ -309,6 +309,18 @@ def t_tail_live(d: dict, name: str = "tail-live.json") -> list[str]:
             f"{1000 * med['on']['engine_queue_s']:.2f} ms (on) on average."]
 
 
+def t_migrate(d: dict) -> list[str]:
+    """Migration during a tool call, simulated over seeds: makespan off / on, and how often it moved."""
+    doc = d["migrate.json"]
+    rows = [[r["label"], r["policy"], f3(r["median_ratio"]), f"{min(r['ratios']):.3f}-{max(r['ratios']):.3f}",
+             f"{100 * r['migrated_share']:.1f}%"] for r in doc["rows"]]
+    medians = [r["median_ratio"] for r in doc["rows"]]
+    seeds = doc["rows"][0]["seeds"]
+    return table(["cell", "policy", "makespan off / on (median)", "per seed", "turns migrated"], rows) + [
+        "", f"Seeds {seeds[0]}-{seeds[-1]}; > 1: migration shortened the step. Medians over the cells "
+            f"{min(medians):.3f}-{max(medians):.3f}."]
+
+
 def t_forecast_skill(d: dict) -> list[str]:
     rows, ratios = [], {"prefill_tps": [], "decode_seqs": []}
     for c in d["forecast-skill.json"]["cells"]:
@@ -564,6 +576,7 @@ TABLES: dict[str, Table] = {
     "forecast-skill": Table(["forecast-skill.json"], t_forecast_skill),
     "tail": Table(["tail.json"], t_tail),
     "tail-live": Table(["tail-live.json"], t_tail_live),
+    "migrate": Table(["migrate.json"], t_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
     "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),
