@@ -337,7 +337,8 @@ SUMMARY_UNITS = {
     "prefill_tokens": "tokens", "cached_tokens": "tokens", "recomputed_tokens": "tokens", "decode_tokens": "tokens",
     "tokens_per_s": "tokens/s", "decode_tokens_per_s": "tokens/s", "prefix_hit_rate": "1 (share)",
     "role_switches": "switches", "forecast_mape": "1 (0.1 = 10%)", "reward_mean": "reward",
-    "time_scale": "wall seconds per body second",
+    "time_scale": "wall seconds per body second", "tool_calls": "calls, by status",
+    "control": "intervals and plugin_calls: counts; every other figure: wall seconds",
 }
 
 

@@ -151,6 +151,8 @@ def _run_section(run: RunData, label: str, prefix: str, out: Path, style: Style)
                      plain_reason(s.reason)]) for s in sw[:MAX_SWITCH_ROWS]]
         if len(sw) > MAX_SWITCH_ROWS:
             md.append(f"\n({len(sw) - MAX_SWITCH_ROWS} more in metrics.nc)")
+        if run.time_scale != 1.0:
+            md.append(f"\nReasons quote the policy's own clock: body seconds, x {run.time_scale:g} in wall seconds.")
         md.append("")
     md += [f"![demand]({dem})", ""]
     d = demand(run)
