@@ -196,13 +196,26 @@ _UNITS: dict[str, tuple[str, str]] = {
                            f"(0.1 = 10%; horizon bins in {_BODY})"),
 }
 
+_TEXT = {
+    "engine": "engine (Dask worker) name", "trajectory": "trajectory id",
+    "switch_engine": "the engine that switched",
+    "switch_reason": f"the policy's reason for the switch (its figures in {_BODY})",
+    "switch_forecast": "the forecast behind the switch: JSON of figure -> value (forecast_figure's units)",
+    "control_reason": f"the policy's reason at each decision (its figures in {_BODY})",
+    "forecast_figure": "name of each forecast and plan figure", "forecast_bin": f"metric@horizon bin, horizon in {_BODY}",
+}
+
 
 def _describe(ds: xr.Dataset, simulated: bool) -> None:
-    """CF-style units and long names on every numeric variable, naming the clock each time is on."""
+    """CF-style units and long names on every numeric variable, naming the clock each time is on;
+    long names on the text ones (CF gives text no units)."""
     clock = "body seconds (simulated)" if simulated else "wall seconds"
     for name, (units, long_name) in _UNITS.items():
         if name in ds.variables:
             ds[name].attrs.update(units=units, long_name=long_name.format(clock=clock))
+    for name, long_name in _TEXT.items():
+        if name in ds.variables:
+            ds[name].attrs["long_name"] = long_name
     for name in ("role", "switch_from", "switch_to", "control_role"):
         ds[name].attrs.update(_ROLE_CODE)
 
@@ -226,12 +239,10 @@ def _control_vars(rec: RunRecorder, scale: float) -> dict[str, Any]:
     return {
         "control_t": ("control", np.array([c.t * scale for c in rec.controls], dtype=float)),
         "control_reason": ("control", np.array([c.reason for c in rec.controls], dtype=str)),
-        "control_role": (("control", "engine"), roles, {"long_name": "each engine's role as the policy saw it"}),
-        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: _figures(c.forecast)),
-                             {"long_name": "the forecast and plan figures behind each decision (NaN: none)"}),
+        "control_role": (("control", "engine"), roles),
+        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: _figures(c.forecast))),
         "forecast_figure": ("forecast_figure", np.array(figures, dtype=str)),
-        "forecast_mape": (("control", "forecast_bin"), mape,
-                          {"long_name": "mean absolute percentage error of the forecast, per metric@horizon bin"}),
+        "forecast_mape": (("control", "forecast_bin"), mape),
         "forecast_bin": ("forecast_bin", np.array(keys, dtype=str)),
     }
 

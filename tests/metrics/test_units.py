@@ -21,7 +21,7 @@ SWITCHING = {"name": "switching", "seed": 5, "policy": "prorsa:4:1:2:1:0.02",
              "runtime": {"control_interval_s": 0.2}}
 
 
-def test_every_numeric_variable_of_metrics_nc_has_units_and_a_long_name(tmp_path):
+def test_every_variable_of_metrics_nc_has_a_long_name_and_every_number_units(tmp_path):
     sim = simulate(PipelineConfig.model_validate(CFG))
     write_run(sim, tmp_path)
     ds = xr.load_dataset(tmp_path / "metrics.nc")
@@ -29,6 +29,7 @@ def test_every_numeric_variable_of_metrics_nc_has_units_and_a_long_name(tmp_path
     numeric = [v for v in ds.variables if np.issubdtype(ds[v].dtype, np.number) or ds[v].dtype == bool]
     assert {"time", "role", "traj_end_s", "control_t", "forecast_mape"} <= set(numeric)
     assert [v for v in numeric if not ds[v].attrs.get("units") or not ds[v].attrs.get("long_name")] == []
+    assert [v for v in ds.variables if not ds[v].attrs.get("long_name")] == []  # text too (CF: no units)
     # simulated: one clock, the cost model's
     assert "body seconds" in ds.time.attrs["long_name"] and ds.attrs["time_scale"] == 1.0
     assert ds.role.attrs["flag_meanings"] == "prefill decode mixed" and list(ds.role.attrs["flag_values"]) == [0, 1, 2]
