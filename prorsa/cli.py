@@ -6,7 +6,8 @@
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
     prorsa validate FILE...                                         check pipeline and sweep files, run nothing
-    prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
+    prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
+                                                                   plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
     prorsa sft --model tiny|DIR --task arith --steps N --output DIR  supervised warm-up for RL
     prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
@@ -563,18 +564,23 @@ def _sft(model_dir: Path, task: str, steps: int, batch_size: int, lr: float, n_t
 @click.option("--output", type=click.Path(file_okay=False),
               help="Directory for report.md and the plots (default: RUN_DIR/report for one run, "
                    "else report/ beside the first input).")
-def report(inputs: tuple[str, ...], output: str | None) -> None:
+@click.option("--format", "fig_format", type=click.Choice(["png", "svg", "pdf"]), default="png", show_default=True,
+              help="Figure file format.")
+@click.option("--dpi", type=click.IntRange(50, 1200), default=150, show_default=True, help="PNG resolution.")
+def report(inputs: tuple[str, ...], output: str | None, fig_format: str, dpi: int) -> None:
     """Plots and a Markdown summary of stored runs (RUN_DIR...) and sweep Datasets (FILE.nc)."""
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
         _fail("prorsa report needs matplotlib (pip install -e \".[plots]\")")
+    from prorsa.metrics.plots import Style
     from prorsa.metrics.report import ReportError, default_output, split_inputs, write_report
 
     paths = [Path(p) for p in inputs]
     run_dirs, sweeps = split_inputs(paths)
     try:
-        written = write_report(run_dirs, sweeps, Path(output) if output else default_output(paths))
+        written = write_report(run_dirs, sweeps, Path(output) if output else default_output(paths),
+                               Style(fig_format, dpi))
     except ReportError as e:
         _fail(str(e))
     click.echo(f"wrote {written}")

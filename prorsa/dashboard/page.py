@@ -18,19 +18,20 @@ import logging
 
 from bokeh.layouts import column, row
 from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, FactorRange, HoverTool, Legend, NumberFormatter,
-                          TableColumn)
-from bokeh.palettes import Category10_10
+                          NumeralTickFormatter, TableColumn)
 from bokeh.plotting import figure
 
 from prorsa.control.forecast_stats import skill
 from prorsa.dashboard.state import STATES, LiveState
+from prorsa.metrics.palette import FORECAST, ROLE_COLOURS, STATE_COLOURS, UNKNOWN, engine_style, role_colour
+from prorsa.metrics.words import metric_words, plain_reason
 
 log = logging.getLogger(__name__)
 
-ROLE_COLORS = {"prefill": "#e6550d", "decode": "#3182bd", "mixed": "#756bb1"}
-STATE_COLORS = ("#bdbdbd", "#fd8d3c", "#6baed6", "#74c476")  # queued, prefill, decode, tool
 LIVE_STATES = STATES[:4]  # done and failed only grow: they are in the summary line
 UPDATE_MS = 500
+X_LABEL = "wall seconds since the rollout began"  # the run's files and report share it
+KV_MIN_BAR = 0.01  # a used KV share below this is drawn this wide, so 0.3% still shows
 
 
 def prorsa_doc(state: LiveState, extra: dict, doc) -> None:
@@ -57,8 +58,7 @@ class _Page:
         self.sent_points = 0  # folds already streamed
         self.sent_forecasts = 0
         self.n_switches = -1
-        unit = state.meta.get("time_unit", 1.0)
-        x_label = "s since start" if unit == 1 else f"s since start (cost-model clock: wall s / {unit:g})"
+        x_label = X_LABEL
 
         self.summary = Div(name="prorsa-summary", text="waiting for the first control interval",
                            sizing_mode="stretch_width")
@@ -75,57 +75,64 @@ class _Page:
                    legend_field="role")
         marks = roles.scatter(x="t", y="engine", marker="inverted_triangle", size=11, color="black",
                               source=self.switch_src)
-        roles.add_tools(HoverTool(renderers=[marks], tooltips=[("switch", "@engine: @change"), ("t", "@t{0.0}"),
+        roles.add_tools(HoverTool(renderers=[marks], tooltips=[("switch", "@engine: @change"), ("t", "@t{0.0} s"),
                                                                ("drain", "@drain_s{0.00} s"), ("why", "@reason")]))
         roles.add_layout(roles.legend[0], "right")
 
         # demand: what arrived beside what the policy forecast (horizon means, drawn at their centre)
         self.series_src = ColumnDataSource(self._empty_series())
         self.fc_src = ColumnDataSource({"t": [], "mid": [], "prefill_tps": [], "decode_seqs": []})
-        prefill = figure(name="prorsa-demand-prefill", title="Prefill demand: tokens/s of later turns",
-                         height=260, x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
-                         x_range=x_range)
-        prefill.line("t", "prefill_tps", source=self.series_src, color=ROLE_COLORS["prefill"], line_width=2,
-                     legend_label="realised")
-        prefill.line("t", "prefill_tps_all", source=self.series_src, color=ROLE_COLORS["prefill"], alpha=0.35,
-                     legend_label="realised, first turns too")
-        prefill.scatter("mid", "prefill_tps", source=self.fc_src, color="black", size=5, legend_label="forecast")
+        prefill = figure(name="prorsa-demand-prefill", title="Prefill demand: prompt tokens arriving",
+                         height=260, x_axis_label=x_label, y_axis_label="tokens per second",
+                         sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", x_range=x_range)
+        prefill.yaxis.formatter = NumeralTickFormatter(format="0.[0]a")  # 200k, not 2.000e+5
+        prefill.line("t", "prefill_tps", source=self.series_src, color=ROLE_COLOURS["prefill"], line_width=2,
+                     legend_label="later turns")
+        prefill.line("t", "prefill_tps_all", source=self.series_src, color=ROLE_COLOURS["prefill"], alpha=0.35,
+                     legend_label="first turns too")
+        prefill.scatter("mid", "prefill_tps", source=self.fc_src, color=FORECAST, size=5,
+                        legend_label="forecast (later turns)")
         decode = figure(name="prorsa-demand-decode", title="Decode demand: sequences decoding", height=260,
-                        x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
-                        x_range=x_range)
-        decode.line("t", "decode_seqs", source=self.series_src, color=ROLE_COLORS["decode"], line_width=2,
+                        x_axis_label=x_label, y_axis_label="sequences", sizing_mode="stretch_width",
+                        tools="xpan,xwheel_zoom,reset", x_range=x_range)
+        decode.line("t", "decode_seqs", source=self.series_src, color=ROLE_COLOURS["decode"], line_width=2,
                     legend_label="realised")
-        decode.scatter("mid", "decode_seqs", source=self.fc_src, color="black", size=5, legend_label="forecast")
+        decode.scatter("mid", "decode_seqs", source=self.fc_src, color=FORECAST, size=5, legend_label="forecast")
         for f in (prefill, decode):
-            f.legend.location = "top_left"
-            f.legend.background_fill_alpha = 0.6
+            _legend_beside(f)
 
         trajs = figure(name="prorsa-trajectories", title="Trajectories by lifecycle state", height=260,
-                       x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
-                       x_range=x_range)
+                       x_axis_label=x_label, y_axis_label="trajectories", sizing_mode="stretch_width",
+                       tools="xpan,xwheel_zoom,reset", x_range=x_range)
         areas = trajs.varea_stack([f"s_{s}" for s in LIVE_STATES], x="t", source=self.series_src,
-                                  color=list(STATE_COLORS))
+                                  color=[STATE_COLOURS[s] for s in LIVE_STATES])
         trajs.add_layout(Legend(items=[(s, [a]) for s, a in zip(LIVE_STATES, areas)]), "right")
 
-        queues = figure(name="prorsa-queues", title="Queue depth per engine (requests waiting)", height=260,
-                        x_axis_label=x_label, sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset",
-                        x_range=x_range)
+        # engines in colours no role uses (palette.py), so a line is not read as a role
+        queues = figure(name="prorsa-queues", title="Queue depth per engine", height=260, x_axis_label=x_label,
+                        y_axis_label="requests waiting", sizing_mode="stretch_width",
+                        tools="xpan,xwheel_zoom,reset", x_range=x_range)
         for i, e in enumerate(self.engines):
-            queues.step("t", f"q{i}", source=self.series_src, mode="after", color=Category10_10[i % 10],
-                        legend_label=e)
-        queues.add_layout(queues.legend[0], "right")
+            colour, dash = engine_style(i)
+            queues.step("t", f"q{i}", source=self.series_src, mode="after", color=colour, line_dash=dash,
+                        line_width=1.5, legend_label=e)
+        _legend_beside(queues)
 
-        self.kv_src = ColumnDataSource({"engine": [], "kv_use": [], "color": [], "text": []})
+        self.kv_src = ColumnDataSource({"engine": [], "kv_use": [], "bar": [], "color": [], "text": []})
         kv = figure(name="prorsa-kv", title="KV use per engine (now)", height=70 + 28 * len(self.engines),
                     y_range=FactorRange(*reversed(self.engines)), x_range=(0, 1), sizing_mode="stretch_width",
                     tools="", toolbar_location=None)
-        kv.hbar(y="engine", right="kv_use", height=0.7, color="color", source=self.kv_src)
-        kv.text(x=0.01, y="engine", text="text", source=self.kv_src, text_baseline="middle", text_font_size="10px")
+        kv.hbar(y="engine", left=0, right=1, height=0.7, fill_color="#f2f2f2", line_color=UNKNOWN,
+                source=self.kv_src)  # the capacity, so a nearly empty engine still shows its lane
+        kv.hbar(y="engine", right="bar", height=0.7, color="color", source=self.kv_src)
+        kv.text(x=0.02, y="engine", text="text", source=self.kv_src, text_baseline="middle", text_font_size="10px")
         kv.xaxis.axis_label = "share of the engine's KV capacity (bar colour: role)"
+        kv.xaxis.formatter = NumeralTickFormatter(format="0%")
 
         table = DataTable(name="prorsa-switches", source=self.switch_src, height=180, sizing_mode="stretch_width",
                           index_position=None, columns=[
-                              TableColumn(field="t", title="t (s)", formatter=NumberFormatter(format="0.0"), width=60),
+                              TableColumn(field="t", title="t (wall s)", formatter=NumberFormatter(format="0.0"),
+                                          width=70),
                               TableColumn(field="engine", title="engine", width=80),
                               TableColumn(field="change", title="switch", width=120),
                               TableColumn(field="drain_s", title="drain (s)", formatter=NumberFormatter(format="0.00"),
@@ -156,17 +163,18 @@ class _Page:
         spans = [(e, t0, t1, role) for e, lane in s.roles.items() for t0, t1, role in lane]
         self.roles_src.data = {"engine": [x[0] for x in spans], "left": [x[1] for x in spans],
                                "right": [x[2] for x in spans], "role": [x[3] for x in spans],
-                               "color": [ROLE_COLORS.get(x[3], "gray") for x in spans]}
+                               "color": [role_colour(x[3]) for x in spans]}
         if len(s.switches) != self.n_switches:
             self.n_switches = len(s.switches)
             sw = list(s.switches)
             self.switch_src.data = {"t": [c.t for c in sw], "engine": [c.engine for c in sw],
                                     "change": [f"{c.from_role.value} -> {c.to_role.value}" for c in sw],
-                                    "reason": [c.reason for c in sw], "drain_s": [c.drain_s for c in sw]}
+                                    "reason": [plain_reason(c.reason) for c in sw], "drain_s": [c.drain_s for c in sw]}
         engines = s.engines
         loads = [e.load for e in engines.values()]
         self.kv_src.data = {"engine": list(engines), "kv_use": [x.kv_use for x in loads],
-                            "color": [ROLE_COLORS.get(x.role.value, "gray") for x in loads],
+                            "bar": [max(x.kv_use, KV_MIN_BAR) if x.kv_use > 0 else 0.0 for x in loads],
+                            "color": [role_colour(x.role.value) for x in loads],
                             "text": [f"{x.role.value}{' (switching)' if e.switching else ''}  {x.kv_use:.0%}  "
                                      f"{x.active} active, {x.queued} waiting" for x, e in zip(loads, engines.values())]}
         self.summary.text = self._summary()
@@ -200,21 +208,31 @@ class _Page:
         done = f"{c['done']}/{expected}" if expected else str(c["done"])
         roles = ", ".join(f"{n}: {e.load.role.value}{'*' if e.switching else ''}" for n, e in s.engines.items())
         d = s.decision
-        why = html.escape(d.reason) if d is not None and d.reason else "(no decision yet)"
+        why = html.escape(plain_reason(d.reason)) if d is not None and d.reason else "(no decision yet)"
         return (f"<b>{html.escape(str(m.get('name', '')))}</b> &middot; policy <b>{html.escape(str(m.get('policy', '')))}</b>"
-                f" &middot; t = {s.t:.1f} s &middot; trajectories done {done}, failed {c['failed']}, live "
-                f"{sum(c[x] for x in LIVE_STATES)} &middot; turns {s.turns} &middot; tokens {s.tokens}<br>"
+                f" &middot; t = {s.t:.1f} s (wall) &middot; trajectories done {done}, failed {c['failed']}, live "
+                f"{sum(c[x] for x in LIVE_STATES)} &middot; turns {s.turns:,} &middot; tokens {s.tokens:,}<br>"
                 f"roles: {html.escape(roles)} (* switching)<br>last decision: {why}"
                 + (f"<br>{skill_line(d.forecast_error)}" if d is not None and d.forecast_error else ""))
 
 
+def _legend_beside(fig) -> None:
+    """The legend right of the plot, not over its data; a click hides a series."""
+    legend = fig.legend[0]
+    legend.click_policy = "hide"
+    legend.label_text_font_size = "9px"
+    fig.add_layout(legend, "right")
+
+
 def skill_line(errors: dict[str, float]) -> str:
     """The forecast's error beside its two baselines', per metric: whether forecasting pays."""
-    names = {"prefill_tps": "prefill tokens/s", "decode_seqs": "decoding sequences"}
-    parts = [f"{names.get(metric, metric)} " + " / ".join(f"{by.get(w, float('nan')):.2f}"
-                                                         for w in ("forecast", "persistence", "ewma"))
+    def pct(v: float) -> str:
+        return "n/a" if v != v else f"{100 * v:.0f}%"
+
+    parts = [f"{metric_words(metric)} " + " / ".join(pct(by.get(w, float("nan")))
+                                                    for w in ("forecast", "persistence", "ewma"))
              for metric, by in skill(errors).items()]
-    return "forecast MAPE (prorsa / last interval / EWMA): " + "; ".join(parts)
+    return "forecast error, MAPE (prorsa / last interval / EWMA): " + "; ".join(parts)
 
 
 def _unsent(rows, total: int, sent: int) -> list:

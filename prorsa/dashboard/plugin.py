@@ -52,11 +52,11 @@ class DashboardPlugin(SchedulerPlugin):
     name = PLUGIN_NAME
 
     def __init__(self, meta: dict, started_wall: float, time_unit: float = 1.0, prefix: str = "/") -> None:
-        self.meta = meta
-        self.started = started_wall
         self.unit = time_unit if time_unit > 0 else 1.0
+        self.meta = {**meta, "time_unit": self.unit}  # the state converts the driver's body seconds by it
+        self.started = started_wall
         self.prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
-        self.state = LiveState(meta)
+        self.state = LiveState(self.meta)
         self._body: tuple[int, bytes] | None = None  # (state version, the JSON document)
 
     async def start(self, scheduler) -> None:
@@ -83,7 +83,7 @@ class DashboardPlugin(SchedulerPlugin):
         self.state.fold(self._now(), events, loads, report)
 
     def _now(self) -> float:
-        return (time.time() - self.started) / self.unit
+        return time.time() - self.started  # wall: the page shares the run's files' clock (state.py)
 
 
 def _has_bokeh_dashboard(app) -> bool:

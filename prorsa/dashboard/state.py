@@ -14,8 +14,9 @@ driver knows what only it sees: the policy's last decision and forecast, finishe
 the engines' own readings (queue, admitted sequences, KV) and failed trajectories. The driver's
 part arrives one interval late (it rides on the next interval's call), stamped with its own time.
 
-Times are body seconds since the rollout began (the policy's clock: wall seconds / time_unit), so
-the forecast and what followed it are on one axis.
+Times are wall seconds since the rollout began, the clock of the run's metrics.nc and report: the
+driver's records (decisions, switches, forecast horizons) are stamped in body seconds (the policy's
+clock, wall / time_unit) and converted as they arrive, so a switch shows at one time everywhere.
 
 JSON (`to_json`):
     version, t, run{name, policy, engines, slots, kv_capacity, time_unit, expected, clock}
@@ -174,7 +175,14 @@ class LiveState:
                     spans[-1][1] = now
                 spans.append([now, now, role])
 
+    @property
+    def unit(self) -> float:
+        """Wall seconds per body second."""
+        u = self.meta.get("time_unit", 1.0)
+        return float(u) if isinstance(u, (int, float)) and u > 0 else 1.0
+
     def _report(self, r: Report) -> None:
+        u = self.unit
         self.turns, self.tokens = r.turns, r.tokens
         for s in r.samples:
             e = self.engines.get(s.load.engine_id)
@@ -187,12 +195,12 @@ class LiveState:
             e.switching = name in r.switching
         for traj in r.failed:  # the scheduler sees no failure: the driver gave up on the turn
             self.census.fail(traj, r.t)
-        self.switches.extend(r.switches)
+        self.switches.extend(replace(c, t=c.t * u, drain_s=c.drain_s * u) for c in r.switches)
         if r.decision is not None:
-            self.decision = r.decision
+            self.decision = replace(r.decision, t=r.decision.t * u)
             f = r.decision.forecast or ForecastSummary()
-            horizon = f.horizon_s
-            point = (r.decision.t, horizon, f.prefill_tokens / horizon if horizon > 0 else 0.0, f.decode_seqs_mean)
+            horizon = f.horizon_s * u
+            point = (self.decision.t, horizon, f.prefill_tokens / horizon if horizon > 0 else 0.0, f.decode_seqs_mean)
             if horizon > 0 and all(math.isfinite(x) for x in point):  # policies that do not forecast: {}
                 self.forecasts.append(point)
                 self.n_forecasts += 1
@@ -206,7 +214,8 @@ class LiveState:
         return {
             "version": SCHEMA_VERSION,
             "t": self.t,
-            "run": {**self.meta, "clock": "body seconds since the rollout began (wall seconds / time_unit)"},
+            "run": {**self.meta, "clock": "wall seconds since the rollout began (time_unit: wall seconds per "
+                                          "body second; decision.forecast horizons stay in body seconds)"},
             "engines": {n: _engine_json(e) for n, e in self.engines.items()},
             "trajectories": {s: counts[s] for s in STATES},
             "turns": self.turns,

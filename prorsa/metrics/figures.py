@@ -1,13 +1,15 @@
 """The numbers a report shows, derived from stored runs only (plots.py draws them, report.py tabulates).
 
-    headline(run)                   summary.json's figures beside the same ones recomputed from metrics.nc
+    headline(run)                   the headline figures, each once, unit in the name
+    disagreements(run)              where summary.json and metrics.nc / parquet differ, in words
     role_spans(run)                 per engine, (start, end, role code) of every sampled stretch
     switches(run)                   the role changes on the report's clock
     completion_times(run)           end times of the completed trajectories, sorted
     latency_by_turn(run)            mean queue/prefill/transfer/decode/tool seconds per turn index
     demand(run)                     actual demand series, the forecasts stored at switches, and
                                     the forecast error per control interval
-    comparison(runs) / sweep_bars(sweep)   makespan and trajectories/s per policy
+    comparison(runs) / sweep_bars(sweep)   makespan and trajectories/s per policy (a sweep's:
+                                    one Bars per workload cell, seeds averaged)
 
 Every time is on the run's report clock (rundata.py: wall for a live run, body for a simulated one).
 """
@@ -17,39 +19,60 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass
+from itertools import product
 
 import numpy as np
 import pandas as pd
 
 from prorsa.metrics.recorder import RoleChange
 from prorsa.metrics.rundata import PHASES, RunData, Sweep
+from prorsa.metrics.words import metric_words
 from prorsa.roles import Role
 
-SUMMARY_KEYS = ("policy", "makespan_s", "trajectories_expected", "trajectories_completed",
-                "trajectories_failed", "trajectories_per_s", "turns", "tokens_per_s",
-                "decode_tokens_per_s", "role_switches", "mean_trajectory_s")
+# (row, summary.json key, scale): the headline figures, each once, the unit in the row's name
+SUMMARY_ROWS = (
+    ("makespan (s)", "makespan_s", 1), ("trajectories expected", "trajectories_expected", 1),
+    ("trajectories completed", "trajectories_completed", 1), ("trajectories failed", "trajectories_failed", 1),
+    ("throughput (trajectories/s)", "trajectories_per_s", 1), ("turns", "turns", 1),
+    ("tokens/s (prefill + decode)", "tokens_per_s", 1), ("decode tokens/s", "decode_tokens_per_s", 1),
+    ("prefix cache hit rate (%)", "prefix_hit_rate", 100), ("role switches", "role_switches", 1),
+    ("mean trajectory time (s)", "mean_trajectory_s", 1),
+)
 
 
 def headline(run: RunData) -> dict[str, object]:
-    """summary.json's figures, then what metrics.nc and trajectories.parquet give for the same."""
+    """summary.json's figures, then what only metrics.nc gives (completion percentiles, control
+    intervals, the last forecast error), each once; the unit is in the key."""
     ds = run.ds
     done = ds.traj_completed.values.astype(bool)
-    durations = (ds.traj_end_s.values - ds.traj_start_s.values)[done]
     ends = ds.traj_end_s.values[done]
-    out: dict[str, object] = {k: run.summary.get(k) for k in SUMMARY_KEYS}
+    out: dict[str, object] = {"policy": run.policy}
+    for row, key, scale in SUMMARY_ROWS:
+        value = run.summary.get(key)
+        out[row] = value * scale if isinstance(value, (int, float)) and scale != 1 else value
     out |= {
-        "dataset_trajectories": int(ds.sizes["trajectory"]),
-        "dataset_completed": int(done.sum()),
-        "dataset_role_switches": int(ds.sizes.get("switch", 0)),
-        "dataset_mean_trajectory_s": float(durations.mean()) if done.any() else None,
-        "dataset_completion_p50_s": float(np.percentile(ends, 50)) if done.any() else None,
-        "dataset_completion_p90_s": float(np.percentile(ends, 90)) if done.any() else None,
-        "dataset_control_intervals": int(ds.sizes.get("control", 0)),
-        "parquet_turns": len(run.turns),
+        "completion time, median (s)": float(np.percentile(ends, 50)) if done.any() else None,
+        "completion time, p90 (s)": float(np.percentile(ends, 90)) if done.any() else None,
+        "control intervals": int(ds.sizes.get("control", 0)),
     }
     for metric, value in (last_mape(run) or {}).items():
-        out[f"forecast_mape_{metric}"] = value
+        out[f"forecast error, {metric_words(metric)} (MAPE %)"] = 100 * value
     return out
+
+
+def disagreements(run: RunData) -> list[str]:
+    """Where summary.json and the stored rows disagree (a resumed run's summary counts every
+    session, its metrics.nc only the last): each in words; none for a consistent run."""
+    ds, s = run.ds, run.summary
+    done = ds.traj_completed.values.astype(bool)
+    durations = (ds.traj_end_s.values - ds.traj_start_s.values)[done]
+    pairs = [("trajectories completed", s.get("trajectories_completed"), int(done.sum()), "metrics.nc"),
+             ("role switches", s.get("role_switches"), int(ds.sizes.get("switch", 0)), "metrics.nc"),
+             ("turns", s.get("turns"), len(run.turns), "trajectories.parquet"),
+             ("mean trajectory time (s)", s.get("mean_trajectory_s"),
+              float(durations.mean()) if done.any() else None, "metrics.nc")]
+    return [f"{what}: summary.json {a}, {where} {b}" for what, a, b, where in pairs
+            if a is not None and b is not None and not np.isclose(float(a), float(b), rtol=1e-3, atol=1e-6)]
 
 
 def role_spans(run: RunData) -> dict[str, list[tuple[float, float, int]]]:
@@ -165,7 +188,7 @@ def demand(run: RunData) -> Demand:
     horizon = max((hi for _, hi in spans), default=None)  # body seconds
     makespan = float(run.summary.get("makespan_s") or (active_t[-1] if len(active_t) else 1.0))
     # Bins as wide as the horizon (a forecast's figures are horizon means), or 1/40 of the run
-    width = max(horizon * run.control_unit if horizon else 0.0, makespan / 40, 1e-6)
+    width = max(horizon * run.time_scale if horizon else 0.0, makespan / 40, 1e-6)
     edges = np.arange(0.0, makespan + width, width)
     later = run.turns[run.turns.turn > 0]
     tokens, _ = np.histogram(later.start_s.values, bins=edges, weights=later.prefill_tokens.values)
@@ -207,7 +230,7 @@ def _forecast_checks(run: RunData, horizon: float | None, active_t: np.ndarray, 
         span = forecast.get("horizon_s", horizon)  # body seconds; older runs lack it
         if not forecast or not span:
             continue
-        w = span * run.control_unit
+        w = span * run.time_scale
         in_window = (active_t >= t) & (active_t < t + w)
         arrived = later.prefill_tokens[(later.start_s >= t) & (later.start_s < t + w)].sum()
         rows.append({"t": t, "window_s": w,
@@ -221,31 +244,62 @@ def _forecast_checks(run: RunData, horizon: float | None, active_t: np.ndarray, 
 
 @dataclass(frozen=True)
 class Bars:
-    title: str
+    title: str  # in words: what the panel compares
     labels: list[str]
     makespan_s: np.ndarray
     trajectories_per_s: np.ndarray | None  # None: not recorded
-    spread: np.ndarray | None = None  # (2, n) min/max of makespan over the sweep's other dims
+    spread: np.ndarray | None = None  # (2, n) min/max of makespan over the dimensions averaged
+    clock: str = "wall"  # the seconds of both figures
+    spread_words: str = ""  # what the mean and the whiskers are over
+
+
+MAX_PANELS = 12  # a sweep with more cells gets a panel per workload, the rest averaged
 
 
 def comparison(runs: list[RunData]) -> Bars:
     labels = run_labels(runs)
-    return Bars("runs", labels, np.array([_num(r.summary.get("makespan_s")) for r in runs]),
-                np.array([_num(r.summary.get("trajectories_per_s")) for r in runs]))
+    clocks = sorted({r.clock for r in runs})
+    return Bars("stored runs", labels, np.array([_num(r.summary.get("makespan_s")) for r in runs]),
+                np.array([_num(r.summary.get("trajectories_per_s")) for r in runs]), clock=" or ".join(clocks))
 
 
-def sweep_bars(sweep: Sweep) -> Bars:
+def sweep_bars(sweep: Sweep) -> list[Bars]:
+    """A panel per cell of the sweep (workload, model, ... each of more than one value), never a
+    mean across workloads: their makespans differ by an order of magnitude. Seeds are averaged,
+    their min-max drawn as whiskers."""
     ds = sweep.ds
+    cells = [d for d in ds.makespan_s.dims if d not in ("policy", "seed") and ds.sizes[d] > 1]
+    if len(list(product(*(range(ds.sizes[d]) for d in cells)))) > MAX_PANELS:
+        cells = [d for d in cells if d == "workload"]
+    out = []
+    for at in product(*(ds[d].values for d in cells)):
+        sub = ds.sel(dict(zip(cells, at)))
+        where = ", ".join(f"{d} {v}" for d, v in zip(cells, at))
+        out.append(_policy_bars(sub, f"{_sweep_title(sweep)}{': ' + where if where else ''}", sweep.clock))
+    return out
 
-    def per_policy(var: str, how: str) -> np.ndarray:
-        other = [d for d in ds[var].dims if d != "policy"]
-        return getattr(ds[var], how)(dim=other).values.astype(float) if other else ds[var].values.astype(float)
 
-    spread = None
-    if len(ds.makespan_s.dims) > 1:
-        spread = np.vstack([per_policy("makespan_s", "min"), per_policy("makespan_s", "max")])
-    tps = per_policy("trajectories_per_s", "mean") if "trajectories_per_s" in ds.variables else None
-    return Bars(sweep.name, [str(p) for p in ds.policy.values], per_policy("makespan_s", "mean"), tps, spread)
+def _policy_bars(ds, title: str, clock: str) -> Bars:
+    rest = [d for d in ds.makespan_s.dims if d != "policy" and ds.sizes[d] > 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a cell not simulated: NaN
+
+        def per_policy(var: str, how: str) -> np.ndarray:
+            other = [d for d in ds[var].dims if d != "policy"]
+            return getattr(ds[var], how)(dim=other).values.astype(float) if other else ds[var].values.astype(float)
+
+        spread = np.vstack([per_policy("makespan_s", "min"), per_policy("makespan_s", "max")]) if rest else None
+        tps = per_policy("trajectories_per_s", "mean") if "trajectories_per_s" in ds.variables else None
+        mean = per_policy("makespan_s", "mean")
+    words = f"mean over {', '.join(rest)}; whiskers min-max" if rest else ""
+    return Bars(title, [str(p) for p in ds.policy.values], mean, tps, spread, clock, words)
+
+
+def _sweep_title(sweep: Sweep) -> str:
+    a = sweep.ds.attrs
+    if "model" in a and "engines" in a:  # prorsa sim's results.nc: one pipeline, policies compared
+        return f"{a.get('name', sweep.name)} ({a.get('mode', '?')}, {a['engines']} x {a.get('gpu', '?')}, {a['model']})"
+    return f"sweep {a.get('name', sweep.name)}"
 
 
 def run_labels(runs: list[RunData]) -> list[str]:

@@ -6,7 +6,10 @@
     metrics.nc             xarray Dataset: per-engine time series (role, queue, active, KV) and
                            per-trajectory times; role changes and the forecast behind each;
                            per control interval, the roles the policy saw, the forecast's figures
-                           and its error (MAPE per horizon bin)
+                           and its error (MAPE per horizon bin). Every time is on one clock, the
+                           run's (attribute `clock`): wall seconds since the rollout began live,
+                           body seconds in the simulator; the controller stamps its records in
+                           body seconds (wall / time_scale), so a live run's are converted here
     summary.json           the headline figures (see summarise; a resumed run's over every
                            session, resumed_figures)
 
@@ -34,26 +37,56 @@ from prorsa.roles import Role
 
 ROLE_CODES = {Role.PREFILL: 0, Role.DECODE: 1, Role.MIXED: 2}
 
+_CLOCK = "seconds since the rollout began, on the run's clock (summary.json `clock`)"
+
+
+def _f(name: str, type_: pa.DataType, description: str, unit: str = "") -> pa.Field:
+    """A column with its description (and unit) in the Parquet schema's field metadata."""
+    return pa.field(name, type_, metadata={"description": description} | ({"unit": unit} if unit else {}))
+
+
 _TURN = pa.struct([
-    ("turn", pa.int32()), ("prefill_engine", pa.string()), ("decode_engine", pa.string()),
-    ("prefill_tokens", pa.int32()), ("cached_tokens", pa.int32()), ("decode_tokens", pa.int32()),
-    ("recomputed_tokens", pa.int32()),
-    ("token_ids", pa.list_(pa.int32())), ("logprobs", pa.list_(pa.float32())),
-    ("start_s", pa.float64()), ("end_s", pa.float64()), ("queue_s", pa.float64()),
-    ("prefill_s", pa.float64()), ("transfer_s", pa.float64()), ("decode_s", pa.float64()),
-    ("tool_s", pa.float64()),
+    _f("turn", pa.int32(), "turn index, from 0"),
+    _f("prefill_engine", pa.string(), "engine that prefilled the turn"),
+    _f("decode_engine", pa.string(), "engine that decoded the turn"),
+    _f("prefill_tokens", pa.int32(), "tokens appended and prefilled this turn", "tokens"),
+    _f("cached_tokens", pa.int32(), "context tokens served by a prefix cache", "tokens"),
+    _f("decode_tokens", pa.int32(), "tokens generated this turn", "tokens"),
+    _f("recomputed_tokens", pa.int32(), "context tokens prefilled again (prefix not cached there)", "tokens"),
+    _f("token_ids", pa.list_(pa.int32()), "generated token ids"),
+    _f("logprobs", pa.list_(pa.float32()), "log-probability of each generated token", "nats"),
+    _f("start_s", pa.float64(), f"when the turn was sent: {_CLOCK}", "s"),
+    _f("end_s", pa.float64(), f"when the turn ended: {_CLOCK}", "s"),
+    _f("queue_s", pa.float64(), "waiting for admission", "s"),
+    _f("prefill_s", pa.float64(), "prefilling", "s"),
+    _f("transfer_s", pa.float64(), "moving the KV to the decode engine", "s"),
+    _f("decode_s", pa.float64(), "decoding", "s"),
+    _f("tool_s", pa.float64(), "in the tool", "s"),
     # environments only ("" and null when the tool was a replayed latency)
-    ("tool_name", pa.string()), ("tool_status", pa.string()), ("observation", pa.string()),
-    ("observation_tokens", pa.int32()),
+    _f("tool_name", pa.string(), "the tool called (empty: a replayed latency)"),
+    _f("tool_status", pa.string(), "the tool call's status (empty: a replayed latency)"),
+    _f("observation", pa.string(), "the tool's observation text"),
+    _f("observation_tokens", pa.int32(), "tokens of the observation", "tokens"),
 ])
 TRAJECTORY_SCHEMA = pa.schema([
-    ("traj_id", pa.string()), ("family", pa.string()), ("step", pa.int32()),
-    ("prompt_index", pa.int32()), ("group_index", pa.int32()), ("status", pa.string()),
-    ("error", pa.string()), ("reward", pa.float64()), ("reward_error", pa.string()), ("task_id", pa.string()),
-    ("policy_version", pa.int32()), ("start_s", pa.float64()), ("end_s", pa.float64()),
-    ("n_turns", pa.int32()), ("prompt_ids", pa.list_(pa.int32())),
-    ("response_ids", pa.list_(pa.int32())), ("response_logprobs", pa.list_(pa.float32())),
-    ("turns", pa.list_(_TURN)),
+    _f("traj_id", pa.string(), "trajectory id"),
+    _f("family", pa.string(), "task family"),
+    _f("step", pa.int32(), "synchronous step (async: batch) it belongs to"),
+    _f("prompt_index", pa.int32(), "prompt within the step"),
+    _f("group_index", pa.int32(), "sample within the prompt's GRPO group"),
+    _f("status", pa.string(), "completed or failed"),
+    _f("error", pa.string(), "the failure's message"),
+    _f("reward", pa.float64(), "reward (NaN: none)", "reward"),
+    _f("reward_error", pa.string(), "the reward function's error, if it raised"),
+    _f("task_id", pa.string(), "the environment's task"),
+    _f("policy_version", pa.int32(), "weights version that generated it"),
+    _f("start_s", pa.float64(), f"when it started: {_CLOCK}", "s"),
+    _f("end_s", pa.float64(), f"when it ended: {_CLOCK}", "s"),
+    _f("n_turns", pa.int32(), "turns played", "turns"),
+    _f("prompt_ids", pa.list_(pa.int32()), "prompt token ids"),
+    _f("response_ids", pa.list_(pa.int32()), "every generated token id, turns concatenated"),
+    _f("response_logprobs", pa.list_(pa.float32()), "their log-probabilities", "nats"),
+    _f("turns", pa.list_(_TURN), "one struct per turn"),
 ])
 
 
@@ -91,6 +124,7 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any], time_scale: float =
                     simulated: bool = False) -> xr.Dataset:
     """`time_scale`: wall seconds per body second of a live run (emulated engines time-scaled);
     `simulated`: every time is body seconds (the simulator has no wall clock)."""
+    scale = 1.0 if simulated or time_scale <= 0 else float(time_scale)  # body -> the run's clock
     times = sorted({s.t for s in rec.samples})
     t_index = {t: i for i, t in enumerate(times)}
     e_index = {e: j for j, e in enumerate(rec.engines)}
@@ -111,14 +145,14 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any], time_scale: float =
             "traj_end_s": ("trajectory", np.array([r.end_s for r in trajs], dtype=float)),
             "traj_turns": ("trajectory", np.array([len(r.turns) for r in trajs], dtype=np.int64)),
             "traj_completed": ("trajectory", np.array([r.status == "completed" for r in trajs])),
-            "switch_time_s": ("switch", np.array([c.t for c in changes], dtype=float)),
+            "switch_time_s": ("switch", np.array([c.t * scale for c in changes], dtype=float)),
             "switch_engine": ("switch", np.array([c.engine for c in changes], dtype=str)),
             "switch_from": ("switch", np.array([ROLE_CODES[c.from_role] for c in changes], dtype=np.int64)),
             "switch_to": ("switch", np.array([ROLE_CODES[c.to_role] for c in changes], dtype=np.int64)),
-            "switch_drain_s": ("switch", np.array([c.drain_s for c in changes], dtype=float)),
+            "switch_drain_s": ("switch", np.array([c.drain_s * scale for c in changes], dtype=float)),
             "switch_reason": ("switch", np.array([c.reason for c in changes], dtype=str)),
             "switch_forecast": ("switch", np.array([json.dumps(_figures(c.forecast)) for c in changes], dtype=str)),
-            **_control_vars(rec),
+            **_control_vars(rec, scale),
         },
         coords={
             "time": np.array(times, dtype=float),
@@ -128,17 +162,20 @@ def metrics_dataset(rec: RunRecorder, attrs: dict[str, Any], time_scale: float =
         attrs={**attrs, "role_codes": json.dumps({r.value: c for r, c in ROLE_CODES.items()})},
     )
     _describe(ds, simulated)
-    ds.attrs["time_scale"] = 1.0 if simulated else float(time_scale)
+    ds.attrs.update(clock=BODY_CLOCK if simulated else WALL_CLOCK, time_scale=scale,
+                    time_scale_meaning="wall seconds per body (cost-model) second; body = wall / time_scale")
     return ds
 
 
-_BODY = "body seconds (the cost model's clock: wall seconds / time_scale)"
+WALL_CLOCK = "wall"  # metrics.nc `clock`: every time in wall seconds since the rollout began
+BODY_CLOCK = "body (simulated)"  # every time in the simulator's body seconds
 _ROLE_CODE = {"flag_values": np.array(sorted(ROLE_CODES.values()), dtype=np.int64),
               "flag_meanings": " ".join(r.value for r in sorted(ROLE_CODES, key=ROLE_CODES.get))}
-# variable -> (units, long_name); {clock} is the samples' and trajectories' clock
+_BODY = "body seconds (the cost model's clock: wall seconds / time_scale)"
+# variable -> (units, long_name); {clock} is the run's clock, which every time is on
 _UNITS: dict[str, tuple[str, str]] = {
     "time": ("s", "when the engines were sampled: {clock} since the rollout began"),
-    "role": ("1", "each engine's role code (-1: not sampled)"),
+    "role": ("1", "each engine's role (flag_meanings; -1: not sampled)"),
     "queued": ("requests", "requests waiting for admission"),
     "active": ("sequences", "sequences admitted (prefilling or decoding)"),
     "kv_tokens": ("tokens", "KV tokens held by admitted sequences"),
@@ -147,24 +184,38 @@ _UNITS: dict[str, tuple[str, str]] = {
     "traj_end_s": ("s", "when the trajectory ended: {clock} since the rollout began"),
     "traj_turns": ("turns", "turns the trajectory played"),
     "traj_completed": ("1", "whether the trajectory completed"),
-    "switch_time_s": ("s", f"when the switch was asked for: {_BODY} since the rollout began"),
-    "switch_from": ("1", "the engine's role code before the switch"),
-    "switch_to": ("1", "the engine's role code after the switch"),
-    "switch_drain_s": ("s", f"from the request to the engine serving its new role, {_BODY}"),
-    "control_t": ("s", f"when the policy decided: {_BODY} since the rollout began"),
-    "control_role": ("1", "each engine's role code as the policy saw it"),
+    "switch_time_s": ("s", "when the switch was asked for: {clock} since the rollout began"),
+    "switch_from": ("1", "the engine's role before the switch (flag_meanings)"),
+    "switch_to": ("1", "the engine's role after the switch (flag_meanings)"),
+    "switch_drain_s": ("s", "from the request to the engine serving its new role, {clock}"),
+    "control_t": ("s", "when the policy decided: {clock} since the rollout began"),
+    "control_role": ("1", "each engine's role as the policy saw it (flag_meanings; -1: not seen)"),
     "control_forecast": ("1", "the forecast and plan figures behind each decision, each in its own unit "
-                              "(forecast_figure names it; NaN: none)"),
-    "forecast_mape": ("1", "mean absolute percentage error of the forecast, per metric@horizon bin (0.1 = 10%)"),
+                              f"(forecast_figure names it; horizons in {_BODY}; NaN: none)"),
+    "forecast_mape": ("1", "mean absolute percentage error of the forecast, per metric@horizon bin "
+                           f"(0.1 = 10%; horizon bins in {_BODY})"),
+}
+
+_TEXT = {
+    "engine": "engine (Dask worker) name", "trajectory": "trajectory id",
+    "switch_engine": "the engine that switched",
+    "switch_reason": f"the policy's reason for the switch (its figures in {_BODY})",
+    "switch_forecast": "the forecast behind the switch: JSON of figure -> value (forecast_figure's units)",
+    "control_reason": f"the policy's reason at each decision (its figures in {_BODY})",
+    "forecast_figure": "name of each forecast and plan figure", "forecast_bin": f"metric@horizon bin, horizon in {_BODY}",
 }
 
 
 def _describe(ds: xr.Dataset, simulated: bool) -> None:
-    """CF-style units and long names on every numeric variable, naming the clock each time is on."""
-    clock = _BODY if simulated else "wall seconds"
+    """CF-style units and long names on every numeric variable, naming the clock each time is on;
+    long names on the text ones (CF gives text no units)."""
+    clock = "body seconds (simulated)" if simulated else "wall seconds"
     for name, (units, long_name) in _UNITS.items():
         if name in ds.variables:
             ds[name].attrs.update(units=units, long_name=long_name.format(clock=clock))
+    for name, long_name in _TEXT.items():
+        if name in ds.variables:
+            ds[name].attrs["long_name"] = long_name
     for name in ("role", "switch_from", "switch_to", "control_role"):
         ds[name].attrs.update(_ROLE_CODE)
 
@@ -173,9 +224,9 @@ def _figures(forecast: ForecastSummary | None) -> dict[str, float]:
     return {} if forecast is None else forecast.figures()
 
 
-def _control_vars(rec: RunRecorder) -> dict[str, Any]:
-    """Per control interval: when, the roles seen, the forecast's figures and its error per
-    metric and horizon bin."""
+def _control_vars(rec: RunRecorder, scale: float) -> dict[str, Any]:
+    """Per control interval: when (body seconds x `scale`: the run's clock), the roles seen, the
+    forecast's figures and its error per metric and horizon bin."""
     keys = sorted({k for c in rec.controls for k in c.forecast_error})
     mape = _table(rec.controls, keys, lambda c: c.forecast_error)
     figures = sorted({k for c in rec.controls for k in _figures(c.forecast)})
@@ -186,14 +237,12 @@ def _control_vars(rec: RunRecorder) -> dict[str, Any]:
             if engine in e_index:
                 roles[i, e_index[engine]] = ROLE_CODES[role]
     return {
-        "control_t": ("control", np.array([c.t for c in rec.controls], dtype=float)),
+        "control_t": ("control", np.array([c.t * scale for c in rec.controls], dtype=float)),
         "control_reason": ("control", np.array([c.reason for c in rec.controls], dtype=str)),
-        "control_role": (("control", "engine"), roles, {"long_name": "each engine's role as the policy saw it"}),
-        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: _figures(c.forecast)),
-                             {"long_name": "the forecast and plan figures behind each decision (NaN: none)"}),
+        "control_role": (("control", "engine"), roles),
+        "control_forecast": (("control", "forecast_figure"), _table(rec.controls, figures, lambda c: _figures(c.forecast))),
         "forecast_figure": ("forecast_figure", np.array(figures, dtype=str)),
-        "forecast_mape": (("control", "forecast_bin"), mape,
-                          {"long_name": "mean absolute percentage error of the forecast, per metric@horizon bin"}),
+        "forecast_mape": (("control", "forecast_bin"), mape),
         "forecast_bin": ("forecast_bin", np.array(keys, dtype=str)),
     }
 
@@ -290,5 +339,31 @@ def _last_mape(rec: RunRecorder) -> dict[str, float] | None:
     return {m: round(float(np.mean(v)), 4) for m, v in by_metric.items()}
 
 
+# summary.json figure -> its unit; "s" on the run's clock (`clock`: wall live, body simulated)
+SUMMARY_UNITS = {
+    "makespan_s": "s", "mean_trajectory_s": "s", "sim_wall_s": "s (wall, to simulate)",
+    "trajectories_expected": "trajectories", "trajectories_completed": "trajectories",
+    "trajectories_failed": "trajectories", "trajectories_resumed": "trajectories",
+    "trajectories_per_s": "trajectories/s", "turns": "turns", "turns_retried": "turns", "legs_rescued": "legs",
+    "prefill_tokens": "tokens", "cached_tokens": "tokens", "recomputed_tokens": "tokens", "decode_tokens": "tokens",
+    "tokens_per_s": "tokens/s", "decode_tokens_per_s": "tokens/s", "prefix_hit_rate": "1 (share)",
+    "role_switches": "switches", "forecast_mape": "1 (0.1 = 10%)", "reward_mean": "reward",
+    "time_scale": "wall seconds per body second", "tool_calls": "calls, by status",
+    "control": "intervals and plugin_calls: counts; every other figure: wall seconds",
+}
+
+
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    _atomic(path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2) + "\n"))
+    """With a `units` block naming the unit of every figure it holds (and the time scale, 1 for a
+    simulated run, so a reader never has to guess the clock)."""
+    out = dict(summary)
+    if str(out.get("clock", "")).startswith("body"):
+        out.setdefault("time_scale", 1.0)
+    out["units"] = {k: u for k, u in SUMMARY_UNITS.items() if k in out} | {"clock": _clock_words(out.get("clock"))}
+    _atomic(path, lambda tmp: tmp.write_text(json.dumps(out, indent=2) + "\n"))
+
+
+def _clock_words(clock) -> str:
+    if str(clock).startswith("body"):
+        return "times are body seconds (the cost model's clock) since the rollout began"
+    return "times are wall seconds since the rollout began"

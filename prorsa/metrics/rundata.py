@@ -5,12 +5,14 @@
     load_sweep(path) -> Sweep        a netCDF with a `policy` dimension and a `makespan_s` variable
     RunData.turns                    one row per turn: its trajectory, index and timings
     RunData.control_unit             report seconds per second of control_t / switch_time_s
+    RunData.time_scale               report seconds per body second (forecast horizons)
     ReportError                      bad input; its message names the file
 
-Clocks: a live run stamps samples, trajectories and turns in wall seconds since the rollout began,
-but the controller's records (control_t, switch_time_s) in body seconds, wall / time_scale for
-emulated engines. A report draws everything on the wall clock, so those are multiplied by the time
-scale from pipeline.json. A simulated run (`clock` attribute "body ...") has one clock throughout.
+Clocks: a live run's metrics.nc (`clock` attribute "wall") has every time in wall seconds since
+the rollout began; only the forecast's horizons are body seconds (wall / time_scale). Runs stored
+before that (no `clock` attribute) stamped the controller's records (control_t, switch_time_s) in
+body seconds, so those are multiplied by the time scale from pipeline.json. A simulated run
+(`clock` "body ...") has one clock throughout.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xarray as xr
 
-from prorsa.metrics.outputs import ROLE_CODES
+from prorsa.metrics.outputs import ROLE_CODES, WALL_CLOCK
 
 REQUIRED_VARS = ("role", "active", "traj_start_s", "traj_end_s", "traj_completed")
 PHASES = ("queue_s", "prefill_s", "transfer_s", "decode_s", "tool_s")
@@ -45,6 +47,7 @@ class RunData:
     pipeline: dict[str, Any] | None  # None: the directory has no pipeline.json (a simulated run)
     turns: pd.DataFrame  # columns: traj_id, status, *_TURN_FIELDS
     control_unit: float
+    time_scale: float
     clock: str  # "wall" or "body": the unit of every time the report shows for this run
 
     @property
@@ -88,9 +91,12 @@ def load_run(path: Path) -> RunData:
     summary = _read_json(path / "summary.json")
     pipeline = _read_json(path / "pipeline.json") if (path / "pipeline.json").is_file() else None
     turns = _read(path / "trajectories.parquet", _turn_table)
-    body = str(ds.attrs.get("clock", "")).startswith("body")
-    return RunData(path, ds, summary, pipeline, turns, 1.0 if body else _time_unit(pipeline),
-                   "body" if body else "wall")
+    clock = str(ds.attrs.get("clock", ""))
+    if clock.startswith("body"):
+        return RunData(path, ds, summary, pipeline, turns, 1.0, 1.0, "body")
+    stored = ds.attrs.get("time_scale")
+    scale = float(stored) if clock == WALL_CLOCK and isinstance(stored, (int, float)) and stored > 0 else _time_unit(pipeline)
+    return RunData(path, ds, summary, pipeline, turns, 1.0 if clock == WALL_CLOCK else scale, scale, "wall")
 
 
 def load_sweep(path: Path) -> Sweep:

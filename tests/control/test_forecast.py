@@ -222,7 +222,7 @@ def test_skill_puts_the_forecast_beside_its_baselines():
     assert skill(errors) == {"prefill_tps": {"forecast": 1.5, "persistence": 4.0, "ewma": 3.0},
                              "decode_seqs": {"forecast": 0.1}}
     line = skill_line(errors)
-    assert "prefill tokens/s 1.50 / 4.00 / 3.00" in line and "decoding sequences 0.10 / nan / nan" in line
+    assert "prefill tokens/s 150% / 400% / 300%" in line and "decoding sequences 10% / n/a / n/a" in line
 
 
 def test_the_kv_forecast_of_a_decoding_trajectory_grows_a_token_per_token_decoded():

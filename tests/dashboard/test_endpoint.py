@@ -7,7 +7,9 @@ import urllib.request
 
 import xarray as xr
 
+from prorsa.metrics.figures import switches
 from prorsa.metrics.outputs import ROLE_CODES
+from prorsa.metrics.rundata import load_run
 
 TOP = {"version", "t", "run", "engines", "trajectories", "turns", "tokens", "decision", "roles", "switches",
        "series", "forecasts", "cost"}
@@ -90,6 +92,9 @@ def test_json_endpoint_while_a_run_goes(live_run):
                 zip(ds.switch_time_s.values, ds.switch_engine.values, ds.switch_from.values, ds.switch_to.values)}
     shown = {(round(c["t"], 6), c["engine"], c["from"], c["to"]) for c in last["switches"]}
     assert shown <= recorded
+    # and the report puts them at the same times: one clock, wall seconds, on the page and in the files
+    reported = {(round(c.t, 6), c.engine, c.from_role.value, c.to_role.value) for c in switches(load_run(run_dir))}
+    assert reported == recorded and last["run"]["clock"].startswith("wall seconds") and ds.attrs["clock"] == "wall"
     for c in last["switches"]:  # a finished switch shows in the swimlane: the engine held the new role
         assert c["to"] in {role for _, _, role in last["roles"][c["engine"]]}
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -59,7 +59,8 @@ def runs(tmp_path_factory) -> list[Path]:
 
 def synthetic_run(run_dir: Path) -> Path:
     """A run with a role switch and scored forecasts, written by the run's own writers; its engines
-    ran at time scale 0.5, so its control records are stamped in body seconds (2x wall)."""
+    ran at time scale 0.5, so its control records are stamped in body seconds (2x wall), which the
+    writer puts on the wall clock."""
     rec = RunRecorder(engines=["engine-0", "engine-1"], slots=8, expected=2)
     for t, roles, active in ((0.0, "mm", (1, 1)), (1.0, "mm", (2, 3)), (2.0, "pm", (1, 2)), (3.0, "pm", (0, 0))):
         role = {"m": Role.MIXED, "p": Role.PREFILL}
@@ -83,7 +84,7 @@ def synthetic_run(run_dir: Path) -> Path:
     run_dir.mkdir(parents=True)
     (run_dir / "pipeline.json").write_text(json.dumps({"engines": {"backend": "emulated", "time_scale": 0.5}}))
     write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
-    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, {"name": "syn", "policy": "prorsa"}))
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, {"name": "syn", "policy": "prorsa"}, time_scale=0.5))
     write_summary(run_dir / "summary.json", summarise(rec, 3.0, "prorsa", "0" * 16, "syn"))
     return run_dir
 
@@ -127,22 +128,27 @@ def test_report_of_one_run_has_every_plot_and_the_stored_figures(runs, tmp_path)
     rows = {k: v[0] for k, v in table(md, "figure").items()}
     summary = json.loads((run_dir / "summary.json").read_text())
     ds = xr.load_dataset(run_dir / "metrics.nc")
-    assert rows["policy"] == summary["policy"] == "prorsa"
-    for key in ("makespan_s", "trajectories_per_s", "tokens_per_s", "mean_trajectory_s"):
-        assert float(rows[key]) == round(summary[key], 4), key
-    for key in ("trajectories_expected", "trajectories_completed", "trajectories_failed", "turns", "role_switches"):
-        assert int(rows[key]) == summary[key], key
+    assert "`" + run_dir.name + "`: policy prorsa" in md and summary["policy"] == "prorsa"
+    for row, key in (("makespan (s)", "makespan_s"), ("throughput (trajectories/s)", "trajectories_per_s"),
+                     ("tokens/s (prefill + decode)", "tokens_per_s"), ("mean trajectory time (s)", "mean_trajectory_s")):
+        assert float(rows[row].replace(",", "")) == pytest.approx(summary[key], rel=5e-3), key  # 3-4 figures
+    for row, key in (("trajectories expected", "trajectories_expected"), ("trajectories completed", "trajectories_completed"),
+                     ("trajectories failed", "trajectories_failed"), ("turns", "turns"), ("role switches", "role_switches")):
+        assert int(rows[row].replace(",", "")) == summary[key], key
     done = ds.traj_completed.values
-    assert int(rows["dataset_trajectories"]) == ds.sizes["trajectory"] == 6
-    assert int(rows["dataset_completed"]) == int(done.sum()) == summary["trajectories_completed"]
-    assert int(rows["dataset_role_switches"]) == ds.sizes["switch"]
-    assert int(rows["dataset_control_intervals"]) == ds.sizes["control"] > 0
-    assert int(rows["parquet_turns"]) == summary["turns"]
-    assert float(rows["dataset_mean_trajectory_s"]) == round(summary["mean_trajectory_s"], 4)
+    assert int(done.sum()) == summary["trajectories_completed"] == 6
+    assert int(rows["control intervals"]) == ds.sizes["control"] > 0
     ends = ds.traj_end_s.values[done]
-    assert float(rows["dataset_completion_p50_s"]) == round(float(np.percentile(ends, 50)), 4)
+    assert float(rows["completion time, median (s)"]) == pytest.approx(float(np.percentile(ends, 50)), rel=5e-3)
+    assert "differ" not in md  # summary.json and the stored rows agree: no check rows
+    # each figure once, rounded: no row twice, no float noise
+    block = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    names = [line.split("|")[1].strip() for line in block.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(names) == len(set(names)) > 10
+    assert [x for x in re.findall(r"\b\d+\.\d+\b", md) if len(x.replace(".", "").lstrip("0")) > 4] == []
+    assert "Not recorded in this run:" not in md.split("## Per-turn latency")[0]
     latency = table(md, "phase")
-    assert set(latency) == {"queue", "prefill", "transfer", "decode", "tool"}
+    assert set(latency) == {"queued", "prefill", "KV transfer", "decode", "tool"}
 
 
 def test_default_output_is_inside_the_run(runs):
@@ -155,9 +161,9 @@ def test_a_run_without_forecasts_says_what_is_not_recorded(runs, tmp_path):
     code, _, err = report(str(runs[1]), "--output", str(tmp_path))
     assert code == 0, err
     md = (tmp_path / "report.md").read_text()
-    assert "Not recorded in this run:" in md
-    assert "forecast values (the policy made no forecast)" in md
-    assert "forecast error (no control interval scored a forecast)" in md  # a static policy forecasts nothing
+    (line,) = [x for x in md.splitlines() if x.startswith("Not recorded in this run:")]
+    assert "forecast values (the policy made no forecast)" in line
+    assert "forecast error (no control interval scored a forecast)" in line  # a static policy forecasts nothing
 
 
 def test_every_control_interval_keeps_its_roles_and_forecast(runs, tmp_path):
@@ -171,7 +177,7 @@ def test_every_control_interval_keeps_its_roles_and_forecast(runs, tmp_path):
     code, _, err = report(str(runs[0]), "--output", str(tmp_path))
     assert code == 0, err
     md = (tmp_path / "report.md").read_text()
-    shown, total = map(int, re.search(r"; (\d+) of (\d+), evenly spaced", md).groups())
+    shown, total = map(int, re.search(r"\((\d+) of (\d+), evenly spaced", md).groups())
     assert total == np.isfinite(forecast).sum() and shown == min(total, 20)
     assert "forecast's values per control interval" not in md
 
@@ -193,10 +199,10 @@ def test_several_runs_and_a_sweep_compare_policies(runs, tmp_path):
     rows = table(md.split("## Policy comparison", 1)[1], "policy")  # its first table: the runs
     for run_dir in runs:
         s = json.loads((run_dir / "summary.json").read_text())
-        assert float(rows[s["policy"]][0]) == round(s["makespan_s"], 4)
-        assert float(rows[s["policy"]][1]) == round(s["trajectories_per_s"], 4)
-    sweep_rows = table(md.split("results.nc:", 1)[1], "policy")
-    assert sweep_rows == {"colocated": ["11.0000", "1.0000"], "prorsa": ["8.5000", "2.5000"]}
+        assert float(rows[s["policy"]][0]) == pytest.approx(s["makespan_s"], rel=5e-3)
+        assert float(rows[s["policy"]][1]) == pytest.approx(s["trajectories_per_s"], rel=5e-3)
+    sweep_rows = table(md.split("sweep results.nc (mean over seed; whiskers min-max):", 1)[1], "policy")
+    assert sweep_rows == {"colocated": ["11", "1"], "prorsa": ["8.5", "2.5"]}
 
 
 def test_switches_and_forecasts_are_put_on_the_wall_clock(tmp_path):
@@ -205,17 +211,34 @@ def test_switches_and_forecasts_are_put_on_the_wall_clock(tmp_path):
     assert code == 0, err
     md = (tmp_path / "r" / "report.md").read_text()
     rows = {k: v[0] for k, v in table(md, "figure").items()}
-    assert rows["forecast_mape_decode_seqs"] == "0.3000" and rows["forecast_mape_prefill_tps"] == "1.0000"
+    assert rows["forecast error, decoding sequences (MAPE %)"] == "30"
+    assert rows["forecast error, prefill tokens/s (MAPE %)"] == "100"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["forecast_mape"] == {"decode_seqs": 0.3, "prefill_tps": 1.0}
     # body 2.0 s at time scale 0.5 is wall 1.0 s; the drain of 1.0 body s is 0.5 wall s
-    assert table(md, "t_s") == {"1.0000": ["engine-0", "mixed -> prefill", "0.5000", "move to P1 M1"]}
+    ds = xr.load_dataset(run_dir / "metrics.nc")
+    assert list(ds.switch_time_s.values) == [1.0] and list(ds.control_t.values) == [1.0, 2.0]
+    assert table(md, "t (wall s)") == {"1": ["engine-0", "mixed -> prefill", "0.5", "move to P1 M1"]}
     # horizon 1 body s = 0.5 wall s: forecast 3 seqs vs the sample at 1.0 (2 + 3); 400 tokens over
     # 0.5 s vs the one later turn that started in [1.0, 1.5): 50 tokens
-    check = table(md, "t")["1.0000"]
-    assert check == ["0.5000", "3.0000", "5.0000", "800.0000", "100.0000"]
-    assert "x 0.5 (the engines' time scale)" in md
+    assert ["t (wall s)", "horizon (s)"] == [c.strip() for c in md.split("Forecasts beside")[1].splitlines()[2].split("|")[1:3]]
+    check = table(md.split("Forecasts beside")[1], "t (wall s)")["1"]
+    assert check == ["0.5", "3", "5", "800", "100"]
+    assert "time scale" not in md  # one clock: nothing to convert
     assert_png(tmp_path / "r" / "roles.png")
+
+    # a run stored before metrics.nc kept one clock: its control records in body seconds, no
+    # `clock` attribute; the report converts them with pipeline.json's time scale
+    ds["switch_time_s"] = ds.switch_time_s / 0.5
+    ds["switch_drain_s"] = ds.switch_drain_s / 0.5
+    ds["control_t"] = ds.control_t / 0.5
+    del ds.attrs["clock"], ds.attrs["time_scale"]
+    write_dataset(run_dir / "metrics.nc", ds)
+    code, _, err = report(str(run_dir), "--output", str(tmp_path / "old"))
+    assert code == 0, err
+    old = (tmp_path / "old" / "report.md").read_text()
+    assert table(old, "t (wall s)") == table(md, "t (wall s)") and "x 0.5 (the engines' time scale)" in old
+    assert table(old.split("Forecasts beside")[1], "t (wall s)")["1"] == check
 
 
 def corrupt(runs, tmp_path, name: str, data: bytes) -> Path:

@@ -14,9 +14,14 @@ from prorsa.sim.run import simulate, write_run
 CFG = {"name": "units", "policy": "prorsa",
        "engines": {"backend": "emulated", "count": 3, "slots": 8, "model": "qwen3-30b-a3b", "ep": 4},
        "workload": {"family": "swe", "prompts": 4, "group_size": 4, "max_turns": 4}}
+# MoE engines as DP-attention groups and a low bar for switching: a switch within a second of simulation
+SWITCHING = {"name": "switching", "seed": 5, "policy": "prorsa:4:1:2:1:0.02",
+             "engines": {"backend": "emulated", "count": 4, "slots": 128, "model": "qwen3-30b-a3b", "ep": 8},
+             "workload": {"family": "swe", "mode": "async", "concurrency": 64, "trajectories": 64, "max_turns": 3},
+             "runtime": {"control_interval_s": 0.2}}
 
 
-def test_every_numeric_variable_of_metrics_nc_has_units_and_a_long_name(tmp_path):
+def test_every_variable_of_metrics_nc_has_a_long_name_and_every_number_units(tmp_path):
     sim = simulate(PipelineConfig.model_validate(CFG))
     write_run(sim, tmp_path)
     ds = xr.load_dataset(tmp_path / "metrics.nc")
@@ -24,6 +29,7 @@ def test_every_numeric_variable_of_metrics_nc_has_units_and_a_long_name(tmp_path
     numeric = [v for v in ds.variables if np.issubdtype(ds[v].dtype, np.number) or ds[v].dtype == bool]
     assert {"time", "role", "traj_end_s", "control_t", "forecast_mape"} <= set(numeric)
     assert [v for v in numeric if not ds[v].attrs.get("units") or not ds[v].attrs.get("long_name")] == []
+    assert [v for v in ds.variables if not ds[v].attrs.get("long_name")] == []  # text too (CF: no units)
     # simulated: one clock, the cost model's
     assert "body seconds" in ds.time.attrs["long_name"] and ds.attrs["time_scale"] == 1.0
     assert ds.role.attrs["flag_meanings"] == "prefill decode mixed" and list(ds.role.attrs["flag_values"]) == [0, 1, 2]
@@ -31,8 +37,35 @@ def test_every_numeric_variable_of_metrics_nc_has_units_and_a_long_name(tmp_path
     assert summary["clock"] == "body" and summary["backend"] == "emulated"
 
 
-def test_a_live_run_names_its_two_clocks(tmp_path):
+def test_a_live_run_stores_every_time_on_the_wall_clock(tmp_path):
+    sim = simulate(PipelineConfig.model_validate(SWITCHING))
+    rec = sim.recorder
+    assert rec.role_changes and rec.controls  # the controller's records are stamped in body seconds
+    ds = metrics_dataset(rec, {}, time_scale=0.5)
+    assert ds.attrs["clock"] == "wall" and ds.attrs["time_scale"] == 0.5
+    for name in ("time", "traj_end_s", "control_t", "switch_time_s"):
+        assert "wall seconds since the rollout began" in ds[name].attrs["long_name"], name
+    assert "body" not in ds.control_t.attrs["long_name"] + ds.switch_time_s.attrs["long_name"]
+    assert list(ds.control_t.values) == [c.t * 0.5 for c in rec.controls]
+    assert list(ds.switch_time_s.values) == [c.t * 0.5 for c in rec.role_changes]
+    assert list(ds.switch_drain_s.values) == [c.drain_s * 0.5 for c in rec.role_changes]
+    assert list(ds.time.values) == sorted({s.t for s in rec.samples})  # the sampler's stamps: already wall
+
+
+def test_summary_json_names_the_unit_of_every_figure_and_parquet_its_columns(tmp_path):
+    import pyarrow.parquet as pq
+
     sim = simulate(PipelineConfig.model_validate(CFG))
-    ds = metrics_dataset(sim.recorder, {}, time_scale=0.5)
-    assert ds.time.attrs["long_name"].startswith("when the engines were sampled: wall seconds")
-    assert "wall seconds / time_scale" in ds.control_t.attrs["long_name"] and ds.attrs["time_scale"] == 0.5
+    write_run(sim, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    units = summary["units"]
+    assert summary["time_scale"] == 1.0 and "body seconds" in units["clock"]
+    numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and k not in ("config_hash",)]
+    assert [k for k in numbers if k not in units] == []
+    assert units["tokens_per_s"] == "tokens/s" and units["makespan_s"] == "s"
+    schema = pq.read_schema(tmp_path / "trajectories.parquet")
+    turn = schema.field("turns").type.value_type
+    fields = [schema.field(n) for n in schema.names] + [turn.field(i) for i in range(turn.num_fields)]
+    assert [f.name for f in fields if not (f.metadata or {}).get(b"description")] == []
+    assert schema.field("end_s").metadata[b"unit"] == b"s" and turn.field("decode_tokens").metadata[b"unit"] == b"tokens"
