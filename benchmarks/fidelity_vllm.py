@@ -38,7 +38,7 @@ def live_run(pipeline: Path, seed: int, out: Path) -> Path:
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     before = set(out.glob("*/summary.json"))
     print(f"live: prorsa run {pipeline} with seed {seed} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(path), "--output", str(out)], check=True,
+    subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(path), f"output_dir={out}"], check=True,
                    cwd=ROOT, stdout=subprocess.DEVNULL)
     (summary,) = set(out.glob("*/summary.json")) - before
     return summary.parent

@@ -1,7 +1,8 @@
 """Live mode on one real vLLM CPU engine with the tiny random model: its text drives the loop.
 
 The model emits no valid tool call, so every turn must come back as an error observation with
-its status recorded, and the runtime must end each trajectory at the turn cap."""
+its status recorded, and the runtime must end each trajectory at the turn cap. A run that ends
+normally stops its engine without a traceback in the engine's log."""
 
 import asyncio
 import math
@@ -45,3 +46,6 @@ def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
     # a random model writes no tool call: error observations, and the cap ends the trajectories
     assert summary["tool_calls"].get("error", 0) >= 3 * MAX_TURNS
     assert sum(len(r["turns"]) == MAX_TURNS for r in rows) >= 3
+    # the engine was stopped in order: vLLM logged no EngineDeadError (nor any other traceback)
+    logs = list((tmp_path / "engines").glob("*.log"))
+    assert logs and all("Traceback" not in log.read_text(errors="replace") for log in logs)
