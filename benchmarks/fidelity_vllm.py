@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def live_run(pipeline: Path, seed: int, out: Path) -> Path:
-    raw = yaml.safe_load(pipeline.read_text()) | {"seed": seed}
+    # the split its stored results were measured with (the quickstart's own policy is now prorsa)
+    raw = yaml.safe_load(pipeline.read_text()) | {"seed": seed, "policy": "static:2:1"}
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{pipeline.stem}-seed{seed}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
