@@ -5,7 +5,7 @@
     prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
-    prorsa validate FILE...                                         check pipeline and sweep files, run nothing
+    prorsa validate FILE...                                         check pipelines, sweeps, cluster files, traces
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR]          plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
     prorsa sft --model tiny|DIR --task arith --steps N --output DIR  supervised warm-up for RL
@@ -150,8 +150,9 @@ def _log_level(verbose: bool) -> None:
     dask.config.set({"logging": {"distributed": "info" if verbose else "error",
                                  "tornado": "info" if verbose else "error",
                                  "bokeh": "info" if verbose else "error"}})
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, force=True,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger().setLevel(level)  # a second call (-v after the command) has a handler already
 
 
 def _verbose_after(ctx: click.Context, param: click.Parameter, verbose: bool) -> None:

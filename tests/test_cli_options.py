@@ -4,6 +4,7 @@ as the exact folder written, validate and sweep reading a sweep file alike."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -57,11 +58,19 @@ def test_validate_and_sweep_report_the_same_first_error(tmp_path):
 
 
 def test_verbose_is_taken_after_the_command_too(tmp_path):
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(BASE))
     for args in (["-v", "validate", str(tmp_path / "p.yaml")], ["validate", str(tmp_path / "p.yaml"), "-v"],
                  ["validate", "--verbose", str(tmp_path / "p.yaml")]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 0 and r.output.startswith("ok: "), (args, r.output)
+        assert root.level == logging.INFO, args
+        root.setLevel(level)
+    assert CliRunner().invoke(main, ["validate", str(tmp_path / "p.yaml")]).exit_code == 0
+    assert root.level == logging.WARNING  # without -v
+    root.setLevel(level)
+    assert root.handlers == handlers  # pytest's own log capture is left in place
 
 
 def test_run_output_is_the_run_folder_itself(tmp_path):
