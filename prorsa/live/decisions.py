@@ -4,7 +4,8 @@
       .opening(roles)              the split the run opens on, and why (the policy's
                                    opening_reason when it gives one)
       .told(snapshot, decision)    after every control interval: a switch is said at once; a
-                                   decision to stay put is said with why (WHY_STAY, then the
+                                   decision to stay put (not one that asks again for a switch
+                                   under way) is said with why (WHY_STAY, then the
                                    policy's own reason) when its reason differs in kind from the
                                    last one said (numbers aside): at once for a kind not said
                                    before, else no more often than every min_gap_s of wall time
@@ -66,6 +67,8 @@ class DecisionTeller:
         if moves:
             self.say(f"{self.name} at {snapshot.time_s:.1f} s: {', '.join(moves)} ({decision.reason})")
             self._last_kind, self._last_at = None, time.monotonic()
+            return
+        if decision.targets:  # asks for the roles it asked for before: that switch is under way
             return
         kind = _NUMBER.sub("#", decision.reason)
         now = time.monotonic()

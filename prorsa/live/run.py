@@ -130,7 +130,9 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     engines = [engine_name(i) for i in range(cfg.engines.count)]
     console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
                   f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
-    say = lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False)  # noqa: E731
+    def say(line: str) -> None:  # a line as it is: engine and policy words hold brackets
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
     teller = DecisionTeller(say, policy)
     teller.opening(roles)
     t_boot = time.time()
@@ -140,11 +142,13 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
         console.print(f"model: {model_dir}\nengine logs: {run_dir / 'engines'}/engine-<i>.log", soft_wrap=True)
 
+    links: list[str] = []
+
     def show_dashboard(cluster) -> None:  # before the wait for the engines: the status page shows it
         if cfg.runtime.dashboard_address is not None:
             quiet_disconnects()  # the scheduler's process, unless it runs elsewhere (then the plugin's)
-            status, page, data = dashboard_links(cluster)
-            console.print(f"dashboard: {status}\nprorsa page: {page}  data: {data}", soft_wrap=True)
+            links[:] = dashboard_links(cluster)
+            console.print(f"dashboard: {links[0]}", soft_wrap=True)
 
     async with start_progress(run_dir / "engines", engines if cfg.engines.backend == "vllm" else [], say) as watch, \
             open_run_cluster(cluster, cfg, roles, run_dir, console, show_dashboard) as started:
@@ -165,6 +169,8 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
                           "kv_capacity": context.kv_capacity_tokens, "time_unit": unit,
                           "expected": rec.expected}, t0, unit)
+        if links:  # the page and its data exist from here on
+            console.print(f"prorsa page: {links[1]}  data: {links[2]}", soft_wrap=True)
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run))

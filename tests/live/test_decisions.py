@@ -34,14 +34,13 @@ def test_switches_are_said_at_once_and_stays_once_per_kind():
     teller.told(snap(1.0, M, M), Decision({}, "keep P0 D0 M2 3.5 seq-s: gains 0.1"))
     teller.told(snap(2.0, M, M), Decision({}, "keep P0 D0 M2 3.9 seq-s: gains 0.2"))  # same kind: quiet
     teller.told(snap(3.0, M, M), Decision({"engine-1": D}, "move to P0 D1 M1"))
-    teller.told(snap(3.5, M, D), Decision({"engine-1": D}, "move to P0 D1 M1"))  # asks for what is: no switch
+    teller.told(snap(3.5, M, D), Decision({"engine-1": D}, "move to P0 D1 M1"))  # asked again: under way
     teller.told(snap(4.0, M, D), Decision({}, "vote 1/2: keep P1 D1 M0"))
     teller.told(snap(5.0, M, D), Decision({}, "keep P0 D1 M1 2.0 seq-s: gains 0"))  # said before, within the gap
     assert said == [
         "reactive at 1.0 s: stays on 2 mixed: no other split gains enough over the horizon to pay for the "
         "switch (keep P0 D0 M2 3.5 seq-s: gains 0.1)",
         "reactive at 3.0 s: engine-1 mixed -> decode (move to P0 D1 M1)",
-        "reactive at 3.5 s: stays on 1 decode, 1 mixed (move to P0 D1 M1)",
         "reactive at 4.0 s: stays on 1 decode, 1 mixed: a new split must win several intervals in a row "
         "first (vote 1/2: keep P1 D1 M0)",
     ]
