@@ -145,7 +145,7 @@ def one_run(args, workdir: Path, faults: bool, kill_driver_at: float | None = No
     f = workdir / f"{label}.yaml"
     f.write_text(yaml.safe_dump(pipeline(args)))
     out = workdir / label
-    cmd = [sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)]
+    cmd = [sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={out}"]
     wall, makespan, all_faults, driver_kills, session = 0.0, 0.0, [], 0, 0
     while True:
         run_dir, code, output, took, injected, killed = _session(cmd, out, args, faults, args.seed + session,

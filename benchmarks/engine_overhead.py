@@ -143,7 +143,9 @@ async def main(args) -> None:
     from prorsa.live.runtime import DaskTurnRunner
     from prorsa.rollout.router import Router
 
-    cfg = load_pipeline(args.pipeline, {"engines.backend": "vllm", "runtime.dashboard_address": None})
+    # a fixed split: the overhead of a leg, not a policy's moves (the quickstart opens prorsa all mixed)
+    cfg = load_pipeline(args.pipeline, {"engines.backend": "vllm", "runtime.dashboard_address": None,
+                                        "policy": "static:2:1"})
     roles = make_policy(cfg.policy).initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]
     resolve_model_dir(cfg.engines)

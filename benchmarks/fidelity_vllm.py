@@ -32,13 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def live_run(pipeline: Path, seed: int, out: Path) -> Path:
-    raw = yaml.safe_load(pipeline.read_text()) | {"seed": seed}
+    # the split its stored results were measured with (the quickstart's own policy is now prorsa)
+    raw = yaml.safe_load(pipeline.read_text()) | {"seed": seed, "policy": "static:2:1"}
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{pipeline.stem}-seed{seed}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     before = set(out.glob("*/summary.json"))
     print(f"live: prorsa run {pipeline} with seed {seed} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(path), "--output", str(out)], check=True,
+    subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(path), f"output_dir={out}"], check=True,
                    cwd=ROOT, stdout=subprocess.DEVNULL)
     (summary,) = set(out.glob("*/summary.json")) - before
     return summary.parent

@@ -4,8 +4,8 @@
                [--cluster FILE|ADDRESS]                             a live rollout
     prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
-    prorsa sweep SWEEP [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims as Dask tasks
-    prorsa validate FILE...                                         check pipeline and sweep files, run nothing
+    prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
+    prorsa validate FILE...                                         check pipelines, sweeps, cluster files, traces
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
                                                                    plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
@@ -14,8 +14,10 @@
     prorsa calibrate --from-measurements FILE --gpu NAME [--model M]  fit a GPU profile to timed steps
 
 KEY=VALUE overrides any field of the pipeline (workload.prompts=64, engines.vllm.model=DIR), read as
-YAML and checked by the same schema. Bad input ends with one line on stderr and exit code 2; no
-traceback.
+YAML and checked by the same schema (on sweep: fixed for every point, as the file's overrides:).
+--output is always exactly where the command writes: the run folder of run, the results folder of
+sim and sweep, the report folder, the profile file of calibrate. -v logs more, before or after the
+command. Bad input ends with one line on stderr and exit code 2; no traceback.
 """
 
 from __future__ import annotations
@@ -96,6 +98,19 @@ def _failed_start(run_dir: Path, fresh: bool, msg: str) -> str:
     return msg + (f" (engine logs: {run_dir / 'engines'})" if logs else "")
 
 
+def _run_dir_at(target: Path) -> Path:
+    """--output: the run folder itself; a folder that holds anything already is refused, so no
+    run is written over another."""
+    try:
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            _fail(f"--output: {target} exists and is not empty (it is the run folder itself; "
+                  f"output_dir={target} makes a new run folder under it, --resume {target} finishes a stopped run)")
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _fail(f"--output: cannot make {target} ({e.strerror or e})")
+    return target
+
+
 def _new_run_dir(base: Path, name: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = base / f"{name}-{stamp}"
@@ -129,19 +144,41 @@ def _overrides(items: tuple[str, ...], **options) -> dict:
     return given | {k: v for k, v in options.items() if v is not None}
 
 
-@click.group()
-@click.version_option(package_name="prorsa", message="prorsa %(version)s")
-@click.option("-v", "--verbose", is_flag=True, help="Log what Dask and the engines do.")
-def main(verbose: bool) -> None:
-    """Prorsa: agentic RL rollout with prefill/decode disaggregation on Dask."""
+def _log_level(verbose: bool) -> None:
     import dask
 
     # distributed configures its own loggers on import; tell it before it is imported
     dask.config.set({"logging": {"distributed": "info" if verbose else "error",
                                  "tornado": "info" if verbose else "error",
                                  "bokeh": "info" if verbose else "error"}})
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger().setLevel(level)  # a second call (-v after the command) has a handler already
+
+
+def _verbose_after(ctx: click.Context, param: click.Parameter, verbose: bool) -> None:
+    if verbose:  # `prorsa run X -v`: the group has set the quiet level already
+        _log_level(True)
+
+
+VERBOSE_HELP = "Log what Dask and the engines do."
+
+
+def _verbose_everywhere(group: click.Group) -> None:
+    """-v after the command as well as before it (`prorsa run X -v`, `prorsa -v run X`)."""
+    for cmd in group.commands.values():
+        cmd.params.append(click.Option(["-v", "--verbose"], is_flag=True, expose_value=False,
+                                       callback=_verbose_after, help=VERBOSE_HELP))
+        if isinstance(cmd, click.Group):
+            _verbose_everywhere(cmd)
+
+
+@click.group()
+@click.version_option(package_name="prorsa", message="prorsa %(version)s")
+@click.option("-v", "--verbose", is_flag=True, help=VERBOSE_HELP)
+def main(verbose: bool) -> None:
+    """Prorsa: agentic RL rollout with prefill/decode disaggregation on Dask."""
+    _log_level(verbose)
 
 
 @main.command()
@@ -150,7 +187,8 @@ def main(verbose: bool) -> None:
 @click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
 @click.option("--policy", help="Override the policy, e.g. colocated or static:2:1.")
 @click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
-@click.option("--output", type=click.Path(file_okay=False), help="Directory for runs (default: the pipeline's output_dir).")
+@click.option("--output", type=click.Path(file_okay=False),
+              help="The run folder itself, new or empty (default: <output_dir>/<name>-<timestamp>/).")
 @click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
               help="Where the workers run: a cluster file (cluster/slurm.yaml, pbs.yaml, local.yaml) or a "
                    "running scheduler, tcp://host:8786 (default: a LocalCluster).")
@@ -160,7 +198,7 @@ def main(verbose: bool) -> None:
 def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, policy: str | None,
         seed: int | None, output: str | None, cluster_opt: str | None, resume_dir: str | None,
         prior: str | None) -> None:
-    """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/.
+    """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/ (or --output).
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
     from prorsa.metrics.journal import JournalError
     from prorsa.live.resume import open_journal, resume_config
@@ -200,7 +238,7 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     if cfg.engines.backend == "vllm":
         _check_vllm(cfg, pipeline)
     if resume_dir is None:
-        run_dir = _new_run_dir(Path(output or cfg.output_dir), cfg.name)
+        run_dir = _run_dir_at(Path(output)) if output else _new_run_dir(Path(cfg.output_dir), cfg.name)
         (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
     try:
         journal = open_journal(cfg, run_dir)
@@ -243,7 +281,8 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
 @click.option("--ep", type=click.IntRange(min=1), help="Expert parallelism (MoE models).")
 @click.option("--prefix-cache", type=click.Choice(["ideal", "lru"]), help="Override engines.prefix_cache.")
 @click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
-@click.option("--output", type=click.Path(file_okay=False), help="Write results.nc and one run directory per policy here.")
+@click.option("--output", type=click.Path(file_okay=False),
+              help="The results folder itself: results.nc and runs/<policy>/ (default: print only).")
 @PRIOR
 def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | None, gpu: str | None,
         model: str | None, tp: int | None, ep: int | None, prefix_cache: str | None, seed: int | None,
@@ -298,14 +337,17 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
 
 @main.command()
 @click.argument("sweep_file", metavar="SWEEP", type=click.Path(dir_okay=False))
+@OVERRIDES
 @click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
               help="A cluster file (cluster/slurm.yaml, ...) or a running scheduler, tcp://host:8786 "
                    "(default: a LocalCluster).")
 @click.option("--output", type=click.Path(file_okay=False),
-              help="Results directory (default: runs/sweep-<name>); running again resumes it.")
+              help="The results folder itself (default: <output_dir>/sweep-<name>/); running again resumes it.")
 @click.option("--workers", type=click.IntRange(min=1), help="LocalCluster worker processes (default: one per core).")
-def sweep(sweep_file: str, cluster_opt: str | None, output: str | None, workers: int | None) -> None:
-    """Simulate every point of SWEEP's grid as Dask tasks; write sweep.nc and speedup.png."""
+def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, output: str | None,
+          workers: int | None) -> None:
+    """Simulate every point of SWEEP's grid as Dask tasks; write sweep.nc and speedup.png.
+    KEY=VALUE arguments override the base pipeline's fields at every point, e.g. workload.prompts=64."""
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.sim.sweep import sweep_on_cluster
@@ -318,7 +360,8 @@ def sweep(sweep_file: str, cluster_opt: str | None, output: str | None, workers:
         _fail("--workers sizes the LocalCluster; a --cluster brings its own workers")
     console = Console(stderr=False)
     try:
-        done = sweep_on_cluster(Path(sweep_file), cluster, Path(output) if output else None, workers, console)
+        done = sweep_on_cluster(Path(sweep_file), cluster, Path(output) if output else None, workers, console,
+                                _overrides(overrides))
     except ConfigError as e:
         _fail(str(e))
     except ClusterError as e:
@@ -350,7 +393,7 @@ def validate(files: tuple[str, ...]) -> None:
 @main.command()
 @click.argument("pipeline", required=False, type=click.Path(dir_okay=False))
 @click.option("--output", type=click.Path(dir_okay=False),
-              help="Hardware profile to write (default configs/hardware/cpu.yaml; with --from-measurements, "
+              help="The hardware profile file itself (default configs/hardware/cpu.yaml; with --from-measurements, "
                    "the --gpu profile itself); the model profile goes to models/<model>.yaml beside a "
                    "hardware/ directory, else next to it.")
 @click.option("--quick", is_flag=True, help="A few points only: a smoke test, not a profile to keep.")
@@ -585,6 +628,8 @@ def report(inputs: tuple[str, ...], output: str | None, fig_format: str, dpi: in
         _fail(str(e))
     click.echo(f"wrote {written}")
 
+
+_verbose_everywhere(main)
 
 if __name__ == "__main__":
     main()

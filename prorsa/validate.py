@@ -3,7 +3,8 @@
     check_file(path) -> str     a one-line description of a good file; ConfigError otherwise
 
 A trace is told by its `.jsonl` name and read whole (read_trace); a sweep file from a pipeline by
-its `base` key (a pipeline has none), a cluster file by its `kind`; a pipeline is resolved and its
+config/sweep.py's is_sweep (so both commands report the same first error), a cluster file by its
+`kind`; a pipeline is resolved and its
 trace read whole (load_run), a sweep's every point built and its policies checked (load_grid), a
 cluster file's certificates looked for (load_cluster).
 """
@@ -22,12 +23,14 @@ def check_file(path: str | Path) -> str:
     if path.suffix == ".jsonl":
         return _check_trace(path)
     data = read_mapping(path)
-    if "kind" in data and "base" not in data:  # a cluster file (config/cluster.py); a pipeline has no kind
+    from prorsa.config.sweep import is_sweep
+
+    if "kind" in data and not is_sweep(data):  # a cluster file (config/cluster.py); a pipeline has no kind
         from prorsa.config.cluster import load_cluster
 
         spec = load_cluster(path)
         return f"ok: {path} (cluster {spec.kind})"
-    if "base" in data:
+    if is_sweep(data):
         from prorsa.sim.sweep_grid import load_grid
 
         grid = load_grid(path)

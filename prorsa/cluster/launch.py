@@ -1,6 +1,9 @@
 """The one place a cluster file becomes a running Dask cluster.
 
-    open_run_cluster(spec, cfg, roles, run_dir, console) -> RunCluster   async context manager (prorsa run)
+    open_run_cluster(spec, cfg, roles, run_dir, console, on_scheduler) -> RunCluster
+                                                     async context manager (prorsa run); on_scheduler
+                                                     gets what dashboard_links reads as soon as the
+                                                     scheduler answers, before the engines are waited for
     open_sweep_client(spec, workers, console) -> Client                 context manager (prorsa sweep)
 
     local     SpecCluster in this process (cluster/local.py), bound to localhost; TLS if the file says so
@@ -96,9 +99,10 @@ def _teardown_noise_filtered() -> Iterator[_TeardownNoise]:
 
 @contextlib.asynccontextmanager
 async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
-                           console: Console | None = None) -> AsyncIterator[RunCluster]:
+                           console: Console | None = None,
+                           on_scheduler: Callable[[object], None] = lambda cluster: None) -> AsyncIterator[RunCluster]:
     with _teardown_noise_filtered() as noise:
-        async with _open_run_cluster(spec, cfg, roles, run_dir, console) as run:
+        async with _open_run_cluster(spec, cfg, roles, run_dir, console, on_scheduler) as run:
             try:
                 yield run
             finally:
@@ -107,11 +111,11 @@ async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles:
 
 @contextlib.asynccontextmanager
 async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
-                            console: Console | None) -> AsyncIterator[RunCluster]:
+                            console: Console | None, on_scheduler: Callable[[object], None]) -> AsyncIterator[RunCluster]:
     spec, say = spec or LocalSpec(), _teller(console)
     security = make_security(spec.tls)
     if spec.kind == "local":
-        async with await start_local_cluster(cfg, roles, run_dir, spec.host, security) as cluster, \
+        async with await start_local_cluster(cfg, roles, run_dir, spec.host, security, on_scheduler) as cluster, \
                 Client(cluster, asynchronous=True, security=security) as client:
             if security is not None or cfg.runtime.processes:
                 say(f"scheduler: {cluster.scheduler_address}")
@@ -119,17 +123,19 @@ async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles
     elif spec.kind == "address":
         async with _connect(spec, security) as client:
             say(f"scheduler: {spec.address}")
+            dashboard = SimpleNamespace(dashboard_link=client.dashboard_link, scheduler=None)
+            on_scheduler(dashboard)
             async with _adopt_workers(client, spec, cfg, roles, run_dir):
-                yield RunCluster(client, SimpleNamespace(dashboard_link=client.dashboard_link, scheduler=None))
+                yield RunCluster(client, dashboard)
     else:
-        async with _batch_cluster(spec, cfg, roles, run_dir, security, say) as run:
+        async with _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler) as run:
             yield run
 
 
 # --- batch systems -------------------------------------------------------------------------------
 
 @contextlib.asynccontextmanager
-async def _batch_cluster(spec, cfg, roles, run_dir, security, say) -> AsyncIterator[RunCluster]:
+async def _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler) -> AsyncIterator[RunCluster]:
     from prorsa.cluster.jobs import run_jobs, start_job_cluster, submit
 
     _check_commands(spec)
@@ -137,6 +143,7 @@ async def _batch_cluster(spec, cfg, roles, run_dir, security, say) -> AsyncItera
                                       spec.scheduler.dashboard_address or cfg.runtime.dashboard_address)
     try:
         say(f"scheduler: {cluster.scheduler_address}")
+        on_scheduler(cluster)
         async with Client(cluster, asynchronous=True, security=security) as client:
             try:
                 jobs = await submit(cluster, run_jobs(spec, cfg, roles))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 
 import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
@@ -124,9 +125,10 @@ def lost_worker_timeout_s(cfg: PipelineConfig) -> float:
 
 
 async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path, host: str = "127.0.0.1",
-                              security=None) -> SpecCluster:
+                              security=None, on_scheduler: Callable[[SpecCluster], None] | None = None) -> SpecCluster:
     """`security` (TLS) puts even in-process workers on tls:// sockets, so every connection to the
-    scheduler, the driver's own included, must show a certificate."""
+    scheduler, the driver's own included, must show a certificate. `on_scheduler` is called once
+    the scheduler (and its dashboard) is up, before the workers start their engines."""
     # read when a worker is lost, long after start: set for the process, not for this block
     dask.config.set({"distributed.deploy.lost-worker-timeout": f"{lost_worker_timeout_s(cfg)}s"})
     quiet_survived_faults()  # the scheduler here sees workers die too
@@ -148,13 +150,17 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
     }
     with dask.config.set(SCHEDULER_CONFIG), _engine_failures_unlogged():  # config read at scheduler start
         cluster = SpecCluster(
-            workers=worker_specs(cfg, roles, run_dir, security, host),
+            workers={},  # the scheduler first, so its dashboard is there while the engines start
             scheduler=scheduler,
             asynchronous=True,
             name=f"prorsa-{cfg.name}",
             security=security,
         )
         try:
+            await cluster
+            if on_scheduler is not None:
+                on_scheduler(cluster)
+            cluster.worker_spec.update(worker_specs(cfg, roles, run_dir, security, host))
             return await cluster
         except RuntimeError as e:  # "Worker failed to start.": the engine's own error says why
             await cluster.close()  # the scheduler and the workers that did start

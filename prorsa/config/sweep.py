@@ -2,7 +2,9 @@
 
     SweepSpec                  the file as a frozen pydantic model; unknown keys are errors
     ModelChoice                one value of the model axis: a profile name, optionally its tp/ep
-    load_sweep(path)           parse and validate -> SweepSpec, or one ConfigError line
+    load_sweep(path, overrides)  parse and validate -> SweepSpec, or one ConfigError line;
+                               overrides (the command line's) go over the file's overrides:
+    is_sweep(data)             a file's top-level mapping is a sweep's, not a pipeline's
 
     name: paper                          # default: the file's stem
     base: ../../pipelines/sim-paper.yaml # relative to this file
@@ -92,9 +94,21 @@ class SweepSpec(_Strict):
         return self
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
+def is_sweep(data: dict[str, Any]) -> bool:
+    """A sweep names its base, axes or overrides; a file without them is still one when an axis
+    holds a list (`policy: [a, b]`: the README's shape before `axes:`), which no pipeline field
+    of that name does. `prorsa validate` asks this, so it reads such a file as `prorsa sweep` does."""
+    if {"base", "axes", "overrides"} & data.keys():
+        return True
+    return any(isinstance(data.get(axis), list) for axis in AXIS_KEYS)
+
+
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> SweepSpec:
     path = Path(path)
     data = read_mapping(path)
+    given = data.get("overrides", {})
+    if overrides and isinstance(given, dict):  # a bad overrides: in the file is the schema's to report
+        data = data | {"overrides": given | overrides}
     try:
         spec = SweepSpec.model_validate({"name": path.stem} | data)
     except ValidationError as e:

@@ -169,6 +169,7 @@ class Prorsa:
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
         self._held: tuple[int, int, int] | None = None  # a rehearsed split, kept until the next step
+        self.opening_reason = ""  # why initial_roles chose its split, in words
         self._held_on_prior = False  # ... rehearsed on the prior's trajectories: dropped if they prove wrong
         self._decode_mean: float | None = None  # the last step's mean decode, for the drift
         # (current, goal) -> the last trajectory completed when its replay refused the move
@@ -191,7 +192,21 @@ class Prorsa:
         goal = self._steady_split(self.prior, n_engines)
         p, d, m = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
         self._held_on_prior = self._held is not None
+        self.opening_reason = self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def _why_opening(self, split: tuple[int, int, int], n_engines: int) -> str:
+        """initial_roles' choice in words, for the run's console."""
+        if self._held_on_prior:
+            return (f"of the splits rehearsed on {len(self.prior_trajectories)} earlier trajectories, the one that "
+                    "ended soonest; held through the first step")
+        if self.prior is None:
+            return ("no prior: every engine serves both phases until the run has shown its workload "
+                    "(an earlier run as --prior picks a split from the start)")
+        if split == (0, 0, n_engines):
+            return "the prior's steady state scores no split clearly better than all mixed"
+        return (f"the steady state of the prior's means ({self.prior.turns:.1f} turns of "
+                f"{self.prior.decode_tokens:.0f} decoded tokens)")
 
     def _prior_contradicted(self) -> str:
         """Why the prior is not this run's workload ("" while it may be): a mean the run has

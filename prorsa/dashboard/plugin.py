@@ -28,6 +28,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
 from prorsa.cluster.lifecycle_plugin import engine_loads
+from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.feed import PLUGIN_NAME, DashboardFeed
 from prorsa.dashboard.state import LiveState
 from prorsa.metrics.recorder import RunRecorder
@@ -67,6 +68,7 @@ class DashboardPlugin(SchedulerPlugin):
         try:
             app.add_handlers(r".*", [(self.prefix + JSON_PATH, _StateHandler, {"plugin": self})])
             if "dashboard" in scheduler.services and _has_bokeh_dashboard(app):
+                quiet_disconnects()  # a scheduler in another process than the run's
                 _add_page(scheduler, self)
         except Exception:  # a missing page must not take the run down
             log.exception("prorsa dashboard: could not add the page")

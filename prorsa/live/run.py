@@ -28,13 +28,16 @@ from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, make_policy
+from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.base import ModelsWeightUpdates
 from prorsa.engine.registry import engine_name, resolve_model_dir
 from prorsa.live.controller import LiveController
+from prorsa.live.decisions import DecisionTeller
 from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner
+from prorsa.live.start_progress import start_progress
 from prorsa.live.training import open_learner, warm_start
 from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
@@ -127,17 +130,30 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     engines = [engine_name(i) for i in range(cfg.engines.count)]
     console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
                   f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
+    def say(line: str) -> None:  # a line as it is: engine and policy words hold brackets
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+    teller = DecisionTeller(say, policy)
+    teller.opening(roles)
     t_boot = time.time()
     cfg = await warm_start(cfg, run_dir, console)  # RL: the engines start from the warmed-up weights
     run = replace(run, cfg=cfg)
     if cfg.engines.backend == "vllm":  # once here, not once per engine worker
         model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
-        console.print(f"model: {model_dir}")
-    async with open_run_cluster(cluster, cfg, roles, run_dir, console) as started:
-        client = started.client
+        console.print(f"model: {model_dir}\nengine logs: {run_dir / 'engines'}/engine-<i>.log", soft_wrap=True)
+
+    links: list[str] = []
+
+    def show_dashboard(cluster) -> None:  # before the wait for the engines: the status page shows it
         if cfg.runtime.dashboard_address is not None:
-            status, page, data = dashboard_links(started.dashboard)
-            console.print(f"dashboard: {status}\nprorsa page: {page}  data: {data}", soft_wrap=True)
+            quiet_disconnects()  # the scheduler's process, unless it runs elsewhere (then the plugin's)
+            links[:] = dashboard_links(cluster)
+            console.print(f"dashboard: {links[0]}", soft_wrap=True)
+
+    async with start_progress(run_dir / "engines", engines if cfg.engines.backend == "vllm" else [], say) as watch, \
+            open_run_cluster(cluster, cfg, roles, run_dir, console, show_dashboard) as started:
+        watch.stop()
+        client = started.client
         addresses = await engine_addresses(client)
         info = await client.run(_engine_info, workers=[addresses[engines[0]]])
         needs_ids, vocab = next(iter(info.values()))
@@ -153,12 +169,15 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
                           "kv_capacity": context.kv_capacity_tokens, "time_unit": unit,
                           "expected": rec.expected}, t0, unit)
+        if links:  # the page and its data exist from here on
+            console.print(f"prorsa page: {links[1]}  data: {links[2]}", soft_wrap=True)
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run))
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
+        controller.on_decision = teller.told
         environment = driver_environment(cfg, client)
         learner = None if cfg.train is None else await open_learner(
             cfg, run_dir, client, addresses, lambda: time.time() - t0)

@@ -18,7 +18,8 @@ once the engine serves only `new`, and raises to leave the engine in `old`); it 
 `decide(snapshot)`, where the policy runs, `empties(engine, old, new)`, whether a switch
 needs the engine empty (a change of parallelism: the router then sends it nothing meanwhile), and
 `pause()`, how long to wait before the next step (a body sharing its CPU with the rollout waits
-longer after a dear step). A CPU cost spent off the loop's thread is added with `spent(cpu_s)`.
+longer after a dear step). A CPU cost spent off the loop's thread is added with `spent(cpu_s)`;
+`on_decision(snapshot, decision)`, when set, hears every decision once it is recorded.
 Everything else, the router's bookkeeping, the records and the skipping of engines already
 switching, is here once, so the live Dask controller and the simulator's differ only in transport.
 """
@@ -71,6 +72,7 @@ class ControlLoop:
         self._recent: deque[TrajectorySpec] = deque(maxlen=RECENT_FINISHED)  # see _recent_finished
         self._converted = 0  # recorder trajectories already looked at
         self._recent_tuple: tuple[TrajectorySpec, ...] = ()
+        self.on_decision: Callable[[Snapshot, Decision], None] | None = None
 
     def trajectory_done(self, result: TrajectoryResult) -> None:
         """A live agent may answer before its last planned turn; no task says so to the body's
@@ -144,6 +146,8 @@ class ControlLoop:
     def _record(self, snap: Snapshot, decision: Decision) -> None:
         self.rec.control(ControlRecord(snap.time_s, {e.engine_id: e.role for e in snap.engines},
                                        decision.reason, decision.forecast, dict(decision.forecast_error)))
+        if self.on_decision is not None:
+            self.on_decision(snap, decision)
 
     def _with_ended(self, snap: Snapshot) -> Snapshot:
         if not self._ended:

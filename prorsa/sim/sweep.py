@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from distributed import Client, as_completed
 from rich.console import Console
@@ -55,8 +56,8 @@ def simulate_point(cfg: PipelineConfig, spec: str) -> dict:
 
 
 def sweep_on_cluster(path: Path, cluster: ClusterSpec | None, out: Path | None, workers: int | None,
-                     console: Console) -> Outcome:
-    grid = load_grid(path)  # a bad file fails before any cluster starts
+                     console: Console, overrides: dict[str, Any] | None = None) -> Outcome:
+    grid = load_grid(path, overrides)  # a bad file fails before any cluster starts
     with open_sweep_client(cluster, workers, console) as client:
         return run_sweep(grid, out, client, console)
 

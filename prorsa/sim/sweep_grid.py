@@ -3,7 +3,8 @@
     DIMS                          the Dataset's dimensions, in order
     Point                         one simulation: its cell, policy label and spec, pipeline, key
     Grid                          the points and each dimension's coordinate values
-    load_grid(path) -> Grid       the sweep file read and expanded
+    load_grid(path, overrides)    the sweep file read (command-line KEY=VALUE over its overrides:)
+                                  and expanded
     expand(spec, source) -> Grid  every point, each pipeline and policy checked up front; a bad
                                   point is one ConfigError line with the sweep file and its coordinates
 
@@ -87,8 +88,8 @@ def expand(spec: SweepSpec, source: Path) -> Grid:
     return Grid(spec, points, coords, models)
 
 
-def load_grid(path: Path) -> Grid:
-    return expand(load_sweep(path), path)
+def load_grid(path: Path, overrides: dict[str, Any] | None = None) -> Grid:
+    return expand(load_sweep(path, overrides), path)
 
 
 def _fill_model(m: ModelChoice, base: PipelineConfig) -> ModelChoice:

@@ -70,7 +70,7 @@ def test_a_pipeline_runs_on_a_running_scheduler_and_leaves_it_as_it_was(tmp_path
     pipeline.write_text(yaml.safe_dump(PIPELINE))
     out = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--cluster", address,
-                           "--output", str(out)], capture_output=True, text=True, timeout=300)
+                           f"output_dir={out}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = out.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -95,7 +95,7 @@ def test_missing_workers_are_named_in_one_error_line(tmp_path, hand_made_cluster
     pipeline.write_text(yaml.safe_dump(PIPELINE | {"engines": PIPELINE["engines"] | {"count": 3},
                                                    "policy": "static:2:1"}))
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--cluster", str(spec),
-                           "--output", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+                           f"output_dir={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr == f"error: {spec}: 1 worker(s) did not join within 1 s: engine-2\n"
     assert list((tmp_path / "runs").iterdir()) == []  # a start that failed leaves no half-made run
@@ -106,7 +106,7 @@ def test_an_address_that_does_not_answer_is_one_error_line(tmp_path):
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(yaml.safe_dump(PIPELINE))
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--cluster",
-                           "tcp://127.0.0.1:9", "--output", str(tmp_path / "runs")],
+                           "tcp://127.0.0.1:9", f"output_dir={tmp_path / 'runs'}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: tcp://127.0.0.1:9: cannot connect to tcp://127.0.0.1:9 (")

@@ -71,7 +71,7 @@ def expect_all_cancelled(batch, jobs: list[str]) -> None:
 def test_a_pipeline_runs_on_batch_jobs_and_they_are_cancelled_after(tmp_path, fake_batch, kind):
     out = tmp_path / "runs"
     proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(cluster_file(tmp_path, kind)),
-                  "--output", str(out), env=fake_batch.env())
+                  f"output_dir={out}", env=fake_batch.env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
 
@@ -129,7 +129,7 @@ def test_engine_and_tool_jobs_join_with_their_roles_resources_and_engines(tmp_pa
 def test_an_interrupted_run_cancels_its_jobs(tmp_path, fake_batch, sig):
     longer = pipeline_file(tmp_path, prompts=8, group_size=4, steps=50, tool_time_scale=1.0)
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "run", str(longer), "--cluster",
-                             str(cluster_file(tmp_path, "slurm")), "--output", str(tmp_path / "runs")],
+                             str(cluster_file(tmp_path, "slurm")), f"output_dir={tmp_path / 'runs'}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=fake_batch.env())
     try:
         seen = ""
@@ -152,7 +152,7 @@ def test_an_interrupted_run_cancels_its_jobs(tmp_path, fake_batch, sig):
 def test_a_job_that_never_joins_is_one_error_line_and_cancelled(tmp_path, fake_batch):
     # a prologue that never returns: the job is queued (here: running) but its worker never starts
     spec = cluster_file(tmp_path, "slurm", start_timeout_s=3, jobs={"prologue": ["sleep 600"]})
-    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), "--output", str(tmp_path / "runs"),
+    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), f"output_dir={tmp_path / 'runs'}",
                   env=fake_batch.env())
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: {spec}: 4 worker(s) did not join within 3 s: engine-0 (job ")
@@ -163,7 +163,7 @@ def test_a_job_that_never_joins_is_one_error_line_and_cancelled(tmp_path, fake_b
 def test_no_sbatch_on_path_is_one_error_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
     spec = cluster_file(tmp_path, "slurm")
-    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), "--output", str(tmp_path / "runs"),
+    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), f"output_dir={tmp_path / 'runs'}",
                   env=dict(__import__("os").environ))
     assert proc.returncode == 2
     assert proc.stderr == f"error: {spec}: kind slurm: sbatch not found on PATH (run prorsa where jobs can be " \
@@ -178,7 +178,7 @@ def test_a_refused_submission_is_one_error_line(tmp_path, fake_batch):
                                            "exit 1\n")
     (fake_batch.bin / "sbatch").chmod(0o755)
     spec = cluster_file(tmp_path, "slurm")
-    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), "--output", str(tmp_path / "runs"),
+    proc = prorsa("run", str(pipeline_file(tmp_path)), "--cluster", str(spec), f"output_dir={tmp_path / 'runs'}",
                   env=fake_batch.env())
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr == (f"error: {spec}: slurm job submission failed: sbatch: error: Batch job submission "

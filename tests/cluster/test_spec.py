@@ -71,7 +71,7 @@ def test_a_bad_cluster_file_is_one_error_line_and_exit_2(tmp_path, text, expecte
     spec.write_text(text)
     (tmp_path / "p.yaml").write_text(PIPELINE)
     out = tmp_path / "runs"
-    result = CliRunner().invoke(main, ["run", str(tmp_path / "p.yaml"), "--cluster", str(spec), "--output", str(out)])
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "p.yaml"), "--cluster", str(spec), f"output_dir={out}"])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {spec}: {expected}"), result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.output

@@ -80,7 +80,7 @@ def test_a_tls_cluster_runs_a_pipeline_and_refuses_clients_without_its_certifica
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(yaml.safe_dump(PIPELINE))
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--cluster", str(spec),
-                             "--output", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             f"output_dir={tmp_path / 'runs'}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         seen = ""

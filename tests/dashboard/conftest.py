@@ -32,7 +32,7 @@ class LiveRun:
         f = tmp_path / "p.yaml"
         f.write_text(pipeline)
         self.out_dir = tmp_path / "runs"
-        self.proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(self.out_dir)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={self.out_dir}"],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()

@@ -239,7 +239,7 @@ def test_engines_that_do_not_start_end_the_run_with_one_error_line(tmp_path):
     text = (Path(__file__).resolve().parents[2] / "pipelines" / "quickstart.yaml").read_text()
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text(text.replace("    cores_per_engine: 1", "    cores_per_engine: 1\n    start_timeout_s: 1"))
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--output", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), f"output_dir={tmp_path}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(f"error: {pipeline}: engines did not start: ") and \

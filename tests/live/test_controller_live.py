@@ -39,7 +39,7 @@ runtime: {turn_shape: driver, metrics_interval_s: 0.2, control_interval_s: 0.2, 
 def test_prorsa_switches_roles_and_every_trajectory_completes_once(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text(MOE)
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(tmp_path / "runs")],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={tmp_path / 'runs'}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -197,7 +197,7 @@ def test_live_prorsa_rehearses_the_step_that_ran_before_the_next(tmp_path):
     the simulator under every candidate split, and the second step starts on its pick."""
     f = tmp_path / "p.yaml"
     f.write_text(STEPS)
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(tmp_path / "runs")],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={tmp_path / 'runs'}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()

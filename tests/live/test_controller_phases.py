@@ -40,7 +40,7 @@ LOOKS = 3  # runs of prorsa and of the best static split, at most
 
 def _run(policy: str, out: Path, *extra: str) -> Path:
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(PIPELINE), "--policy", policy,
-                           "--output", str(out), *extra], capture_output=True, text=True, timeout=400)
+                           f"output_dir={out}", *extra], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
     return run_dir

@@ -24,7 +24,7 @@ def run(tmp_path: Path, policy="static:2:1", mode="sync", shape="in_task", runti
     f = tmp_path / "p.yaml"
     f.write_text(PIPELINE.format(policy=policy, mode=mode, shape=shape, runtime=runtime, extra=extra))
     out = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={out}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr

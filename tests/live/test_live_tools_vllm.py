@@ -1,9 +1,11 @@
 """Live mode on one real vLLM CPU engine with the tiny random model: its text drives the loop.
 
 The model emits no valid tool call, so every turn must come back as an error observation with
-its status recorded, and the runtime must end each trajectory at the turn cap."""
+its status recorded, and the runtime must end each trajectory at the turn cap. A run that ends
+normally stops its engine without a traceback in the engine's log; its start is told step by step."""
 
 import asyncio
+import io
 import math
 
 import pyarrow.parquet as pq
@@ -28,7 +30,13 @@ def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
                         "max_response_tokens": 24},
         "runtime": {"dashboard_address": None, "metrics_interval_s": 0.5},
     })
-    summary = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True)))
+    console = Console(file=io.StringIO(), width=200)
+    summary = asyncio.run(run_live(cfg, tmp_path, console))
+    said = console.file.getvalue()
+    # the wait for the engine is told as it goes: where its log is, and each step of its start
+    assert f"engine logs: {tmp_path / 'engines'}" in said
+    assert said.index("engine-0: server started") < said.index("engine-0: loading the model") < \
+        said.index("engine-0: healthy; warming up") < said.index("engines ready"), said
     assert summary["trajectories_completed"] == 4 and summary["trajectories_failed"] == 0
     rows = pq.read_table(tmp_path / "trajectories.parquet").to_pylist()
     assert len({r["traj_id"] for r in rows}) == 4
@@ -45,3 +53,6 @@ def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
     # a random model writes no tool call: error observations, and the cap ends the trajectories
     assert summary["tool_calls"].get("error", 0) >= 3 * MAX_TURNS
     assert sum(len(r["turns"]) == MAX_TURNS for r in rows) >= 3
+    # the engine was stopped in order: vLLM logged no EngineDeadError (nor any other traceback)
+    logs = list((tmp_path / "engines").glob("*.log"))
+    assert logs and all("Traceback" not in log.read_text(errors="replace") for log in logs)

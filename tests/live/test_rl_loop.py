@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(pipeline: Path, out: Path, timeout: float) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--output", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), f"output_dir={out}"],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-4000:] + proc.stderr[-4000:]

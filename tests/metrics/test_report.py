@@ -43,7 +43,7 @@ def live_run(base: Path, policy: str) -> Path:
     f = base / f"{policy.replace(':', '_')}.yaml"
     f.write_text(PIPELINE.format(policy=policy))
     out = base / "runs" / policy.replace(":", "_")
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={out}"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = out.iterdir()

@@ -44,7 +44,7 @@ def test_a_tool_that_hangs_past_its_timeout_becomes_a_timeout_observation(tmp_pa
     specs = expected_specs(pipeline)
     out = tmp_path / "runs"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), "--output", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(pipeline), f"output_dir={out}"],
                           capture_output=True, text=True, timeout=120,
                           env=os.environ | {"PYTHONPATH": str(tmp_path)})
     took = time.monotonic() - t0
@@ -82,7 +82,7 @@ def test_killing_an_engine_worker_process_mid_rollout_loses_no_trajectory(tmp_pa
     pipeline = write_pipeline(tmp_path / "p.yaml", runtime=", processes: true, turn_retries: 3")
     specs = expected_specs(pipeline)
     out = tmp_path / "runs"
-    proc = start("run", str(pipeline), "--output", str(out))
+    proc = start("run", str(pipeline), f"output_dir={out}")
     try:
         run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
         pid = wait_for(lambda: _pid(run_dir, engine), 60, proc)

@@ -354,7 +354,7 @@ def test_run_refuses_a_broken_trace_before_starting_a_cluster(n):
     @given(broken_traces())
     def check(raw):
         trace.write_bytes(raw)
-        r = _invoke("run", str(f), "--output", str(WORK / "runs"))
+        r = _invoke("run", str(f), f"output_dir={WORK / 'runs'}")
         assert_clean(r, str(f), must_fail=True)
         assert not (WORK / "runs").exists()  # refused before a run directory, let alone a cluster
 

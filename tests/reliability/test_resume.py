@@ -27,7 +27,7 @@ def test_sigkilled_driver_resumes_to_every_trajectory_exactly_once(tmp_path):
     pipeline = write_pipeline(tmp_path / "p.yaml")
     specs = expected_specs(pipeline)
     out = tmp_path / "runs"
-    proc = start("run", str(pipeline), "--output", str(out))
+    proc = start("run", str(pipeline), f"output_dir={out}")
     run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
     t0 = time.monotonic()
     wait_for(lambda: _committed(run_dir) >= 3, 120, proc)

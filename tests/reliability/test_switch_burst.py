@@ -137,7 +137,7 @@ def test_switching_roles_during_a_prefill_burst_loses_and_repeats_nothing(tmp_pa
     t0 = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, __file__, "run", str(pipeline), "--policy", "burst-swap", "--output", str(out)],
+            [sys.executable, __file__, "run", str(pipeline), "--policy", "burst-swap", f"output_dir={out}"],
             capture_output=True, text=True, timeout=STALLED_S, env=os.environ | {"BURST_LEDGER": str(ledger_file)})
     except subprocess.TimeoutExpired as e:  # a leg stranded by a switch: the run never ends
         progress = (e.stdout or b"").decode(errors="replace").strip().splitlines()[-3:]

@@ -64,7 +64,7 @@ def _run_and_kill(tmp_path: Path, processes: bool, victim_pid) -> tuple[Path, di
     pipeline.write_text(PIPELINE.format(processes=str(processes).lower()))
     specs = expected_specs(pipeline)
     out = tmp_path / "runs"
-    proc = start("run", str(pipeline), "--output", str(out))
+    proc = start("run", str(pipeline), f"output_dir={out}")
     try:
         run_dir = wait_for(lambda: next(iter(out.glob("kill-*")), None), 120, proc)
         wait_for(lambda: _committed(run_dir) >= 4, 900, proc, every=0.5)

@@ -8,7 +8,7 @@
                     a minute on CPU, so call it from a thread, not an event loop)
       .alive()      the process is running
       .healthy()    GET /health answers 200
-      .stop()       SIGTERM to the process group, SIGKILL after a grace period, wait
+      .stop()       SIGTERM to the API server, SIGKILL to its group after a grace period, wait
       .restart()    stop, then start again (fresh ports, so a half-dead old socket never answers)
 
 Every engine is a server of its own: an HTTP port, a NIXL side-channel port (how decode engines
@@ -304,7 +304,9 @@ class VllmServer:
         if proc is None:
             return
         try:
-            os.killpg(proc.pid, signal.SIGTERM)  # vLLM shuts its engine core and workers down
+            # the API server alone: it stops its engine core and workers in order. Signalled with
+            # them, the core dies first and the server logs an EngineDeadError at every shutdown
+            os.kill(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
