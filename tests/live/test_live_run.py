@@ -101,10 +101,10 @@ def test_a_trajectory_migrates_live_while_its_tool_runs_and_nothing_is_lost(tmp_
     finds its context cached there."""
     f = tmp_path / "p.yaml"
     f.write_text(MIGRATE)
-    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(tmp_path / "runs")],
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), "--output", str(run_dir)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trajectories_completed"] == 24 and summary["trajectories_failed"] == 0
     assert summary["turns_retried"] == 0 and summary["turns_migrated"] > 0
