@@ -40,6 +40,6 @@ class WorkerEngineHost(EngineHost):
 
 
 class WorkerToolHost(ToolHost):
-    def setup(self, worker) -> None:
+    async def setup(self, worker) -> None:
         if str(worker.name).startswith(TOOL_PREFIX):
-            super().setup(worker)
+            await super().setup(worker)

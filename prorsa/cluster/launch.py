@@ -36,7 +36,7 @@ from distributed.core import Status
 from rich.console import Console
 
 from prorsa.cluster.hosts import WorkerEngineHost, WorkerToolHost
-from prorsa.cluster.security import make_security
+from prorsa.cluster.security import exposure, make_security
 from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
@@ -114,6 +114,8 @@ async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles
                             console: Console | None, on_scheduler: Callable[[object], None]) -> AsyncIterator[RunCluster]:
     spec, say = spec or LocalSpec(), _teller(console)
     security = make_security(spec.tls)
+    if (warning := _exposure(spec, security)) is not None:
+        say(warning)
     if spec.kind == "local":
         async with await start_local_cluster(cfg, roles, run_dir, spec.host, security, on_scheduler) as cluster, \
                 Client(cluster, asynchronous=True, security=security) as client:
@@ -130,6 +132,14 @@ async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles
     else:
         async with _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler) as run:
             yield run
+
+
+def _exposure(spec: ClusterSpec, security) -> str | None:
+    """The warning for a scheduler this spec starts beyond this machine without TLS (a running
+    scheduler's address is not ours to judge)."""
+    if spec.kind == "address":
+        return None
+    return exposure(spec.host if spec.kind == "local" else spec.scheduler.host, security)
 
 
 # --- batch systems -------------------------------------------------------------------------------
@@ -304,6 +314,8 @@ def open_sweep_client(spec: ClusterSpec | None, workers: int | None,
 def _sweep_client(spec: ClusterSpec | None, workers: int | None, console: Console | None) -> Iterator[Client]:
     spec, say = spec or LocalSpec(), _teller(console)
     security = make_security(spec.tls)
+    if (warning := _exposure(spec, security)) is not None:
+        say(warning)
     if spec.kind == "local":
         from distributed import LocalCluster
 

@@ -2,12 +2,16 @@
 
     make_security(tls) -> Security | None     one certificate for every role (scheduler, workers,
                                                the driver's client), all signed by one CA
+    exposure(host, security) -> str | None     the warning a scheduler listening beyond this
+                                               machine without TLS gets (None: loopback or TLS)
 
 distributed requires a certificate from both ends of every connection (mutual TLS), so a client
 that cannot present one signed by the CA is refused at the handshake.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from distributed.security import Security
 
@@ -23,3 +27,23 @@ def make_security(tls: TlsSettings | None) -> Security | None:
         pair[f"tls_{role}_key"] = tls.key
     return Security(tls_ca_file=tls.ca_file, require_encryption=tls.require_encryption, **pair)
 
+
+
+def exposure(host: str | None, security: Security | None) -> str | None:
+    """Dask's protocol runs whatever a peer sends it: reachable from the network without mutual
+    TLS, a scheduler lets anyone who reaches it run code as this user. `host` None: every
+    interface (what a batch cluster file's scheduler needs by default)."""
+    if security is not None or (host is not None and _loopback(host)):
+        return None
+    return (f"warning: the Dask scheduler listens on {host or 'every interface'} without TLS: anyone "
+            "who can reach it can run code as this user; a tls: section in the cluster file turns "
+            "on mutual TLS (cluster/slurm-tls.yaml)")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False

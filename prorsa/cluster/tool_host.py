@@ -2,7 +2,8 @@
 
     ToolHost(cfg, seed, model_dir)   WorkerPlugin for tool workers: builds the ToolEnvironment
                                   once (a search index, loaded user tools) at worker start, and
-                                  in live mode the model's tokenizer and the call parser
+                                  in live mode the model's tokenizer and the call parser; logs
+                                  what the sandbox goes without when a tool runs in it
     run_tool(call) -> Observation       in a task on a tool worker: one real call
     respond(generated_ids) -> LiveStep  live mode, in a task on a tool worker: the turn's text
                                         parsed, its calls run, the observation in tokens
@@ -19,6 +20,7 @@ never the worker's event loop that the scheduler, the engines and the driver sha
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from distributed import WorkerPlugin, get_worker
 
@@ -26,12 +28,15 @@ from prorsa.agent.datasets.base import Task
 from prorsa.agent.environment import Observation, ReplayEnvironment, ToolEnvironment, dataset_tasks
 from prorsa.agent.live_episode import ChatFormat, LiveEnvironment, LiveStep, Responder
 from prorsa.agent.rewards import Score
-from prorsa.agent.tools import ToolCall, ToolCallParser
+from prorsa.agent.tools import CommandTool, ToolCall, ToolCallParser
+from prorsa.agent.tools.python_tool import PythonTool
+from prorsa.agent.tools.sandbox import probe
 from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 
 PLUGIN_NAME = "prorsa-tools"
+logger = logging.getLogger("prorsa.tools")
 
 
 class ToolHost(WorkerPlugin):
@@ -44,12 +49,25 @@ class ToolHost(WorkerPlugin):
         self.env: ToolEnvironment | None = None
         self.responder: Responder | None = None
 
-    def setup(self, worker) -> None:
+    async def setup(self, worker) -> None:
         quiet_survived_faults()  # a tool worker fetches decode results from engine workers
         self.env = ToolEnvironment.from_config(self.cfg, self.seed)
         if self.cfg.mode == "live":
             self.responder = Responder(self.env, ChatFormat.load(self.model_dir),
                                        ToolCallParser(formats=tuple(self.cfg.parser)))
+        if any(isinstance(t, (PythonTool, CommandTool)) for t in self.env.toolbox.tools.values()):
+            await log_sandbox(worker.name)
+
+
+async def log_sandbox(where: str) -> None:
+    """Say at start, not in every call's output, what the sandbox here cannot give: a run whose
+    sandbox cannot start at all would otherwise show it only as CRASH observations."""
+    found = await probe()
+    if found.error is not None:
+        logger.warning("%s: the tool sandbox cannot start here; sandboxed tool calls will crash: %s",
+                       where, found.error)
+    for note in found.notes:
+        logger.warning("%s: tool sandbox: %s", where, note)
 
 
 def _host() -> ToolHost:

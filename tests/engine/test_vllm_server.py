@@ -51,6 +51,16 @@ def test_env_pins_cores_and_ports():
     assert "VLLM_CPU_OMP_THREADS_BIND" not in gpu and "PRORSA_NIXL_PROGRESS_NICE" not in gpu
 
 
+def test_env_keeps_a_local_server_on_loopback():
+    env = build_env(ServerSpec(Path("/m")), side_channel_port=1, base={})
+    assert env["UCX_NET_DEVICES"] == "lo" and env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert env["GLOO_SOCKET_IFNAME"] == "lo"
+    mine = build_env(ServerSpec(Path("/m")), side_channel_port=1, base={"UCX_NET_DEVICES": "ib0"})
+    assert mine["UCX_NET_DEVICES"] == "ib0"  # set explicitly: wider on purpose
+    reachable = build_env(ServerSpec(Path("/m"), nixl_host="10.0.0.5"), side_channel_port=1, base={})
+    assert "UCX_NET_DEVICES" not in reachable and reachable["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.5"
+
+
 def test_omp_bind_splits_cores_over_tp_ranks():
     assert omp_bind((0, 1, 2, 3), tp=2) == "0,1|2,3"
     with pytest.raises(ValueError):

@@ -2,22 +2,29 @@
 
     SandboxLimits(...)                     what one call may use (frozen; defaults suit a tool call)
     await run_sandboxed(source=... | argv=..., limits=..., files=...) -> SandboxRun
-    await probe() -> str | None            why sandboxes cannot start here, or None when they can
+    await probe() -> Probe                 whether sandboxes start here, and what they go without
     SandboxRun.kind                        "ok" | "exit" | "signal" | "timeout" | "cpu" |
                                            "overflow" | "setup": how the call ended
 
 Every call gets a fresh scratch directory (its cwd, HOME and TMPDIR), seeded with `files`, and
 removed afterwards. The launcher (sandbox_child.py) enters new mount, network, pid and ipc
-namespaces (plus a user namespace when not root), so: the whole filesystem is read-only except
-the scratch directory; there is no network, not even loopback; when the call ends, everything it
-started is killed with its pid namespace. Started as root, it also drops to a fresh unprivileged
-uid, so RLIMIT_NPROC applies and the namespaces cannot be undone. It dies with its caller, and
-by itself DEADLINE_GRACE_S after its wall limit. Nothing here raises for what the code does: a
-crash, a timeout, a memory or fork bomb, an output flood all end as a SandboxRun.
+namespaces (plus a user namespace when not root) and a root of its own, so:
+- the filesystem is the system directories (/usr, /etc, /bin, /lib...) and the interpreter,
+  read-only, the scratch directory, read-write, and a few character devices; nothing else of the
+  host is there (no /tmp, /run, /var, /home, /sys), so neither are the Unix sockets kept there;
+- /proc is the sandbox's own: it lists only the call's processes (or, where proc cannot be
+  mounted, nothing: probe() says so);
+- there is no network, not even loopback;
+- when the call ends, everything it started is killed with its pid namespace.
+Started as root, it also drops to a fresh unprivileged uid, so RLIMIT_NPROC applies and the
+namespaces cannot be undone; started unprivileged, it drops the capabilities its user namespace
+gave it. It dies with its caller, and by itself DEADLINE_GRACE_S after its wall limit. Nothing
+here raises for what the code does: a crash, a timeout, a memory or fork bomb, an output flood
+all end as a SandboxRun.
 
 Needs Linux 5.12+ (mount_setattr) and root or unprivileged user namespaces; probe() says when
-they are missing, and then no code runs. What is readable stays readable: the sandbox keeps the
-code from changing or reaching anything, not from reading world-readable files.
+they are missing, and then no code runs. What is visible stays readable: the sandbox keeps the
+code from changing or reaching anything, not from reading world-readable system files.
 """
 
 from __future__ import annotations
@@ -80,7 +87,8 @@ def _import_path() -> list[str]:
     return [p for p in sys.path if p and os.path.join(os.path.abspath(p), "").startswith(prefixes)]
 
 
-def _config(scratch: str, limits: SandboxLimits, argv: list[str] | None, env: Mapping[str, str]) -> str:
+def _config(scratch: str, limits: SandboxLimits, argv: list[str] | None, env: Mapping[str, str],
+            report: bool = False) -> str:
     bin_dir = os.path.dirname(sys.executable)
     base_env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": scratch,
                 "TMPDIR": os.path.join(scratch, ".tmp"), "LANG": "C.UTF-8",
@@ -88,7 +96,7 @@ def _config(scratch: str, limits: SandboxLimits, argv: list[str] | None, env: Ma
     # marshal: the launcher is this same interpreter, and it imports marshal for free (json: 20 ms).
     return marshal.dumps({
         "scratch": scratch, "argv": argv, "source_file": "main.py",
-        "parent": os.getpid(), "deadline_s": limits.wall_s + DEADLINE_GRACE_S,
+        "parent": os.getpid(), "deadline_s": limits.wall_s + DEADLINE_GRACE_S, "report": report,
         "env": {**base_env, **env}, "expose": _python_paths(), "sys_path": _import_path(),
         "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_bytes,
                    "file_bytes": limits.file_bytes, "processes": limits.processes,
@@ -139,8 +147,9 @@ def _classify(code: int) -> tuple[str, int | None]:
 async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = None,
                         limits: SandboxLimits = SandboxLimits(),
                         files: Mapping[str, str | bytes] | None = None,
-                        env: Mapping[str, str] | None = None) -> SandboxRun:
-    """Run Python `source` (as main.py in scratch) or an `argv` command in a fresh sandbox."""
+                        env: Mapping[str, str] | None = None, report: bool = False) -> SandboxRun:
+    """Run Python `source` (as main.py in scratch) or an `argv` command in a fresh sandbox.
+    With `report`, the output opens with a "sandbox: ..." line for each thing it goes without."""
     if (source is None) == (argv is None):
         raise ValueError("give exactly one of source and argv")
     start = time.perf_counter()
@@ -150,7 +159,7 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
         _seed(scratch, source, files or {})
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-S", "-B", "-u", "-X", "utf8", "-c", LAUNCH,
-            _config(scratch, limits, argv, env or {}),
+            _config(scratch, limits, argv, env or {}, report),
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         raw, timed_out, overflowed = bytearray(), False, False
@@ -175,12 +184,19 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Probe:
+    error: str | None  # why no sandbox starts here (then no code runs at all); None when one does
+    notes: tuple[str, ...] = ()  # what a sandbox here goes without, one line each
 
-async def probe() -> str | None:
-    """Start one sandbox; the launcher's complaint when isolation is not available, else None.
+
+async def probe() -> Probe:
+    """Start one sandbox and report what it could and could not set up.
 
     Isolation needs either root or unprivileged user namespaces (some distributions switch those
     off or confine them); without it every call ends as kind "setup" and nothing is run.
     """
-    run = await run_sandboxed("pass", limits=SandboxLimits(wall_s=30.0))
-    return None if run.kind == "ok" else (run.output.strip() or f"sandbox ended as {run.kind}")
+    run = await run_sandboxed("pass", limits=SandboxLimits(wall_s=30.0), report=True)
+    if run.kind != "ok":
+        return Probe(run.output.strip() or f"sandbox ended as {run.kind}")
+    return Probe(None, tuple(line.removeprefix("sandbox: ") for line in run.output.splitlines()))

@@ -5,10 +5,18 @@
 
 It isolates itself, then runs the payload in a grandchild and exits with the payload's status:
 
-    launcher --unshare(net, mount, pid, ipc[, user])--> read-only root, scratch bound read-write
-       |     drop to an unprivileged uid (when started as root), rlimits
+    launcher --unshare(net, mount, pid, ipc[, user])--> a new root on a tmpfs: the system
+       |     directories and the interpreter bound read-only, scratch read-write, nothing else
+       |     drop to an unprivileged uid (when started as root)
        +-- fork: init (pid 1 of the new pid namespace; its exit kills everything left in it)
+              |  a fresh /proc of this pid namespace, pivot into the new root (the host's is
+              |  detached), drop privileges, rlimits
               +-- fork: payload (Python source run in-process, or an exec'd argv) in scratch
+
+The new root, not the read-only flag, is what keeps the code from the host's Unix sockets: a
+socket file accepts connections on a read-only mount, so only sockets that are not there at all
+(in /tmp, /run, /var, home directories) are out of reach. A socket inside a bound system directory
+(VISIBLE) would still be reachable; none of them normally holds one.
 
 Standard library only, so the interpreter starts quickly and the launcher does not depend on the
 package being importable inside the sandbox. It runs without `site` (-S; .pth processing took 40
@@ -36,15 +44,28 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 MS_BIND = 0x1000
 MS_REC = 0x4000
+MNT_DETACH = 0x2
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added after the table unification)
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
+# pivot_root has a libc wrapper only in newer glibc; its number differs by architecture.
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+# What the new root shows of the host, read-only: enough to run the interpreter and the usual
+# command-line programs. /dev gets only the harmless character devices (DEVICES); /proc is the
+# sandbox's own; /tmp, /run, /var, /home, /root, /sys are not there (but for the interpreter's own
+# directories where they lie below them).
+VISIBLE = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+DEVICES = ("null", "zero", "full", "random", "urandom")
 # Unprivileged uids for sandboxes started as root: a fresh one per call, so RLIMIT_NPROC (counted
 # per uid) bounds one sandbox's processes and `kill` cannot reach another sandbox.
 UID_BASE, UID_SPAN = 2_000_000_000, 100_000_000
@@ -74,8 +95,9 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def isolate(cfg: dict) -> None:
-    """Enter fresh namespaces; make every mount read-only except the scratch directory."""
+def isolate(cfg: dict) -> int | None:
+    """Enter fresh namespaces and lay out the sandbox's root (init enters it, from inside the new
+    pid namespace). Returns the unprivileged uid to drop to when started as root, else None."""
     scratch = cfg["scratch"]
     as_root = os.geteuid() == 0
     # A new network namespace has only a loopback device, and it is down: no address is reachable.
@@ -88,48 +110,121 @@ def isolate(cfg: dict) -> None:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    # Private first: a bind mount made below must not propagate back to the host's namespace.
-    _mount_setattr("/", AT_RECURSIVE, _MountAttr(attr_set=MOUNT_ATTR_RDONLY, propagation=MS_PRIVATE))
-    _check(_libc.mount(scratch.encode(), scratch.encode(), None, MS_BIND, None), "bind scratch")
-    _mount_setattr(scratch, 0, _MountAttr(attr_clr=MOUNT_ATTR_RDONLY))
+    # Private first: a mount made below must not propagate back to the host's namespace.
+    _mount_setattr("/", AT_RECURSIVE, _MountAttr(propagation=MS_PRIVATE))
+    new = None
     if as_root:
-        # Root could undo all of the above (remount, setns); an unprivileged uid cannot.
-        expose(cfg["expose"] + [scratch])
+        # Root could undo the namespaces (remount, setns); an unprivileged uid cannot.
         new = UID_BASE + int.from_bytes(os.urandom(4), "little") % UID_SPAN
         for root, dirs, files in os.walk(scratch):
             for name in [root] + [os.path.join(root, n) for n in dirs + files]:
                 os.lchown(name, new, new)
+    build_root(scratch, cfg["expose"])
+    return new
+
+
+def build_root(scratch: str, expose: list[str]) -> None:
+    """Lay the new root out on a tmpfs mounted over `scratch` (in this namespace only): VISIBLE
+    and `expose` (the interpreter's prefixes) bound read-only at their host paths, the scratch
+    directory bound read-write at its own, DEVICES, and an empty /proc for init to mount."""
+    binds, links = layout([*VISIBLE, *expose])
+    fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in [*binds, scratch]}
+    _check(_libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=755"), "new root")
+    for path, fd in fds.items():
+        target = scratch + path
+        os.makedirs(target, 0o755, exist_ok=True)
+        # Not recursive for scratch: the new root is mounted on it and would come along.
+        rec = 0 if path == scratch else MS_REC
+        _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND | rec, None),
+               f"bind {path}")
+        os.close(fd)
+        ro = 0 if path == scratch else MOUNT_ATTR_RDONLY
+        _mount_setattr(target, AT_RECURSIVE, _MountAttr(attr_set=ro | MOUNT_ATTR_NOSUID))
+    for link, real in links:
+        os.makedirs(os.path.dirname(scratch + link), 0o755, exist_ok=True)
+        os.symlink(real, scratch + link)
+    os.makedirs(scratch + "/dev", 0o755)
+    for dev in DEVICES:
+        if os.path.exists(f"/dev/{dev}"):
+            open(f"{scratch}/dev/{dev}", "w").close()
+            _check(_libc.mount(f"/dev/{dev}".encode(), f"{scratch}/dev/{dev}".encode(), None, MS_BIND, None),
+                   f"bind /dev/{dev}")
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"{scratch}/dev/{name}")
+    os.symlink("/proc/self/fd", f"{scratch}/dev/fd")
+    os.makedirs(scratch + "/proc", 0o555)
+    _mount_setattr(scratch, 0, _MountAttr(attr_set=MOUNT_ATTR_RDONLY))
+
+
+def layout(paths: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The directories to bind (real paths, none inside another) and the symlinks to make again
+    (path, real path): a path that is a symlink on the host (/bin -> usr/bin, a virtualenv's
+    prefix) is one in the new root too, pointing at its bound target."""
+    reals, links = set(), []
+    for path in paths:
+        path = path.rstrip("/")
+        real = os.path.realpath(path)
+        if not path or real == "/" or not os.path.isdir(real):
+            continue
+        reals.add(real)
+        if real != path:
+            links.append((path, real))
+    binds: list[str] = []
+    for real in sorted(reals):
+        if not any(_under(real, b) for b in binds):
+            binds.append(real)
+    made: list[str] = []
+    for path, real in sorted(links):
+        if not any(_under(path, p) for p in binds + made):
+            made.append(path)
+    return binds, [(p, r) for p, r in sorted(links) if p in made]
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent + "/")
+
+
+def enter_root(root: str) -> list[str]:
+    """In init: mount this pid namespace's /proc, then make `root` the root and detach the
+    host's. Returns what could not be had (a note each) rather than failing for it."""
+    notes = []
+    # Mounted before the pivot: a user namespace may mount proc only while a full one is in view.
+    if _libc.mount(b"proc", f"{root}/proc".encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+        notes.append(f"no /proc in the sandbox (mount proc: {os.strerror(ctypes.get_errno())})")
+    os.chdir(root)
+    _check(_pivot_root(b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    os.chdir("/")
+    return notes
+
+
+def _pivot_root(new: bytes, old: bytes) -> int:
+    if hasattr(_libc, "pivot_root"):
+        return _libc.pivot_root(new, old)
+    return _libc.syscall(SYS_PIVOT_ROOT.get(os.uname().machine, -1), new, old)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def drop(uid: int | None) -> None:
+    """Give up what could undo the sandbox: root's uid (started as root), or the capabilities a
+    user namespace grants its first process (started unprivileged)."""
+    if uid is not None:
         os.setgroups([])
-        os.setresgid(new, new, new)
-        os.setresuid(new, new, new)
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    else:
+        none = (_CapData * 2)()
+        _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), none), "capset")
     # No exec may gain privileges again: a setuid-root program (su, mount) would undo it all.
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-
-
-def expose(paths: list[str]) -> None:
-    """Keep `paths` (the interpreter's prefixes, the scratch dir) reachable for an unprivileged uid.
-
-    Each closed directory above one of them (a 0700 home holding the interpreter) is covered with
-    a read-only tmpfs that holds only bind mounts of the paths below it: the rest of it stays
-    hidden, and the interpreter can still import its standard library.
-    """
-    covers: dict[str, list[str]] = {}
-    for path in paths:
-        parts = path.rstrip("/").split("/")
-        for i in range(2, len(parts)):
-            parent = "/".join(parts[:i])
-            if not os.stat(parent).st_mode & 0o001:
-                covers.setdefault(parent, []).append(path)
-                break
-    for cover, below in covers.items():
-        fds = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in below]
-        _check(_libc.mount(b"tmpfs", cover.encode(), b"tmpfs", 0, b"mode=755"), f"cover {cover}")
-        for p, fd in zip(below, fds):
-            os.makedirs(p, 0o755, exist_ok=True)
-            _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, MS_BIND | MS_REC,
-                               None), f"expose {p}")
-            os.close(fd)
-        _mount_setattr(cover, 0, _MountAttr(attr_set=MOUNT_ATTR_RDONLY))
 
 
 def set_limits(limits: dict) -> None:
@@ -193,10 +288,22 @@ def run_payload(cfg: dict) -> None:
         os._exit(code)
 
 
-def init_process(cfg: dict) -> None:
-    """Pid 1 of the sandbox: start the payload, reap every child, exit with the payload's status."""
+def init_process(cfg: dict, uid: int | None) -> None:
+    """Pid 1 of the sandbox: enter the new root, start the payload, reap every child, exit with
+    the payload's status."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the launcher's deadline is not the payload's
+    try:
+        notes = enter_root(cfg["scratch"])
+        drop(uid)
+        set_limits(cfg["limits"])
+    except OSError as e:
+        print(f"sandbox: isolation failed: {e}", file=sys.stderr)
+        os._exit(SETUP_FAILED)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of uid cleared it
+    if cfg.get("report"):
+        for note in notes:
+            print(f"sandbox: {note}", file=sys.stderr)
     payload = os.fork()
     if payload == 0:
         run_payload(cfg)
@@ -231,15 +338,20 @@ def tie_to_parent(cfg: dict) -> None:
 def main() -> None:
     cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
     try:
-        isolate(cfg)
-        set_limits(cfg["limits"])
+        uid = isolate(cfg)
     except OSError as e:
         print(f"sandbox: isolation failed: {e}", file=sys.stderr)
         os._exit(SETUP_FAILED)
-    tie_to_parent(cfg)  # after isolate: a change of uid clears the parent-death signal
     init = os.fork()
     if init == 0:
-        init_process(cfg)
+        init_process(cfg, uid)
+    try:
+        drop(uid)  # the launcher too: it shares the sandbox's uid, so RLIMIT_NPROC counts it
+    except OSError as e:
+        os.kill(init, signal.SIGKILL)
+        print(f"sandbox: isolation failed: {e}", file=sys.stderr)
+        os._exit(SETUP_FAILED)
+    tie_to_parent(cfg)  # after drop: a change of uid clears the parent-death signal
     _, wstatus = os.waitpid(init, 0)
     os._exit(_exit_code(wstatus))
 

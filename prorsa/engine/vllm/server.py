@@ -55,7 +55,9 @@ class ServerSpec:
     nixl_compat_check: bool = True  # vLLM refuses KV from a different model path unless False
     nixl_progress_nice: int = 19  # nice level of NIXL's spinning progress thread; 0 = leave it
     nice: int = 0  # nice level of the whole server (engine core and workers inherit it)
-    nixl_host: str | None = None  # address other engines use to reach the side channel
+    # address other engines use to reach the side channel; None: engines on this machine only,
+    # so the server keeps every socket it opens on loopback (LOOPBACK_ENV)
+    nixl_host: str | None = None
     # "priority": admit and preempt by each request's `priority` (lower first, ties by arrival);
     # "fcfs" (vLLM's default): arrival order, a request's priority is not looked at
     scheduling_policy: str = "fcfs"
@@ -131,6 +133,13 @@ def omp_bind(cores: tuple[int, ...], tp: int) -> str:
     return "|".join(",".join(str(c) for c in cores[r * per : (r + 1) * per]) for r in range(tp))
 
 
+# A server on this machine only keeps what it opens on loopback. NIXL's UCX otherwise listens on
+# every network interface (a TCP port per engine on the host's address, unauthenticated; seen on
+# a 2-engine run); tensor-parallel ranks rendezvous on vLLM's idea of the host's address and gloo
+# on the hostname's interface (tensor parallelism was not run here, the two are set to match).
+LOOPBACK_ENV = {"UCX_NET_DEVICES": "lo", "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
 def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
@@ -138,6 +147,9 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     env["PRORSA_PARENT_PID"] = str(os.getpid())  # the server stops itself if its owner dies
     if spec.nixl_host:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = spec.nixl_host
+    else:  # engines on this machine only (the side channel's default host is localhost)
+        for key, value in LOOPBACK_ENV.items():
+            env.setdefault(key, value)  # what the user set explicitly wins
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
             env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)

@@ -23,7 +23,7 @@ import pytest
 
 from prorsa.agent.tools import SandboxLimits, ToolStatus, Truncation, call_tool, run_sandboxed
 from prorsa.agent.tools.python_tool import PythonTool
-from prorsa.agent.tools.sandbox import LAUNCH, probe
+from prorsa.agent.tools.sandbox import LAUNCH, Probe, probe
 
 FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
 
@@ -226,7 +226,72 @@ def test_runs_unprivileged():
 
 
 def test_probe_finds_isolation_available():
-    assert asyncio.run(probe()) is None
+    assert asyncio.run(probe()) == Probe(None, ())  # and nothing missing: a fresh /proc mounts here
+
+
+@pytest.fixture
+def open_unix_socket():
+    """A Unix socket anyone may connect to, in a directory anyone may enter, as a host service
+    (an X server, a container daemon) leaves one in /tmp or /run."""
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path sits in a 0700 directory
+        os.chmod(tmp, 0o777)
+        path = os.path.join(tmp, "service.sock")
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(path)
+        os.chmod(path, 0o777)
+        server.listen()
+        server.settimeout(0.5)
+        try:
+            yield path, server
+        finally:
+            server.close()
+
+
+def test_host_unix_sockets_are_out_of_reach(open_unix_socket):
+    path, server = open_unix_socket
+    code = (f"import os, socket\nprint(os.path.exists({os.path.dirname(path)!r}))\n"
+            "for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
+            "    s = socket.socket(socket.AF_UNIX, kind)\n"
+            f"    try:\n        s.connect({path!r})\n        s.sendall(b'hello')\n        print('CONNECTED')\n"
+            "    except OSError as e:\n        print('refused', e.errno)")
+    res = run(code)
+    assert res.status is ToolStatus.OK, res.observation
+    # ENOENT, not EACCES: the socket is not there at all, whatever its permissions say
+    assert res.observation.splitlines() == ["False", f"refused {errno.ENOENT}", f"refused {errno.ENOENT}"]
+    with pytest.raises(socket.timeout):
+        server.accept()
+    # Control: the same connection from outside the sandbox goes through.
+    socket.socket(socket.AF_UNIX).connect(path)
+    server.accept()[0].close()
+
+
+def test_proc_lists_only_the_sandbox():
+    marker = f"prorsa-host-secret-{os.getpid()}"
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
+    code = (
+        "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\nprint(pids)\n"
+        "seen = []\nfor p in pids:\n    seen.append(open(f'/proc/{p}/cmdline', 'rb').read())\n"
+        f"print(any({marker.encode()!r} in c for c in seen))\n"
+        f"for pid in ({host.pid}, {os.getpid()}):\n"
+        "    try:\n        print(open(f'/proc/{pid}/cmdline', 'rb').read())\n"
+        "    except OSError as e:\n        print('refused', e.errno)\n"
+        "print(os.getpid(), os.getppid())")
+    try:
+        deadline = time.monotonic() + 10
+        while marker.encode() not in Path(f"/proc/{host.pid}/cmdline").read_bytes():  # control
+            assert time.monotonic() < deadline, "the host process never showed its command line"
+            time.sleep(0.02)
+        res = run(code)
+    finally:
+        host.kill()
+        host.wait()
+    assert res.status is ToolStatus.OK, res.observation
+    lines = res.observation.splitlines()
+    assert lines[0] == "[1, 2]"  # the sandbox's init and the payload: no host process
+    assert lines[1] == "False"
+    host_pid_visible = host.pid in (1, 2) or os.getpid() in (1, 2)
+    assert lines[2:4] == [f"refused {errno.ENOENT}"] * 2 or host_pid_visible
+    assert lines[4] == "2 1"
 
 
 REPO = Path(__file__).resolve().parents[3]
@@ -266,6 +331,11 @@ try:
     open(os.getcwd() + "/../escape", "w")  # beside the scratch directory, in a 0777 directory
 except OSError as e:
     print(e.errno)
+print(any(b"driver.py" in open(f"/proc/{p}/cmdline", "rb").read() for p in os.listdir("/proc") if p.isdigit()))
+try:
+    socket.socket(socket.AF_UNIX).connect(SOCKET)
+except OSError as e:
+    print(e.errno)
 """
 
 AS_NOBODY_DRIVER = """
@@ -280,18 +350,28 @@ print(run.output, end="")
 
 
 def _run_as_nobody(tmp_path: Path) -> None:
-    (tmp_path / "payload.py").write_text(AS_NOBODY_PAYLOAD)
+    sock = tmp_path / "service.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock))
+    sock.chmod(0o777)
+    server.listen()
+    (tmp_path / "payload.py").write_text(AS_NOBODY_PAYLOAD.replace("SOCKET", repr(str(sock))))
     (tmp_path / "driver.py").write_text(AS_NOBODY_DRIVER)
     for f in ("payload.py", "driver.py"):
         (tmp_path / f).chmod(0o644)
-    out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                          str(SYSTEM_PYTHON), str(tmp_path / "driver.py"), str(REPO)],
-                         capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                              str(SYSTEM_PYTHON), str(tmp_path / "driver.py"), str(REPO)],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        server.close()
     assert out.returncode == 0, out.stderr
-    uid, procs, net_errno, write_errno = out.stdout.split()
+    uid, procs, net_errno, write_errno, host_seen, unix_errno = out.stdout.split()
     assert uid == "65534" and 3 <= int(procs) < 16
     assert int(net_errno) == errno.ENETUNREACH and int(write_errno) == errno.EROFS
     assert not (tmp_path / "escape").exists()
+    # the user namespace's own /proc (no host process, the driver included) and no host socket
+    assert host_seen == "False" and int(unix_errno) == errno.ENOENT
 
 
 def test_no_way_back_to_privilege():
