@@ -321,6 +321,12 @@ def t_migrate(d: dict) -> list[str]:
             f"{min(medians):.3f}-{max(medians):.3f}."]
 
 
+def t_tail_live_migrate(d: dict) -> list[str]:
+    doc = d["tail-live-migrate.json"]
+    moved = ", ".join(str(r["turns_migrated"]) for r in doc["live"] if r["on"])
+    return t_tail_live(d, "tail-live-migrate.json") + ["", f"Turns migrated in the live runs with migrate on: {moved}."]
+
+
 def t_forecast_skill(d: dict) -> list[str]:
     rows, ratios = [], {"prefill_tps": [], "decode_seqs": []}
     for c in d["forecast-skill.json"]["cells"]:
@@ -577,6 +583,7 @@ TABLES: dict[str, Table] = {
     "tail": Table(["tail.json"], t_tail),
     "tail-live": Table(["tail-live.json"], t_tail_live),
     "migrate": Table(["migrate.json"], t_migrate),
+    "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
     "drivers-ep-wide": Table(["drivers-ep-wide.json"], drivers_table("drivers-ep-wide.json", "EP ranks")),
