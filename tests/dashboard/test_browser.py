@@ -17,14 +17,18 @@ NAMES = (ROLES, PREFILL, DECODE, "prorsa-trajectories", "prorsa-queues", "prorsa
 # the data the role and demand plots draw.
 READ = """(() => {
   const doc = Bokeh.documents[0];
-  const out = {boxes: {}, lanes: 0, role_end: 0, demand_points: 0, roles: []};
+  const out = {boxes: {}, lanes: 0, role_end: 0, demand_points: 0, roles: [], labels: {}, switch_rows: 0};
   for (const name of %s) {
     const model = doc.get_model_by_name(name);
     const view = model && Bokeh.index.find_one(model);
     if (!view) continue;
     const r = view.el.getBoundingClientRect();
     out.boxes[name] = {x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width, height: r.height};
+    if (model.below && model.left)  // a plot: the words on its axes, as drawn
+      out.labels[name] = [model.below[0].axis_label || '', model.left[0].axis_label || ''];
   }
+  const switches = doc.get_model_by_name('prorsa-switches');
+  if (switches) out.switch_rows = Object.values(switches.source.data)[0].length;
   const roles = doc.get_model_by_name('%s');
   if (roles) {
     const data = roles.renderers[0].data_source.data;
@@ -66,6 +70,8 @@ def test_page_in_headless_chromium_shows_roles_and_demand_moving(live_run, chrom
     assert set(first["boxes"]) == set(NAMES), first["boxes"]
     assert all(b["width"] > 100 and b["height"] > 40 for b in first["boxes"].values()), first["boxes"]
     assert first["lanes"] == 4 and set(first["roles"]) <= {"prefill", "decode", "mixed"}
+    assert set(first["labels"]) >= {PREFILL, DECODE, "prorsa-trajectories", "prorsa-queues"}, first["labels"]
+    assert all(x for name in (PREFILL, DECODE) for x in first["labels"][name]), first["labels"]  # both axes in words
     title = chromium.eval("document.title")
     assert title == "Dask: Prorsa"
     shots = {"page-1": chromium.screenshot()}
@@ -83,6 +89,8 @@ def test_page_in_headless_chromium_shows_roles_and_demand_moving(live_run, chrom
     with capsys.disabled():
         print(f"\ndashboard screenshots: {out}")
     assert second["role_end"] > first["role_end"] and second["demand_points"] > first["demand_points"]
+    if len(second["roles"]) > 1:  # an engine changed role: the switch table lists it
+        assert second["switch_rows"] > 0, second
     assert all(share > 0.002 for share in moved.values()), moved
     assert shots["page-1"] != shots["page-2"]
     assert not chromium.errors, chromium.errors
