@@ -95,6 +95,16 @@ def _failed_start(run_dir: Path, fresh: bool, msg: str) -> str:
     return msg + (f" (engine logs: {run_dir / 'engines'})" if logs else "")
 
 
+def _interrupted(run_dir: Path, fresh: bool) -> str:
+    """An interrupted run keeps what its journal committed; one interrupted before anything was
+    committed is a start that did not finish (_failed_start)."""
+    from prorsa.metrics.journal import MANIFEST
+
+    if (run_dir / MANIFEST).exists():
+        return f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})"
+    return _failed_start(run_dir, fresh, "interrupted before any trajectory was saved")
+
+
 def _new_run_dir(base: Path, name: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = base / f"{name}-{stamp}"
@@ -217,13 +227,14 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     # before the loop runs, SIGTERM is passed on as SIGINT
     signal.signal(signal.SIGTERM, _as_sigint)
     try:
-        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster)))
+        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster),
+                                                abandon=lambda: _interrupted(run_dir, resume_dir is None)))
     except ClusterError as e:
         _fail(_failed_start(run_dir, resume_dir is None, f"{cluster_opt}: {e}"))
     except EngineStartFailed as e:
         _fail(_failed_start(run_dir, resume_dir is None, f"{pipeline or resume_dir}: engines did not start: {e}"))
     except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
-        _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
+        _fail(_interrupted(run_dir, resume_dir is None))
     console.print(summary_table(summary))
     console.print(f"wrote {run_dir}")
     if summary["trajectories_failed"]:

@@ -17,8 +17,10 @@ worker declares {"trainer": 1} and hosts nothing until the RL loop puts its Trai
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 
 import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
@@ -146,22 +148,46 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
             "dashboard_address": dashboard or f"{host}:0",
         },
     }
+    batches = _batches(worker_specs(cfg, roles, run_dir, security, host), WORKERS_AT_ONCE)
     with dask.config.set(SCHEDULER_CONFIG), _engine_failures_unlogged():  # config read at scheduler start
         cluster = SpecCluster(
-            workers=worker_specs(cfg, roles, run_dir, security, host),
+            workers=next(batches),
             scheduler=scheduler,
             asynchronous=True,
             name=f"prorsa-{cfg.name}",
             security=security,
         )
         try:
-            return await cluster
+            await cluster
+            # SpecCluster builds every worker of a batch in one go without yielding to the event
+            # loop (milliseconds each), so thousands in one batch would hold off a Ctrl-C for minutes
+            for batch in batches:
+                cluster.worker_spec.update(batch)
+                await cluster
+            return cluster
         except RuntimeError as e:  # "Worker failed to start.": the engine's own error says why
             await cluster.close()  # the scheduler and the workers that did start
             cause = _root(e)
             if cause is e:
                 raise
             raise EngineStartFailed(str(cause).splitlines()[0].rstrip(":")) from None
+        except asyncio.CancelledError:  # interrupted while starting: the run ends here
+            # workers cut off mid-start log their own cancellation, one traceback each; the run's
+            # error line says what happened
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(cluster.close(), CLOSE_ON_INTERRUPT_S)
+            raise
+
+
+WORKERS_AT_ONCE = 32  # engines first: they come in the first batch, in order
+CLOSE_ON_INTERRUPT_S = 5.0  # in-process workers end with the process; Nannies' with theirs
+
+
+def _batches(specs: dict[str, dict], size: int) -> Iterator[dict[str, dict]]:
+    items = list(specs.items())
+    for i in range(0, max(len(items), 1), size):
+        yield dict(items[i:i + size])
 
 
 class EngineStartFailed(Exception):
