@@ -34,6 +34,7 @@ import click
 from rich.console import Console
 
 from prorsa.config.load import ConfigError
+from prorsa.metrics.run_dirs import output_problem
 
 
 def _fail(msg: str) -> None:
@@ -290,6 +291,8 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
     console.print(f"simulating {cfg.name}: {e.count} x {e.gpu} engines (tp={e.tp}, ep={e.ep}) serving "
                   f"{e.model}, {cfg.workload.mode} {cfg.workload.label}, {len(specs)} policies")
     out = Path(output) if output else None
+    if out is not None and (problem := output_problem(out, "runs")):  # before minutes of simulation
+        _fail(f"--output: got {output!r}; {problem}")
 
     def done(run) -> None:
         s = run.summary

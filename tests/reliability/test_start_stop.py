@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,17 @@ def test_validate_refuses_an_output_dir_no_run_can_be_made_in(tmp_path, output_d
     line = one_error_line(proc.stderr)
     assert line.startswith(f"error: {pipeline}: output_dir: got ") and needle in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml", "trace.jsonl"]  # the probe is gone
+
+
+@pytest.mark.parametrize("command", ["sim", "sweep"])
+def test_sim_and_sweep_refuse_an_output_no_results_can_go_to_before_they_start(tmp_path, command):
+    pipeline = write_pipeline(tmp_path / "p.yaml")  # the file in the way
+    sweep = Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "paper.yaml"
+    target = pipeline if command == "sim" else sweep
+    proc = prorsa(command, str(target), "--output", str(pipeline / "out"), timeout=60)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == f"error: --output: got '{tmp_path}/p.yaml/out'; {tmp_path}/p.yaml is a file, " \
+                                          "not a directory"
 
 
 def test_validate_answers_an_alias_bomb_in_seconds_with_one_line(tmp_path):
