@@ -37,6 +37,7 @@ import click
 from rich.console import Console
 
 from prorsa.config.load import ConfigError
+from prorsa.metrics.run_dirs import output_problem
 
 
 def _fail(msg: str) -> None:
@@ -109,6 +110,16 @@ def _run_dir_at(target: Path) -> Path:
     except OSError as e:
         _fail(f"--output: cannot make {target} ({e.strerror or e})")
     return target
+
+
+def _interrupted(run_dir: Path, fresh: bool) -> str:
+    """An interrupted run keeps what its journal committed; one interrupted before anything was
+    committed is a start that did not finish (_failed_start)."""
+    from prorsa.metrics.journal import MANIFEST
+
+    if (run_dir / MANIFEST).exists():
+        return f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})"
+    return _failed_start(run_dir, fresh, "interrupted before any trajectory was saved")
 
 
 def _new_run_dir(base: Path, name: str) -> Path:
@@ -256,13 +267,14 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     # before the loop runs, SIGTERM is passed on as SIGINT
     signal.signal(signal.SIGTERM, _as_sigint)
     try:
-        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster)))
+        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster),
+                                                abandon=lambda: _interrupted(run_dir, resume_dir is None)))
     except ClusterError as e:
         _fail(_failed_start(run_dir, resume_dir is None, f"{cluster_opt}: {e}"))
     except EngineStartFailed as e:
         _fail(_failed_start(run_dir, resume_dir is None, f"{pipeline or resume_dir}: engines did not start: {e}"))
     except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
-        _fail(f"interrupted; finished trajectories kept in {run_dir} (prorsa run --resume {run_dir})")
+        _fail(_interrupted(run_dir, resume_dir is None))
     console.print(summary_table(summary))
     console.print(f"wrote {run_dir}")
     if summary["trajectories_failed"]:
@@ -319,6 +331,8 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
     console.print(f"simulating {cfg.name}: {e.count} x {e.gpu} engines (tp={e.tp}, ep={e.ep}) serving "
                   f"{e.model}, {cfg.workload.mode} {cfg.workload.label}, {len(specs)} policies")
     out = Path(output) if output else None
+    if out is not None and (problem := output_problem(out, "runs")):  # before minutes of simulation
+        _fail(f"--output: got {output!r}; {problem}")
 
     def done(run) -> None:
         s = run.summary

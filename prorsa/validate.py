@@ -4,8 +4,8 @@
 
 A trace is told by its `.jsonl` name and read whole (read_trace); a sweep file from a pipeline by
 config/sweep.py's is_sweep (so both commands report the same first error), a cluster file by its
-`kind`; a pipeline is resolved and its
-trace read whole (load_run), a sweep's every point built and its policies checked (load_grid), a
+`kind`; a pipeline is resolved, its trace read whole (load_run) and its output_dir tried
+(output_problem), a sweep's every point built and its policies checked (load_grid), a
 cluster file's certificates looked for (load_cluster).
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prorsa.agent.trace import TraceError, read_trace
 from prorsa.config.load import ConfigError, is_file, read_mapping
+from prorsa.metrics.run_dirs import output_problem
 from prorsa.rollout.context import load_run
 
 
@@ -36,6 +37,9 @@ def check_file(path: str | Path) -> str:
         grid = load_grid(path)
         return f"ok: {path} (sweep {grid.spec.name}: {len(grid.points)} points)"
     cfg = load_run(path).cfg
+    problem = output_problem(Path(cfg.output_dir), cfg.name)
+    if problem:
+        raise ConfigError(f"{path}: output_dir: got {cfg.output_dir!r}; {problem}")
     return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
             f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.label})")
 

@@ -17,9 +17,10 @@ worker declares {"trainer": 1} and hosts nothing until the RL loop puts its Trai
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
@@ -148,6 +149,7 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
             "dashboard_address": dashboard or f"{host}:0",
         },
     }
+    batches = _batches(worker_specs(cfg, roles, run_dir, security, host), WORKERS_AT_ONCE)
     with dask.config.set(SCHEDULER_CONFIG), _engine_failures_unlogged():  # config read at scheduler start
         cluster = SpecCluster(
             workers={},  # the scheduler first, so its dashboard is there while the engines start
@@ -160,14 +162,35 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
             await cluster
             if on_scheduler is not None:
                 on_scheduler(cluster)
-            cluster.worker_spec.update(worker_specs(cfg, roles, run_dir, security, host))
-            return await cluster
+            # SpecCluster builds every worker of a batch in one go without yielding to the event
+            # loop (milliseconds each), so thousands in one batch would hold off a Ctrl-C for minutes
+            for batch in batches:
+                cluster.worker_spec.update(batch)
+                await cluster
+            return cluster
         except RuntimeError as e:  # "Worker failed to start.": the engine's own error says why
             await cluster.close()  # the scheduler and the workers that did start
             cause = _root(e)
             if cause is e:
                 raise
             raise EngineStartFailed(str(cause).splitlines()[0].rstrip(":")) from None
+        except asyncio.CancelledError:  # interrupted while starting: the run ends here
+            # workers cut off mid-start log their own cancellation, one traceback each; the run's
+            # error line says what happened
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(cluster.close(), CLOSE_ON_INTERRUPT_S)
+            raise
+
+
+WORKERS_AT_ONCE = 32  # engines first: they come in the first batch, in order
+CLOSE_ON_INTERRUPT_S = 5.0  # in-process workers end with the process; Nannies' with theirs
+
+
+def _batches(specs: dict[str, dict], size: int) -> Iterator[dict[str, dict]]:
+    items = list(specs.items())
+    for i in range(0, max(len(items), 1), size):
+        yield dict(items[i:i + size])
 
 
 class EngineStartFailed(Exception):

@@ -1,7 +1,9 @@
 """Ctrl-C and SIGTERM for a live run: the rollout stops, the cleanup runs to its end.
 
-    await run_interruptible(coro)      run a live run; a signal ends it with Interrupted (after its
-                                       cleanup: journal flushed, engines, cluster and jobs stopped)
+    await run_interruptible(coro[, abandon])
+                                       run a live run; a signal ends it with Interrupted (after its
+                                       cleanup: journal flushed, engines, cluster and jobs stopped);
+                                       past HARD_STOP_S the process ends anyway (below)
     await guarded(task)                inside it: await the rollout `task`; on a signal, cancel it
                                        until it has unwound, then raise Interrupted
 
@@ -11,16 +13,31 @@ carried on as if nothing had happened. Cancelling the whole main task again woul
 cleanup short, so only the rollout is cancelled again (every RECANCEL_S) until it is done; the
 code around it then unwinds normally. A signal before the rollout starts cancels the main task
 once, as asyncio.run would; a second signal raises KeyboardInterrupt at once.
+
+Why a hard stop: a signal reaches asyncio only when its event loop next runs, and code that holds
+the loop (a library building thousands of workers in one go) or a cleanup that does not end (a
+cluster closing workers still starting) would keep the run alive for minutes. HARD_STOP_S after
+the first signal a timer thread asks `abandon` for the error line (it may tidy the run directory),
+kills every process the run started and exits: what the journal committed stays (as after a
+SIGKILL, `--resume` runs the rest). The timer stays armed after run_interruptible returns: the
+process is on its way out, and its shutdown may hang too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
-from collections.abc import Coroutine
+import sys
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+import psutil
+
 RECANCEL_S = 1.0
+HARD_STOP_S = 10.0
+HARD_STOP_EXIT = 2  # as the command's own error exit
 
 
 class Interrupted(Exception):
@@ -28,11 +45,36 @@ class Interrupted(Exception):
 
 
 class _Watch:
-    def __init__(self, main: asyncio.Task) -> None:
+    def __init__(self, main: asyncio.Task, abandon: Callable[[], str]) -> None:
         self.main = main
+        self.abandon = abandon
         self.signalled = asyncio.Event()
         self.rollout: asyncio.Task | None = None
         self.count = 0
+        self.timer: threading.Timer | None = None
+
+    def arm(self, signum: int, frame: Any) -> None:
+        """The interpreter-level handler: it runs between two bytecodes of the main thread, so
+        even while the event loop is held (asyncio's own dispatch still follows through the
+        loop's wakeup fd)."""
+        if self.timer is None:
+            self.timer = threading.Timer(HARD_STOP_S, self.hard_stop)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def hard_stop(self) -> None:
+        try:
+            message = self.abandon()
+        except Exception as e:  # the exit must happen whatever tidying the run directory met
+            message = f"interrupted ({type(e).__name__} while tidying up)"
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:  # gone already
+                pass
+        sys.stderr.write(f"error: {message} (stopped hard: the run did not end within {HARD_STOP_S:g} s)\n")
+        sys.stderr.flush()
+        os._exit(HARD_STOP_EXIT)
 
     def on_signal(self) -> None:
         self.count += 1
@@ -46,14 +88,17 @@ class _Watch:
 _watch: _Watch | None = None
 
 
-async def run_interruptible(coro: Coroutine[Any, Any, Any]) -> Any:
+async def run_interruptible(coro: Coroutine[Any, Any, Any],
+                            abandon: Callable[[], str] = lambda: "interrupted") -> Any:
+    """`abandon`: called (from a thread) when the hard stop comes, returns its error line."""
     global _watch
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
-    _watch = _Watch(task)
+    _watch = _Watch(task, abandon)
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:
         loop.add_signal_handler(sig, _watch.on_signal)
+        signal.signal(sig, _watch.arm)  # after asyncio's, which it replaces; the wakeup fd stays
     try:
         return await task
     except asyncio.CancelledError:

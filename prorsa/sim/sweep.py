@@ -31,8 +31,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from prorsa.cluster.launch import open_sweep_client
 from prorsa.config.cluster import ClusterSpec
+from prorsa.config.load import ConfigError
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import write_dataset
+from prorsa.metrics.run_dirs import output_problem
 from prorsa.sim.sweep_grid import Grid, Point, load_grid
 from prorsa.sim.sweep_merge import merge
 
@@ -58,6 +60,9 @@ def simulate_point(cfg: PipelineConfig, spec: str) -> dict:
 def sweep_on_cluster(path: Path, cluster: ClusterSpec | None, out: Path | None, workers: int | None,
                      console: Console, overrides: dict[str, Any] | None = None) -> Outcome:
     grid = load_grid(path, overrides)  # a bad file fails before any cluster starts
+    where = out or Path(grid.points[0].cfg.output_dir)
+    if problem := output_problem(where, f"sweep-{grid.spec.name}"):  # and a place results cannot go
+        raise ConfigError(f"{'--output' if out else f'{path}: output_dir'}: got {str(where)!r}; {problem}")
     with open_sweep_client(cluster, workers, console) as client:
         return run_sweep(grid, out, client, console)
 

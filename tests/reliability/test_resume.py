@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from click.testing import CliRunner
 from prorsa.cli import main
 from prorsa.metrics.journal import MANIFEST
 
-from runs import assert_exactly_once, expected_specs, kill_group, prorsa, start, wait_for, write_pipeline
+from runs import (assert_exactly_once, expected_specs, finish, kill_group, prorsa, start, wait_for,
+                  write_pipeline)
 
 
 def _committed(run_dir) -> int:
@@ -79,3 +81,31 @@ def test_a_training_run_is_refused_by_resume_with_one_line(tmp_path):
     proc = prorsa("run", "--resume", str(run_dir))
     assert proc.returncode == 2
     assert proc.stderr == f"error: {run_dir}: a run with a train: section cannot be resumed yet; start it again\n"
+
+
+# what the workload fixes (the tokens each turn appends and decodes), not what placement or a
+# cold cache after the resume changes (cached and recomputed tokens)
+COUNTS = ("trajectories_completed", "trajectories_failed", "turns", "prefill_tokens", "decode_tokens")
+
+
+def test_an_interrupted_and_resumed_run_counts_what_an_uninterrupted_one_does(tmp_path):
+    pipeline = write_pipeline(tmp_path / "p.yaml")
+    whole = prorsa("run", str(pipeline), "--output", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    expected = json.loads(next((tmp_path / "whole").glob("rel-*/summary.json")).read_text())
+
+    out = tmp_path / "parts"
+    proc = start("run", str(pipeline), "--output", str(out))
+    run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
+    wait_for(lambda: _committed(run_dir) >= 3, 120, proc)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C this time: the session flushes what finished and stops
+    text = finish(proc, timeout=60)
+    assert proc.returncode == 2 and "error: interrupted; finished trajectories kept in" in text, text
+    saved = _committed(run_dir)
+    assert 3 <= saved < expected["trajectories_completed"], "interrupted too late to leave work for the resume"
+
+    resumed = prorsa("run", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_resumed"] == saved
+    assert {k: summary[k] for k in COUNTS} == {k: expected[k] for k in COUNTS}

@@ -1,0 +1,118 @@
+"""A run's start and stop through the real command: bad places for runs are refused by validate,
+Ctrl-C ends a start that hangs within seconds, and a start that fails or is interrupted leaves no
+half-made run directory behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prorsa.live.interrupt import HARD_STOP_S
+
+from runs import finish, prorsa, start, wait_for, write_pipeline
+
+
+def one_error_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+@pytest.mark.parametrize("output_dir,needle", [
+    ("{tmp}/p.yaml", "is a file, not a directory"),
+    ("/proc/x", "cannot make a directory there"),
+    ("{tmp}/" + "d" * 300, "cannot make a directory there (File name too long)"),
+])  # fmt: skip
+def test_validate_refuses_an_output_dir_no_run_can_be_made_in(tmp_path, output_dir, needle):
+    pipeline = write_pipeline(tmp_path / "p.yaml", extra=f"output_dir: {output_dir.format(tmp=tmp_path)}\n")
+    proc = prorsa("validate", str(pipeline))
+    assert proc.returncode == 2
+    line = one_error_line(proc.stderr)
+    assert line.startswith(f"error: {pipeline}: output_dir: got ") and needle in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml", "trace.jsonl"]  # the probe is gone
+
+
+@pytest.mark.parametrize("command", ["sim", "sweep"])
+def test_sim_and_sweep_refuse_an_output_no_results_can_go_to_before_they_start(tmp_path, command):
+    pipeline = write_pipeline(tmp_path / "p.yaml")  # the file in the way
+    sweep = Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "paper.yaml"
+    target = pipeline if command == "sim" else sweep
+    proc = prorsa(command, str(target), "--output", str(pipeline / "out"), timeout=60)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == f"error: --output: got '{tmp_path}/p.yaml/out'; {tmp_path}/p.yaml is a file, " \
+                                          "not a directory"
+
+
+def test_validate_answers_an_alias_bomb_in_seconds_with_one_line(tmp_path):
+    lines = ["name: t", "l0: &l0 [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]  # 9^9 values
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    t0 = time.monotonic()
+    proc = prorsa("validate", str(bomb), timeout=60)
+    assert time.monotonic() - t0 < 20  # the interpreter's start included, on a loaded machine
+    assert proc.returncode == 2
+    assert "values once its aliases are expanded" in one_error_line(proc.stderr)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_start_that_fails_leaves_no_run_directory(tmp_path):
+    pipeline = write_pipeline(tmp_path / "p.yaml")
+    out = tmp_path / "runs"
+    proc = prorsa("run", str(pipeline), "--output", str(out), "--cluster", f"tcp://127.0.0.1:{_free_port()}")
+    assert proc.returncode == 2
+    assert "cannot connect to" in one_error_line(proc.stderr)
+    assert list(out.iterdir()) == []
+
+
+def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime: str, wait_s: float,
+                         within_s: float) -> str:
+    pipeline = write_pipeline(tmp_path / "p.yaml", runtime=pipeline_runtime)
+    out = tmp_path / "runs"
+    proc = start("run", str(pipeline), "--output", str(out), *extra_args)
+    try:
+        wait_for(lambda: next(out.glob("rel-*"), None), 60, proc)
+        time.sleep(wait_s)  # well inside the start
+        assert proc.poll() is None, "the start ended before it was interrupted"
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        text = finish(proc, timeout=within_s + 30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    print(f"ended {took:.1f} s after SIGINT")
+    assert took < within_s, f"{took:.1f} s"
+    assert proc.returncode == 2
+    line = one_error_line(text)
+    assert line.startswith("error: interrupted before any trajectory was saved"), line
+    assert list(out.iterdir()) == []  # nothing was saved: no run directory is left to resume
+    return line
+
+
+def test_ctrl_c_ends_a_start_stuck_on_a_silent_scheduler_within_seconds(tmp_path):
+    # a scheduler address that accepts connections and never answers: the start waits on it
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        _interrupt_the_start(tmp_path, ("--cluster", f"tcp://127.0.0.1:{port}"), "", 2.0, HARD_STOP_S + 5.0)
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_a_start_of_thousands_of_tool_workers_within_seconds(tmp_path):
+    # in-process workers are built without yielding to the event loop, a batch at a time; a
+    # cleanup that closes thousands of half-started workers is cut short by the hard stop
+    _interrupt_the_start(tmp_path, (), ", tool_workers: 4096", 8.0, HARD_STOP_S + 10.0)
