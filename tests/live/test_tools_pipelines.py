@@ -76,7 +76,7 @@ def test_failing_calls_become_statuses_not_failures(tmp_path):
         (REPO / "pipelines" / "math-tir-tools.yaml").read_text()
         .replace("dataset: math-tir", f"dataset: {tmp_path / 'tasks.jsonl'}")
         .replace("tools: [python, calculator]", "tools: [python]")
-        .replace("sandbox: {wall_s: 5, cpu_s: 5}", "sandbox: {wall_s: 1, cpu_s: 5}")
+        .replace("sandbox: {wall_s: 5, cpu_s: 5}", "sandbox: {wall_s: 3, cpu_s: 5}")
         .replace("max_observation_tokens: 256", "max_observation_tokens: 64"))
     out = tmp_path / "run"
     out.mkdir()

@@ -90,12 +90,12 @@ COUNTS = ("trajectories_completed", "trajectories_failed", "turns", "prefill_tok
 
 def test_an_interrupted_and_resumed_run_counts_what_an_uninterrupted_one_does(tmp_path):
     pipeline = write_pipeline(tmp_path / "p.yaml")
-    whole = prorsa("run", str(pipeline), "--output", str(tmp_path / "whole"))
+    whole = prorsa("run", str(pipeline), f"output_dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stdout + whole.stderr
     expected = json.loads(next((tmp_path / "whole").glob("rel-*/summary.json")).read_text())
 
     out = tmp_path / "parts"
-    proc = start("run", str(pipeline), "--output", str(out))
+    proc = start("run", str(pipeline), f"output_dir={out}")
     run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
     wait_for(lambda: _committed(run_dir) >= 3, 120, proc)
     proc.send_signal(signal.SIGINT)  # Ctrl-C this time: the session flushes what finished and stops

@@ -71,17 +71,17 @@ def _free_port() -> int:
 def test_a_start_that_fails_leaves_no_run_directory(tmp_path):
     pipeline = write_pipeline(tmp_path / "p.yaml")
     out = tmp_path / "runs"
-    proc = prorsa("run", str(pipeline), "--output", str(out), "--cluster", f"tcp://127.0.0.1:{_free_port()}")
+    proc = prorsa("run", str(pipeline), f"output_dir={out}", "--cluster", f"tcp://127.0.0.1:{_free_port()}")
     assert proc.returncode == 2
     assert "cannot connect to" in one_error_line(proc.stderr)
-    assert list(out.iterdir()) == []
+    assert not out.exists() or list(out.iterdir()) == []
 
 
 def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime: str, wait_s: float,
                          within_s: float) -> str:
     pipeline = write_pipeline(tmp_path / "p.yaml", runtime=pipeline_runtime)
     out = tmp_path / "runs"
-    proc = start("run", str(pipeline), "--output", str(out), *extra_args)
+    proc = start("run", str(pipeline), f"output_dir={out}", *extra_args)
     try:
         wait_for(lambda: next(out.glob("rel-*"), None), 60, proc)
         time.sleep(wait_s)  # well inside the start
