@@ -411,6 +411,7 @@ def validate(files: tuple[str, ...]) -> None:
                    "the --gpu profile itself); the model profile goes to models/<model>.yaml beside a "
                    "hardware/ directory, else next to it.")
 @click.option("--quick", is_flag=True, help="A few points only: a smoke test, not a profile to keep.")
+@click.option("--seed", type=int, help="Seed of the measured prompts' random tokens (default: the pipeline's seed).")
 @click.option("--from-measurements", "measurements", type=click.Path(exists=True, dir_okay=False),
               help="Fit a step-time file of benchmarks/gpu_profile.py instead of measuring an engine.")
 @click.option("--gpu", help="With --from-measurements: the base hardware profile (name or YAML) whose "
@@ -422,7 +423,7 @@ def validate(files: tuple[str, ...]) -> None:
                    "their calibrated speed (vLLM CPU engines: their load on the shared host), the time "
                    "per leg outside them, a KV pull's fixed cost (default output: "
                    "configs/hardware/<profile>-live.yaml). Repeat it to pool runs of one pipeline.")
-def calibrate(pipeline: str | None, output: str | None, quick: bool, measurements: str | None,
+def calibrate(pipeline: str | None, output: str | None, quick: bool, seed: int | None, measurements: str | None,
               gpu: str | None, model_name: str, run_dirs: tuple[str, ...]) -> None:
     """Measure step times on one engine of PIPELINE's backend and fit the cost model to them; or fit
     a GPU profile to a step-time file (--from-measurements FILE --gpu NAME); or correct a profile
@@ -442,11 +443,12 @@ def calibrate(pipeline: str | None, output: str | None, quick: bool, measurement
     _check_vllm(cfg, pipeline)
     from prorsa.engine.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
 
-    command = f"prorsa calibrate {pipeline} --output {output}" + (" --quick" if quick else "")
+    seed = cfg.seed if seed is None else seed
+    command = f"prorsa calibrate {pipeline} --output {output} --seed {seed}" + (" --quick" if quick else "")
     signal.signal(signal.SIGTERM, _raise_interrupt)  # so the engine is stopped
     try:
         lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command,
-                                   _new_run_dir(Path(cfg.output_dir), "calibrate"), click.echo)
+                                   _new_run_dir(Path(cfg.output_dir), "calibrate"), click.echo, seed=seed)
     except KeyboardInterrupt:
         _fail("interrupted")
     except ValueError as e:

@@ -175,7 +175,7 @@ def _machine() -> str:
 
 
 def calibrate_pipeline(cfg, plan: Plan, hardware_path: Path, command: str, log_dir: Path,
-                       progress: Callable[[str], None] = lambda _: None) -> list[str]:
+                       progress: Callable[[str], None] = lambda _: None, *, seed: int = 0) -> list[str]:
     """Measure one engine of the pipeline, fit, write the hardware profile to `hardware_path` and
     the model profile beside it; the lines of the measured-vs-predicted table."""
     import datetime as dt
@@ -185,7 +185,7 @@ def calibrate_pipeline(cfg, plan: Plan, hardware_path: Path, command: str, log_d
 
     date = dt.datetime.now().astimezone().isoformat(timespec="minutes")
     load = os.getloadavg()[0]
-    measured = asyncio.run(measure_pipeline(cfg, plan, log_dir, progress=progress))
+    measured = asyncio.run(measure_pipeline(cfg, plan, log_dir, seed=seed, progress=progress))
     conditions = f"1-minute load average {load:.1f} before and {os.getloadavg()[0]:.1f} after measuring"
     name = "tiny" if cfg.engines.vllm.model == "tiny" else Path(cfg.engines.vllm.model).name
     model_path = model_path_for(hardware_path, name)

@@ -32,13 +32,14 @@ def test_calibrate_writes_profiles_that_predict_their_measurements(tmp_path):
     hardware = tmp_path / "hardware" / "cpu.yaml"
     done = subprocess.run(
         [sys.executable, "-m", "prorsa.cli", "calibrate", str(tmp_path / "p.yaml"),
-         "--output", str(hardware), "--quick"],
+         "--output", str(hardware), "--quick", "--seed", "7"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     print(done.stdout, done.stderr[-2000:])
     assert done.returncode == 0
 
     cost = CostModel(load_gpu(str(hardware)), load_model(str(tmp_path / "models" / "tiny.yaml")))
+    assert "--seed 7" in hardware.read_text()  # the provenance repeats the command, seed included
     rows = ROW.findall(hardware.read_text())
     assert len(rows) == 5  # the quick plan: 3 prefill and 2 decode shapes
     errors = []
