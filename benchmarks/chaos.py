@@ -3,9 +3,12 @@
 `prorsa run` on emulated engines (time-scaled) whose workers are processes (runtime.processes),
 so a fault is a real one: `kill` SIGKILLs an engine worker's process (its Nanny starts a new
 one, the engine comes back empty), `stall` SIGSTOPs one for --stall-s seconds and then lets it
-go on (a hung worker, a network that stops answering). Faults arrive as a Poisson process at
---rate per minute from each session's first saved trajectory on, each on an engine drawn at
-random, all from --seed. The same pipeline runs first without faults, as the baseline.
+go on (a hung worker, a network that stops answering), `tool` SIGKILLs a tool worker's process
+(the search tool's calls run there; its Nanny starts a new one), and with --engine vllm `server`
+SIGKILLs a vLLM server's whole process group under a live engine worker (the worker restarts the
+server). Faults arrive as a Poisson process at --rate per minute from each session's first saved
+trajectory on, each of a kind drawn from --kinds on a target drawn at random, all from --seed.
+The same pipeline runs first without faults, as the baseline.
 
 With --kill-driver F the driver itself (and every process it started) is SIGKILLed once, F of
 the clean run's wall time in, and `prorsa run --resume` finishes the run, under faults as well.
@@ -17,6 +20,10 @@ retried and legs re-bound, and the overhead of the faulty run over the clean one
 session), or wall time from the first start to the end (with a driver kill: every session).
 
     .venv/bin/python benchmarks/chaos.py [--rate 6] [--trajectories 96] [--kill-driver 0.5]
+        [--kinds kill,stall,tool] [--engine vllm --kinds server,tool]
+
+With `tool` among the kinds the workload is search with real search-tool calls on the tool
+workers (else SWE with timed tool waits).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import yaml
 
@@ -40,16 +48,27 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "chaos.json"
 
 
+ENGINES = {"emulated": 4, "vllm": 3}
+SERVER = "prorsa.engine.vllm._launch"  # in a vLLM server's command line
+
+
 def pipeline(args) -> dict:
-    return {
-        "name": "chaos", "seed": args.seed, "policy": "static:2:2",
-        "engines": {"backend": "emulated", "count": 4, "slots": 16, "time_scale": args.time_scale},
-        "workload": {"family": "swe", "mode": "async", "concurrency": args.concurrency,
+    engines = {"backend": "emulated", "count": 4, "slots": 16, "time_scale": args.time_scale}
+    if args.engine == "vllm":
+        engines = {"backend": "vllm", "count": 3, "slots": 8, "vllm": {"model": "tiny", "max_model_len": 4096}}
+    p = {
+        "name": "chaos", "seed": args.seed, "policy": "static:1:2" if args.engine == "vllm" else "static:2:2",
+        "engines": engines,
+        "workload": {"family": "search" if "tool" in args.kinds else "swe", "mode": "async", "concurrency": args.concurrency,
                      "trajectories": args.trajectories, "max_turns": 8, "token_scale": 0.5,
                      "tool_time_scale": args.time_scale},
-        "runtime": {"processes": True, "turn_retries": 3, "metrics_interval_s": 0.5,
+        "runtime": {"processes": True, "turn_retries": 3, "metrics_interval_s": 0.5, "tool_workers": 2,
                     "dashboard_address": None, "output_batch": 8, "output_flush_s": 1.0},
     }  # fmt: skip
+    if "tool" in args.kinds:  # real tool calls on the tool workers, so killing one is a fault
+        p["environment"] = {"dataset": "search", "tasks": args.trajectories, "tools": ["search"],
+                            "reward": "contains_answer", "max_observation_tokens": 512}
+    return p
 
 
 def _committed(run_dir: Path) -> int:
@@ -59,20 +78,34 @@ def _committed(run_dir: Path) -> int:
         return 0
 
 
-def _pid(run_dir: Path, engine: str) -> int | None:
+def _pid(run_dir: Path, target: str) -> int | None:
+    """engine-<i> or tools-<j>: the worker process hosting it now."""
+    where = "tools" if target.startswith("tools") else "engines"
     try:
-        return int((run_dir / "engines" / f"{engine}.pid").read_text())
+        return int((run_dir / where / f"{target}.pid").read_text())
     except (OSError, ValueError):
         return None
+
+
+def _server(worker_pid: int) -> int | None:
+    """The vLLM server started by an engine worker process, if one is up."""
+    try:
+        for child in psutil.Process(worker_pid).children(recursive=True):
+            if SERVER in " ".join(child.cmdline()):
+                return child.pid
+    except psutil.Error:
+        pass
+    return None
 
 
 class Injector(threading.Thread):
     """Faults at Poisson times while the run goes; each records whether its engine came back."""
 
     def __init__(self, run_dir: Path, engines: list[str], rate_per_min: float, stall_s: float, seed: int,
-                 proc: subprocess.Popen) -> None:
+                 proc: subprocess.Popen, kinds: list[str], tool_workers: int) -> None:
         super().__init__(daemon=True)
-        self.run_dir, self.engines, self.proc = run_dir, engines, proc
+        self.run_dir, self.engines, self.proc, self.kinds = run_dir, engines, proc, kinds
+        self.tools = [f"tools-{j}" for j in range(tool_workers)]
         self.rate, self.stall_s = rate_per_min / 60.0, stall_s
         self.rng = random.Random(seed)
         self.faults: list[dict] = []
@@ -86,16 +119,21 @@ class Injector(threading.Thread):
             time.sleep(self.rng.expovariate(self.rate))
             if self.proc.poll() is not None:
                 return
-            engine = self.rng.choice(self.engines)
-            kind = self.rng.choice(["kill", "stall"])
-            pid = _pid(self.run_dir, engine)
+            kind = self.rng.choice(self.kinds)
+            target = self.rng.choice(self.tools if kind == "tool" else self.engines)
+            pid = _pid(self.run_dir, target)
+            if kind == "server" and pid is not None:
+                pid = _server(pid)
             if pid is None:
                 continue
-            fault = {"t_s": round(time.monotonic() - t0, 2), "kind": kind, "engine": engine, "survived": False}
+            fault = {"t_s": round(time.monotonic() - t0, 2), "kind": kind, "target": target, "survived": False}
             try:
-                if kind == "kill":
+                if kind in ("kill", "tool"):
                     os.kill(pid, signal.SIGKILL)
-                    fault["survived"] = self._back(engine, pid)
+                    fault["survived"] = self._back(target, pid)
+                elif kind == "server":
+                    os.killpg(pid, signal.SIGKILL)  # the server leads its own group: its engine core too
+                    fault["survived"] = self._server_back(target, pid)
                 else:
                     os.kill(pid, signal.SIGSTOP)
                     time.sleep(self.stall_s)
@@ -105,13 +143,23 @@ class Injector(threading.Thread):
                 continue
             self.faults.append(fault)
 
-    def _back(self, engine: str, old_pid: int, timeout_s: float = 120.0) -> bool:
+    def _back(self, target: str, old_pid: int, timeout_s: float = 120.0) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            pid = _pid(self.run_dir, engine)
+            pid = _pid(self.run_dir, target)
             if pid not in (None, old_pid):
                 return True
             time.sleep(0.1)
+        return False
+
+    def _server_back(self, engine: str, old_pid: int, timeout_s: float = 300.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            worker = _pid(self.run_dir, engine)
+            server = _server(worker) if worker is not None else None
+            if server not in (None, old_pid):
+                return True
+            time.sleep(0.5)
         return False
 
 
@@ -126,7 +174,8 @@ def _session(cmd: list[str], out: Path, args, faults: bool, seed: int, kill_driv
     (run_dir,) = out.iterdir()
     injector = None
     if faults:
-        injector = Injector(run_dir, [f"engine-{i}" for i in range(4)], args.rate, args.stall_s, seed, proc)
+        injector = Injector(run_dir, [f"engine-{i}" for i in range(ENGINES[args.engine])], args.rate, args.stall_s,
+                            seed, proc, args.kinds, pipeline(args)["runtime"]["tool_workers"])
         injector.start()
     killed = False
     try:
@@ -157,8 +206,8 @@ def one_run(args, workdir: Path, faults: bool, kill_driver_at: float | None = No
             break
         driver_kills += 1
         kill_driver_at, session = None, session + 1  # one driver kill; the resumed session finishes
-        for stale in (run_dir / "engines").glob("*.pid"):  # its engines died with it; signal only new ones
-            stale.unlink()
+        for stale in [*(run_dir / "engines").glob("*.pid"), *(run_dir / "tools").glob("*.pid")]:
+            stale.unlink()  # its workers died with it; signal only new ones
         cmd = [sys.executable, "-m", "prorsa.cli", "run", "--resume", str(run_dir)]
     makespan = summary.get("makespan_s")
     expected = {f"a{i}" for i in range(args.trajectories)}
@@ -183,6 +232,9 @@ def one_run(args, workdir: Path, faults: bool, kill_driver_at: float | None = No
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=6.0, help="faults per minute")
+    ap.add_argument("--kinds", type=lambda v: v.split(","), default=["kill", "stall"],
+                    help="comma-separated fault kinds drawn from: kill, stall, tool, server (vLLM only)")
+    ap.add_argument("--engine", choices=sorted(ENGINES), default="emulated")
     ap.add_argument("--stall-s", type=float, default=3.0, help="how long a stalled worker stays stopped")
     ap.add_argument("--trajectories", type=int, default=96)
     ap.add_argument("--concurrency", type=int, default=24)
@@ -194,6 +246,8 @@ def main() -> None:
                          "time, and finish with prorsa run --resume")
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args()
+    if "server" in args.kinds and args.engine != "vllm":
+        ap.error("--kinds server needs --engine vllm")
     with tempfile.TemporaryDirectory(prefix="prorsa-chaos-") as tmp:
         clean = one_run(args, Path(tmp), faults=False)
         kill_at = None if args.kill_driver is None else args.kill_driver * clean["wall_s"]
@@ -206,7 +260,7 @@ def main() -> None:
         "settings": vars(args) | {"output": str(args.output.relative_to(REPO)) if args.output.is_relative_to(REPO)
                                   else str(args.output)},
         "faults_injected": len(faults),
-        "faults_by_kind": {k: sum(f["kind"] == k for f in faults) for k in ("kill", "stall")},
+        "faults_by_kind": {k: sum(f["kind"] == k for f in faults) for k in args.kinds},
         "faults_survived": sum(f["survived"] for f in faults) if faulty["exit_code"] == 0 else 0,
         "trajectories_lost": faulty["lost"], "trajectories_duplicated": faulty["duplicated"],
         "trajectories_failed": faulty["failed"],

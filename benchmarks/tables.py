@@ -523,13 +523,12 @@ def t_fidelity_vllm(d: dict) -> list[str]:
 
 def t_chaos(d: dict) -> list[str]:
     rows = []
-    for f in ("chaos.json", "chaos-driver-kill.json"):
-        doc = d[f]
+    for f, doc in d.items():
         bad, clean, kinds = doc["faulty_run"], doc["clean_run"], doc["faults_by_kind"]
         which = "makespan_s" if doc["makespan_overhead"] is not None else "wall_s"
         over = doc["makespan_overhead"] if which == "makespan_s" else doc["wall_overhead"]
         rows.append([f"`{f}`", str(bad["trajectories_expected"]), str(doc["driver_kills"]),
-                     f"{doc['faults_injected']} ({kinds['kill']} kill, {kinds['stall']} stall)",
+                     f"{doc['faults_injected']} ({', '.join(f'{n} {k}' for k, n in kinds.items())})",
                      str(doc["faults_survived"]),
                      f"{doc['trajectories_lost']} / {doc['trajectories_duplicated']} / {doc['trajectories_failed']}",
                      str(bad["trajectories_resumed"]), str(bad["legs_rescued"]), str(bad["turns_retried"]),
@@ -609,7 +608,7 @@ TABLES: dict[str, Table] = {
     "live-real-time": Table(REAL_TIME, t_real_time),
     "fidelity": Table(["fidelity.json"], t_fidelity),
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
-    "chaos": Table(["chaos.json", "chaos-driver-kill.json"], t_chaos),
+    "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json"], t_chaos),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
 }
 

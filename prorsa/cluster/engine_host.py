@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
+from prorsa.cluster.pid_files import write_pid
 from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
@@ -57,7 +57,7 @@ class EngineHost(WorkerPlugin):
         if newest is not None:
             await self.engine.load_weights(newest)
             log.info("%s loaded %s", self.engine.engine_id, newest.name)
-        _write_pid(Path(self.run_dir) / "engines" / f"{self.engine.engine_id}.pid")
+        write_pid(Path(self.run_dir) / "engines" / f"{self.engine.engine_id}.pid")
         log.info("%s started on %s as %s", self.engine.engine_id, worker.address, self.role.value)
         if hasattr(self.engine, "ensure_healthy"):
             self._watch = asyncio.create_task(self._watch_health())
@@ -93,16 +93,6 @@ class EngineHost(WorkerPlugin):
                 await self._watch
         if self.engine is not None:
             await self.engine.stop()
-
-
-def _write_pid(path: Path) -> None:
-    """Which process hosts the engine (a restarted worker writes its new one): what an operator,
-    or a fault test, signals to stop it."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{os.getpid()}\n")
-    except OSError as e:  # a run directory this node cannot write: the run goes on without it
-        log.warning("cannot write %s: %s", path, e)
 
 
 def engine_here(worker=None) -> Engine:

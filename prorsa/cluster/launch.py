@@ -294,7 +294,7 @@ async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir:
     if cfg.environment is not None:
         live = cfg.environment.mode == "live"
         model_dir = str(resolve_model_dir(cfg.engines).resolve()) if live else None
-        await client.register_plugin(WorkerToolHost(cfg.environment, cfg.seed, model_dir))
+        await client.register_plugin(WorkerToolHost(cfg.environment, cfg.seed, model_dir, str(run_dir.resolve())))
 
 
 # --- sweeps --------------------------------------------------------------------------------------

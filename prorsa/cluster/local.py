@@ -100,15 +100,15 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
         name = tool_name(j)
         specs[name] = {"cls": cls, "options": {
             "name": name, "nthreads": cfg.runtime.tool_threads, "resources": tool_resources(cfg.runtime.tool_threads),
-            "plugins": {_tool_host(cfg)} if cfg.environment else set(), **common}}
+            "plugins": {_tool_host(cfg, run_dir)} if cfg.environment else set(), **common}}
     if wants_trainer_worker(cfg):
         specs[TRAINER_NAME] = trainer_worker_spec(cfg.runtime.processes, security, host)
     return specs
 
 
-def _tool_host(cfg: PipelineConfig) -> ToolHost:
+def _tool_host(cfg: PipelineConfig, run_dir: Path) -> ToolHost:
     live = cfg.environment.mode == "live"  # the tool workers read and write the model's tokens
-    return ToolHost(cfg.environment, cfg.seed, str(resolve_model_dir(cfg.engines)) if live else None)
+    return ToolHost(cfg.environment, cfg.seed, str(resolve_model_dir(cfg.engines)) if live else None, str(run_dir))
 
 
 # The router places every leg (sticky to the engine holding the prefix); work stealing would move

@@ -1,6 +1,6 @@
 """A tool worker's environment: the tools and the reward live as long as the worker.
 
-    ToolHost(cfg, seed, model_dir)   WorkerPlugin for tool workers: builds the ToolEnvironment
+    ToolHost(cfg, seed, model_dir, run_dir)   WorkerPlugin for tool workers: builds the ToolEnvironment
                                   once (a search index, loaded user tools) at worker start, and
                                   in live mode the model's tokenizer and the call parser; logs
                                   what the sandbox goes without when a tool runs in it
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
@@ -31,6 +32,7 @@ from prorsa.agent.rewards import Score
 from prorsa.agent.tools import CommandTool, ToolCall, ToolCallParser
 from prorsa.agent.tools.python_tool import PythonTool
 from prorsa.agent.tools.sandbox import probe
+from prorsa.cluster.pid_files import write_pid
 from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
@@ -42,8 +44,10 @@ logger = logging.getLogger("prorsa.tools")
 class ToolHost(WorkerPlugin):
     name = PLUGIN_NAME
 
-    def __init__(self, cfg: EnvironmentConfig, seed: int, model_dir: str | None = None) -> None:
+    def __init__(self, cfg: EnvironmentConfig, seed: int, model_dir: str | None = None,
+                 run_dir: str | None = None) -> None:
         self.cfg = cfg
+        self.run_dir = run_dir
         self.seed = seed
         self.model_dir = model_dir  # live mode: whose tokenizer reads and writes the turns
         self.env: ToolEnvironment | None = None
@@ -51,6 +55,8 @@ class ToolHost(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         quiet_survived_faults()  # a tool worker fetches decode results from engine workers
+        if self.run_dir is not None:
+            write_pid(Path(self.run_dir) / "tools" / f"{worker.name}.pid")
         self.env = ToolEnvironment.from_config(self.cfg, self.seed)
         if self.cfg.mode == "live":
             self.responder = Responder(self.env, ChatFormat.load(self.model_dir),

@@ -68,13 +68,13 @@ def prorsa(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return proc
 
 
-def start(*args: str) -> subprocess.Popen:
+def start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`prorsa ...` in its own process group, so a kill reaches every process it started. Its output
     goes to a file, not a pipe: a pipe nobody reads while the test waits fills with the workers'
     logs (64 KiB) and then blocks the run at its next log line."""
     log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", *args], stdout=log,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env=os.environ | (env or {}))
     proc.log = log
     return proc
 

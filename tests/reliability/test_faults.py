@@ -14,6 +14,16 @@ import pytest
 
 from runs import assert_exactly_once, expected_specs, finish, kill_group, start, wait_for, write_pipeline
 
+NAPPING_TOOL = '''
+import time
+
+
+def nap() -> str:
+    """A call that takes a moment, so a kill finds some in flight."""
+    time.sleep(0.2)
+    return "rested"
+'''
+
 HANGING_TOOLS = '''
 import asyncio
 import time
@@ -62,9 +72,9 @@ def test_a_tool_that_hangs_past_its_timeout_becomes_a_timeout_observation(tmp_pa
     print(f"run with {len(tool_turns)} hung tool calls took {took:.1f} s")
 
 
-def _pid(run_dir, engine: str) -> int | None:
+def _pid(run_dir, worker: str) -> int | None:
     try:
-        return int((run_dir / "engines" / f"{engine}.pid").read_text())
+        return int((run_dir / ("tools" if worker.startswith("tools") else "engines") / f"{worker}.pid").read_text())
     except (OSError, ValueError):
         return None
 
@@ -101,3 +111,31 @@ def test_killing_an_engine_worker_process_mid_rollout_loses_no_trajectory(tmp_pa
     assert summary["legs_rescued"] >= 0
     print(f"{engine} killed: {summary['turns_retried']} turns retried, {summary['legs_rescued']} legs re-bound, "
           f"makespan {summary['makespan_s']:.1f} s")
+
+
+@pytest.mark.slow  # worker processes start and stop: ~40 s
+def test_killing_a_tool_worker_process_mid_rollout_loses_no_trajectory(tmp_path):
+    (tmp_path / "naptool.py").write_text(NAPPING_TOOL)
+    calls = [{"name": "nap", "arguments": {}}]
+    (tmp_path / "tasks.jsonl").write_text("".join(
+        json.dumps({"task_id": f"n{i}", "family": "nap", "prompt": "rest", "answer": "rested", "calls": calls}) + "\n"
+        for i in range(4)))
+    pipeline = write_pipeline(tmp_path / "p.yaml", runtime=", processes: true, turn_retries: 3, tool_workers: 1",
+                              extra="environment: {dataset: tasks.jsonl, tools: ['naptool:nap']}\n")
+    specs = expected_specs(pipeline)
+    out = tmp_path / "runs"
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    proc = start("run", str(pipeline), f"output_dir={out}", env={"PYTHONPATH": path})
+    try:
+        run_dir = wait_for(lambda: next(iter(out.glob("rel-*")), None), 60, proc)
+        pid = wait_for(lambda: _pid(run_dir, "tools-0"), 60, proc)
+        wait_for(lambda: _committed(run_dir) >= 2, 60, proc)
+        os.kill(pid, signal.SIGKILL)  # the only tool worker: every tool call waits for its restart
+        output = finish(proc, 180)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 0 and "error:" not in output, output
+    assert _committed(run_dir) > 2 and _pid(run_dir, "tools-0") not in (None, pid)  # killed mid-run, restarted
+    rows = assert_exactly_once(run_dir, specs)
+    assert {t["tool_status"] for r in rows for t in r["turns"][:-1]} == {"ok"}  # a lost call ran again
