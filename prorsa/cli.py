@@ -102,8 +102,10 @@ def _failed_start(run_dir: Path, fresh: bool, msg: str) -> str:
 def _run_dir_at(target: Path) -> Path:
     """--output: the run folder itself; a folder that holds anything already is refused, so no
     run is written over another."""
+    if (problem := output_problem(target, "")) is not None:  # a file in the way, a place no folder can go
+        _fail(f"--output: got '{target}'; {problem}")
     try:
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        if target.exists() and any(target.iterdir()):
             _fail(f"--output: {target} exists and is not empty (it is the run folder itself; "
                   f"output_dir={target} makes a new run folder under it, --resume {target} finishes a stopped run)")
         target.mkdir(parents=True, exist_ok=True)
@@ -198,7 +200,7 @@ def main(verbose: bool) -> None:
 @click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
 @click.option("--policy", help="Override the policy, e.g. colocated or static:2:1.")
 @click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
-@click.option("--output", type=click.Path(file_okay=False),
+@click.option("--output", type=click.Path(),
               help="The run folder itself, new or empty (default: <output_dir>/<name>-<timestamp>/).")
 @click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
               help="Where the workers run: a cluster file (cluster/slurm.yaml, pbs.yaml, local.yaml) or a "
@@ -293,7 +295,7 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
 @click.option("--ep", type=click.IntRange(min=1), help="Expert parallelism (MoE models).")
 @click.option("--prefix-cache", type=click.Choice(["ideal", "lru"]), help="Override engines.prefix_cache.")
 @click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
-@click.option("--output", type=click.Path(file_okay=False),
+@click.option("--output", type=click.Path(),
               help="The results folder itself: results.nc and runs/<policy>/ (default: print only).")
 @PRIOR
 def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | None, gpu: str | None,
@@ -355,7 +357,7 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
 @click.option("--cluster", "cluster_opt", metavar="FILE|ADDRESS",
               help="A cluster file (cluster/slurm.yaml, ...) or a running scheduler, tcp://host:8786 "
                    "(default: a LocalCluster).")
-@click.option("--output", type=click.Path(file_okay=False),
+@click.option("--output", type=click.Path(),
               help="The results folder itself (default: <output_dir>/sweep-<name>/); running again resumes it.")
 @click.option("--workers", type=click.IntRange(min=1), help="LocalCluster worker processes (default: one per core).")
 def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, output: str | None,
@@ -555,7 +557,7 @@ def make_tiny(directory: str, seed: int, vocab_size: int) -> None:
 @click.option("--seed", default=0, show_default=True, help="Seed of the tasks, the batches and the sampling.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
               help="torch threads (a tiny model is fastest on one).")
-@click.option("--output", required=True, type=click.Path(file_okay=False), help="The warmed-up model directory.")
+@click.option("--output", required=True, type=click.Path(), help="The warmed-up model directory.")
 def sft(model_spec: str, task: str, steps: int, batch_size: int, lr: float, n_tasks: int, target_rate: float,
         eval_every: int, seed: int, threads: int, output: str) -> None:
     """Supervised warm-up: teach a model the tool-call format of TASK from demonstrations, and stop
@@ -565,6 +567,8 @@ def sft(model_spec: str, task: str, steps: int, batch_size: int, lr: float, n_ta
     if task not in DEMONSTRATIONS:
         _fail(f"--task: {task!r} has no demonstrations; expected one of {sorted(DEMONSTRATIONS)}")
     target = Path(output)
+    if (problem := output_problem(target, "")) is not None:
+        _fail(f"--output: got '{target}'; {problem}")
     if target.exists() and any(target.iterdir()):
         _fail(f"--output: {target}: directory exists and is not empty")
     if model_spec == "tiny":
@@ -620,7 +624,7 @@ def _sft(model_dir: Path, task: str, steps: int, batch_size: int, lr: float, n_t
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
-@click.option("--output", type=click.Path(file_okay=False),
+@click.option("--output", type=click.Path(),
               help="Directory for report.md and the plots (default: RUN_DIR/report for one run, "
                    "else report/ beside the first input).")
 @click.option("--format", "fig_format", type=click.Choice(["png", "svg", "pdf"]), default="png", show_default=True,

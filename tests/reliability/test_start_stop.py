@@ -50,6 +50,16 @@ def test_sim_and_sweep_refuse_an_output_no_results_can_go_to_before_they_start(t
                                           "not a directory"
 
 
+@pytest.mark.parametrize("command", ["run", "sim", "sweep", "sft"])
+def test_every_output_option_refuses_a_file_with_one_line(tmp_path, command):
+    pipeline = write_pipeline(tmp_path / "p.yaml")  # the file in the way
+    sweep = Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "paper.yaml"
+    target = {"run": [str(pipeline)], "sim": [str(pipeline)], "sweep": [str(sweep)], "sft": []}[command]
+    proc = prorsa(command, *target, "--output", str(pipeline), timeout=60)
+    assert proc.returncode == 2
+    assert one_error_line(proc.stderr) == f"error: --output: got '{pipeline}'; {pipeline} is a file, not a directory"
+
+
 def test_validate_answers_an_alias_bomb_in_seconds_with_one_line(tmp_path):
     lines = ["name: t", "l0: &l0 [" + ", ".join(["lol"] * 9) + "]"]
     lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]  # 9^9 values
