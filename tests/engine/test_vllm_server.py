@@ -298,3 +298,39 @@ def test_cpu_engines_send_no_seed():
             asyncio.run(engine.generate(DecodeRequest("t", 0, context_tokens=3, max_tokens=1, token_ids=(1, 2, 3),
                                                       temperature=1.0, seed=42)))
     assert sent == [None, 42]
+
+
+def _http_server(routes: dict[str, tuple[int, bytes]]):
+    """A local HTTP server answering GET path -> (status, body); 404 elsewhere."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = routes.get(self.path, (404, b"<html><title>404: Not Found</title></html>"))
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("routes,ours", [
+    ({"/health": (200, b"ok")}, False),  # a Dask worker's HTTP server on the port picked for vLLM
+    ({"/health": (200, b""), "/v1/models": (200, json.dumps({"data": [{"id": "other"}]}).encode())}, False),
+    ({"/health": (200, b""), "/v1/models": (200, json.dumps({"data": [{"id": "prorsa"}]}).encode())}, True),
+    ({"/health": (200, b""), "/v1/models": (200, b"not json")}, False),
+])  # fmt: skip
+def test_a_start_waits_for_a_server_that_serves_our_model_not_any_health_answer(routes, ours):
+    from prorsa.engine.vllm.server import serves_us
+
+    server = _http_server(routes)
+    try:
+        assert serves_us(f"http://127.0.0.1:{server.server_address[1]}") is ours
+    finally:
+        server.shutdown()

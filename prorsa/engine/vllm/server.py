@@ -4,7 +4,8 @@
     build_command(spec, port)                   argv of the server
     build_env(spec, side_channel_port, base)    its environment
     VllmServer(spec, log_path)
-      .start()      launch on fresh local ports, wait for /health, warm up (blocking: seconds to
+    serves_us(url)                              the server at url is a vLLM serving our model
+      .start()      launch on fresh local ports, wait until it serves us, warm up (blocking: seconds to
                     a minute on CPU, so call it from a thread, not an event loop)
       .alive()      the process is running
       .healthy()    GET /health answers 200
@@ -172,6 +173,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serves_us(url: str, timeout_s: float = 2.0) -> bool:
+    """A vLLM server binds its HTTP port only after loading the model (a minute on CPU). Until then
+    the port picked for it is free for anyone, and a Dask worker's HTTP server, which answers
+    /health too, took one once: the start then warmed up against it. Only a server that lists our
+    model is ours."""
+    try:
+        r = httpx.get(f"{url}/v1/models", timeout=timeout_s)
+        return r.status_code == 200 and any(m.get("id") == SERVED_NAME for m in r.json().get("data", []))
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
 def _own_process_group() -> dict:
     if sys.version_info >= (3, 11):
         return {"process_group": 0}
@@ -286,8 +299,8 @@ class VllmServer:
                     f"vLLM server exited with code {self._proc.returncode} while starting; "
                     f"last lines of {self.log_path}:\n{self.log_tail()}"
                 )
-            if self.healthy(timeout_s=2.0):
-                return
+            if self.healthy(timeout_s=2.0) and serves_us(self.url):
+                return  # another server on the port: vLLM's bind fails and the log shows the clash
             time.sleep(0.5)
         raise EngineUnavailable(
             f"vLLM server not healthy after {self.spec.start_timeout_s:.0f} s; "
