@@ -86,7 +86,7 @@ def plan_node(devices: tuple[str, ...], source: str, layout: EngineLayout, engin
     if n % g:
         raise DevicePlanError(f"engines.vllm: the node's {n} GPUs ({source}) do not divide into engines of {shape}")
     if engines * g > n:
-        raise DevicePlanError(f"engines.count: {engines} engines x {g} GPUs = {engines * g} GPUs, "
+        raise DevicePlanError(f"engines.count: {engines} engines x {g} GPU{'s' if g > 1 else ''} = {engines * g} GPUs, "
                               f"but the node has {n} ({source})")
     return DevicePlan(tuple(devices), source, g, engines)
 
