@@ -4,9 +4,10 @@ refused when the engines do not fit; an engine worker's server sees its slice an
 from __future__ import annotations
 
 import asyncio
-import os
+import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,35 @@ def test_a_cpu_engine_worker_sets_no_gpus(tmp_path, monkeypatch, model_dir):
     env, args = _launch_recorded(tmp_path, monkeypatch, engines, index=0)
     assert "CUDA_VISIBLE_DEVICES" not in env and env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
     assert "--kv-cache-memory-bytes" in args
+
+
+def test_a_local_cluster_starts_each_engine_server_on_its_own_gpus(tmp_path, monkeypatch, model_dir):
+    """Two 2-GPU engines of a local run on a node listing four GPUs: the engine workers launch
+    their servers (the interpreter swapped for one that runs a recording fake server) with
+    CUDA_VISIBLE_DEVICES 0,1 and 2,3."""
+    from prorsa.cluster.local import start_local_cluster
+    from prorsa.config.pipeline import PipelineConfig
+
+    record = tmp_path / "record"
+    record.mkdir()
+    wrapper = tmp_path / "fake-python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fake_vllm_server.py"}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(wrapper))
+    monkeypatch.setenv("RECORD_DIR", str(record))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cfg = PipelineConfig.model_validate({
+        "name": "gpus", "policy": "static:1:1", "runtime": {"dashboard_address": None},
+        "engines": {"backend": "vllm", "count": 2, "devices": [0, 1, 2, 3],
+                    "vllm": {"device": "cuda", "model": str(model_dir), "tensor_parallel_size": 2,
+                             "start_timeout_s": 60}},
+    })  # fmt: skip
+
+    async def main():
+        async with await start_local_cluster(cfg, [Role.PREFILL, Role.DECODE], tmp_path / "run"):
+            pass
+
+    asyncio.run(main())
+    launched = [json.loads(p.read_text()) for p in record.glob("*.json")]
+    assert sorted(r["env"]["CUDA_VISIBLE_DEVICES"] for r in launched) == ["0,1", "2,3"]
+    assert all(r["args"][r["args"].index("--tensor-parallel-size") + 1] == "2" for r in launched)
