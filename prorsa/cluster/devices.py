@@ -3,7 +3,7 @@
     node_devices(listed, environ, count_gpus) -> (devices, source)   the node's GPUs, in order
     plan_node(devices, source, layout, engines) -> DevicePlan         checked; DevicePlanError says why not
     DevicePlan.for_slot(k) -> ("2", "3")                              the k-th engine's GPUs on the node
-    engine_gpus(cfg, slot, engines_on_node) -> tuple | None           what an engine worker launches with
+    gpus_for_slot(cfg, slot, engines_on_node) -> tuple | None         what an engine worker launches with
 
 The node's device list follows dask-cuda (LocalCUDACluster, dask-cuda-worker): the GPUs listed in
 the pipeline (engines.devices), else CUDA_VISIBLE_DEVICES as the run was started with (indices or
@@ -104,7 +104,7 @@ def node_plan(cfg: EnginesConfig, engines_on_node: int, environ: Mapping[str, st
     return plan_node(devices, source, cfg.vllm.layout, engines_on_node)
 
 
-def engine_gpus(cfg: EnginesConfig, slot: int, engines_on_node: int) -> tuple[str, ...] | None:
+def gpus_for_slot(cfg: EnginesConfig, slot: int, engines_on_node: int) -> tuple[str, ...] | None:
     """What the engine worker in `slot` launches its server with (None: CPU, nothing set)."""
     plan = node_plan(cfg, engines_on_node)
     return None if plan is None else plan.for_slot(slot)

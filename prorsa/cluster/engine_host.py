@@ -22,7 +22,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
-from prorsa.cluster.devices import engine_gpus
+from prorsa.cluster.devices import gpus_for_slot
 from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
@@ -53,7 +53,7 @@ class EngineHost(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         quiet_survived_faults()
-        gpus = engine_gpus(self.cfg, *self.node_slot)
+        gpus = gpus_for_slot(self.cfg, *self.node_slot)
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir), gpus)
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0

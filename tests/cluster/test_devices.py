@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prorsa.cluster.devices import DevicePlanError, engine_gpus, node_devices, nvml_gpu_count, plan_node
+from prorsa.cluster.devices import DevicePlanError, gpus_for_slot, node_devices, nvml_gpu_count, plan_node
 from prorsa.cluster.engine_host import EngineHost
 from prorsa.config.layout import EngineLayout
 from prorsa.config.pipeline import EnginesConfig
@@ -79,8 +79,8 @@ def test_engines_that_do_not_fit_are_refused(devices, layout, engines, message):
 
 def test_cpu_engines_get_no_gpus(monkeypatch):
     _fake_nvml(monkeypatch, 8)
-    assert engine_gpus(EnginesConfig(backend="vllm"), 0, 3) is None
-    assert engine_gpus(EnginesConfig(backend="emulated"), 0, 3) is None
+    assert gpus_for_slot(EnginesConfig(backend="vllm"), 0, 3) is None
+    assert gpus_for_slot(EnginesConfig(backend="emulated"), 0, 3) is None
 
 
 FAKE_SERVER = """#!/bin/sh
