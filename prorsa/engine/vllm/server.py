@@ -181,6 +181,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int, attempts: int = 64) -> int:
+    """The first of `count` consecutive free local ports: each DP rank of a server opens its NIXL
+    side channel on VLLM_NIXL_SIDE_CHANNEL_PORT + its DP index."""
+    for _ in range(attempts):
+        first = free_port()
+        if first + count - 1 <= 65535 and all(_port_free(first + k) for k in range(1, count)):
+            return first
+    raise EngineUnavailable(f"no {count} consecutive free local ports for the NIXL side channels")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _own_process_group() -> dict:
     if sys.version_info >= (3, 11):
         return {"process_group": 0}
@@ -248,7 +267,7 @@ class VllmServer:
     def _start_once(self) -> None:
         if self.alive():
             raise RuntimeError("server already running; stop() or restart() it")
-        self.port, self.side_channel_port = free_port(), free_port()
+        self.port, self.side_channel_port = free_port(), free_ports(self.spec.layout.dp)
         cmd = build_command(self.spec, self.port)
         env = build_env(self.spec, self.side_channel_port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
