@@ -76,6 +76,32 @@ def _check_vllm(cfg, pipeline: str) -> None:
         _fail(f"{pipeline}: {e}")
 
 
+def _check_devices(resolved, cluster, source: str, show: Console | None = None) -> None:
+    """Refuse engines that do not fit the node's GPUs before anything starts (a local run: every
+    engine on this machine; batch jobs are given theirs); `show`: print the launch plan.
+    ConfigError says why not."""
+    from prorsa.cluster.devices import DevicePlanError
+    from prorsa.cluster.launch_plan import launch_plan, print_plan
+    from prorsa.config.cluster import LocalSpec
+    from prorsa.engine.registry import hosted_engines
+
+    local = cluster is None or isinstance(cluster, LocalSpec)
+    if show is None and (not local or resolved.cfg.engines.backend != "vllm"):
+        return
+    try:
+        plans = launch_plan(hosted_engines(resolved.cfg), _initial_roles(resolved), local)
+    except DevicePlanError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    if show is not None:
+        print_plan(plans, show)
+
+
+def _initial_roles(resolved) -> list:
+    from prorsa.control.policy import make_policy
+
+    return make_policy(resolved.cfg.policy, resolved.policy).initial_roles(resolved.cfg.engines.count)
+
+
 def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -208,9 +234,11 @@ def main(verbose: bool) -> None:
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(),
               help="Finish a stopped run: its pipeline.json, the trajectories it has not saved yet.")
 @PRIOR
+@click.option("--dry-run", is_flag=True, help="Print the launch plan (every engine's GPUs or cores, role, "
+                                              "layout and server command line) and start nothing.")
 def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, policy: str | None,
         seed: int | None, output: str | None, cluster_opt: str | None, resume_dir: str | None,
-        prior: str | None) -> None:
+        prior: str | None, dry_run: bool) -> None:
     """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/ (or --output).
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
     from prorsa.metrics.journal import JournalError
@@ -243,6 +271,9 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
         _fail(str(e))
 
     console = Console(stderr=False)
+    _or_fail(_check_devices, resolved, cluster, pipeline or resume_dir, console if dry_run else None)
+    if dry_run:
+        return
     if resume_dir is not None and cfg.train is not None:
         # the trainer's optimizer state and the versions of what was saved are not kept yet
         _fail(f"{resume_dir}: a run with a train: section cannot be resumed yet; start it again")
@@ -392,7 +423,8 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def validate(files: tuple[str, ...]) -> None:
+@click.option("--plan", is_flag=True, help="Also print each pipeline's launch plan, as prorsa run --dry-run does.")
+def validate(files: tuple[str, ...], plan: bool) -> None:
     """Check pipeline and sweep FILES (and the traces they name) without running them."""
     from prorsa.validate import check_file
 
@@ -403,7 +435,24 @@ def validate(files: tuple[str, ...]) -> None:
         except ConfigError as e:
             click.echo(f"error: {e}", err=True)
             bad += 1
+            continue
+        if plan and _is_pipeline(f):
+            try:
+                _check_devices(_load(f, {}), None, f, show=Console())
+            except ConfigError as e:
+                click.echo(f"error: {e}", err=True)
+                bad += 1
     sys.exit(2 if bad else 0)
+
+
+def _is_pipeline(path: str) -> bool:
+    from prorsa.config.load import read_mapping
+    from prorsa.config.sweep import is_sweep
+
+    if path.endswith(".jsonl"):  # a trace
+        return False
+    data = read_mapping(Path(path))
+    return "kind" not in data and not is_sweep(data)
 
 
 @main.command()

@@ -5,7 +5,8 @@
 A trace is told by its `.jsonl` name and read whole (read_trace); a sweep file from a pipeline by
 config/sweep.py's is_sweep (so both commands report the same first error), a cluster file by its
 `kind`; a pipeline is resolved, its trace read whole (load_run) and its output_dir tried
-(output_problem), a sweep's every point built and its policies checked (load_grid), a
+(output_problem) and, where it lists engines.devices, its engines fitted to them
+(cluster/devices.py), a sweep's every point built and its policies checked (load_grid), a
 cluster file's certificates looked for (load_cluster).
 """
 
@@ -40,6 +41,13 @@ def check_file(path: str | Path) -> str:
     problem = output_problem(Path(cfg.output_dir), cfg.name)
     if problem:
         raise ConfigError(f"{path}: output_dir: got {cfg.output_dir!r}; {problem}")
+    if cfg.engines.devices is not None:  # the node is known: its GPUs must hold the engines
+        from prorsa.cluster.devices import DevicePlanError, node_plan
+
+        try:
+            node_plan(cfg.engines, cfg.engines.count)
+        except DevicePlanError as e:
+            raise ConfigError(f"{path}: {e}") from None
     return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
             f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.label})")
 

@@ -1,6 +1,7 @@
 """An engine lives as long as its Dask worker: a WorkerPlugin starts it and stops it.
 
-    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server, wait, warm up),
+    EngineHost.setup(worker)      make and start the engine (vLLM: launch the server on its own GPUs
+                                  of the node's device plan, cluster/devices.py; wait, warm up),
                                   then load the newest RL weight version, if the run has one;
                                   RUN_DIR/engines/<engine>.pid names the process hosting it
     EngineHost._watch_health()    every few seconds: restart the engine if it died or hangs
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
+from prorsa.cluster.devices import gpus_for_slot
 from prorsa.cluster.pid_files import write_pid
 from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnginesConfig
@@ -40,6 +42,8 @@ class EngineHost(WorkerPlugin):
         self.role = role
         self.cfg = cfg
         self.run_dir = run_dir
+        # (slot, engines on the node): a local run puts every engine on this machine
+        self.node_slot = (index, cfg.count)
         self.engine: Engine | None = None
         self.health_interval_s = 5.0
         self.health_timeout_s = 30.0
@@ -49,7 +53,8 @@ class EngineHost(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         quiet_survived_faults()
-        self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir))
+        gpus = gpus_for_slot(self.cfg, *self.node_slot)
+        self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir), gpus)
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0
         # of an RL run: it must serve the policy the others serve, not wait for the next push.
@@ -58,7 +63,8 @@ class EngineHost(WorkerPlugin):
             await self.engine.load_weights(newest)
             log.info("%s loaded %s", self.engine.engine_id, newest.name)
         write_pid(Path(self.run_dir) / "engines" / f"{self.engine.engine_id}.pid")
-        log.info("%s started on %s as %s", self.engine.engine_id, worker.address, self.role.value)
+        log.info("%s started on %s as %s%s", self.engine.engine_id, worker.address, self.role.value,
+                 f" on GPUs {','.join(gpus)}" if gpus is not None else "")
         if hasattr(self.engine, "ensure_healthy"):
             self._watch = asyncio.create_task(self._watch_health())
 

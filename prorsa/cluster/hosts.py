@@ -2,7 +2,10 @@
 scheduler): nothing can be handed to them at start, so the plugins are registered with the
 client, reach every worker, and each worker reads what it hosts off its name.
 
-    WorkerEngineHost(roles, cfg, run_dir)   engine-<i> hosts engine i in roles[i]; others nothing
+    WorkerEngineHost(roles, cfg, run_dir)   engine-<i> hosts engine i in roles[i]; others nothing. The
+                                            engine takes the GPUs its worker was given (its job's
+                                            CUDA_VISIBLE_DEVICES, else what NVML finds), not engines.devices:
+                                            that list is a local run's machine
     WorkerToolHost(cfg, seed, model_dir)    tools-<j> hosts the toolbox; others nothing
 
 They keep the plugin names of EngineHost and ToolHost, so `engine_here` and the tool tasks find
@@ -28,8 +31,9 @@ def engine_index(worker_name) -> int | None:
 
 class WorkerEngineHost(EngineHost):
     def __init__(self, roles: list[Role], cfg, run_dir: str) -> None:
-        super().__init__(-1, Role.MIXED, cfg, run_dir)
+        super().__init__(-1, Role.MIXED, cfg.model_copy(update={"devices": None}), run_dir)
         self.roles = list(roles)
+        self.node_slot = (0, 1)  # one engine per job or joined worker
 
     async def setup(self, worker) -> None:
         index = engine_index(worker.name)

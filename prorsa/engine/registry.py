@@ -1,6 +1,7 @@
 """Engine backends by name: the pipeline's `engines.backend` picks one.
 
-    make_engine(index, role, cfg, run_dir) -> Engine    called once per engine, where it will live
+    make_engine(index, role, cfg, run_dir, gpus) -> Engine   called once per engine, where it will live;
+                                                            gpus: a CUDA engine's own (cluster/devices.py)
     hosted_engines(pipeline) -> EnginesConfig           the engines section the engine hosts get
 
 Imports are lazy so a machine without vLLM runs emulated engines.
@@ -21,7 +22,8 @@ def engine_name(index: int) -> str:
     return f"engine-{index}"
 
 
-def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> Engine:
+def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
+                gpus: tuple[str, ...] | None = None) -> Engine:
     if cfg.backend == "emulated":
         if cfg.parallelism is not None:  # the live controller has no relayout step (sim/controller.py has)
             raise ValueError("engines.parallelism: per-role parallelism is simulated only (prorsa sim); "
@@ -33,7 +35,7 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> En
         return EmulatedEngine(engine_name(index), role, cost, slots=cfg.slots, time_scale=cfg.time_scale,
                               prefix_cache=cfg.prefix_cache)
     if cfg.backend == "vllm":
-        return _vllm_engine(index, role, cfg, run_dir)
+        return _vllm_engine(index, role, cfg, run_dir, gpus)
     raise ValueError(f"engines.backend: unknown backend {cfg.backend!r}")
 
 
@@ -59,11 +61,11 @@ def resolve_model_dir(cfg: EnginesConfig) -> Path:
     return model_dir
 
 
-def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path) -> Engine:
+def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path, gpus: tuple[str, ...] | None) -> Engine:
     from prorsa.engine.vllm import VllmEngine
 
     model_dir = resolve_model_dir(cfg)
     cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
-    engine = VllmEngine(engine_name(index), role, cfg.vllm, model_dir, cores, run_dir / "engines")
+    engine = VllmEngine(engine_name(index), role, cfg.vllm, model_dir, cores, run_dir / "engines", gpus)
     engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     return engine

@@ -157,13 +157,18 @@ def make_tiny_model(
     return out_dir
 
 
+def tiny_model_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
+    """Where ensure_tiny_model keeps the tiny model for `seed` (made or not)."""
+    return Path(cache_dir) / f"tiny-llama-s{seed}-v{vocab_size}"
+
+
 def ensure_tiny_model(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
     """The tiny model for `seed` under `cache_dir`, made on first use.
 
     Built in a temporary sibling directory and renamed into place, so a concurrent or crashed
     maker never leaves a half-written model where another process would load it."""
     cache_dir = Path(cache_dir)
-    target = cache_dir / f"tiny-llama-s{seed}-v{vocab_size}"
+    target = tiny_model_dir(cache_dir, seed, vocab_size)
     if (target / WEIGHTS_FILE).exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)

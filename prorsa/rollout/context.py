@@ -93,9 +93,13 @@ def _profiles(cfg: PipelineConfig) -> str | None:
     roles = ("prefill", "decode", "mixed") if e.parallelism is not None else ()
     for role, (tp, ep) in [(None, (e.tp, e.ep)), *((r, e.layout(r)) for r in roles)]:
         try:
-            CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep)
+            cost = CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep)
         except ValueError as err:
+            if e.backend == "vllm":  # tp and ep were derived from the vLLM layout: name what was written
+                return f"engines.vllm: data_parallel_size {e.vllm.data_parallel_size} (the cost model's ep): {err}"
             return f"engines: {'' if role is None else f'parallelism.{role}: '}{err}"
+        if e.backend == "vllm" and e.vllm.enable_expert_parallel and not cost.model.is_moe:
+            return f"engines.vllm.enable_expert_parallel: {e.model} is dense, it has no experts to spread"
     return None
 
 

@@ -334,3 +334,18 @@ def test_a_start_waits_for_a_server_that_serves_our_model_not_any_health_answer(
         assert serves_us(f"http://127.0.0.1:{server.server_address[1]}") is ours
     finally:
         server.shutdown()
+
+
+def test_dp_ranks_get_consecutive_free_side_channel_ports(monkeypatch):
+    """Each DP rank opens its NIXL side channel on the base port + its index: a base whose next
+    ports are not all free is passed over."""
+    from prorsa.engine.vllm import server
+
+    bases = iter([1000, 2000])
+    monkeypatch.setattr(server, "free_port", lambda: next(bases))
+    monkeypatch.setattr(server, "_port_free", lambda port: port != 1002)
+    assert server.free_ports(3) == 2000  # 1000..1002 holds a taken port
+    monkeypatch.setattr(server, "free_port", lambda: 1000)
+    with pytest.raises(EngineUnavailable, match="no 3 consecutive free local ports"):
+        server.free_ports(3, attempts=4)
+    assert server.free_ports(1) == 1000  # one rank: no neighbour to look at

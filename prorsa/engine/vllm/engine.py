@@ -76,12 +76,13 @@ class VllmEngine:
         model_dir: Path,
         cores: list[int] | None,
         log_dir: Path,
+        gpus: tuple[str, ...] | None = None,
     ):
         self.engine_id = engine_id
         self.role = role
         self.settings = settings
         self.server = VllmServer(
-            ServerSpec.from_settings(settings, model_dir, cores), Path(log_dir) / f"{engine_id}.log"
+            ServerSpec.from_settings(settings, model_dir, cores, gpus), Path(log_dir) / f"{engine_id}.log"
         )
         self._client: httpx.AsyncClient | None = None
         self._inflight: Counter[Role] = Counter()

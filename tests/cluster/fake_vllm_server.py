@@ -1,0 +1,44 @@
+"""A stand-in for a vLLM server process, for tests of how engines are launched: it writes down
+its environment and arguments (RECORD_DIR/<port>.json), then answers what VllmServer.start asks
+(/health, the warm-up completion, /metrics)."""
+
+import json
+import os
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ARGS = sys.argv[1:]
+PORT = int(ARGS[ARGS.index("--port") + 1])
+METRICS = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="64"} 1.0\n'
+COMPLETION = {"choices": [{"text": "", "token_ids": [1], "finish_reason": "length"}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _send(self, body: str, ctype: str = "application/json", code: int = 200) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self._send("")
+        elif self.path == "/metrics":
+            self._send(METRICS, "text/plain")
+        else:
+            self._send("", code=404)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(json.dumps(COMPLETION))
+
+
+with open(os.path.join(os.environ["RECORD_DIR"], f"{PORT}.json"), "w") as f:
+    json.dump({"env": dict(os.environ), "args": ARGS}, f)
+ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
