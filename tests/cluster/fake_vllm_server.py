@@ -1,6 +1,6 @@
 """A stand-in for a vLLM server process, for tests of how engines are launched: it writes down
 its environment and arguments (RECORD_DIR/<port>.json), then answers what VllmServer.start asks
-(/health, the warm-up completion, /metrics)."""
+(/health, /v1/models, the warm-up completion, /metrics)."""
 
 import json
 import os
@@ -29,6 +29,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             self._send("")
+        elif self.path == "/v1/models":  # the name it was told to serve, as vLLM lists it
+            self._send(json.dumps({"data": [{"id": ARGS[ARGS.index("--served-model-name") + 1]}]}))
         elif self.path == "/metrics":
             self._send(METRICS, "text/plain")
         else:
