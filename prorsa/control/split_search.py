@@ -46,7 +46,7 @@ Split = tuple[int, int, int]
 @dataclass(frozen=True)
 class SplitSearch:
     exact_side: int = 128  # up to this many engines every split is priced (8,385 splits)
-    coarse: int = 64  # lattice points along a side of a region past exact_side
+    coarse: int = 48  # lattice points along a side of a region past exact_side
     keep: int = 4  # lattice points refined at full resolution
     lines: int = 1  # best splits whose three lines are priced whole
 
@@ -111,13 +111,16 @@ class _Region:
         """A lattice of `stride` over the region, and its three edges whole (P, D or M at the
         floor): an edge (no prefill, no decode or no mixed engine beyond the floor's) is where the
         best split often lies, in a basin of its own narrower than a stride."""
-        axis = np.union1d(np.arange(0, self.side + 1, stride), [self.side])
-        p, d = (a.ravel() for a in np.meshgrid(axis, axis, indexing="ij"))
-        inside = p + d <= self.side
-        t = np.arange(self.side + 1)
-        p = np.concatenate([p[inside], 0 * t, t, t])
-        d = np.concatenate([d[inside], t, 0 * t, self.side - t])
-        return p + self.floor[0], d + self.floor[1]
+        (f0, f1, _), top = self.floor, self.side
+
+        def axis(lo: int) -> np.ndarray:  # on multiples of stride, so regions share lattice points
+            return np.union1d(np.arange(-(-lo // stride) * stride, lo + top + 1, stride), [lo, lo + top])
+
+        p, d = (a.ravel() for a in np.meshgrid(axis(f0), axis(f1), indexing="ij"))
+        inside = (p - f0) + (d - f1) <= top
+        t = np.arange(top + 1)
+        return (np.concatenate([p[inside], f0 + 0 * t, f0 + t, f0 + t]),
+                np.concatenate([d[inside], f1 + t, f1 + 0 * t, f1 + top - t]))
 
 
 class _Grid:
