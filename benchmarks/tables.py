@@ -567,6 +567,23 @@ def t_allocator_scale(d: dict) -> list[str]:
                 "better by the allocator's own measure)."]
 
 
+def t_control_plane_processes(d: dict) -> list[str]:
+    """Prorsa's runtime with the scheduler and every worker in processes of their own."""
+    doc, rows = d["control-plane-processes.json"], []
+    for r in doc["rows"]:
+        med = {k: statistics.median(run[k] for run in r["runs"])
+               for k in ("turns", "turns_per_s", "scheduler_cpu_ms_per_turn", "driver_cpu_ms_per_turn")}
+        rows.append([str(r["engines"]), str(r["trajectories"]), f"{med['turns']:.0f}", f"{med['turns_per_s']:.1f}",
+                     f"{med['scheduler_cpu_ms_per_turn']:.2f} ms", f"{med['driver_cpu_ms_per_turn']:.2f} ms",
+                     f"{1e3 / med['scheduler_cpu_ms_per_turn']:.0f}"])
+    return [*table(["engines", "trajectories", "turns", "turns/s", "scheduler CPU a turn", "driver CPU a turn",
+                    "turns/s a scheduler core carries"], rows),
+            "", f"Median of {len(doc['rows'][0]['runs'])} run(s) a row, up to {doc['turn_cap']} turns a "
+                "trajectory. CPU is counted over the whole run, the workers joining and the engines "
+                "starting included; the last column is 1 s over the scheduler's CPU a turn, the turns/s "
+                "at which one scheduler core would be saturated."]
+
+
 # ------------------------------------------------------------------------------ the tests' own test
 
 def t_mutation(d: dict) -> list[str]:
@@ -641,6 +658,7 @@ TABLES: dict[str, Table] = {
     "chaos": Table(["chaos.json", "chaos-driver-kill.json"], t_chaos),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
+    "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
 }
 
 
