@@ -9,6 +9,13 @@ driver process (which hosts the in-process scheduler and workers, as `prorsa run
 Each measurement runs in a fresh subprocess so peak memory is its own.
 
     .venv/bin/python benchmarks/control_plane.py [--sizes 64,256,1024] [--repeats 3] [--turns 4]
+
+With --processes ENGINES the Prorsa side runs as on a real cluster instead: the scheduler in its own
+process (`dask scheduler`), every engine and the tool worker a `dask worker` process of its own,
+joined through the cluster file's `address` kind; it also reports the scheduler's and the driver's
+CPU per turn (no bare Dask side). Sizes are trajectories in flight, as above.
+
+    .venv/bin/python benchmarks/control_plane.py --processes 8 [--sizes 256,1024] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 ENGINES, SLOTS, TOOL_THREADS = 3, 64, 64
 
@@ -114,10 +122,87 @@ async def prorsa(n: int, turns: int, shape: str) -> tuple[float, int]:
     return summary["makespan_s"], summary["turns"]
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_port(port: int, timeout_s: float = 120.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+async def prorsa_processes(n: int, turns: int, shape: str, engines: int) -> dict:
+    """Prorsa's runtime with the scheduler and every worker in processes of their own; the
+    scheduler's CPU (psutil) and this driver's (getrusage) over the run, per turn."""
+    import tempfile
+
+    import psutil
+    from rich.console import Console
+
+    from prorsa.config.cluster import AddressSpec
+    from prorsa.live.run import run_live
+
+    cfg = _pipeline(n, turns, shape)
+    p = max(engines // 3, 1)
+    cfg = cfg.model_copy(update={"policy": f"static:{p}:{engines - p}",
+                                 "engines": cfg.engines.model_copy(update={"count": engines})})
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    cli = [sys.executable, "-m"]
+    procs = [subprocess.Popen([*cli, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                               address.rsplit(":", 1)[1], "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    workers = [(f"engine-{i}", f"prefill={SLOTS},decode=0,env=0", SLOTS) for i in range(engines)]
+    workers.append(("tools-0", f"prefill=0,decode=0,env={TOOL_THREADS}", TOOL_THREADS))
+    try:
+        _wait_for_port(int(address.rsplit(":", 1)[1]))  # a loaded machine starts it slower than a client waits
+        for name, res, threads in workers:
+            procs.append(subprocess.Popen(
+                [*cli, "distributed.cli.dask_worker", address, "--name", name, "--nthreads", str(threads),
+                 "--resources", res, "--no-dashboard", "--no-nanny"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        sched = psutil.Process(procs[0].pid)
+        with tempfile.TemporaryDirectory() as d:
+            me0, s0 = resource.getrusage(resource.RUSAGE_SELF), sched.cpu_times()
+            summary = await run_live(cfg, Path(d), Console(quiet=True), cluster=AddressSpec(address=address))
+            me1, s1 = resource.getrusage(resource.RUSAGE_SELF), sched.cpu_times()
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a worker still closing on a loaded machine
+                proc.kill()
+                proc.wait()
+    turns_done = summary["turns"]
+    driver = (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime)
+    scheduler = (s1.user - s0.user) + (s1.system - s0.system)
+    return {"seconds": summary["makespan_s"], "turns": turns_done, "turns_per_s": turns_done / summary["makespan_s"],
+            "engines": engines, "scheduler_cpu_ms_per_turn": 1e3 * scheduler / turns_done,
+            "driver_cpu_ms_per_turn": 1e3 * driver / turns_done,
+            "trajectories_completed": summary["trajectories_completed"]}
+
+
 def one(kind: str, shape: str, n: int, turns: int) -> dict:
     import asyncio
 
     counts = turn_counts(n, turns)
+    if kind.startswith("processes:"):
+        r = asyncio.run(prorsa_processes(n, turns, shape, int(kind.split(":")[1])))
+        return {**r, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if kind == "bare":
         secs, total = asyncio.run(bare(n, counts, shape)), sum(counts)
     else:
@@ -132,11 +217,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--turns", type=int, default=4, help="turn cap per trajectory")
     ap.add_argument("--shapes", default="in_task,driver")
+    ap.add_argument("--processes", default="", metavar="ENGINES",
+                    help="engine counts (8,16): scheduler and workers in processes of their own")
+    ap.add_argument("--out", default="", help="with --processes: store the results here (JSON)")
     ap.add_argument("--_one", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._one:
         kind, shape, n, turns = args._one
         print(json.dumps(one(kind, shape, int(n), int(turns))))
+        return
+    if args.processes:
+        processes(args)
         return
 
     from rich.console import Console
@@ -171,6 +262,35 @@ def main() -> None:
     console = Console()
     console.print(table)
     console.print("command: " + " ".join(["python", "benchmarks/control_plane.py", *sys.argv[1:]]))
+
+
+def processes(args) -> None:
+    """--processes: per engine count and size, Prorsa with the scheduler and workers apart."""
+    import datetime
+    import platform
+
+    rows = []
+    for engines in (int(e) for e in args.processes.split(",")):
+        for n in (int(s) for s in args.sizes.split(",")):
+            for shape in args.shapes.split(","):
+                runs = []
+                for rep in range(args.repeats):
+                    out = subprocess.run([sys.executable, __file__, "--_one", f"processes:{engines}", shape, str(n),
+                                          str(args.turns)], capture_output=True, text=True)
+                    if out.returncode:
+                        sys.exit(f"error: engines={engines} n={n} failed: {out.stderr.strip().splitlines()[-1:]}")
+                    runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                    print(f"engines={engines} n={n} {shape} rep={rep}: {runs[-1]['turns_per_s']:.1f} turns/s, "
+                          f"scheduler {runs[-1]['scheduler_cpu_ms_per_turn']:.2f} ms/turn, "
+                          f"driver {runs[-1]['driver_cpu_ms_per_turn']:.2f} ms/turn", file=sys.stderr)
+                rows.append({"engines": engines, "trajectories": n, "shape": shape, "runs": runs})
+    command = " ".join(["python", "benchmarks/control_plane.py", *sys.argv[1:]])
+    print("command: " + command)
+    if args.out:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        doc = {"command": command, "date": datetime.date.today().isoformat(), "commit": commit,
+               "machine": f"{platform.machine()}, shared 2-core", "turn_cap": args.turns, "rows": rows}
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

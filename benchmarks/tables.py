@@ -537,6 +537,52 @@ def t_chaos(d: dict) -> list[str]:
                   "resumed", "legs re-bound", "turns retried", "faulty vs clean", "overhead"], rows)
 
 
+# ------------------------------------------------------------------------------------ control plane
+
+def t_allocator_scale(d: dict) -> list[str]:
+    """The allocator's step against engines: the split search beside pricing every split."""
+    doc = d["allocator-scale.json"]
+    interval, rows = doc["control_interval_s"], []
+    for r in doc["rows"]:
+        search = statistics.median(r["search_ms"])
+        if r["exhaustive_ms"]:
+            every = f"{statistics.median(r['exhaustive_ms']):.1f} ms"
+            same = f"{sum(r['same_plan'])} / {sum(r['same_moves'])} / {len(r['same_plan'])}"
+            net = f2(min(r["net_search_vs_every"]))
+        else:
+            every, same, net = f"~{r['exhaustive_ms_extrapolated']:.0f} ms (extrapolated)", "-", "-"
+        rows.append([str(r["engines"]), MODEL[r["model"]], f"{r['splits']:,}",
+                     f"{statistics.median(r['search_priced']):,.0f}", f"{search:.1f} ms",
+                     f"{search / 1e3 / interval:.1%}", every, same, net])
+    return [*table(["engines", "model", "splits", "splits priced", "step (search)", "share of the interval",
+                    "step (every split)", "same plan / same moves / states", "goal objective, least ratio"],
+                   rows),
+            "", f"CPU time of `Allocator.plan`, median over {doc['rows'][0]['states']} seeded states; the "
+                f"interval is runtime.control_interval_s ({interval:g} s), the goal under "
+                f"{doc['goal_share']:.0%} of it. Up to 128 engines the search prices every split. \"same "
+                "moves\": the same switches toward the same goal (a plan may differ only in the runner-up "
+                "its reason names); \"goal objective\": the search's goal's cost + hysteresis x switch "
+                "cost over the full table's, the least of the states (< 1: the search's goal is the "
+                "better by the allocator's own measure)."]
+
+
+def t_control_plane_processes(d: dict) -> list[str]:
+    """Prorsa's runtime with the scheduler and every worker in processes of their own."""
+    doc, rows = d["control-plane-processes.json"], []
+    for r in doc["rows"]:
+        med = {k: statistics.median(run[k] for run in r["runs"])
+               for k in ("turns", "turns_per_s", "scheduler_cpu_ms_per_turn", "driver_cpu_ms_per_turn")}
+        rows.append([str(r["engines"]), str(r["trajectories"]), f"{med['turns']:.0f}", f"{med['turns_per_s']:.1f}",
+                     f"{med['scheduler_cpu_ms_per_turn']:.2f} ms", f"{med['driver_cpu_ms_per_turn']:.2f} ms",
+                     f"{1e3 / med['scheduler_cpu_ms_per_turn']:.0f}"])
+    return [*table(["engines", "trajectories", "turns", "turns/s", "scheduler CPU a turn", "driver CPU a turn",
+                    "turns/s a scheduler core carries"], rows),
+            "", f"Median of {len(doc['rows'][0]['runs'])} run(s) a row, up to {doc['turn_cap']} turns a "
+                "trajectory. CPU is counted over the whole run, the workers joining and the engines "
+                "starting included; the last column is 1 s over the scheduler's CPU a turn, the turns/s "
+                "at which one scheduler core would be saturated."]
+
+
 # ------------------------------------------------------------------------------ the tests' own test
 
 def t_mutation(d: dict) -> list[str]:
@@ -610,6 +656,8 @@ TABLES: dict[str, Table] = {
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
     "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json"], t_chaos),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
+    "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
+    "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
 }
 
 

@@ -52,11 +52,13 @@ from prorsa.control.forecast import Forecast, ForecastSummary
 from prorsa.loads import EngineLoad
 from functools import cache, cached_property
 
+from prorsa.control.split_search import SplitSearch, within
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.roles import Role
 
 ROLES = (Role.PREFILL, Role.DECODE, Role.MIXED)  # the order of a split (P, D, M)
 Split = tuple[int, int, int]
+MAX_STEP_MOVES = 16  # past search.exact_side, the step is sought among splits this many moves away at most
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def cheapest_first(engines: Sequence[EngineLoad]) -> list[EngineLoad]:
 
 class Allocator:
     def __init__(self, capacity: Capacity, hysteresis: float = 2.0, max_switches_per_interval: int = 1,
-                 min_gain: float = 0.05, max_scan: int = 256):
+                 min_gain: float = 0.05, max_scan: int = 256, search: SplitSearch = SplitSearch()):
         if hysteresis < 0 or min_gain < 0 or max_switches_per_interval < 0:
             raise ValueError("hysteresis, min_gain and max_switches_per_interval must be >= 0")
         self.capacity = capacity
@@ -214,6 +216,7 @@ class Allocator:
         self.max_switches = max_switches_per_interval
         self.min_gain = min_gain  # and the gain must exceed this share of the current cost
         self.max_scan = max_scan  # candidates priced for switching, best-scoring first
+        self.search = search  # which splits are priced: all of them up to search.exact_side engines
 
     def plan(self, forecast: Forecast, engines: Sequence[EngineLoad],
              locked: Collection[str] = (), anchor: Split | None = None) -> Plan:
@@ -224,11 +227,11 @@ class Allocator:
         transitional split: a new goal must beat the anchor, or the moves toward it go on.
         """
         cur = count_roles([e.role for e in engines])
-        cands = splits(len(engines))
-        if len(cands) == 0:
+        if not engines:
             return Plan({}, cur, cur, cur, cur, 0.0, 0.0, 0.0, "no engines", forecast.summary())
-        costs = score(self.capacity, forecast, cands[:, 0], cands[:, 1], cands[:, 2])
         ref = cur if anchor is None or sum(anchor) != len(engines) else anchor
+        movers = _Movers(self.capacity, engines, locked, forecast.decode_remaining_tokens)
+        cands, costs = self._priced(forecast, cur, ref, movers.counts())
 
         def cost_of(split: Split) -> float:
             here = np.flatnonzero((cands == split).all(axis=1))
@@ -236,7 +239,6 @@ class Allocator:
 
         cost_now, cost_ref = cost_of(cur), cost_of(ref)
         best = _split(cands[int(np.argmin(costs))])
-        movers = _Movers(self.capacity, engines, locked, forecast.decode_remaining_tokens)
         leave = np.maximum(np.array(cur) - cands, 0)  # engines each candidate takes from a role
         pick = self._goal(cur, cands, costs, leave, cost_ref, movers, forecast.horizon_s, skip=ref)
         head = f"{_fmt(cur)} {cost_now:.1f} seq-s, best {_fmt(best)} {float(costs.min()):.1f}"
@@ -260,6 +262,23 @@ class Allocator:
                     f"seq-s over {forecast.horizon_s:g} s beats {self.hysteresis:g}x switch "
                     f"{pick.switch_cost:.2f}; {head}", forecast.summary())
 
+    def _priced(self, fc: Forecast, cur: Split, ref: Split, movable: Split) -> tuple[np.ndarray, np.ndarray]:
+        """The splits worth pricing this interval, in (P, D, M) order, and their costs: every split
+        of a few engines; past search.exact_side, a search of all splits (for the best) and of the
+        reachable ones (the goal: each at least cur - movable), with cur, the anchor and every split
+        this interval's cap reaches (the step) priced too."""
+        n = sum(cur)
+
+        def price(c: np.ndarray) -> np.ndarray:
+            return score(self.capacity, fc, c[:, 0], c[:, 1], c[:, 2])
+
+        if self.search.exhaustive(n):
+            cands = splits(n)
+            return cands, price(cands)
+        reachable = tuple(int(x) for x in np.array(cur) - movable)
+        return self.search.priced(price, n, floors=((0, 0, 0), reachable), seeds=(cur, ref),
+                                  also=within(cur, min(self.max_switches, MAX_STEP_MOVES), n))
+
     def _goal(self, cur: Split, cands: np.ndarray, costs: np.ndarray, leave: np.ndarray,
               cost_now: float, movers: _Movers, horizon_s: float, skip: Split | None = None) -> _Pick | None:
         """The reachable split other than `skip` with the least cost + hysteresis x switch cost, or None."""
@@ -273,13 +292,12 @@ class Allocator:
         for i in order[:self.max_scan]:  # by cost, then fewest moves
             if pick is not None and costs[i] >= pick.net:
                 break  # no candidate from here on can beat the pick once switches are added
-            moves, drains = movers.moves(cur, _split(cands[i]))
             gain = cost_now - float(costs[i]) if math.isfinite(cost_now) else 0.0
-            sw = max(gain, 0.0) * float(np.max(np.minimum(np.array(drains) / horizon_s, 1.0)))
+            sw = max(gain, 0.0) * min(movers.slowest(cur, _split(cands[i])) / horizon_s, 1.0)
             net = float(costs[i]) + self.hysteresis * sw
             if pick is None or net < pick.net:
-                pick = _Pick(net, _split(cands[i]), moves, float(costs[i]), sw)
-        return pick
+                pick = _Pick(net, _split(cands[i]), [], float(costs[i]), sw)
+        return None if pick is None else pick._replace(moves=movers.moves(cur, pick.split)[0])
 
     def _step(self, cur: Split, goal: Split, cands: np.ndarray, costs: np.ndarray,
               leave: np.ndarray, movable: Split) -> Split | None:
@@ -322,8 +340,37 @@ class _Movers:
                                            key=lambda r, e=e: (self.drain[e.engine_id, r], ROLES.index(r)))
                        for e in free}
 
+        # per role, each other role: the drains of the role's engines in order, and their running maximum
+        self.drains = {(r, to): np.array([self.drain[e.engine_id, to] for e in self.pools[r]], dtype=float)
+                       for r in ROLES for to in ROLES if to is not r}
+        self.peak = {k: np.maximum.accumulate(v) for k, v in self.drains.items()}
+        # per role, whether each engine drains into the first other role (ROLES order) faster
+        self.first = {r: np.array([self.prefer[e.engine_id][0] is one for e in self.pools[r]], dtype=bool)
+                      for r in ROLES for one in _others(r)[:1]}
+
     def counts(self) -> Split:
         return len(self.pools[Role.PREFILL]), len(self.pools[Role.DECODE]), len(self.pools[Role.MIXED])
+
+    def slowest(self, cur: Split, goal: Split) -> float:
+        """max(self.moves(cur, goal)[1]) without listing the moves: a goal is priced for many
+        candidate splits an interval, and at a thousand engines a move list is hundreds long."""
+        gainers = [r for k, r in enumerate(ROLES) if goal[k] > cur[k]]
+        losing = {r: cur[k] - goal[k] for k, r in enumerate(ROLES) if cur[k] > goal[k]}
+        if len(gainers) == 1:  # every leaving engine goes to the one role that gains
+            return max(float(self.peak[r, gainers[0]][n - 1]) for r, n in losing.items())
+        # one role loses, the other two gain: engines take the role they prefer, in order, until
+        # one role has all it needs; the rest go to the other
+        (r, n), = losing.items()
+        one, two = _others(r)
+        want_one = goal[ROLES.index(one)] - cur[ROLES.index(one)]
+        first = self.first[r][:n]
+        took_one = np.cumsum(first)
+        took_two = np.arange(1, n + 1) - took_one
+        full = np.flatnonzero((took_one == want_one) | (took_two == n - want_one))
+        t = int(full[0]) + 1  # engines [0, t) had their pick
+        rest = one if took_two[t - 1] == n - want_one else two
+        picked = np.where(first[:t], self.drains[r, one][:t], self.drains[r, two][:t])
+        return float(max(picked.max(), self.drains[r, rest][t:n].max(initial=0.0)))
 
     def moves(self, cur: Split, goal: Split) -> tuple[list[tuple[str, Role]], list[float]]:
         """(engine, new role) for cur -> goal, cheapest engines first, each to the missing role it
@@ -412,15 +459,29 @@ def _mixed_step(td: np.ndarray, tp: np.ndarray, tc: np.ndarray, load: np.ndarray
         big = np.where(load * m2 < 1, (tp - piece * m2) / (1 - load * m2), np.inf)
     tau = np.where(load * small < piece, small, np.minimum(big, tc))
     if ep > 1:
+        # Each split iterates until its own step settles, whatever the others priced beside it do:
+        # a split's cost must not depend on which splits are priced with it (control/split_search.py).
+        tau = tau.copy()
+        go = np.arange(len(tau))
+        td, tp, tc, m2, load = (np.broadcast_to(a, tau.shape) for a in (td, tp, tc, m2, load))
         for _ in range(20):
-            x = np.minimum(load * tau, chunk)
+            prev = tau[go]
+            x = np.minimum(load[go] * prev, chunk)
             rho = np.minimum(x / piece, 1.0)
-            prev, tau = tau, np.where(x < piece, td + (1 - (1 - rho) ** ep) * (tp - td),
-                                      np.minimum(tp + (x - piece) * m2, tc))
+            now = np.where(x < piece, td[go] + (1 - (1 - rho) ** ep) * (tp[go] - td[go]),
+                           np.minimum(tp[go] + (x - piece) * m2[go], tc[go]))
+            tau[go] = now
             # it mostly settles in a few rounds; np.allclose's test, at a tenth of its cost
-            if (np.abs(tau - prev) <= 1e-6 * np.abs(prev)).all():
+            go = go[np.abs(now - prev) > 1e-6 * np.abs(prev)]
+            if len(go) == 0:
                 break
     return tau
+
+
+def _others(role: Role) -> tuple[Role, Role]:
+    """The two roles other than `role`, in ROLES order."""
+    a, b = (r for r in ROLES if r is not role)
+    return a, b
 
 
 def _split(row: np.ndarray) -> Split:
