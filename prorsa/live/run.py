@@ -53,6 +53,12 @@ from prorsa.sim.run import simulate_async
 log = logging.getLogger(__name__)
 
 
+def restart_wait_s(engines) -> float:
+    """How long a turn waits out engines that are down: a vLLM server restarts within its start
+    timeout or not at all."""
+    return engines.vllm.start_timeout_s if engines.backend == "vllm" else 0.0
+
+
 def _engine_stats(dask_worker):
     return engine_here(dask_worker).stats()
 
@@ -173,7 +179,8 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             console.print(f"prorsa page: {links[1]}  data: {links[2]}", soft_wrap=True)
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
-                                cfg.runtime.turn_retries, scheduler=make_scheduler(run))
+                                cfg.runtime.turn_retries, scheduler=make_scheduler(run),
+                                restart_wait_s=restart_wait_s(cfg.engines))
         controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)

@@ -27,6 +27,7 @@ import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.control.tail import TurnScheduler
+from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.live.tasks import dask_priority, leg_graph, tool_graph, turn_annotations, turn_task, warm_submit
 from prorsa.rollout.legs import warm_request
 from prorsa.rollout.router import Router
@@ -67,6 +68,10 @@ class _Batch:
                 waiter.set_result(fut)
 
 
+RETRY_PAUSE_S = 0.5  # the first pause before a turn tries engines that were down again
+RETRY_PAUSE_MAX_S = 15.0
+
+
 class DaskTurnRunner:
     def __init__(
         self,
@@ -79,9 +84,11 @@ class DaskTurnRunner:
         started_wall: float,
         retries: int = 2,
         scheduler: TurnScheduler | None = None,
+        restart_wait_s: float = 0.0,
     ) -> None:
         self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.retries = retries
+        self.restart_wait_s = restart_wait_s  # how long a turn waits out engines that are restarting
         self.retried = 0  # turns re-run after a failure
         self.migrated = 0  # turns after which the trajectory moved while its tool ran (scheduling.migrate)
         self.client = client
@@ -95,10 +102,15 @@ class DaskTurnRunner:
 
     async def run_turn(self, turn: TurnRequest) -> TurnResult:
         """A turn whose engine or worker failed is re-run from the trajectory's token history
-        on freshly routed engines (the KV is rebuilt by prefill), up to `retries` times."""
+        on freshly routed engines (the KV is rebuilt by prefill), up to `retries` times. A failure
+        because a server is down (EngineUnavailable: its worker is restarting it) is not counted
+        for `restart_wait_s` from the first one: the turn pauses, doubling up to RETRY_PAUSE_MAX_S,
+        and goes again. Without that, a role whose only engine restarts (a vLLM server takes a
+        minute or more on CPU) burnt every retry in seconds and its trajectories failed."""
         # one key per turn, in the clock its decode seconds are learned in, so a retry keeps its place
         priority = self.scheduler.key(turn, time.time() - self.started)
-        for attempt in range(self.retries + 1):
+        attempt, failures, first_down = 0, 0, None
+        while True:
             try:
                 result = await self._attempt(turn, attempt, priority)
                 self.scheduler.ended(turn, result.decode_tokens, result.decode_s)
@@ -106,12 +118,20 @@ class DaskTurnRunner:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                if attempt == self.retries:
-                    raise
+                down = isinstance(e, EngineUnavailable)
+                if down:
+                    first_down = first_down if first_down is not None else time.monotonic()
+                waiting = down and time.monotonic() - first_down < self.restart_wait_s
+                if not waiting:
+                    failures += 1
+                    if failures > self.retries:
+                        raise
                 log.warning("turn %s-%d failed (%s: %s); retrying", turn.traj_id, turn.turn, type(e).__name__, e)
                 self.router.forget(turn.traj_id)
                 self.retried += 1
-        raise AssertionError("unreachable")
+                attempt += 1
+                if waiting:
+                    await asyncio.sleep(min(RETRY_PAUSE_S * 2 ** (attempt - 1), RETRY_PAUSE_MAX_S))
 
     async def _attempt(self, turn: TurnRequest, attempt: int, priority: float) -> TurnResult:
         route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,

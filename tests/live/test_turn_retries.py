@@ -1,0 +1,72 @@
+"""How a turn is retried: engines that are down (a server restarting) are waited out for a while
+without spending the turn's retries; any other failure spends one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from prorsa.agent.loop import TurnRequest, TurnResult
+from prorsa.engine.vllm.errors import EngineError, EngineUnavailable
+from prorsa.live import runtime
+from prorsa.live.runtime import DaskTurnRunner
+
+TURN = TurnRequest("t0", 0, "swe", 10, 10, 4, 0.0, True, 0)
+DONE = TurnResult("t0", 0, "", "engine-0", 10, 0, 4)
+
+
+class _Router:
+    def __init__(self) -> None:
+        self.forgotten = 0
+
+    def forget(self, traj_id: str) -> None:
+        self.forgotten += 1
+
+
+def _runner(failures: list[Exception], retries: int, restart_wait_s: float) -> tuple[DaskTurnRunner, list[int]]:
+    runner = DaskTurnRunner(None, _Router(), {}, "driver", False, 0, 0.0, retries, restart_wait_s=restart_wait_s)
+    attempts: list[int] = []
+
+    async def attempt(turn, n, priority):
+        attempts.append(n)
+        if failures:
+            raise failures.pop(0)
+        return DONE
+
+    runner._attempt = attempt
+    return runner, attempts
+
+
+@pytest.fixture(autouse=True)
+def _short_pauses(monkeypatch):
+    monkeypatch.setattr(runtime, "RETRY_PAUSE_S", 0.001)
+    monkeypatch.setattr(runtime, "RETRY_PAUSE_MAX_S", 0.004)
+
+
+def test_engines_that_are_down_are_waited_out_without_spending_retries():
+    runner, attempts = _runner([EngineUnavailable("refused")] * 6, retries=1, restart_wait_s=60.0)
+    assert asyncio.run(runner.run_turn(TURN)) is DONE
+    assert attempts == list(range(7)) and runner.retried == 6 and runner.router.forgotten == 6
+
+
+def test_without_a_restart_wait_every_failure_spends_a_retry():
+    runner, attempts = _runner([EngineUnavailable("refused")] * 6, retries=2, restart_wait_s=0.0)
+    with pytest.raises(EngineUnavailable):
+        asyncio.run(runner.run_turn(TURN))
+    assert attempts == [0, 1, 2]
+
+
+def test_past_the_restart_wait_a_down_engine_spends_retries_again():
+    runner, attempts = _runner([EngineUnavailable("refused")] * 50, retries=1, restart_wait_s=0.02)
+    with pytest.raises(EngineUnavailable):
+        asyncio.run(runner.run_turn(TURN))
+    assert 4 <= len(attempts) < 50  # waited a while (pauses of at most 4 ms), then two counted failures
+
+
+def test_other_failures_spend_retries_while_engines_are_waited_out():
+    runner, attempts = _runner([EngineUnavailable("x"), EngineError("HTTP 500"), EngineUnavailable("x"),
+                                EngineError("HTTP 500")], retries=1, restart_wait_s=60.0)
+    with pytest.raises(EngineError, match="500"):
+        asyncio.run(runner.run_turn(TURN))
+    assert attempts == [0, 1, 2, 3]
