@@ -2,6 +2,7 @@
 (replies are fixed text, so every id and every error body can be checked exactly)."""
 
 import asyncio
+import time
 from pathlib import Path
 
 import httpx
@@ -38,7 +39,7 @@ class Scripted:
         self.sent.append(req)
         ids = tuple(self.tok.encode(self.reply(req), add_special_tokens=False)) + (self.tok.eos_token_id,)
         return TurnResult(req.traj_id, req.turn, "engine-0", "engine-1", req.appended_tokens, 0, len(ids),
-                          token_ids=ids, logprobs=(-0.5,) * len(ids))
+                          token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic())
 
 
 def serve(tok, requests, runner=None, max_context=2048):
@@ -50,7 +51,7 @@ def serve(tok, requests, runner=None, max_context=2048):
         hub = Hub(idle_s=30)
         done = []
         driver = ServeDriver(hub, tok, "swe", 0, max_context=max_context, max_tokens=64)
-        rollout = asyncio.create_task(driver(None, None, runner, lambda: 0.0, done.append))
+        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, done.append))
         transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             value = await requests(client)
@@ -180,3 +181,22 @@ def test_a_conversation_past_the_context_is_refused(tok):
     r, done, runner = serve(tok, requests, max_context=20)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert runner.sent == [] and done == []
+
+
+def test_the_example_agent_runs_through_the_openai_client(tok):
+    import importlib.util
+
+    from openai import AsyncOpenAI
+
+    spec = importlib.util.spec_from_file_location("openai_agent", Path(__file__).parents[2] / "examples" / "openai_agent.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    async def requests(client):
+        openai = AsyncOpenAI(base_url="http://test/v1", api_key="none", http_client=client)
+        return await asyncio.gather(*(example.converse(openai, f"agent-{i}", i, 1, 3) for i in range(2)))
+
+    chats, done, _ = serve(tok, requests)
+    assert [[m["role"] for m in c] for c in chats] == [["user", "assistant", "tool", "assistant", "tool", "assistant"]] * 2
+    assert [(r.task_id, len(r.turns)) for r in done] == [("agent-0", 3), ("agent-1", 3)]
+    assert all(t.tool_s >= 0.5 for r in done for t in r.turns[:-1])  # the example's tool time
