@@ -6,8 +6,8 @@
         POST /v1/completions         a prompt -> one turn of the session's trajectory
 
 Every error is OpenAI's error object: a body that is not JSON or breaks the schema 400
-(invalid_request_error, `param` names the field), a conversation past the model's context 400
-(context_length_exceeded), a server that is stopping 503, a turn whose engines failed 500.
+(invalid_request_error, `param` names the field), messages the chat template cannot write 400,
+a conversation past the model's context 400 (context_length_exceeded), a server that is stopping 503, a turn whose engines failed 500.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from prorsa.serve.conversations import SESSION_HEADER, Closed, Hub, session_of
 from prorsa.serve.episode import ContextFull
 from prorsa.serve.protocol import ChatRequest, CompletionRequest, chat_response, completion_response, error_body
+from prorsa.serve.transcript import BadAsk
 
 
 def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -50,6 +51,8 @@ def make_app(hub: Hub, model: str, tokenizer: Any) -> FastAPI:
             return JSONResponse(error_body(str(e), "server_error", code="shutting_down"), 503, headers)
         except ContextFull as e:
             return JSONResponse(error_body(str(e), param="messages", code="context_length_exceeded"), 400, headers)
+        except BadAsk as e:
+            return JSONResponse(error_body(str(e), param="messages"), 400, headers)
         except RuntimeError as e:
             return JSONResponse(error_body(f"the turn failed: {e}", "server_error"), 500, headers)
         return JSONResponse(respond(answer, model, tokenizer, body.logprobs), headers=headers)

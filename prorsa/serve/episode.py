@@ -28,7 +28,7 @@ from typing import Any, Callable
 from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner, play_turn
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.serve.conversations import Answer, Conversation, Hub
-from prorsa.serve.transcript import Transcript
+from prorsa.serve.transcript import BadAsk, Transcript
 
 
 class ContextFull(ValueError):
@@ -50,9 +50,12 @@ class ServedEpisode:
         context = 0
         while (pending := await self.conv.next()) is not None:
             k = len(result.turns)
-            if k == 0:
-                added = self.transcript.open(pending.ask)
-            elif (added := self.transcript.follow(pending.ask)) is None:
+            try:
+                added = self.transcript.open(pending.ask) if k == 0 else self.transcript.follow(pending.ask)
+            except BadAsk as e:  # refused; the conversation goes on as it was
+                self.hub.answered(pending, e)
+                continue
+            if added is None:
                 self.hub.restart(self.conv, pending)  # the session began another conversation
                 break
             added_ids = self.transcript.encode(added)

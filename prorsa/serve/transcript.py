@@ -2,7 +2,8 @@
 
     Ask                              one request: chat messages (with tools) or a completion prompt
     Transcript(tokenizer)            one conversation's text so far
-    Transcript.open(ask) -> str      the first request: the whole prompt text (chat template applied)
+    Transcript.open(ask) -> str      the first request: the whole prompt text (chat template applied);
+                                     BadAsk (here and in follow) when the template cannot write it
     Transcript.follow(ask, reply) -> str | None
                                      a later request: the text it appends after the model's last reply
                                      (the tool results, the next user turn, the cue for the next
@@ -27,6 +28,10 @@ from typing import Any
 _MARK = "\x00REPLY\x00"
 
 
+class BadAsk(ValueError):
+    """The chat template cannot write the request's messages."""
+
+
 @dataclass(frozen=True)
 class Ask:
     """One request, as the endpoint validated it."""
@@ -45,7 +50,6 @@ class Ask:
 @dataclass
 class Transcript:
     tokenizer: Any
-    _first: Ask | None = None
     _last: Ask | None = None
     _reply: str = ""  # the last reply's text as the client got it
     _ended: bool = False  # the last reply ended with the model's EOS
@@ -55,12 +59,16 @@ class Transcript:
         return self.tokenizer.eos_token or ""
 
     def _render(self, messages: Sequence[dict], tools: Sequence[dict], cue: bool) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tools=list(tools) or None, tokenize=False,
-                                                  add_generation_prompt=cue)
+        try:
+            return self.tokenizer.apply_chat_template(list(messages), tools=list(tools) or None, tokenize=False,
+                                                      add_generation_prompt=cue)
+        except Exception as e:  # a template is user code: whatever it raises is the request's fault
+            raise BadAsk(f"the model's chat template cannot write these messages ({type(e).__name__}: {e})") from e
 
     def open(self, ask: Ask) -> str:
-        self._first = self._last = ask
-        return self._render(ask.messages, ask.tools, cue=True) if ask.chat else ask.prompt
+        text = self._render(ask.messages, ask.tools, cue=True) if ask.chat else ask.prompt
+        self._last = ask
+        return text
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

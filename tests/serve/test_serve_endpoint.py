@@ -198,5 +198,23 @@ def test_the_example_agent_runs_through_the_openai_client(tok):
 
     chats, done, _ = serve(tok, requests)
     assert [[m["role"] for m in c] for c in chats] == [["user", "assistant", "tool", "assistant", "tool", "assistant"]] * 2
-    assert [(r.task_id, len(r.turns)) for r in done] == [("agent-0", 3), ("agent-1", 3)]
+    assert sorted((r.task_id, len(r.turns)) for r in done) == [("agent-0", 3), ("agent-1", 3)]
     assert all(t.tool_s >= 0.5 for r in done for t in r.turns[:-1])  # the example's tool time
+
+
+def test_messages_the_template_cannot_write_are_a_400_and_the_conversation_goes_on(tok):
+    user = {"role": "user", "content": "a"}
+
+    async def requests(client):
+        h = {"X-Session-Id": "s"}
+        first = (await client.post("/v1/chat/completions", json=chat([user]), headers=h)).json()
+        reply = {"role": "assistant", "content": first["choices"][0]["message"]["content"]}
+        bad = await client.post("/v1/chat/completions", headers=h,
+                                json=chat([user, reply | {"tool_calls": 5}, {"role": "tool", "content": "1"}]))
+        good = await client.post("/v1/chat/completions", headers=h,
+                                 json=chat([user, reply, {"role": "tool", "content": "1"}]))
+        return bad, good
+
+    (bad, good), done, _ = serve(tok, requests)
+    assert bad.status_code == 400 and "chat template cannot write" in bad.json()["error"]["message"]
+    assert good.status_code == 200 and [len(r.turns) for r in done] == [2]
