@@ -10,8 +10,9 @@
                                            requests still queued are refused
     await Conversation.next() -> Pending | None  the episode's side: the conversation's next request;
                                            None when it ended (closed, or idle past idle_s)
-    Hub.restart(conversation, pending)     a request that does not continue its session's
-                                           conversation starts a new one for that session
+    Hub.end(conversation[, pending])       the conversation's trajectory is over (it failed, it
+                                           filled the context, or `pending` does not continue it):
+                                           requests its session sent meanwhile start a new one
 
 A session is the `X-Session-Id` header, else the request's `user` field, else a fresh id the
 response returns in its `X-Session-Id` header. Requests of one session are taken one after the
@@ -110,15 +111,23 @@ class Hub:
         self._arrivals.put_nowait(conv)
         return conv
 
-    def restart(self, conv: Conversation, pending: Pending) -> None:
-        """`conv` ends; `pending` and whatever its session queued after it go to a new conversation."""
+    def end(self, conv: Conversation, pending: Pending | None = None) -> None:
+        """`conv`'s trajectory is over; `pending` (a request that did not continue it) and whatever
+        its session queued meanwhile go to a new conversation of the session."""
         conv.ended = True
-        fresh = self._start(conv.session)
-        fresh.queue.put_nowait(pending)
+        left = [] if pending is None else [pending]
         while not conv.queue.empty():
-            item = conv.queue.get_nowait()
-            if item is not None:
-                fresh.queue.put_nowait(item)
+            if (item := conv.queue.get_nowait()) is not None:
+                left.append(item)
+        if not left:
+            return
+        if self.closed:
+            for item in left:
+                self.answered(item, Closed("the server is stopping"))
+            return
+        fresh = self._start(conv.session)
+        for item in left:
+            fresh.queue.put_nowait(item)
 
     async def arrival(self) -> Conversation | None:
         return await self._arrivals.get()

@@ -56,7 +56,7 @@ class ServedEpisode:
                 self.hub.answered(pending, e)
                 continue
             if added is None:
-                self.hub.restart(self.conv, pending)  # the session began another conversation
+                self.hub.end(self.conv, pending)  # the session began another conversation
                 break
             added_ids = self.transcript.encode(added)
             room = self.max_context - context - len(added_ids)
@@ -141,7 +141,10 @@ class ServeDriver:
 
     async def _one(self, conv: Conversation, runner, now, on_done, on_turn, results: list) -> None:
         episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer), self.max_context, self.max_tokens)
-        result = await episode.drive(served_spec(conv.index, self.family, self.seed), runner, now, on_turn)
+        try:
+            result = await episode.drive(served_spec(conv.index, self.family, self.seed), runner, now, on_turn)
+        finally:
+            self.hub.end(conv)  # no request of its session is left waiting on it
         if result.turns:  # a conversation closed before its first turn ran is no trajectory
             results.append(result)
             on_done(result)

@@ -218,3 +218,23 @@ def test_messages_the_template_cannot_write_are_a_400_and_the_conversation_goes_
     (bad, good), done, _ = serve(tok, requests)
     assert bad.status_code == 400 and "chat template cannot write" in bad.json()["error"]["message"]
     assert good.status_code == 200 and [len(r.turns) for r in done] == [2]
+
+
+def test_a_failed_turn_is_a_500_and_the_session_goes_on_in_a_new_trajectory(tok):
+    class FailsFirst(Scripted):
+        async def run_turn(self, req):
+            if not self.sent:
+                self.sent.append(req)
+                raise OSError("engine gone")
+            return await super().run_turn(req)
+
+    async def requests(client):
+        h, body = {"X-Session-Id": "s"}, chat([{"role": "user", "content": "a"}])
+        first = await client.post("/v1/chat/completions", json=body, headers=h)
+        second = await asyncio.wait_for(client.post("/v1/chat/completions", json=body, headers=h), 10)
+        return first, second
+
+    (first, second), done, _ = serve(tok, requests, FailsFirst(tok))
+    assert first.status_code == 500 and "engine gone" in first.json()["error"]["message"]
+    assert second.status_code == 200
+    assert [(r.status, len(r.turns)) for r in done] == [("completed", 1)]  # a failed first turn saves nothing
