@@ -316,6 +316,10 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
     if cfg.engines.backend == "vllm":
         _check_vllm(cfg, pipeline)
     try:
+        tokenizer = load_tokenizer(resolved)
+    except (OSError, ValueError) as e:
+        _fail(f"{pipeline}: engines.vllm.model: cannot load the model's tokenizer ({e})")
+    try:
         sock = listen(host, port)
     except OSError as e:
         _fail(f"--host/--port: cannot listen on {host}:{port} ({e.strerror or e})")
@@ -323,7 +327,7 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
     (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
     console = Console(stderr=False)
     console.print(f"run directory: {run_dir}")
-    endpoint = Endpoint(resolved, sock, load_tokenizer(resolved), idle_s, max_tokens,
+    endpoint = Endpoint(resolved, sock, tokenizer, idle_s, max_tokens,
                         say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
     signal.signal(signal.SIGTERM, _as_sigint)
     try:

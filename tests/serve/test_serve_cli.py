@@ -40,3 +40,13 @@ def test_a_taken_port_is_one_error_line_and_no_run_folder(tmp_path):
 def test_a_pipeline_with_a_trainer_is_refused(tmp_path):
     r = CliRunner().invoke(main, ["serve", str(REPO / "pipelines" / "rl-toy.yaml"), "--output", str(tmp_path / "run")])
     assert r.exit_code == 2 and "drop the train: section" in r.output, r.output
+
+
+def test_a_model_folder_without_a_tokenizer_is_one_error_line(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    r = CliRunner().invoke(main, ["serve", PIPELINE, "--engine", "emulated", f"engines.vllm.model={model}",
+                                  "--output", str(tmp_path / "run")])
+    assert r.exit_code == 2 and "cannot load the model's tokenizer" in r.output, r.output
+    assert not (tmp_path / "run").exists()
