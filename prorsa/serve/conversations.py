@@ -26,7 +26,6 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from prorsa.serve.transcript import Ask
 
@@ -151,6 +150,3 @@ class Hub:
             pending.answer.set_exception(answer)
         else:
             pending.answer.set_result(answer)
-
-    def sessions(self) -> dict[str, Any]:
-        return {s: c.index for s, c in self._open.items() if not c.ended}

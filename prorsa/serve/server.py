@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -65,7 +66,7 @@ class Endpoint:
         cfg = run.cfg
         self.sock, self.say = sock, say
         self.hub = Hub(idle_s)
-        self.model = cfg.engines.vllm.model if cfg.engines.vllm.model == "tiny" else cfg.name
+        self.model = Path(cfg.engines.vllm.model).name  # "tiny", or the model folder's name
         app = make_app(self.hub, self.model, tokenizer)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
