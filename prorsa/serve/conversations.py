@@ -99,7 +99,7 @@ class Hub:
             raise Closed("the server is stopping")
         pending = Pending(ask, self.clock())
         conv = self._open.get(session)
-        if conv is None or conv.ended:
+        if conv is None or conv.ended:  # ended: idle past idle_s, and not yet told to the hub
             conv = self._start(session)
         conv.queue.put_nowait(pending)
         return await pending.answer
@@ -114,6 +114,8 @@ class Hub:
         """`conv`'s trajectory is over; `pending` (a request that did not continue it) and whatever
         its session queued meanwhile go to a new conversation of the session."""
         conv.ended = True
+        if self._open.get(conv.session) is conv:  # a long-lived server keeps only the open ones
+            del self._open[conv.session]
         left = [] if pending is None else [pending]
         while not conv.queue.empty():
             if (item := conv.queue.get_nowait()) is not None:

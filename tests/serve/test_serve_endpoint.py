@@ -42,13 +42,13 @@ class Scripted:
                           token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic())
 
 
-def serve(tok, requests, runner=None, max_context=2048):
+def serve(tok, requests, runner=None, max_context=2048, idle_s=30):
     """Run the app and driver; `requests(client)` is a coroutine making requests; -> (its value,
     the trajectories, the runner)."""
     runner = runner or Scripted(tok)
 
     async def main():
-        hub = Hub(idle_s=30)
+        hub = Hub(idle_s=idle_s)
         done = []
         driver = ServeDriver(hub, tok, "swe", 0, max_context=max_context, max_tokens=64)
         rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, done.append))
@@ -238,3 +238,15 @@ def test_a_failed_turn_is_a_500_and_the_session_goes_on_in_a_new_trajectory(tok)
     assert first.status_code == 500 and "engine gone" in first.json()["error"]["message"]
     assert second.status_code == 200
     assert [(r.status, len(r.turns)) for r in done] == [("completed", 1)]  # a failed first turn saves nothing
+
+
+def test_an_idle_conversation_ends_and_is_saved_while_the_server_goes_on(tok):
+    async def requests(client):
+        h, body = {"X-Session-Id": "s"}, chat([{"role": "user", "content": "a"}])
+        await client.post("/v1/chat/completions", json=body, headers=h)
+        await asyncio.sleep(0.5)  # past idle_s: the trajectory ends
+        await client.post("/v1/chat/completions", json=body, headers=h)
+
+    _, done, _ = serve(tok, requests, idle_s=0.2)
+    assert [(r.task_id, len(r.turns)) for r in done] == [("s", 1), ("s", 1)]
+    assert done[0].end_s < done[1].start_s  # the first was over before the second began
