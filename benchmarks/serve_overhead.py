@@ -4,9 +4,9 @@ OpenAI client, side by side on the same engines, policy and pipeline.
   run     `prorsa run PIPELINE`: the workload's synchronous steps, replayed (makespan from summary.json)
   serve   `prorsa serve PIPELINE` and a client replaying the same trajectories over /v1/completions:
           each turn's append as that many one-token pieces of text (a special token: one id each),
-          its decode as max_tokens, its tool latency as a sleep between requests; the steps one
-          after another, each step's trajectories at once (makespan: the client's first request to
-          its last answer)
+          its decode as max_tokens with ignore_eos (the replay's exact lengths), its tool latency
+          as a sleep between requests; the steps one after another, each step's trajectories at
+          once (makespan: the client's first request to its last answer)
 
 The ratio serve / run is the endpoint's overhead on the makespan (HTTP, the chat format, one
 request per turn instead of one coroutine per trajectory). The two alternate which goes first.
@@ -50,7 +50,7 @@ async def replay(url: str, specs_by_step: list[list]) -> float:
         for turn in spec.turns:
             prompt += PIECE * turn.appended_tokens
             r = await client.completions.create(model="tiny", prompt=prompt, max_tokens=max(turn.decode_tokens, 1),
-                                                user=spec.traj_id)
+                                                user=spec.traj_id, extra_body={"ignore_eos": True})
             if turn.done:
                 return
             prompt += r.choices[0].text

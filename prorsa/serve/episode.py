@@ -76,7 +76,7 @@ class ServedEpisode:
             context += len(added_ids)
             req = TurnRequest(spec.traj_id, k, spec.family, len(added_ids), context,
                               min(pending.ask.max_tokens or self.max_tokens, room), 0.0, False, spec.seed + k,
-                              tuple(ids) if runner.needs_token_ids else None, served=True, group=spec.traj_id)
+                              tuple(ids) if runner.needs_token_ids else None, to_eos=not pending.ask.ignore_eos, group=spec.traj_id)
             res = await play_turn(runner, req, result, on_turn)
             if res is None:
                 self.hub.answered(pending, RuntimeError(result.error))

@@ -47,6 +47,7 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None  # any name: the pipeline serves one model
+    ignore_eos: bool = False  # vLLM's extension: exactly max_tokens (a replayed workload's lengths)
     user: str | None = None  # the session, unless the X-Session-Id header names one
     stream: bool = False
     n: int = 1
@@ -76,7 +77,7 @@ class ChatRequest(_Request):
     def ask(self) -> Ask:
         messages = tuple(m.model_dump(exclude_none=True) for m in self.messages)
         return Ask(messages=messages, tools=tuple(self.tools or ()),
-                   max_tokens=self.max_completion_tokens or self.max_tokens)
+                   max_tokens=self.max_completion_tokens or self.max_tokens, ignore_eos=self.ignore_eos)
 
 
 class CompletionRequest(_Request):
@@ -96,7 +97,7 @@ class CompletionRequest(_Request):
         return v
 
     def ask(self) -> Ask:
-        return Ask(prompt=self.prompt, max_tokens=self.max_tokens)
+        return Ask(prompt=self.prompt, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos)
 
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,

@@ -22,7 +22,7 @@ end-of-turn mark), less the model's EOS when it ended its reply with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 _MARK = "\x00REPLY\x00"
@@ -40,7 +40,7 @@ class Ask:
     tools: tuple[dict[str, Any], ...] = ()  # chat: the tool schemas the template lists
     prompt: str | None = None  # completions: the whole text so far
     max_tokens: int | None = None  # None: as many as the context leaves room for (capped by the server)
-    extra: dict[str, Any] = field(default_factory=dict)  # what the endpoint needs back (logprobs wanted, ...)
+    ignore_eos: bool = False  # vLLM's extension: decode max_tokens whatever the model writes
 
     @property
     def chat(self) -> bool:

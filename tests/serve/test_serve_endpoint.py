@@ -160,7 +160,7 @@ def test_completions_continue_by_text_and_a_reply_with_a_call_returns_tool_calls
         r = await client.post("/v1/chat/completions", json=chat([{"role": "user", "content": "x"}]))
         first = await client.post("/v1/completions", json={"prompt": "once", "user": "p", "max_tokens": 8})
         text = "once" + first.json()["choices"][0]["text"] + " then"
-        second = await client.post("/v1/completions", json={"prompt": text, "user": "p"})
+        second = await client.post("/v1/completions", json={"prompt": text, "user": "p", "ignore_eos": True})
         return r.json(), second
 
     runner = Scripted(tok, reply=lambda req: call if req.traj_id == "c0" else "go")
@@ -171,6 +171,7 @@ def test_completions_continue_by_text_and_a_reply_with_a_call_returns_tool_calls
     assert second.status_code == 200
     assert [len(r.turns) for r in done] == [1, 2]
     assert runner.sent[-1].decode_tokens == 16  # OpenAI's default for completions
+    assert [r.to_eos for r in runner.sent] == [True, True, False]  # vLLM's ignore_eos: exact lengths
     assert done[1].turns[0].observation == " then"
 
 
