@@ -7,7 +7,8 @@
 
 Every error is OpenAI's error object: a body that is not JSON or breaks the schema 400
 (invalid_request_error, `param` names the field), messages the chat template cannot write 400,
-a conversation past the model's context 400 (context_length_exceeded), a server that is stopping 503, a turn whose engines failed 500.
+a conversation past the model's context 400 (context_length_exceeded), a server that is stopping
+503, a turn whose engines failed 500.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
     ChatRequest, CompletionRequest        the request bodies (pydantic); fields the endpoint does not
                                           use are accepted and ignored (sampling is the engines')
     ChatRequest.ask() / CompletionRequest.ask() -> Ask   what the conversation needs of a request
-    chat_response(answer, model), completion_response(answer, model)   the response bodies
+    chat_response(answer, model, tokenizer, logprobs)         the response bodies (the tokenizer
+    completion_response(answer, model, tokenizer, logprobs)   writes each token of the logprobs)
     error_body(message, type, param, code)   OpenAI's error object
 
 A reply that holds `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes format
