@@ -570,13 +570,15 @@ class Table(NamedTuple):
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
 
 
-def t_serve_overhead(d: dict) -> list[str]:
-    doc = d["serve-overhead.json"]
-    rows = [[door, ", ".join(f"{x:.2f} s" for x in doc["runs"][door]), f"{doc['median_s'][door]:.2f} s"]
-            for door in ("run", "serve")]
-    return table(["door", "makespans", "median"], rows) + [
-        "", f"`{doc['pipeline']}` on {doc['engine']} engines, {doc['trajectories']} trajectories, {doc['turns']} turns: "
-            f"the endpoint at {f3(doc['ratio'])} of `prorsa run`'s makespan."]
+def serve_overhead_table(file: str) -> Callable[[dict], list[str]]:
+    def render(d: dict) -> list[str]:
+        doc = d[file]
+        rows = [[door, ", ".join(f"{x:.2f} s" for x in doc["runs"][door]), f"{doc['median_s'][door]:.2f} s"]
+                for door in ("run", "serve")]
+        return table(["door", "makespans", "median"], rows) + [
+            "", f"`{doc['pipeline']}` on {doc['engine']} engines, {doc['trajectories']} trajectories, "
+                f"{doc['turns']} turns: the endpoint at {f3(doc['ratio'])} of `prorsa run`'s makespan."]
+    return render
 
 
 TABLES: dict[str, Table] = {
@@ -620,7 +622,7 @@ TABLES: dict[str, Table] = {
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
     "chaos": Table(["chaos.json", "chaos-driver-kill.json"], t_chaos),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
-    "serve-overhead": Table(["serve-overhead.json"], t_serve_overhead),
+    "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
 }
 
 
