@@ -5,7 +5,7 @@
                                  one by one and plays each as a turn on the runner's engines
     ServeDriver(hub, tokenizer, ...)   a driver for roll_out (rollout/assemble.py): one trajectory
                                  per conversation, from the first request to the hub's close or the
-                                 conversation's idle end; awaited like run_sync
+                                 conversation's idle end; awaited like run_sync, until the hub closes
 
 A turn, as the trajectory keeps it:
 
@@ -109,7 +109,8 @@ def served_spec(index: int, family: str, seed: int) -> TrajectorySpec:
 
 class ServeDriver:
     """Called by roll_out like run_async; the workload and its options are the pipeline's, unused:
-    the clients decide which trajectories run."""
+    the clients decide which trajectories run. Each result goes to on_done as it ends and is not
+    kept here (a server may run for days): the list returned is empty."""
 
     def __init__(self, hub: Hub, tokenizer: Any, family: str, seed: int, max_context: int, max_tokens: int,
                  on_ready: Callable[[], Awaitable[None]] | None = None,
@@ -125,11 +126,10 @@ class ServeDriver:
         self.hub.clock = now  # requests' arrival times on the turns' clock: the gaps are tool times
         if self.on_ready is not None:
             await self.on_ready()
-        results: list[TrajectoryResult] = []
         running: set[asyncio.Task] = set()
         try:
             while (conv := await self.hub.arrival()) is not None:
-                running.add(asyncio.create_task(self._one(conv, runner, now, on_done, on_turn, results)))
+                running.add(asyncio.create_task(self._one(conv, runner, now, on_done, on_turn)))
                 running = {t for t in running if not t.done()}
             await asyncio.gather(*running)
         finally:
@@ -137,15 +137,14 @@ class ServeDriver:
                 t.cancel()
             if self.on_end is not None:
                 await self.on_end()
-        return results
+        return []
 
-    async def _one(self, conv: Conversation, runner, now, on_done, on_turn, results: list) -> None:
+    async def _one(self, conv: Conversation, runner, now, on_done, on_turn) -> None:
         episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer), self.max_context, self.max_tokens)
         try:
             result = await episode.drive(served_spec(conv.index, self.family, self.seed), runner, now, on_turn)
         finally:
             self.hub.end(conv)  # no request of its session is left waiting on it
         if result.turns:  # a conversation closed before its first turn ran is no trajectory
-            results.append(result)
             on_done(result)
 
