@@ -67,10 +67,11 @@ def serve_makespan(pipeline: Path, engine: str, out: Path, specs_by_step: list[l
                              "--port", "0", "--output", str(out), "runtime.dashboard_address=null"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        said = []
         while (line := proc.stdout.readline()) and not line.startswith("serving "):
-            pass
+            said.append(line)
         if not line:
-            sys.exit(f"error: prorsa serve did not start (exit {proc.wait()})")
+            sys.exit(f"error: prorsa serve did not start (exit {proc.wait()}):\n{''.join(said[-10:])}")
         makespan = asyncio.run(replay(line.split(" on ")[1].split()[0], specs_by_step))
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
