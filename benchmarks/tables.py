@@ -623,6 +623,7 @@ TABLES: dict[str, Table] = {
     "chaos": Table(["chaos.json", "chaos-driver-kill.json"], t_chaos),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
+    "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
 }
 
 
