@@ -615,6 +615,17 @@ class Table(NamedTuple):
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
 
 
+def serve_overhead_table(file: str) -> Callable[[dict], list[str]]:
+    def render(d: dict) -> list[str]:
+        doc = d[file]
+        rows = [[door, ", ".join(f"{x:.2f} s" for x in doc["runs"][door]), f"{doc['median_s'][door]:.2f} s"]
+                for door in ("run", "serve")]
+        return table(["door", "makespans", "median"], rows) + [
+            "", f"`{doc['pipeline']}` on {doc['engine']} engines, {doc['trajectories']} trajectories, "
+                f"{doc['turns']} turns: the endpoint at {f3(doc['ratio'])} of `prorsa run`'s makespan."]
+    return render
+
+
 TABLES: dict[str, Table] = {
     "paper": Table(["paper.json"], t_paper),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
@@ -658,6 +669,8 @@ TABLES: dict[str, Table] = {
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
     "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
+    "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
+    "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
 }
 
 

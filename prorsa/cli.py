@@ -3,6 +3,8 @@
     prorsa run PIPELINE [KEY=VALUE...] [--engine B] [--policy P] [--seed S] [--output DIR]
                [--cluster FILE|ADDRESS]                             a live rollout
     prorsa run --resume RUN_DIR                                     finish a stopped run
+    prorsa serve PIPELINE [KEY=VALUE...] [--host H] [--port N]      an OpenAI-compatible endpoint on
+                                                                   the pipeline's engines
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
     prorsa validate FILE...                                         check pipelines, sweeps, cluster files, traces
@@ -312,6 +314,65 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     console.print(f"wrote {run_dir}")
     if summary["trajectories_failed"]:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@OVERRIDES
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (loopback only unless told otherwise).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free one).")
+@click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
+@click.option("--policy", help="Override the policy, e.g. colocated or static:1:1.")
+@click.option("--output", type=click.Path(file_okay=False),
+              help="The run folder itself, new or empty (default: <output_dir>/<name>-<timestamp>/).")
+@click.option("--idle-s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="A conversation with no request for this long ends (its trajectory is saved).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+              help="A reply's cap when a request sets no max_tokens.")
+def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engine: str | None,
+          policy: str | None, output: str | None, idle_s: float, max_tokens: int) -> None:
+    """Serve PIPELINE's engines as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions,
+    /v1/models): each conversation is a trajectory, saved in the run folder when it ends or the
+    server stops (Ctrl-C)."""
+    from prorsa.cluster.local import EngineStartFailed
+    from prorsa.live.interrupt import Interrupted, run_interruptible
+    from prorsa.live.resume import open_journal
+    from prorsa.live.run import run_live
+    from prorsa.metrics.progress import summary_table
+    from prorsa.serve.server import Endpoint, listen, load_tokenizer
+
+    resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy}))
+    cfg = resolved.cfg
+    if cfg.train is not None:
+        _fail(f"{pipeline}: prorsa serve rolls out for the client's own trainer; drop the train: section")
+    if cfg.engines.backend == "vllm":
+        _check_vllm(cfg, pipeline)
+    try:
+        tokenizer = load_tokenizer(resolved)
+    except (OSError, ValueError) as e:
+        _fail(f"{pipeline}: engines.vllm.model: cannot load the model's tokenizer ({e})")
+    try:
+        sock = listen(host, port)
+    except OSError as e:
+        _fail(f"--host/--port: cannot listen on {host}:{port} ({e.strerror or e})")
+    run_dir = _run_dir_at(Path(output)) if output else _new_run_dir(Path(cfg.output_dir), cfg.name)
+    (run_dir / "pipeline.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+    console = Console(stderr=False)
+    console.print(f"run directory: {run_dir}")
+    endpoint = Endpoint(resolved, sock, tokenizer, idle_s, max_tokens,
+                        say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
+    signal.signal(signal.SIGTERM, _as_sigint)
+    try:
+        summary = asyncio.run(run_interruptible(
+            run_live(resolved, run_dir, console, journal=open_journal(cfg, run_dir), driver=endpoint.driver),
+            abandon=lambda: _interrupted(run_dir, True), wind_down=endpoint.stop))
+    except EngineStartFailed as e:
+        _fail(_failed_start(run_dir, True, f"{pipeline}: engines did not start: {e}"))
+    except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
+        _fail(_interrupted(run_dir, True))
+    console.print(summary_table(summary))
+    console.print(f"wrote {run_dir}")
 
 
 @main.command()

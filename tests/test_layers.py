@@ -25,6 +25,7 @@ FLOORS = [
     {"dashboard"},
     {"sim"},  # the virtual-time body; the live one consults it too (a policy's rehearsals)
     {"live"},  # the Dask body
+    {"serve"},  # the OpenAI-compatible endpoint: a driver for the live body
     {"validate"},
     {"cli"},
 ]

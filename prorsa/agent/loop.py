@@ -47,6 +47,7 @@ class TurnRequest:
     tool_call: ToolCall | None = None  # run for real after the decode (environments); else the latency
     live: bool = False  # live mode: decode to the model's EOS; the tool worker parses the call from the text
     group: str = ""  # its GRPO group (step and prompt): members share the task and its difficulty
+    to_eos: bool = False  # decode until the model's EOS (a served request, unless it asks ignore_eos)
 
 
 @dataclass(frozen=True)

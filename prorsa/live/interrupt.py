@@ -1,9 +1,13 @@
 """Ctrl-C and SIGTERM for a live run: the rollout stops, the cleanup runs to its end.
 
-    await run_interruptible(coro[, abandon])
+    await run_interruptible(coro[, abandon][, wind_down])
                                        run a live run; a signal ends it with Interrupted (after its
                                        cleanup: journal flushed, engines, cluster and jobs stopped);
-                                       past HARD_STOP_S the process ends anyway (below)
+                                       past HARD_STOP_S the process ends anyway (below); with
+                                       `wind_down` (prorsa serve) a signal during the rollout calls
+                                       it and gives the rollout WIND_DOWN_S to end by itself: a
+                                       rollout that does is a run that finished (its cleanup gets a
+                                       fresh HARD_STOP_S), one that does not is cancelled as above
     await guarded(task)                inside it: await the rollout `task`; on a signal, cancel it
                                        until it has unwound, then raise Interrupted
 
@@ -36,6 +40,7 @@ from typing import Any
 import psutil
 
 RECANCEL_S = 1.0
+WIND_DOWN_S = 5.0
 HARD_STOP_S = 10.0
 HARD_STOP_EXIT = 2  # as the command's own error exit
 
@@ -45,9 +50,11 @@ class Interrupted(Exception):
 
 
 class _Watch:
-    def __init__(self, main: asyncio.Task, abandon: Callable[[], str]) -> None:
+    def __init__(self, main: asyncio.Task, abandon: Callable[[], str],
+                 wind_down: Callable[[], None] | None = None) -> None:
         self.main = main
         self.abandon = abandon
+        self.wind_down = wind_down
         self.signalled = asyncio.Event()
         self.rollout: asyncio.Task | None = None
         self.count = 0
@@ -61,6 +68,13 @@ class _Watch:
             self.timer = threading.Timer(HARD_STOP_S, self.hard_stop)
             self.timer.daemon = True
             self.timer.start()
+
+    def rearm(self) -> None:
+        """The rollout wound down by itself: the cleanup after it gets HARD_STOP_S of its own."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+            self.arm(0, None)
 
     def hard_stop(self) -> None:
         try:
@@ -89,12 +103,14 @@ _watch: _Watch | None = None
 
 
 async def run_interruptible(coro: Coroutine[Any, Any, Any],
-                            abandon: Callable[[], str] = lambda: "interrupted") -> Any:
-    """`abandon`: called (from a thread) when the hard stop comes, returns its error line."""
+                            abandon: Callable[[], str] = lambda: "interrupted",
+                            wind_down: Callable[[], None] | None = None) -> Any:
+    """`abandon`: called (from a thread) when the hard stop comes, returns its error line;
+    `wind_down`: asks the rollout to end by itself (called once, on the first signal)."""
     global _watch
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
-    _watch = _Watch(task, abandon)
+    _watch = _Watch(task, abandon, wind_down)
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:
         loop.add_signal_handler(sig, _watch.on_signal)
@@ -123,6 +139,12 @@ async def guarded(rollout: asyncio.Task) -> Any:
             await asyncio.wait({rollout, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+        if watch.signalled.is_set() and watch.wind_down is not None and not rollout.done():
+            watch.wind_down()
+            await asyncio.wait({rollout}, timeout=WIND_DOWN_S)
+            if rollout.done() and not rollout.cancelled() and rollout.exception() is None:
+                watch.rearm()
+                return rollout.result()
         while not rollout.done():
             rollout.cancel()
             await asyncio.wait({rollout}, timeout=RECANCEL_S)

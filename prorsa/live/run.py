@@ -43,7 +43,7 @@ from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.rollout.assemble import Body, roll_out
+from prorsa.rollout.assemble import Body, Drive, roll_out
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.rehearse import rehearser
@@ -112,21 +112,23 @@ def _median(xs: list[float]) -> float | None:
 
 
 async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
-                   journal: RunJournal | None = None, cluster: ClusterSpec | None = None) -> dict:
+                   journal: RunJournal | None = None, cluster: ClusterSpec | None = None,
+                   driver: Drive | None = None) -> dict:
     """`policy`: an object to run instead of the pipeline's (the simulator takes the same);
     `journal`: the run directory's, already open (default: opened here);
-    `cluster`: where the workers come from (default: a LocalCluster; cluster/launch.py)."""
+    `cluster`: where the workers come from (default: a LocalCluster; cluster/launch.py);
+    `driver`: what starts the trajectories instead of the workload's driver (prorsa serve)."""
     run = run if isinstance(run, RunContext) else resolve(run)
     if journal is None:
         journal = open_journal(run.cfg, run_dir)
     try:
-        return await _run_live(run, run_dir, console, policy, journal, cluster)
+        return await _run_live(run, run_dir, console, policy, journal, cluster, driver)
     finally:
         journal.close()
 
 
 async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None,
-                    journal: RunJournal, cluster: ClusterSpec | None) -> dict:
+                    journal: RunJournal, cluster: ClusterSpec | None, driver: Drive | None) -> dict:
     cfg, unit = run.cfg, run.unit
     # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
     # in the policy's thread, while the weights update)
@@ -165,7 +167,9 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         needs_ids, vocab = next(iter(info.values()))
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
-        rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload),
+        # a driver of its own (prorsa serve) starts as many trajectories as its clients ask for
+        expected = expected_trajectories(cfg.workload) if driver is None else None
+        rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected,
                           completed=journal.completed_before, failed=journal.failed_before)
         t0 = time.time()
         journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run
@@ -202,7 +206,7 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
                 episodes=environment.episode if environment else None,
                 update_weights=learner.update if learner else _weight_update(client, addresses, run),
                 skip=frozenset(journal.done_ids),
-                on_stop=journal.flush, **rl)  # interrupted or not, what finished is kept
+                on_stop=journal.flush, driver=driver, **rl)  # interrupted or not, what finished is kept
             plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
             legs_rescued = await client.run_on_scheduler(rescued)
 

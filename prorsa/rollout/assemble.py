@@ -26,6 +26,8 @@ from prorsa.rollout.context import RunContext
 from prorsa.rollout.control_loop import ControlLoop
 from prorsa.rollout.drivers import Episodes, Update, run_async, run_sync
 
+Drive = Callable[..., Awaitable[list[TrajectoryResult]]]  # run_sync's signature
+
 
 @dataclass
 class Body:
@@ -43,17 +45,18 @@ class Body:
 async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Callable[[TrajectoryResult], None], *,
                    episodes: Episodes | None = None, update_weights: Update | None = None,
                    skip: Container[str] = frozenset(), on_stop: Callable[[], None] | None = None,
-                   workload: Workload | None = None, **rl) -> float:
+                   workload: Workload | None = None, driver: Drive | None = None, **rl) -> float:
     """`on_stop`: called as the rollout ends, interrupted or not, before the loops beside it stop;
-    `workload`: the run's, when the body has drawn it already; `rl`: the RL loop's hooks for the
-    drivers (version, gate)."""
+    `workload`: the run's, when the body has drawn it already; `driver`: what starts the
+    trajectories instead of the workload's sync or async driver (prorsa serve: its requests);
+    `rl`: the RL loop's hooks for the drivers (version, gate)."""
     cfg = run.cfg
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
     wcfg = cfg.workload
     if body.clock_unit != 1.0:  # wall seconds, as the pipeline gives them, in the drivers' clock
         wcfg = wcfg.model_copy(update={k: getattr(wcfg, k) / body.clock_unit
                                        for k in ("duration_s", "weight_update_every_s") if getattr(wcfg, k) is not None})
-    drive = run_sync if wcfg.mode == "sync" else run_async
+    drive = driver or (run_sync if wcfg.mode == "sync" else run_async)
     loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
              asyncio.create_task(body.controller.run()),
              *(asyncio.create_task(loop()) for loop in body.background)]

@@ -41,7 +41,7 @@ def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0) -> tupl
         token_ids=turn.token_ids,
         new_tokens=0 if pre else turn.appended_tokens,
         seed=turn.seed,
-        ignore_eos=not turn.live,  # replay wants exact lengths; a live model ends its own turn
+        ignore_eos=not (turn.live or turn.to_eos),  # replay wants exact lengths; a live model ends its own turn
         priority=priority,
     )
     return pre, dec

@@ -1,0 +1,1 @@
+"""`prorsa serve`: an OpenAI-compatible endpoint whose conversations are Prorsa trajectories."""

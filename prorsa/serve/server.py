@@ -1,0 +1,97 @@
+"""`prorsa serve`: a live run whose trajectories are the conversations an OpenAI client holds with it.
+
+    listen(host, port) -> socket            bound before anything starts (a taken port is one error
+                                            line, not a cluster started for nothing)
+    Endpoint(run, sock, idle_s, max_tokens) the pieces of one served run
+    Endpoint.driver -> ServeDriver          what roll_out drives instead of the workload: the
+                                            HTTP server starts once the engines are up, and stops
+                                            when the hub closes and every conversation has ended
+    Endpoint.stop()                         close the hub (a signal: live/interrupt.py wind_down)
+
+The run itself is `prorsa run`'s (live/run.py run_live: cluster, engines, router, policy,
+lifecycle plugin, journal); only what starts its trajectories differs. trajectories.parquet gets
+one row per conversation as it ends (serve/samples.py reads back its token ids, loss mask and
+logprobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from prorsa.rollout.context import RunContext
+from prorsa.serve.app import make_app
+from prorsa.serve.conversations import Hub
+from prorsa.serve.episode import ServeDriver
+
+DEFAULT_MAX_TOKENS = 256  # a reply's cap when a request sets none
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Raises OSError (a taken port, an address not on this machine)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def load_tokenizer(run: RunContext) -> Any:
+    from transformers import AutoTokenizer
+
+    from prorsa.engine.registry import resolve_model_dir
+
+    return AutoTokenizer.from_pretrained(str(resolve_model_dir(run.cfg.engines)))
+
+
+class _Server(uvicorn.Server):
+    def capture_signals(self):  # the run's own handlers stop it (live/interrupt.py)
+        return contextlib.nullcontext()
+
+
+class Endpoint:
+    def __init__(self, run: RunContext, sock: socket.socket, tokenizer: Any, idle_s: float,
+                 max_tokens: int = DEFAULT_MAX_TOKENS, say=print) -> None:
+        cfg = run.cfg
+        self.sock, self.say = sock, say
+        self.hub = Hub(idle_s)
+        self.model = Path(cfg.engines.vllm.model).name  # "tiny", or the model folder's name
+        app = make_app(self.hub, self.model, tokenizer)
+        self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
+        self._task: asyncio.Task | None = None
+        self.driver = ServeDriver(self.hub, tokenizer, cfg.workload.family or "trace", cfg.seed,
+                                  max_context=cfg.engines.vllm.max_model_len, max_tokens=max_tokens,
+                                  on_ready=self._start, on_end=self._stop_server)
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+    async def _start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self.sock]))
+        while not self._server.started and not self._task.done():
+            await asyncio.sleep(0.01)
+        if self._task.done():
+            self._task.result()  # its error
+        self.say(f"serving {self.model} on {self.url} (Ctrl-C ends every conversation and saves them)")
+
+    async def _stop_server(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def stop(self) -> None:
+        self.hub.close()

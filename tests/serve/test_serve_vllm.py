@@ -1,0 +1,122 @@
+"""`prorsa serve` on two real vLLM CPU engines, driven by an agent written against the `openai` client.
+
+The agent below is not Prorsa's: a small tool-using loop as any harness would write it. It runs
+three conversations of three turns at once; after each reply it calls its local `add` tool (the
+one the model asked for, or, since a random tiny model asks for none, the one the harness would
+run anyway) and sends the result back. Then Ctrl-C: the server must end every conversation,
+save it and exit cleanly; the saved trajectories' ids must be the conversations' text, with each
+prefill on the prefill engine and each decode on the decode engine."""
+
+import asyncio
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
+ROOT = Path(__file__).resolve().parents[2]
+CONVERSATIONS, TURNS, TOOL_S = 3, 3, 0.3
+TOOLS = [{"type": "function", "function": {
+    "name": "add", "description": "Add two integers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]}}}]
+
+
+def add(a: int, b: int) -> int:
+    time.sleep(TOOL_S)  # a tool takes time: the gap the lifecycle sees as tool time
+    return a + b
+
+
+async def agent(client, session: str, a: int, b: int) -> tuple[list[dict], list[str]]:
+    """-> the conversation's messages (its last reply included) and each reply's finish reason."""
+    messages = [{"role": "user", "content": f"What is {a} + {b}? Use the add tool."}]
+    finishes = []
+    for turn in range(TURNS):
+        r = await client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=24,
+                                                 logprobs=True, extra_headers={"X-Session-Id": session})
+        choice = r.choices[0]
+        finishes.append(choice.finish_reason)
+        reply = {"role": "assistant", "content": choice.message.content}
+        calls = [c.model_dump() for c in choice.message.tool_calls or []]
+        messages.append(reply | ({"tool_calls": calls} if calls else {}))
+        if turn == TURNS - 1:
+            break
+        for call in calls or [{"id": f"h{turn}", "function": {"name": "add", "arguments": json.dumps({"a": a, "b": b})}}]:
+            try:
+                result = str(await asyncio.to_thread(add, **json.loads(call["function"]["arguments"])))
+            except Exception as e:  # a malformed call is an observation, as in any harness
+                result = f"error: {e}"
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    return messages, finishes
+
+
+def _started(proc, deadline: float) -> str:
+    lines = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("serving "):
+            return line.split(" on ")[1].split()[0]
+    raise AssertionError("the server did not start:\n" + "".join(lines))
+
+
+def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_saved(tmp_path):
+    from openai import AsyncOpenAI
+    from transformers import AutoTokenizer
+
+    from prorsa.serve.samples import served_samples
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--port", "0",
+                             "--output", str(run_dir), "runtime.dashboard_address=null"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = _started(proc, time.time() + 480)
+
+        async def agents():
+            client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
+            return await asyncio.gather(*(agent(client, f"agent-{i}", i + 2, 3 * i + 1) for i in range(CONVERSATIONS)))
+
+        conversations = asyncio.run(agents())
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert f"wrote {run_dir}" in out and "Traceback" not in out
+
+    tok = AutoTokenizer.from_pretrained(str(ROOT / ".prorsa" / "models" / "tiny-llama-s0-v2048"))
+    rows = {r["task_id"]: r for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist()}
+    samples = {s.group: s for s in served_samples(run_dir, tok)}
+    assert sorted(rows) == sorted(samples) == [f"agent-{i}" for i in range(CONVERSATIONS)]
+    for i, (messages, finishes) in enumerate(conversations):
+        row, sample = rows[f"agent-{i}"], samples[f"agent-{i}"]
+        turns = row["turns"]
+        assert row["status"] == "completed" and len(turns) == TURNS
+        # the legs ran split: every prefill on the prefill engine, every decode on the decode engine
+        assert {t["prefill_engine"] for t in turns} == {"engine-0"}
+        assert {t["decode_engine"] for t in turns} == {"engine-1"}
+        # the gap between a reply and the next request is the conversation's tool time
+        assert all(t["tool_s"] >= TOOL_S for t in turns[:-1])
+        # the first prompt re-tokenizes to its ids; the whole trajectory decodes to the conversation
+        first = tok.apply_chat_template(messages[:1], tools=TOOLS, tokenize=False, add_generation_prompt=True)
+        assert row["prompt_ids"] == tok.encode(first, add_special_tokens=False)
+        last = messages[-1]["content"] or ""
+        text = tok.apply_chat_template(messages[:-1], tools=TOOLS, tokenize=False, add_generation_prompt=True) \
+            + last + (tok.eos_token if finishes[-1] == "stop" else "")
+        assert tok.decode(sample.token_ids, skip_special_tokens=False) == text
+        # the model's tokens are masked 1 with their logprobs, the prompt and tool results 0
+        generated = [i for t in turns for i in t["token_ids"]]
+        assert [i for i, m in zip(sample.token_ids, sample.loss_mask) if m] == generated
+        assert all(math.isfinite(x) and x <= 0 for x, m in zip(sample.rollout_logprobs, sample.loss_mask) if m)
+        assert sample.loss_mask[0] == 0 and 0 < sum(sample.loss_mask) < len(sample.loss_mask)
