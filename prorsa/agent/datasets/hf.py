@@ -1,8 +1,8 @@
 """Tasks from a Hugging Face dataset on disk, mapped to Task fields by a declared column mapping.
 
     hf_tasks(path, columns, split) -> [Task]   read the dataset, one Task per row
-    DatasetError                                 one line naming the field (columns.<field>) or
-                                                 the file; never a traceback
+    DatasetError                                 one line that starts with the field at fault
+                                                 (dataset, split, columns.<field>); never a traceback
 
 What is read (no hub: every path is local, and the library is told so):
     a directory saved with `Dataset.save_to_disk` / `DatasetDict.save_to_disk` (a DatasetDict: `split`)
@@ -52,7 +52,7 @@ def hf_tasks(path: str | Path, columns: Columns, split: str = "train") -> list[T
     family = path.stem if path.is_file() else path.name
     tasks = [_task(row, i, columns, family) for i, row in enumerate(table)]
     if not tasks:
-        raise DatasetError(f"{path}: the dataset holds no rows")
+        raise DatasetError(f"dataset: {path}: the dataset holds no rows")
     ids = [t.task_id for t in tasks]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -67,14 +67,14 @@ def _load(path: Path, split: str):
 
     datasets.disable_progress_bars()
     if not path.exists():
-        raise DatasetError(f"{path}: no such file or directory")
+        raise DatasetError(f"dataset: {path}: no such file or directory")
     try:
         if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
             loaded = datasets.load_from_disk(str(path))
         elif path.is_file():
             builder = _BUILDERS.get(path.suffix)
             if builder is None:
-                raise DatasetError(f"{path}: expected a save_to_disk directory or a "
+                raise DatasetError(f"dataset: {path}: expected a save_to_disk directory or a "
                                    f"{'/'.join(sorted(_BUILDERS))} file")
             loaded = datasets.load_dataset(builder, data_files=str(path), split="train")
         else:
@@ -82,7 +82,7 @@ def _load(path: Path, split: str):
     except DatasetError:
         raise
     except Exception as e:  # the library's many kinds, each one line here
-        raise DatasetError(f"{path}: not a readable dataset ({type(e).__name__}: {_first_line(e)})") from None
+        raise DatasetError(f"dataset: {path}: not a readable dataset ({type(e).__name__}: {_first_line(e)})") from None
     if isinstance(loaded, Mapping):  # a DatasetDict
         if split not in loaded:
             raise DatasetError(f"split: no split {split!r} in {path} (its splits: {', '.join(sorted(loaded))})")
