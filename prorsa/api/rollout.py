@@ -211,9 +211,11 @@ class Rollout:
         return self._live
 
     def _batch(self, tasks: Tasks, live: LiveSession) -> tuple[list[TrajectorySpec], Any]:
-        given = tasks if isinstance(tasks, Sequence) else None
+        given = list(tasks) if isinstance(tasks, Sequence) and not isinstance(tasks, str) else None
         if given is not None and not given:
             raise ValueError("tasks: the batch is empty")
+        if given is not None and not all(isinstance(t, Task) for t in given):
+            raise ValueError("tasks: expected Task records (prorsa.agent.datasets.Task)")
         if given is not None and self.cfg.environment is None:
             raise ValueError("tasks: Task records need the pipeline's environment: section (its tools and "
                              "reward); without one, give a count of prompts")
