@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from prorsa.agent.datasets.base import Task
@@ -45,7 +46,7 @@ from prorsa.api.records import Trajectory, trajectory_of
 from prorsa.api.weights import WeightSource, model_dir_for
 from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
-from prorsa.config.load import ConfigError, load_pipeline
+from prorsa.config.load import ConfigError, describe, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 from prorsa.live.run import LiveSession, open_live
@@ -71,7 +72,10 @@ def _config(pipeline: str | Path | PipelineConfig | RunContext, overrides: dict[
             for p in parents:
                 node = node.setdefault(p, {})
             node[leaf] = value
-        run = resolve(PipelineConfig.model_validate(data))
+        try:
+            run = resolve(PipelineConfig.model_validate(data))
+        except ValidationError as e:  # one line naming the field, as a pipeline file's would be
+            raise ConfigError(describe(e.errors()[0])) from None
     else:
         run = resolve(load_pipeline(pipeline, dotted), pipeline)
     if run.cfg.train is not None:
@@ -92,7 +96,7 @@ class Rollout:
         self.run = _config(pipeline, overrides)
         self.cfg = self.run.cfg
         self._own_dir = run_dir is None
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"prorsa-{self.cfg.name}-")) if run_dir is None else Path(run_dir)
+        self.run_dir = None if run_dir is None else Path(run_dir)  # a temporary one is made at start
         self._cluster = cluster
         self._console = console or Console(quiet=True)
         if console is None:  # a library says nothing unasked; Dask's workers log every start at INFO
@@ -122,6 +126,8 @@ class Rollout:
         """Cluster and engines up; returns once they serve (raises what kept them from starting)."""
         if self._loop is not None:
             raise RuntimeError("this Rollout has started already")
+        if self._own_dir:
+            self.run_dir = Path(tempfile.mkdtemp(prefix=f"prorsa-{self.cfg.name}-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="prorsa-rollout", daemon=True)
@@ -155,26 +161,34 @@ class Rollout:
                 self._session.result()
         finally:
             self._shut_loop()
-            if self._own_dir:
-                shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _shut_loop(self) -> None:
-        loop, self._loop = self._loop, None
-        pending = asyncio.run_coroutine_threadsafe(_cancel_all(), loop)
-        pending.result()
+        loop, self._loop, self._live = self._loop, None, None
+        asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join()
         loop.close()
+        if self._own_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
     # --- batches ------------------------------------------------------------------------------
 
     def submit(self, tasks: Tasks = None) -> list[cf.Future]:
         """Start one batch; a future per trajectory, resolving to its Trajectory."""
         live = self._up()
-        specs, episodes = self._batch(tasks, live)
-        futures = [asyncio.run_coroutine_threadsafe(self._play(spec, episodes, live), self._loop) for spec in specs]
+        prompts, given = self._prompts(tasks)
+        environment = driver_environment(self.cfg, live.client, tasks=given, prompts=prompts)
+        episodes = None if environment is None else environment.episode
+        with self._lock:
+            step, self._batches = self._batches, self._batches + 1
+            # nothing in flight is a step boundary, where a policy that plans between steps
+            # (prorsa) sets the roles for the next, as it does between `prorsa run`'s steps
+            opening = None if self._in_flight else asyncio.run_coroutine_threadsafe(
+                live.controller.before_step(step), self._loop)
+            futures = [asyncio.run_coroutine_threadsafe(self._play(spec, episodes, live, opening), self._loop)
+                       for spec in self._workload.trajectories_for_step(step, prompts=prompts)]
+            self._in_flight.update(futures)
         for f in futures:
-            self._in_flight.add(f)
             f.add_done_callback(self._in_flight.discard)
         return futures
 
@@ -210,7 +224,8 @@ class Rollout:
             raise RuntimeError("the Rollout is not running: use it as `with Rollout(...) as r:` or call start()")
         return self._live
 
-    def _batch(self, tasks: Tasks, live: LiveSession) -> tuple[list[TrajectorySpec], Any]:
+    def _prompts(self, tasks: Tasks) -> tuple[int, list[Task] | None]:
+        """-> the batch's prompt count, and its Task records when given."""
         given = list(tasks) if isinstance(tasks, Sequence) and not isinstance(tasks, str) else None
         if given is not None and not given:
             raise ValueError("tasks: the batch is empty")
@@ -222,13 +237,11 @@ class Rollout:
         prompts = len(given) if given is not None else tasks if tasks is not None else self.cfg.workload.prompts
         if not isinstance(prompts, int) or isinstance(prompts, bool) or prompts < 1:
             raise ValueError(f"tasks: expected Task records, a count >= 1 or None, got {tasks!r}")
-        with self._lock:
-            step, self._batches = self._batches, self._batches + 1
-        specs = self._workload.trajectories_for_step(step, prompts=prompts)
-        environment = driver_environment(self.cfg, live.client, tasks=given, prompts=prompts)
-        return specs, None if environment is None else environment.episode
+        return prompts, given
 
-    async def _play(self, spec: TrajectorySpec, episodes, live: LiveSession) -> Trajectory:
+    async def _play(self, spec: TrajectorySpec, episodes, live: LiveSession, opening: cf.Future | None) -> Trajectory:
+        if opening is not None:
+            await asyncio.wrap_future(opening)
         def on_done(result: TrajectoryResult) -> None:  # what `prorsa run` tells of each, less its journal
             live.rec.on_done(result)
             live.controller.trajectory_done(result)

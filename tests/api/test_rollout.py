@@ -115,6 +115,8 @@ def test_misuse_is_told_before_anything_starts(tmp_path):
     with pytest.raises(ConfigError, match="workload.prompts"):
         prorsa.Rollout(tmp_path / "q.yaml", workload__prompts=0)
     r = prorsa.Rollout(tmp_path / "q.yaml", **{"workload.group_size": 3})
-    assert r.cfg.workload.group_size == 3
+    assert r.cfg.workload.group_size == 3 and r.run_dir is None  # nothing made before it starts
+    with pytest.raises(ConfigError, match=r"^workload.group_size: "):  # a config object's overrides too
+        prorsa.Rollout(r.cfg, workload__group_size=0)
     with pytest.raises(RuntimeError, match="not running"):
         r.generate()
