@@ -228,8 +228,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected_trajectories(cfg.workload),
-                          completed=journal.completed_before if journal else 0,
-                          failed=journal.failed_before if journal else 0)
+                          completed=journal.completed_before if journal is not None else 0,
+                          failed=journal.failed_before if journal is not None else 0)
         t0 = time.time()
         if journal is not None:
             journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run
@@ -248,10 +248,11 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
         controller.on_decision = teller.told
+        flush = [] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)]
         with Progress(rec, console) as progress:
             body = Body(runner, controller, now=lambda: time.time() - t0, clock_unit=1.0,
                         sample=_sampler(client, addresses, rec, progress),
                         sample_interval_s=cfg.runtime.metrics_interval_s,
-                        background=[] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)],
+                        background=flush,
                         guard=guarded)  # a signal stops the rollout there (live/interrupt.py)
             yield LiveSession(run, client, addresses, policy, rec, runner, controller, body, t0)
