@@ -370,6 +370,13 @@ class EnvironmentConfig(_Section):
         return v
 
     @model_validator(mode="after")
+    def _replay_has_calls(self) -> EnvironmentConfig:
+        if self.columns is not None and self.mode == "replay" and self.columns.calls is None:
+            raise ValueError("columns.calls: replay runs each task's reference tool calls; name the column "
+                             "that holds them, or use mode: live")
+        return self
+
+    @model_validator(mode="after")
     def _dataset_tools_given(self) -> EnvironmentConfig:
         # Only checkable when every tool is a built-in: a user tool's name is known once loaded.
         needed = _DATASET_TOOLS.get(self.dataset, set())

@@ -85,14 +85,15 @@ def _pipeline(tmp_path: Path, env: str) -> Path:
 
 def test_a_pipeline_reads_the_dataset_relative_to_its_file(tmp_path):
     _saved(tmp_path)
-    cfg = load_run(_pipeline(tmp_path, "  dataset: arith-hf\n  columns: {prompt: question, answer: solution}\n")).cfg
+    cfg = load_run(_pipeline(tmp_path, "  dataset: arith-hf\n  columns: {prompt: question, calls: tool_calls}\n")).cfg
     assert cfg.environment.dataset == str(tmp_path / "arith-hf")
 
 
 @pytest.mark.parametrize("env,needle", [
-    ("  dataset: arith-hf\n  columns: {prompt: q}\n", "environment.columns.prompt: no column 'q'"),
-    ("  dataset: nowhere\n  columns: {prompt: q}\n", "environment.dataset: "),
-    ("  dataset: arith\n  columns: {prompt: q}\n", "environment.dataset: got 'arith'"),
+    ("  dataset: arith-hf\n  columns: {prompt: q, calls: tool_calls}\n", "environment.columns.prompt: no column 'q'"),
+    ("  dataset: nowhere\n  columns: {prompt: q, calls: c}\n", "environment.dataset: "),
+    ("  dataset: arith\n  columns: {prompt: q, calls: c}\n", "environment.dataset: got 'arith'"),
+    ("  dataset: arith-hf\n  columns: {prompt: question}\n", "environment: columns.calls: replay runs"),
     ("  dataset: arith-hf\n  columns: {question: q}\n", "environment.columns.prompt: missing"),
     ("  dataset: arith-hf\n", "environment.dataset: got 'arith-hf'"),
 ])
@@ -105,7 +106,7 @@ def test_bad_mappings_are_one_line_naming_the_field(tmp_path, env, needle):
 
 def test_prorsa_validate_says_it_in_one_error_line(tmp_path):
     _saved(tmp_path)
-    f = _pipeline(tmp_path, "  dataset: arith-hf\n  columns: {prompt: question, answer: answer}\n")
+    f = _pipeline(tmp_path, "  dataset: arith-hf\n  columns: {prompt: question, answer: answer, calls: tool_calls}\n")
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "validate", str(f)], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
