@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import logging
+import queue
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,10 @@ class Rollout:
 
     def submit(self, tasks: Tasks = None) -> list[cf.Future]:
         """Start one batch; a future per trajectory, resolving to its Trajectory."""
+        return self._start(tasks)
+
+    def _start(self, tasks: Tasks, report: Callable[[Any], None] | None = None) -> list[cf.Future]:
+        """`report`: called on the loop with each Trajectory (or exception) as it ends, in that order."""
         live = self._up()
         prompts, given = self._prompts(tasks)
         environment = driver_environment(self.cfg, live.client, tasks=given, prompts=prompts)
@@ -185,7 +190,7 @@ class Rollout:
             # (prorsa) sets the roles for the next, as it does between `prorsa run`'s steps
             opening = None if self._in_flight else asyncio.run_coroutine_threadsafe(
                 live.controller.before_step(step), self._loop)
-            futures = [asyncio.run_coroutine_threadsafe(self._play(spec, episodes, live, opening), self._loop)
+            futures = [asyncio.run_coroutine_threadsafe(self._play(spec, episodes, live, opening, report), self._loop)
                        for spec in self._workload.trajectories_for_step(step, prompts=prompts)]
             self._in_flight.update(futures)
         for f in futures:
@@ -197,9 +202,14 @@ class Rollout:
         return [f.result() for f in self.submit(tasks)]
 
     def stream(self, tasks: Tasks = None) -> Iterator[Trajectory]:
-        """One batch, each trajectory as it finishes."""
-        for f in cf.as_completed(self.submit(tasks)):
-            yield f.result()
+        """One batch, each trajectory as it finishes (in the order the loop saw them end, which
+        as_completed would not keep for those that ended before it looked)."""
+        ended: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in self._start(tasks, ended.put):
+            item = ended.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
     @property
     def version(self) -> int:
@@ -239,16 +249,25 @@ class Rollout:
             raise ValueError(f"tasks: expected Task records, a count >= 1 or None, got {tasks!r}")
         return prompts, given
 
-    async def _play(self, spec: TrajectorySpec, episodes, live: LiveSession, opening: cf.Future | None) -> Trajectory:
-        if opening is not None:
-            await asyncio.wrap_future(opening)
+    async def _play(self, spec: TrajectorySpec, episodes, live: LiveSession, opening: cf.Future | None,
+                    report: Callable[[Any], None] | None) -> Trajectory:
         def on_done(result: TrajectoryResult) -> None:  # what `prorsa run` tells of each, less its journal
             live.rec.on_done(result)
             live.controller.trajectory_done(result)
 
-        result = await play_spec(spec, live.runner, live.now, on_done, live.rec.on_turn, episodes,
-                                 lambda: self._version)
-        return trajectory_of(result, live.runner.vocab_size if live.runner.needs_token_ids else 0)
+        try:
+            if opening is not None:
+                await asyncio.wrap_future(opening)
+            result = await play_spec(spec, live.runner, live.now, on_done, live.rec.on_turn, episodes,
+                                     lambda: self._version)
+            trajectory = trajectory_of(result, live.runner.vocab_size if live.runner.needs_token_ids else 0)
+        except BaseException as e:
+            if report is not None:
+                report(e)
+            raise
+        if report is not None:
+            report(trajectory)
+        return trajectory
 
 
 async def _cancel_all() -> None:
