@@ -21,6 +21,7 @@ ROWS = {
     "question": ["What is 2 + 3?", "What is 4 * 5?", "What is 9 - 7?"],
     "solution": ["5", "20", "2"],
     "uid": ["q-a", "q-b", "q-c"],
+    "family": ["x", "x", "y"],
     "tool_calls": [json.dumps([{"name": "calculator", "arguments": {"expression": e}}])
                    for e in ("2 + 3", "4 * 5", "9 - 7")],
 }
@@ -70,6 +71,7 @@ def test_a_split_of_a_dataset_dict(tmp_path):
     (TaskColumns(prompt="question", answer="answer"), "columns.answer: no column 'answer'"),
     (TaskColumns(prompt="solution", calls="question"), "columns.calls: row 0: expected a list"),
     (TaskColumns(prompt="question", task_id="solution", tests="uid"), "columns.tests: row 0"),
+    (TaskColumns(prompt="question", task_id="family"), "columns.task_id: 'x' names more than one row"),
 ])
 def test_a_mapping_that_does_not_fit_names_the_field(tmp_path, columns, field):
     with pytest.raises(DatasetError) as e:

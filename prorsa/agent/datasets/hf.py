@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,9 +54,8 @@ def hf_tasks(path: str | Path, columns: Columns, split: str = "train") -> list[T
     tasks = [_task(row, i, columns, family) for i, row in enumerate(table)]
     if not tasks:
         raise DatasetError(f"dataset: {path}: the dataset holds no rows")
-    ids = [t.task_id for t in tasks]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
+    dup = next((i for i, n in Counter(t.task_id for t in tasks).items() if n > 1), None)
+    if dup is not None:
         raise DatasetError(f"columns.task_id: {dup!r} names more than one row; task ids must be unique")
     return tasks
 
