@@ -104,7 +104,8 @@ class Rollout:
             for name in ("distributed", "tornado", "bokeh"):
                 logging.getLogger(name).setLevel(max(logging.getLogger(name).level, logging.ERROR))
         self._workload = Workload.from_config(self.cfg.workload, self.cfg.seed)
-        self._lock = threading.Lock()  # batch numbers and versions, from any caller thread
+        self._lock = threading.Lock()  # batch numbers and what is in flight, from any caller thread
+        self._updating = threading.Lock()
         self._batches = 0
         self._version = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -205,8 +206,15 @@ class Rollout:
         """One batch, each trajectory as it finishes (in the order the loop saw them end, which
         as_completed would not keep for those that ended before it looked)."""
         ended: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in self._start(tasks, ended.put):
-            item = ended.get()
+        futures = self._start(tasks, ended.put)
+        for _ in futures:
+            while True:
+                try:
+                    item = ended.get(timeout=0.5)
+                    break
+                except queue.Empty:  # one cancelled before it ran (close) never reports
+                    if all(f.done() for f in futures) and ended.empty():
+                        raise cf.CancelledError("the Rollout closed with this batch in flight") from None
             if isinstance(item, BaseException):
                 raise item
             yield item
@@ -219,13 +227,12 @@ class Rollout:
         """Every engine reloads the new weights in place and drops its cached prefixes;
         trajectories started from now on carry the new version. Blocks until every engine has them."""
         live = self._up()
-        with self._lock:
+        with self._updating:  # one update at a time: versions are pushed in order
             version = self._version + 1
-        base = resolve_model_dir(self.cfg.engines) if self.cfg.engines.backend == "vllm" else None
-        model_dir = model_dir_for(source, base, self.run_dir / "weights" / f"v{version}")
-        push = push_weights(live.client, live.addresses)
-        asyncio.run_coroutine_threadsafe(push(model_dir), self._loop).result()
-        with self._lock:
+            base = resolve_model_dir(self.cfg.engines) if self.cfg.engines.backend == "vllm" else None
+            model_dir = model_dir_for(source, base, self.run_dir / "weights" / f"v{version}")
+            push = push_weights(live.client, live.addresses)
+            asyncio.run_coroutine_threadsafe(push(model_dir), self._loop).result()
             self._version = version
         return version
 

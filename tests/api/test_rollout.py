@@ -120,3 +120,18 @@ def test_misuse_is_told_before_anything_starts(tmp_path):
         prorsa.Rollout(r.cfg, workload__group_size=0)
     with pytest.raises(RuntimeError, match="not running"):
         r.generate()
+
+
+def test_closing_with_a_batch_in_flight_cancels_it_and_leaves_nothing(tmp_path):
+    (tmp_path / "p.yaml").write_text("name: slow\nengines: {backend: emulated, count: 2}\npolicy: static:1:1\n"
+                                     "workload: {family: swe, prompts: 2, group_size: 2}\n"
+                                     "runtime: {dashboard_address: null}\n")
+    r = prorsa.Rollout(tmp_path / "p.yaml")
+    r.start()
+    run_dir = r.run_dir
+    assert run_dir.is_dir()
+    futures = r.submit()  # real-time SWE trajectories: minutes, far longer than this test
+    r.close()
+    assert all(f.cancelled() for f in futures) and not run_dir.exists()
+    with pytest.raises(RuntimeError, match="not running"):
+        r.submit()
