@@ -583,6 +583,17 @@ def t_control_plane_processes(d: dict) -> list[str]:
                 "at which one scheduler core would be saturated."]
 
 
+def t_api_overhead(d: dict) -> list[str]:
+    doc = d["api-overhead.json"]
+    run = doc["doors"]["run"]["median_s"]
+    names = {"run": "`prorsa run`", "api": "Python API (`prorsa.Rollout`)"}
+    rows = [[names[k], ", ".join(f"{x:.2f}" for x in v["makespans_s"]), f"{v['median_s']:.2f} s",
+             f"{v['median_s'] / run - 1:+.1%}", f"{min(v['completed'])}/{v['trajectories']}"]
+            for k, v in doc["doors"].items()]
+    return table(["door", "makespans (s)", "median", "vs prorsa run", "completed (fewest)"], rows) + [
+        "", f"Python API overhead on the median makespan: {doc['api_overhead']:+.1%} (goal: within 5%)."]
+
+
 # ------------------------------------------------------------------------------ the tests' own test
 
 def t_mutation(d: dict) -> list[str]:
@@ -666,6 +677,7 @@ TABLES: dict[str, Table] = {
     "fidelity": Table(["fidelity.json"], t_fidelity),
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
     "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json"], t_chaos),
+    "api-overhead": Table(["api-overhead.json"], t_api_overhead),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
     "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),

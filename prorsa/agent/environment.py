@@ -74,6 +74,10 @@ class Observation:
 
 
 def dataset_tasks(cfg: EnvironmentConfig, seed: int) -> list[Task]:
+    if cfg.columns is not None:  # a Hugging Face dataset on disk
+        from prorsa.agent.datasets.hf import hf_tasks
+
+        return hf_tasks(cfg.dataset, cfg.columns, cfg.split)
     if cfg.dataset.endswith(".jsonl"):
         tasks = read_jsonl(cfg.dataset)
         if not tasks:

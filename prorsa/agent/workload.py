@@ -6,8 +6,8 @@ and the agent loop replays them. Pure: no clock, no I/O after construction, no e
 Operations:
     Workload.from_config(cfg, seed)    build from a family profile, a mix of them, or read cfg.trace
                                        (TraceError)
-    trajectories_for_step(step, first) sync: B prompts x G samples, prompt-major ("s{step}-p{p}-g{g}"),
-                                       or only the first `first`
+    trajectories_for_step(step, first, prompts)  sync: B prompts x G samples, prompt-major
+                                       ("s{step}-p{p}-g{g}"), or only the first `first`; B given or cfg's
     trajectory(index)                  async: the index-th trajectory started ("a{index}"); groups of
                                        G consecutive indices share a prompt
     prompt_hardness(step, prompt)      the factor a GRPO group shares (1.0 for traces)
@@ -99,10 +99,12 @@ class Workload:
 
     # --- slots --------------------------------------------------------------------------------
 
-    def trajectories_for_step(self, step: int, first: int | None = None) -> list[TrajectorySpec]:
+    def trajectories_for_step(self, step: int, first: int | None = None,
+                              prompts: int | None = None) -> list[TrajectorySpec]:
         """Sync mode: the B x G trajectories of one training step, prompt-major (only the first
-        `first` of them when given: each is drawn on its own, so they are the same ones)."""
-        b, g = self.cfg.prompts, self.cfg.group_size
+        `first` of them when given: each is drawn on its own, so they are the same ones);
+        `prompts`: B for this step (the Python API's batch of tasks), else the pipeline's."""
+        b, g = self.cfg.prompts if prompts is None else prompts, self.cfg.group_size
         n = b * g if first is None else min(first, b * g)
         return [self._slot(f"s{step}-p{i // g}-g{i % g}", step, i // g, i % g, slot=step * b * g + i)
                 for i in range(n)]

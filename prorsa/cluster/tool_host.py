@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
@@ -109,15 +110,18 @@ class DaskScorer:
         return await fut
 
 
-def driver_environment(cfg: PipelineConfig, client) -> ReplayEnvironment | LiveEnvironment | None:
-    """The driver's side of the pipeline's environment (None without one)."""
+def driver_environment(cfg: PipelineConfig, client, tasks: Sequence[Task] | None = None,
+                       prompts: int | None = None) -> ReplayEnvironment | LiveEnvironment | None:
+    """The driver's side of the pipeline's environment (None without one). `tasks`: these instead
+    of the dataset's; `prompts`: a step's prompts, when not the workload's (the Python API)."""
     env = cfg.environment
     if env is None:
         return None
-    tasks = dataset_tasks(env, cfg.seed)
+    tasks = dataset_tasks(env, cfg.seed) if tasks is None else tasks
+    prompts = cfg.workload.prompts if prompts is None else prompts
     if env.mode == "replay":
-        return ReplayEnvironment(tasks, cfg.workload.prompts, DaskScorer(client))
+        return ReplayEnvironment(tasks, prompts, DaskScorer(client))
     fmt = ChatFormat.load(resolve_model_dir(cfg.engines))
     schemas = ToolEnvironment.from_config(env, cfg.seed).toolbox.schemas()
-    return LiveEnvironment(tasks, cfg.workload.prompts, fmt, schemas, env.max_turns, env.max_response_tokens,
+    return LiveEnvironment(tasks, prompts, fmt, schemas, env.max_turns, env.max_response_tokens,
                            cfg.engines.vllm.max_model_len, DaskScorer(client))

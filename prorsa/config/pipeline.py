@@ -385,13 +385,28 @@ _DATASET_TOOLS = {"math-tir": {"python"}, "search": {"search"}, "swe-lite": {"py
                   "arith": {"calculator"}, "arith-digits": {"calculator"}}
 
 
+class TaskColumns(_Section):
+    """Which column of a Hugging Face dataset fills each task field (agent/datasets/hf.py)."""
+
+    prompt: str  # what the model is asked
+    answer: str | None = None  # the reference answer the reward compares; None: ""
+    task_id: str | None = None  # None: "<dataset>-<row>"
+    calls: str | None = None  # reference tool calls ([{name, arguments}] or its JSON); replay needs them
+    tests: str | None = None  # Python snippets (a list of strings) for pass_rate
+
+
 class EnvironmentConfig(_Section):
     """Real tools in the rollout. Replay: each turn's tool call is taken from a dataset task and
     run on a tool worker; its observation's length becomes the next turn's append. Live: the
     model's generated text is parsed for calls, which run, and their observation is appended."""
 
     mode: Literal["replay", "live"] = "replay"
-    dataset: str  # math-tir | search | swe-lite, or a JSONL file of tasks (agent/datasets/base.py)
+    # given: `dataset` is a Hugging Face dataset on disk (a save_to_disk directory, or
+    # parquet/jsonl/json/csv files) whose columns these are; declared first, so `dataset` is read with it
+    columns: TaskColumns | None = None
+    split: str = "train"  # of a dataset saved with several splits
+    # math-tir | search | swe-lite, or a JSONL file of tasks (agent/datasets/base.py)
+    dataset: str
     tasks: int = Field(64, ge=1, le=MANY)  # tasks generated; prompts cycle over them
     dataset_seed: int | None = None  # None: the pipeline's seed
     tools: tuple[str, ...] = _BUILTIN_TOOLS  # registered names or "package.module:attr"
@@ -417,10 +432,22 @@ class EnvironmentConfig(_Section):
 
     @field_validator("dataset")
     @classmethod
-    def _dataset_known(cls, v: str) -> str:
+    def _dataset_known(cls, v: str, info: ValidationInfo) -> str:
+        if info.data.get("columns") is not None:
+            if v in _DATASETS:
+                raise ValueError(f"columns map a Hugging Face dataset on disk; {v!r} is a built-in dataset")
+            return v
         if v not in _DATASETS and not v.endswith(".jsonl"):
-            raise ValueError(f"dataset {v!r}: expected one of {list(_DATASETS)} or a .jsonl file of tasks")
+            raise ValueError(f"dataset {v!r}: expected one of {list(_DATASETS)}, a .jsonl file of tasks, "
+                             "or a Hugging Face dataset on disk with columns:")
         return v
+
+    @model_validator(mode="after")
+    def _replay_has_calls(self) -> EnvironmentConfig:
+        if self.columns is not None and self.mode == "replay" and self.columns.calls is None:
+            raise ValueError("columns.calls: replay runs each task's reference tool calls; name the column "
+                             "that holds them, or use mode: live")
+        return self
 
     @model_validator(mode="after")
     def _dataset_tools_given(self) -> EnvironmentConfig:
@@ -526,7 +553,8 @@ class PipelineConfig(_Section):
             trace = str((base / cfg.workload.trace).resolve())
             cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"trace": trace})})
         env = cfg.environment
-        if env is not None and env.dataset.endswith(".jsonl") and not Path(env.dataset).is_absolute():
+        on_disk = env is not None and (env.dataset.endswith(".jsonl") or env.columns is not None)
+        if on_disk and not Path(env.dataset).is_absolute():
             dataset = str((base / env.dataset).resolve())
             cfg = cfg.model_copy(update={"environment": env.model_copy(update={"dataset": dataset})})
         return cfg

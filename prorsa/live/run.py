@@ -2,6 +2,8 @@
 
     run_live(run, run_dir, console) -> summary dict   run: a RunContext (rollout/context.py) or a
                                                       pipeline to resolve
+    async with open_live(run, run_dir, console) as live   the same assembly, kept up for a caller
+                                                      that drives it (the Python API, prorsa/api/)
 
 Finished trajectories go to the run's journal (metrics/journal.py) as they land; a journal that
 holds some from an earlier session (--resume) makes the drivers skip those.
@@ -12,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from distributed import Client
@@ -127,8 +131,73 @@ async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Con
         journal.close()
 
 
+@dataclass
+class LiveSession:
+    """A live body, up: what `open_live` yields to whoever drives it (`prorsa run`, the Python API)."""
+
+    run: RunContext  # after the warm start (the engines' model may be its weights)
+    client: Client
+    addresses: dict[str, str]  # engine name -> worker address
+    policy: Policy
+    rec: RunRecorder
+    runner: DaskTurnRunner
+    controller: LiveController
+    body: Body
+    t0: float  # wall time the rollout's clock starts from
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+
 async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None,
                     journal: RunJournal, cluster: ClusterSpec | None, driver: Drive | None) -> dict:
+    async with open_live(run, run_dir, console, policy, cluster, journal, open_ended=driver is not None) as live:
+        cfg, client, rec, runner, controller = live.run.cfg, live.client, live.rec, live.runner, live.controller
+        environment = driver_environment(cfg, client)
+        learner = None if cfg.train is None else await open_learner(cfg, run_dir, client, live.addresses, live.now)
+        rl = {} if learner is None else {"version": lambda: learner.version} | (
+            {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
+        makespan = await roll_out(
+            live.run, live.body, rec, _both(journal.add, rec.on_done, controller.trajectory_done,
+                                            *([learner.on_done] if learner else [])),
+            episodes=environment.episode if environment else None,
+            update_weights=learner.update if learner else _weight_update(client, live.addresses, live.run),
+            skip=frozenset(journal.done_ids),
+            on_stop=journal.flush, driver=driver, **rl)  # interrupted or not, what finished is kept
+        plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
+        legs_rescued = await client.run_on_scheduler(rescued)
+
+    unit, policy = live.run.unit, live.policy
+    digest = config_hash(cfg)
+    saved = journal.finish()
+    resumed = journal.completed_before + journal.failed_before
+    summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
+        "turns_retried": runner.retried,
+        "turns_migrated": runner.migrated,
+        "legs_rescued": legs_rescued,
+        "trajectories_resumed": resumed,
+        "backend": cfg.engines.backend, "clock": "wall", "time_scale": unit,
+        "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
+                    "step_cpu_s_median": _median(controller.step_cpu_s),
+                    "step_cpu_s": round(sum(controller.step_cpu_s), 4),
+                    "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
+    } | ({"train": learner.summary()} if learner else {}) | (
+        # every figure over all sessions, not this one's alone
+        resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {})
+    attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=unit))
+    write_summary(run_dir / "summary.json", summary)
+    return summary
+
+
+@asynccontextmanager
+async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None = None,
+                    cluster: ClusterSpec | None = None, journal: RunJournal | None = None,
+                    open_ended: bool = False) -> AsyncIterator[LiveSession]:
+    """Cluster, engines, plugins, router, runner and control loop up, torn down on exit: the one
+    assembly of a live run. `journal`: a run's (its counts seed the recorder and it is flushed on a
+    timer beside the rollout); None: nothing is written as trajectories finish (the Python API).
+    `open_ended`: a driver of its own (prorsa serve) starts as many trajectories as its clients ask for."""
     cfg, unit = run.cfg, run.unit
     # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
     # in the policy's thread, while the weights update)
@@ -167,12 +236,13 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         needs_ids, vocab = next(iter(info.values()))
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
-        # a driver of its own (prorsa serve) starts as many trajectories as its clients ask for
-        expected = expected_trajectories(cfg.workload) if driver is None else None
-        rec = RunRecorder(engines=engines, slots=cfg.engines.slots, expected=expected,
-                          completed=journal.completed_before, failed=journal.failed_before)
+        rec = RunRecorder(engines=engines, slots=cfg.engines.slots,
+                          expected=None if open_ended else expected_trajectories(cfg.workload),
+                          completed=journal.completed_before if journal is not None else 0,
+                          failed=journal.failed_before if journal is not None else 0)
         t0 = time.time()
-        journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run
+        if journal is not None:
+            journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run
         await client.register_plugin(LifecyclePlugin(t0, unit))
         await client.register_plugin(LegRescue())
         feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
@@ -189,44 +259,11 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
                                     context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
         controller.on_decision = teller.told
-        environment = driver_environment(cfg, client)
-        learner = None if cfg.train is None else await open_learner(
-            cfg, run_dir, client, addresses, lambda: time.time() - t0)
-        rl = {} if learner is None else {"version": lambda: learner.version} | (
-            {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
+        flush = [] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)]
         with Progress(rec, console) as progress:
             body = Body(runner, controller, now=lambda: time.time() - t0, clock_unit=1.0,
                         sample=_sampler(client, addresses, rec, progress),
                         sample_interval_s=cfg.runtime.metrics_interval_s,
-                        background=[lambda: flush_every(journal, cfg.runtime.output_flush_s)],
+                        background=flush,
                         guard=guarded)  # a signal stops the rollout there (live/interrupt.py)
-            makespan = await roll_out(
-                run, body, rec, _both(journal.add, rec.on_done, controller.trajectory_done,
-                                      *([learner.on_done] if learner else [])),
-                episodes=environment.episode if environment else None,
-                update_weights=learner.update if learner else _weight_update(client, addresses, run),
-                skip=frozenset(journal.done_ids),
-                on_stop=journal.flush, driver=driver, **rl)  # interrupted or not, what finished is kept
-            plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
-            legs_rescued = await client.run_on_scheduler(rescued)
-
-    digest = config_hash(cfg)
-    saved = journal.finish()
-    resumed = journal.completed_before + journal.failed_before
-    summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
-        "turns_retried": runner.retried,
-        "turns_migrated": runner.migrated,
-        "legs_rescued": legs_rescued,
-        "trajectories_resumed": resumed,
-        "backend": cfg.engines.backend, "clock": "wall", "time_scale": unit,
-        "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
-                    "step_cpu_s_median": _median(controller.step_cpu_s),
-                    "step_cpu_s": round(sum(controller.step_cpu_s), 4),
-                    "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
-    } | ({"train": learner.summary()} if learner else {}) | (
-        # every figure over all sessions, not this one's alone
-        resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {})
-    attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
-    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=unit))
-    write_summary(run_dir / "summary.json", summary)
-    return summary
+            yield LiveSession(run, client, addresses, policy, rec, runner, controller, body, t0)

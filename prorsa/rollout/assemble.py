@@ -6,6 +6,8 @@
                                 the run's workload driven to its end by the sync or async driver,
                                 with the body's sampler and control loop beside it; then a last
                                 sample at the makespan (in the body clock's seconds)
+    async with beside(body): ...  the sampler and control loop running around a caller's own
+                                driving (the Python API's batches)
 
 live/run.py builds a Body of Dask tasks on the wall clock; sim/run.py one of direct awaits on the
 virtual clock. Everything else about a rollout (which driver, which trajectories, when the control
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import AsyncIterator, Awaitable, Callable, Container
 from dataclasses import dataclass, field
 
 from prorsa.agent.loop import TrajectoryResult, TurnRunner
@@ -57,19 +59,30 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
         wcfg = wcfg.model_copy(update={k: getattr(wcfg, k) / body.clock_unit
                                        for k in ("duration_s", "weight_update_every_s") if getattr(wcfg, k) is not None})
     drive = driver or (run_sync if wcfg.mode == "sync" else run_async)
-    loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
-             asyncio.create_task(body.controller.run()),
-             *(asyncio.create_task(loop()) for loop in body.background)]
     if wcfg.mode == "sync":
         rl["before_step"] = body.controller.before_step
     # a trace's releases (start_s) stay on the specs: the driver converts each with the same unit
     rollout = drive(workload, wcfg, body.runner, body.now, on_done, rec.on_turn, episodes=episodes,
                     update_weights=update_weights, skip=skip, clock_unit=body.clock_unit, **rl)
-    try:
+    async with beside(body, on_stop):
         if body.guard is None:
             await rollout
         else:
             await body.guard(asyncio.create_task(rollout))
+    makespan = body.now()
+    await body.sample(makespan)
+    return makespan
+
+
+@contextlib.asynccontextmanager
+async def beside(body: Body, on_stop: Callable[[], None] | None = None) -> AsyncIterator[None]:
+    """The body's sampler, control loop and background loops running while the block drives
+    trajectories; `on_stop` is called as the block ends, however it ends, before they stop."""
+    loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
+             asyncio.create_task(body.controller.run()),
+             *(asyncio.create_task(loop()) for loop in body.background)]
+    try:
+        yield
     finally:
         if on_stop is not None:
             on_stop()
@@ -77,9 +90,6 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    makespan = body.now()
-    await body.sample(makespan)
-    return makespan
 
 
 async def _every(sample: Callable[[float], Awaitable[None]], now: Callable[[], float], interval_s: float) -> None:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prorsa.agent.datasets.hf import DatasetError
+from prorsa.agent.environment import dataset_tasks
 from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
@@ -76,7 +78,20 @@ def check(cfg: PipelineConfig) -> list[str]:
     """What the schema cannot know: every name resolves to a profile, policy, reward, user tool or
     readable trace (a user's `package.module:name` is imported here, as the tool workers will)."""
     return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trace(cfg),
-                        _prior(cfg), _dashboard(cfg)) if p]
+                        _prior(cfg), _dashboard(cfg), _hf_dataset(cfg)) if p]
+
+
+def _hf_dataset(cfg: PipelineConfig) -> str | None:
+    """Read a Hugging Face dataset's tasks now: a column the mapping names and the data lacks is
+    the pipeline's mistake, found before the cluster starts."""
+    env = cfg.environment
+    if env is None or env.columns is None:
+        return None
+    try:
+        dataset_tasks(env, cfg.seed)
+    except DatasetError as err:
+        return f"environment.{err}"
+    return None
 
 
 def _prior(cfg: PipelineConfig) -> str | None:

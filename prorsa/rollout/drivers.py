@@ -20,6 +20,8 @@
     clock_unit=                                      wall seconds per second of `now`: a spec's
                                                      release (start_s) is given in wall seconds,
                                                      like its tool latencies
+    play_spec(spec, runner, now, on_done, ...)       one trajectory, tagged with the version it
+                                                     started under (both drivers; the Python API)
 
 Releases. A spec with a start_s starts no earlier than start_s after its step began (sync: the
 step begins once before_step returns) or the run began (async); one without starts as it always
@@ -69,7 +71,7 @@ async def run_sync(
         if before_step is not None:
             await before_step(step)
         began = now()
-        step_results = await asyncio.gather(*(_one(s, runner, now, on_done, on_turn, episodes, version,
+        step_results = await asyncio.gather(*(play_spec(s, runner, now, on_done, on_turn, episodes, version,
                                                    release=_release(s, began, clock_unit))
                                               for s in specs))
         results.extend(step_results)
@@ -106,7 +108,7 @@ async def run_async(
                 break
             started += 1
             if spec.traj_id not in skip:  # an index is an identity: a skipped one still counts
-                in_flight.add(asyncio.create_task(_one(spec, runner, now, on_done, on_turn, episodes, version)))
+                in_flight.add(asyncio.create_task(play_spec(spec, runner, now, on_done, on_turn, episodes, version)))
         pending = [u for u in updates if not u.done()]
         if not in_flight and held is None:
             await asyncio.gather(*updates)
@@ -147,7 +149,7 @@ async def _first_done(tasks: set[asyncio.Task], timeout: float | None) -> set[as
     return done
 
 
-async def _one(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None,
+async def play_spec(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None,
                version: Version | None = None, release: float | None = None) -> TrajectoryResult:
     if release is not None and (wait := release - now()) > 0:  # a trajectory without a release never yields here
         await asyncio.sleep(wait)

@@ -3,6 +3,7 @@ wrote marked.
 
     Sample(token_ids, loss_mask, rollout_logprobs, reward, group, policy_version, traj_id)
     samples_from_results(results) -> [Sample]                     from the rollout's TrajectoryResults
+    sample_of(result) -> Sample                                   one result, trainable or not
     samples_from_rows(rows, fmt, policy_version=0) -> [Sample]    from trajectories.parquet rows
                                                                   (live mode; the tokenizer rebuilds
                                                                   the observations' ids)
@@ -86,18 +87,18 @@ def _trainable(status: str, reward: float) -> bool:
 
 def samples_from_results(results: Iterable[TrajectoryResult]) -> list[Sample]:
     """Each sample's version is its result's `policy_version` (0 where a rollout tagged none)."""
-    out = []
-    for r in results:
-        if not _trainable(r.status, r.reward) or not r.turns:
-            continue
-        b = _Builder(r.prompt_ids)
-        for k, t in enumerate(r.turns):
-            b.generated(t.token_ids, t.logprobs if t.logprobs else None, r.spec.traj_id)
-            if k < len(r.turns) - 1:
-                b.appended(t.observation_ids)
-        out.append(b.sample(r.reward, group_key(r.spec.step, r.spec.prompt_index),
-                            getattr(r, "policy_version", 0), r.spec.traj_id))
-    return out
+    return [sample_of(r) for r in results if _trainable(r.status, r.reward) and r.turns]
+
+
+def sample_of(r: TrajectoryResult) -> Sample:
+    """One result's sequence, trainable or not (the Python API hands back every trajectory)."""
+    b = _Builder(r.prompt_ids)
+    for k, t in enumerate(r.turns):
+        b.generated(t.token_ids, t.logprobs if t.logprobs else None, r.spec.traj_id)
+        if k < len(r.turns) - 1:
+            b.appended(t.observation_ids)
+    return b.sample(r.reward, group_key(r.spec.step, r.spec.prompt_index),
+                    getattr(r, "policy_version", 0), r.spec.traj_id)
 
 
 def samples_from_rows(rows: Iterable[Mapping[str, Any]], fmt: ChatFormat, policy_version: int = 0) -> list[Sample]:

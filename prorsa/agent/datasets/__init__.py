@@ -5,6 +5,7 @@
     search.py     `search`: a generated corpus of short documents (make_corpus) and multi-hop
                   questions over it
     swe_lite.py   `swe-lite`: small buggy Python functions, their unit tests and the known fix
+    hf.py         a Hugging Face dataset on disk, its columns mapped to Task fields (hf_tasks)
     arith.py      `arith`: one- and two-digit sums, differences and products for the calculator
                   (the RL toy task)
 """
