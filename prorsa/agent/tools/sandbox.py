@@ -126,6 +126,15 @@ async def _read_capped(stream: asyncio.StreamReader, out: bytearray, cap: int) -
     return False
 
 
+async def _reap(proc: asyncio.subprocess.Process) -> int:
+    """The exit code of a process whose output is no longer wanted. asyncio's wait() returns only
+    once the pipe has closed too, and a reader left over its buffer limit (an output flood stopped
+    at the cap) has paused the pipe, which then never sees its end: read to EOF, discarding."""
+    while proc.stdout is not None and await proc.stdout.read(READ_CHUNK):
+        pass
+    return await proc.wait()
+
+
 def _kill(proc: asyncio.subprocess.Process) -> None:
     # The launcher leads its own process group; the rest dies with the pid namespace's init.
     for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
@@ -170,7 +179,7 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
             timed_out = True
         if timed_out or overflowed:
             _kill(proc)
-        code = await proc.wait()
+        code = await _reap(proc)
         output = raw.decode("utf-8", "replace")
         elapsed = time.perf_counter() - start
         if timed_out or overflowed:
@@ -180,7 +189,7 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
     finally:
         if proc is not None and proc.returncode is None:
             _kill(proc)
-            await proc.wait()
+            await _reap(proc)
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -412,3 +412,13 @@ def test_payload_may_use_its_own_alarm():
     res = run("import signal, time\nsignal.signal(signal.SIGALRM, lambda *a: print('rang'))\n"
               "signal.setitimer(signal.ITIMER_REAL, 0.1)\ntime.sleep(0.3)\nprint('after')")
     assert res.status is ToolStatus.OK and res.observation == "rang\nafter"
+
+
+def test_a_burst_past_the_cap_ends_at_the_cap_not_at_the_wall_timeout():
+    # megabytes in one write land in the reader's buffer before the cap is seen: the pipe is
+    # paused then, and a call that only waited for the killed process waited for good
+    limits = SandboxLimits(wall_s=30.0, output_bytes=4 << 10)
+    res = run("import sys, time\nsys.stdout.write('x' * 4_000_000)\nsys.stdout.flush()\ntime.sleep(60)",
+              limits, truncation=Truncation(2000))
+    assert res.status is ToolStatus.TRUNCATED
+    assert res.elapsed_s < 10
