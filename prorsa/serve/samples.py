@@ -22,22 +22,16 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from prorsa.train.samples import Sample
+from prorsa.train.samples import Sample, SequenceBuilder
 
 
 def served_sample(row: dict[str, Any], tokenizer: Any) -> Sample:
-    segments: list[tuple[list[int], int, list[float]]] = [(list(row["prompt_ids"]), 0, [])]
+    b = SequenceBuilder(row["prompt_ids"])
     for t in row["turns"]:
-        ids = list(t["token_ids"] or [])
-        logprobs = list(t["logprobs"] or []) or [math.nan] * len(ids)  # NaN: the trainer computes them
-        segments.append((ids, 1, logprobs))
+        b.generated(t["token_ids"] or [], t["logprobs"] or None, row["traj_id"])  # None: NaN, the trainer's to compute
         if t["observation"]:
-            segments.append((tokenizer.encode(t["observation"], add_special_tokens=False), 0, []))
-    ids = [i for seg, _, _ in segments for i in seg]
-    mask = [m for seg, m, _ in segments for _ in seg]
-    logprobs = [x for seg, m, lp in segments for x in (lp if m else [0.0] * len(seg))]
-    return Sample(tuple(ids), tuple(mask), tuple(logprobs), math.nan, row["task_id"], row["policy_version"] or 0,
-                  row["traj_id"])
+            b.appended(tokenizer.encode(t["observation"], add_special_tokens=False))
+    return b.sample(math.nan, row["task_id"], row["policy_version"] or 0, row["traj_id"])
 
 
 def served_samples(run_dir: str | Path, tokenizer: Any) -> list[Sample]:

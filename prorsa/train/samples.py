@@ -4,6 +4,7 @@ wrote marked.
     Sample(token_ids, loss_mask, rollout_logprobs, reward, group, policy_version, traj_id)
     samples_from_results(results) -> [Sample]                     from the rollout's TrajectoryResults
     sample_of(result) -> Sample                                   one result, trainable or not
+    SequenceBuilder(prompt_ids)   .generated(ids, logprobs) / .appended(ids) / .sample(...): one sequence
     samples_from_rows(rows, fmt, policy_version=0) -> [Sample]    from trajectories.parquet rows
                                                                   (live mode; the tokenizer rebuilds
                                                                   the observations' ids)
@@ -60,7 +61,7 @@ def group_key(step: int, prompt_index: int) -> str:
     return f"s{step}-p{prompt_index}"
 
 
-class _Builder:
+class SequenceBuilder:
     def __init__(self, prompt_ids: Sequence[int]) -> None:
         self.ids, self.mask, self.logprobs = list(prompt_ids), [0] * len(prompt_ids), [0.0] * len(prompt_ids)
 
@@ -92,7 +93,7 @@ def samples_from_results(results: Iterable[TrajectoryResult]) -> list[Sample]:
 
 def sample_of(r: TrajectoryResult) -> Sample:
     """One result's sequence, trainable or not (the Python API hands back every trajectory)."""
-    b = _Builder(r.prompt_ids)
+    b = SequenceBuilder(r.prompt_ids)
     for k, t in enumerate(r.turns):
         b.generated(t.token_ids, t.logprobs if t.logprobs else None, r.spec.traj_id)
         if k < len(r.turns) - 1:
@@ -111,7 +112,7 @@ def samples_from_rows(rows: Iterable[Mapping[str, Any]], fmt: ChatFormat, policy
         turns = row["turns"] or []
         if not _trainable(row["status"], row["reward"]) or not turns:
             continue
-        b = _Builder(row["prompt_ids"])
+        b = SequenceBuilder(row["prompt_ids"])
         for k, t in enumerate(turns):
             ids = t["token_ids"] or []
             b.generated(ids, t["logprobs"] or None, row["traj_id"])
