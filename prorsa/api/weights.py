@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Union
+
+from prorsa.train.weights import written_whole
 
 WeightSource = Union[str, os.PathLike, Mapping[str, Any], Iterable[tuple[str, Any]], Callable[[], Any]]
 _WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth")
@@ -37,9 +38,7 @@ def model_dir_for(source: WeightSource, base: Path | None, out: Path) -> Path:
         if not (path / "config.json").is_file():
             raise WeightsError(f"{path}: not a model directory (no config.json)")
         return path
-    if isinstance(source, Mapping):
-        tensors = dict(source)
-    elif isinstance(source, Iterable):
+    if isinstance(source, (Mapping, Iterable)):
         tensors = dict(source)
     else:
         raise WeightsError(f"update_weights: expected a model directory, a state dict, (name, tensor) pairs "
@@ -50,9 +49,7 @@ def model_dir_for(source: WeightSource, base: Path | None, out: Path) -> Path:
 def _write(tensors: dict[str, Any], base: Path | None, out: Path) -> Path:
     from safetensors.torch import save_file
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with written_whole(out) as tmp:
         if base is not None:  # config, tokenizer, generation config: everything but the old weights
             for f in base.iterdir():
                 if f.is_file() and not f.name.endswith(_WEIGHT_FILES) and not f.name.endswith(".index.json"):
@@ -60,9 +57,4 @@ def _write(tensors: dict[str, Any], base: Path | None, out: Path) -> Path:
         # safetensors wants contiguous CPU tensors, and no two names sharing storage (tied embeddings)
         save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()},
                   str(tmp / "model.safetensors"))
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -24,10 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -38,6 +35,7 @@ import torch.nn.functional as F
 
 from prorsa.train.grpo import LOSS_AGG, LossStats, group_advantages, grpo_loss, sft_loss
 from prorsa.train.samples import Sample
+from prorsa.train.weights import written_whole
 
 POLICY_FILE = "policy.json"  # {"policy_version": N} in every saved model directory
 
@@ -238,22 +236,10 @@ class Trainer:
             yield name, p.detach()
 
     def save(self, out_dir: str | Path) -> Path:
-        """Written beside out_dir under a temporary name, then swapped in: a reader sees the old
-        directory, for an instant none, or the new one whole, never a half-written one."""
+        """Swapped in whole (train/weights.py written_whole): never seen half-written."""
         out_dir = Path(out_dir)
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-        try:
+        with written_whole(out_dir) as tmp:
             self.model.save_pretrained(tmp, safe_serialization=True)
             self.tokenizer.save_pretrained(tmp)
             (tmp / POLICY_FILE).write_text(json.dumps({"policy_version": self.version}) + "\n")
-            old = None
-            if out_dir.exists():
-                old = out_dir.with_name(f".{out_dir.name}-old-{os.getpid()}-{time.monotonic_ns()}")
-                os.rename(out_dir, old)
-            os.rename(tmp, out_dir)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return out_dir

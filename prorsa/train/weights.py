@@ -3,6 +3,7 @@ hosts that read them.
 
     WEIGHTS                         RUN_DIR/weights: one model directory per version, v0 v1 ...
     newest_version(run_dir) -> Path | None   the highest complete v<N> with N >= 1, if any
+    with written_whole(out_dir) as tmp:      fill tmp; it becomes out_dir whole at the end
 
 A version directory is renamed into place whole (Trainer.save), so one that is there is complete;
 the temporary ones beside it start with a dot and are never matched.
@@ -10,7 +11,13 @@ the temporary ones beside it start with a dot and are never matched.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 WEIGHTS = "weights"
@@ -24,3 +31,22 @@ def newest_version(run_dir: str | Path) -> Path | None:
     versions = [(int(m.group(1)), p) for p in root.iterdir() if (m := _VERSION.match(p.name))
                 and int(m.group(1)) >= 1 and (p / "config.json").is_file()]
     return max(versions)[1] if versions else None
+
+
+@contextlib.contextmanager
+def written_whole(out_dir: Path) -> Iterator[Path]:
+    """A directory written beside `out_dir` under a temporary name, then swapped in: a reader sees
+    the old directory, for an instant none, or the new one whole, never a half-written one."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        yield tmp
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}-old-{os.getpid()}-{time.monotonic_ns()}")
+            os.rename(out_dir, old)
+        os.rename(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
