@@ -324,7 +324,7 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free one).")
 @click.option("--engine", type=click.Choice(["emulated", "vllm"]), help="Override engines.backend.")
 @click.option("--policy", help="Override the policy, e.g. colocated or static:1:1.")
-@click.option("--output", type=click.Path(file_okay=False),
+@click.option("--output", type=click.Path(),
               help="The run folder itself, new or empty (default: <output_dir>/<name>-<timestamp>/).")
 @click.option("--idle-s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="A conversation with no request for this long ends (its trajectory is saved).")
@@ -487,7 +487,7 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
 @click.option("--plan", is_flag=True, help="Also print each pipeline's launch plan, as prorsa run --dry-run does.")
 def validate(files: tuple[str, ...], plan: bool) -> None:
     """Check pipeline and sweep FILES (and the traces they name) without running them."""
-    from prorsa.validate import check_file
+    from prorsa.validate import check_file, file_kind
 
     bad = 0
     for f in files:
@@ -497,23 +497,13 @@ def validate(files: tuple[str, ...], plan: bool) -> None:
             click.echo(f"error: {e}", err=True)
             bad += 1
             continue
-        if plan and _is_pipeline(f):
+        if plan and file_kind(f) == "pipeline":
             try:
                 _check_devices(_load(f, {}), None, f, show=Console())
             except ConfigError as e:
                 click.echo(f"error: {e}", err=True)
                 bad += 1
     sys.exit(2 if bad else 0)
-
-
-def _is_pipeline(path: str) -> bool:
-    from prorsa.config.load import read_mapping
-    from prorsa.config.sweep import is_sweep
-
-    if path.endswith(".jsonl"):  # a trace
-        return False
-    data = read_mapping(Path(path))
-    return "kind" not in data and not is_sweep(data)
 
 
 @main.command()

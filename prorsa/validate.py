@@ -1,6 +1,7 @@
 """`prorsa validate`: any input file checked as the command that reads it would, nothing run.
 
     check_file(path) -> str     a one-line description of a good file; ConfigError otherwise
+    file_kind(path) -> str      trace | cluster | sweep | pipeline
 
 A trace is told by its `.jsonl` name and read whole (read_trace); a sweep file from a pipeline by
 config/sweep.py's is_sweep (so both commands report the same first error), a cluster file by its
@@ -20,19 +21,29 @@ from prorsa.metrics.run_dirs import output_problem
 from prorsa.rollout.context import load_run
 
 
-def check_file(path: str | Path) -> str:
+def file_kind(path: str | Path) -> str:
     path = Path(path)
     if path.suffix == ".jsonl":
-        return _check_trace(path)
+        return "trace"
     data = read_mapping(path)
     from prorsa.config.sweep import is_sweep
 
-    if "kind" in data and not is_sweep(data):  # a cluster file (config/cluster.py); a pipeline has no kind
+    if is_sweep(data):
+        return "sweep"
+    return "cluster" if "kind" in data else "pipeline"  # a pipeline has no kind (config/cluster.py)
+
+
+def check_file(path: str | Path) -> str:
+    path = Path(path)
+    kind = file_kind(path)
+    if kind == "trace":
+        return _check_trace(path)
+    if kind == "cluster":
         from prorsa.config.cluster import load_cluster
 
         spec = load_cluster(path)
         return f"ok: {path} (cluster {spec.kind})"
-    if is_sweep(data):
+    if kind == "sweep":
         from prorsa.sim.sweep_grid import load_grid
 
         grid = load_grid(path)
