@@ -119,8 +119,8 @@ class DaskTurnRunner:
                 raise
             except Exception as e:
                 down = isinstance(e, EngineUnavailable)
-                if down:
-                    first_down = first_down if first_down is not None else time.monotonic()
+                if down and first_down is None:
+                    first_down = time.monotonic()
                 waiting = down and time.monotonic() - first_down < self.restart_wait_s
                 if not waiting:
                     failures += 1
