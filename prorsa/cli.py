@@ -443,6 +443,9 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
         console.print(f"wrote {out}")
 
 
+INTERRUPTED_SWEEP = "interrupted; finished points are kept, run the same command to resume"
+
+
 @main.command()
 @click.argument("sweep_file", metavar="SWEEP", type=click.Path(dir_okay=False))
 @OVERRIDES
@@ -458,6 +461,7 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
     KEY=VALUE arguments override the base pipeline's fields at every point, e.g. workload.prompts=64."""
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
+    from prorsa.live.interrupt import stops_hard
     from prorsa.sim.sweep import sweep_on_cluster
 
     try:
@@ -468,14 +472,15 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
         _fail("--workers sizes the LocalCluster; a --cluster brings its own workers")
     console = Console(stderr=False)
     try:
-        done = sweep_on_cluster(Path(sweep_file), cluster, Path(output) if output else None, workers, console,
-                                _overrides(overrides))
+        with stops_hard(lambda: INTERRUPTED_SWEEP):  # closing a cluster that does not answer ends anyway
+            done = sweep_on_cluster(Path(sweep_file), cluster, Path(output) if output else None, workers, console,
+                                    _overrides(overrides))
     except ConfigError as e:
         _fail(str(e))
     except ClusterError as e:
         _fail(f"{cluster_opt}: {e}")
     except KeyboardInterrupt:
-        _fail("interrupted; finished points are kept, run the same command to resume")
+        _fail(INTERRUPTED_SWEEP)
     console.print(f"{len(done.computed)} simulated, {done.skipped} already done, {len(done.failed)} failed; "
                   f"wrote {done.out / 'sweep.nc'}" + (f" and {done.plot}" if done.plot else ""), soft_wrap=True)
     if done.failed:

@@ -320,7 +320,10 @@ def _sweep_client(spec: ClusterSpec | None, workers: int | None, console: Consol
         from distributed import LocalCluster
 
         n = workers or spec.workers or os.cpu_count() or 1
+        # silence_logs: the workers' own warnings (tasks cancelled on Ctrl-C, a scheduler gone at
+        # close) say nothing a sweep's user acts on; a point that fails is reported by the sweep
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host=spec.host,
+                          silence_logs=logging.ERROR,
                           dashboard_address=f"{spec.host}:0", security=security,
                           protocol="tls" if security else None) as cluster, \
                 Client(cluster, security=security) as client:

@@ -10,6 +10,9 @@
                                        fresh HARD_STOP_S), one that does not is cancelled as above
     await guarded(task)                inside it: await the rollout `task`; on a signal, cancel it
                                        until it has unwound, then raise Interrupted
+    with stops_hard(abandon):          a command with no event loop of its own (prorsa sweep): a
+                                       signal raises KeyboardInterrupt, as Ctrl-C does, and arms
+                                       the same hard stop for the cleanup that follows
 
 Why not asyncio.run's own handler: it cancels the main task once, and a single cancellation can
 be absorbed on the way (a library's wait_for racing it, on Python 3.11), after which the run
@@ -30,11 +33,12 @@ process is on its way out, and its shutdown may hang too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import psutil
@@ -153,3 +157,26 @@ async def guarded(rollout: asyncio.Task) -> Any:
         return rollout.result()
     finally:
         watch.rollout = None
+
+
+@contextlib.contextmanager
+def stops_hard(abandon: Callable[[], str] = lambda: "interrupted") -> Iterator[None]:
+    """SIGTERM as Ctrl-C; after either, HARD_STOP_S for the cleanup (closing a cluster whose
+    jobs or workers do not answer) before the process ends anyway."""
+    watch = _Watch(None, abandon)  # type: ignore[arg-type]  # no task to cancel: the interrupt is the exception
+
+    def on_signal(signum: int, frame: Any) -> None:
+        first = watch.timer is None
+        watch.arm(signum, frame)
+        if first:
+            raise KeyboardInterrupt
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

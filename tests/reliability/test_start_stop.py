@@ -16,7 +16,7 @@ import pytest
 
 from prorsa.live.interrupt import HARD_STOP_S
 
-from runs import finish, prorsa, start, wait_for, write_pipeline
+from runs import finish, output, prorsa, start, wait_for, write_pipeline
 
 
 def one_error_line(text: str) -> str:
@@ -126,3 +126,45 @@ def test_ctrl_c_ends_a_start_of_thousands_of_tool_workers_within_seconds(tmp_pat
     # in-process workers are built without yielding to the event loop, a batch at a time; a
     # cleanup that closes thousands of half-started workers is cut short by the hard stop
     _interrupt_the_start(tmp_path, (), ", tool_workers: 4096", 8.0, HARD_STOP_S + 10.0)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_a_sweep_waiting_on_a_silent_scheduler_with_one_line(tmp_path, signum):
+    sweep = Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "paper.yaml"
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        proc = start("sweep", str(sweep), "--output", str(tmp_path / "sw"),
+                     "--cluster", f"tcp://127.0.0.1:{silent.getsockname()[1]}")
+        try:
+            time.sleep(4.0)  # the grid is loaded; the client waits on the scheduler
+            assert proc.poll() is None, output(proc)
+            t0 = time.monotonic()
+            os.kill(proc.pid, signum)
+            text = finish(proc, timeout=HARD_STOP_S + 30)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert took < HARD_STOP_S + 5, f"{took:.1f} s"
+    assert proc.returncode == 2
+    assert one_error_line(text).startswith("error: interrupted; finished points are kept"), text
+
+
+def test_a_cleanup_that_hangs_after_a_signal_is_stopped_hard(tmp_path):
+    # what a sweep's cluster close that never returns meets: the process ends HARD_STOP_S after the signal
+    script = ("import os, signal, time\n"
+              "import prorsa.live.interrupt as i\n"
+              "i.HARD_STOP_S = 1.0\n"
+              "with i.stops_hard(lambda: 'interrupted, tidied'):\n"
+              "    try:\n"
+              "        os.kill(os.getpid(), signal.SIGTERM)\n"
+              "        time.sleep(5)\n"
+              "    except KeyboardInterrupt:\n"
+              "        time.sleep(60)  # a close that does not end\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    took = time.monotonic() - t0
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "error: interrupted, tidied (stopped hard: the run did not end within 1 s)"
+    assert took < 20, f"{took:.1f} s"
