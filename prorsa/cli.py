@@ -276,9 +276,6 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     _or_fail(_check_devices, resolved, cluster, pipeline or resume_dir, console if dry_run else None)
     if dry_run:
         return
-    if resume_dir is not None and cfg.train is not None:
-        # the trainer's optimizer state and the versions of what was saved are not kept yet
-        _fail(f"{resume_dir}: a run with a train: section cannot be resumed yet; start it again")
     if cfg.scheduling.oracle:
         _fail(f"{pipeline}: scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
     if cfg.engines.backend == "vllm":

@@ -7,6 +7,7 @@ back to a default. Each component receives only its own section.
 from __future__ import annotations
 
 import math
+import re
 from types import UnionType
 from pathlib import Path
 from typing import Literal
@@ -465,6 +466,9 @@ class TrainConfig(_Section):
     max_staleness versions behind the policy being trained."""
 
     algorithm: Literal["grpo"] = "grpo"
+    # "package.module:Class" (train/protocol.py PolicyTrainer) trains instead of the built-in GRPO
+    # Trainer; it gets the same batches and GRPO advantages, and the fields below it reads itself
+    trainer: str | None = Field(None, max_length=500)
     lr: float = Field(1e-4, gt=0, le=1)
     clip_eps: float = Field(0.2, gt=0, le=10)
     kl_coef: float = Field(0.0, ge=0)  # > 0 keeps a frozen reference model for a k3 KL term
@@ -484,6 +488,14 @@ class TrainConfig(_Section):
     # where the Trainer lives: in the driver, or on a worker of its own (resource trainer: 1) that
     # writes the weights into the run directory, so that directory must be on a shared filesystem
     placement: Literal["driver", "worker"] = "driver"
+
+    @field_validator("trainer")
+    @classmethod
+    def _trainer_named(cls, v: str | None) -> str | None:
+        # the form here; that it imports and has the protocol's methods: rollout/context.py check
+        if v is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+            raise ValueError(f'{v!r}: expected "package.module:ClassName"')
+        return v
 
 
 class ExpectConfig(_Section):

@@ -154,7 +154,8 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     async with open_live(run, run_dir, console, policy, cluster, journal, open_ended=driver is not None) as live:
         cfg, client, rec, runner, controller = live.run.cfg, live.client, live.rec, live.runner, live.controller
         environment = driver_environment(cfg, client)
-        learner = None if cfg.train is None else await open_learner(cfg, run_dir, client, live.addresses, live.now)
+        learner = None if cfg.train is None else await open_learner(
+            cfg, run_dir, client, live.addresses, live.now, journal)
         rl = {} if learner is None else {"version": lambda: learner.version} | (
             {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
         makespan = await roll_out(

@@ -3,9 +3,13 @@
     await warm_start(cfg, run_dir, console) -> cfg   train.sft_steps > 0: the supervised warm-up
                                         runs first, and the engines start from its weights
                                         (RUN_DIR/weights/v0); else cfg unchanged
-    await open_learner(cfg, run_dir, client, addresses, now) -> Learner   the trainer in the
-                                        driver or on the trainer worker (train.placement), pushing
-                                        each new version to every engine worker
+    await open_learner(cfg, run_dir, client, addresses, now, journal) -> Learner   the trainer
+                                        (train.trainer's plug-in or the GRPO Trainer) in the driver
+                                        or on the trainer worker (train.placement), pushing each
+                                        new version to every engine worker; a run directory with
+                                        a saved state (RUN_DIR/trainer-state) resumes from it
+    unfinished(journal, taken, fmt) -> [Finished]   what earlier sessions finished and no update
+                                        took: the learner's first batch after a resume
 
 Weights travel as a model directory on a filesystem every engine worker can read (the run
 directory): each engine loads it in place (vLLM's reload_weights) and drops its cached prefixes.
@@ -26,11 +30,13 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.metrics.training import TRAIN_LOG
+from prorsa.metrics.journal import RunJournal
 from prorsa.train.handle import LocalTrainer, TrainerHandle
-from prorsa.train.learner import Learner, Push
+from prorsa.train.learner import Finished, Learner, Push
 from prorsa.train.weights import WEIGHTS
 
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
+STATE_DIR = "trainer-state"  # the learner's and trainer's state after the last update (resume)
 
 
 async def _load_weights_here(model_dir: str, dask_worker=None) -> bool:
@@ -103,17 +109,48 @@ async def open_trainer(cfg: PipelineConfig, client: Client) -> TrainerHandle:
     if cfg.train.placement == "worker":
         from prorsa.live.remote_trainer import open_remote_trainer
 
-        return await open_remote_trainer(client, model_dir, config)
+        return await open_remote_trainer(client, model_dir, config, cfg.train.trainer, cfg.train)
+    from prorsa.train.protocol import make_trainer
     from prorsa.train.trainer import Trainer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    return LocalTrainer(await asyncio.to_thread(Trainer, model_dir, config))
+    return LocalTrainer(await asyncio.to_thread(make_trainer, cfg.train.trainer, model_dir, cfg.train,
+                                                lambda: Trainer(model_dir, config)))
+
+
+def unfinished(journal: RunJournal, taken: set[str], fmt) -> list[Finished]:
+    """In the order the journal holds them, which is the order they finished. `fmt`: the engines'
+    ChatFormat, whose tokenizer rebuilds the observations' ids (train/samples.py)."""
+    import pyarrow.parquet as pq
+
+    from prorsa.metrics.outputs import TRAJECTORY_SCHEMA
+    from prorsa.train.samples import samples_from_rows
+
+    out = []
+    for part in journal.parts:
+        for row in pq.read_table(journal.run_dir / part["file"], schema=TRAJECTORY_SCHEMA).to_pylist():
+            if row["traj_id"] not in taken:
+                version = row.get("policy_version") or 0
+                out.append(Finished(row["traj_id"], version, next(iter(samples_from_rows([row], fmt, version)), None)))
+    return out
 
 
 async def open_learner(cfg: PipelineConfig, run_dir: Path, client: Client, addresses: dict[str, str],
-                       now: Callable[[], float]) -> Learner:
+                       now: Callable[[], float], journal: RunJournal | None = None) -> Learner:
+    """`journal`: the run's; its flush makes what an update took durable before the state names
+    it, and what it holds untaken is restored. None: no state is saved (nothing to resume into)."""
     trainer = await open_trainer(cfg, client)
-    return Learner(cfg.train, trainer, run_dir / WEIGHTS, push_weights(client, addresses),
-                   cfg.workload.prompts * cfg.workload.group_size, cfg.workload.mode, now,
-                   log_path=run_dir / TRAIN_LOG, batches_dir=run_dir / BATCHES)
+    learner = Learner(cfg.train, trainer, run_dir / WEIGHTS, push_weights(client, addresses),
+                      cfg.workload.prompts * cfg.workload.group_size, cfg.workload.mode, now,
+                      log_path=run_dir / TRAIN_LOG, batches_dir=run_dir / BATCHES,
+                      state_dir=run_dir / STATE_DIR if journal is not None else None,
+                      durable=journal.flush if journal is not None else None)
+    if journal is not None:
+        taken = await learner.load_state()
+        if journal.done_ids - taken:
+            from prorsa.agent.live_episode import ChatFormat
+
+            fmt = await asyncio.to_thread(ChatFormat.load, await asyncio.to_thread(resolve_model_dir, cfg.engines))
+            learner.restore(await asyncio.to_thread(unfinished, journal, taken, fmt))
+    return learner

@@ -75,10 +75,24 @@ def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext
 
 
 def check(cfg: PipelineConfig) -> list[str]:
-    """What the schema cannot know: every name resolves to a profile, policy, reward, user tool or
-    readable trace (a user's `package.module:name` is imported here, as the tool workers will)."""
-    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trace(cfg),
+    """What the schema cannot know: every name resolves to a profile, policy, reward, user tool,
+    trainer or readable trace (a user's `package.module:name` is imported here, as the tool workers
+    and the learner will)."""
+    return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trainer(cfg), _trace(cfg),
                         _prior(cfg), _dashboard(cfg), _hf_dataset(cfg)) if p]
+
+
+def _trainer(cfg: PipelineConfig) -> str | None:
+    """A trainer that does not import or lacks a method fails here, not after the engines started."""
+    if cfg.train is None or cfg.train.trainer is None:
+        return None
+    from prorsa.train.protocol import load_trainer_class  # torch: only for a pipeline that names one
+
+    try:
+        load_trainer_class(cfg.train.trainer)
+    except ValueError as err:
+        return f"train.trainer: {err}"
+    return None
 
 
 def _hf_dataset(cfg: PipelineConfig) -> str | None:

@@ -12,7 +12,8 @@
     skip=                                            optional: trajectory ids finished earlier (a
                                                      resumed run); the same slots, left out
     version=                                         optional: the engines' policy version now; each
-                                                     result is tagged with the one it started under
+                                                     result is tagged with the one it started under;
+                                                     sync: no update before step s once it is s
     gate=                                            async, optional: started count -> may another
                                                      start now (the RL loop's staleness bound)
     before_step=                                     sync, optional: awaited before each step, after
@@ -66,7 +67,8 @@ async def run_sync(
         specs = [s for s in workload.trajectories_for_step(step) if s.traj_id not in skip]
         if not specs:
             continue
-        if step and update_weights is not None:
+        # a resumed run whose engines already hold step's version (its update was saved) goes on
+        if step and update_weights is not None and (version is None or version() < step):
             await update_weights()
         if before_step is not None:
             await before_step(step)

@@ -7,8 +7,9 @@
     sft.py       the supervised warm-up on demonstrations of a tool-use task
     evaluate.py  how often the model's generations are a well-formed tool call, and their reward
     export.py    rollout batches as parquet for other trainers (verl, OpenRLHF, TRL), and back
-    learner.py   Learner: finished trajectories in, a GRPO step, the new weights out (through the
-                 body's `push`)
-    handle.py    TrainerHandle: how the Learner reaches its Trainer, wherever that lives
+    learner.py   Learner: finished trajectories in, a trainer's step, the new weights out (through
+                 the body's `push`); its state after each step, for a resumed run
+    protocol.py  PolicyTrainer: what the loop asks of a trainer (train.trainer plugs one in)
+    handle.py    TrainerHandle: how the Learner reaches its trainer, wherever that lives
     weights.py   where the RL loop keeps its weight versions (RUN_DIR/weights/v<N>)
 """

@@ -1,8 +1,13 @@
-"""The RL loop's learner: finished trajectories in, a GRPO step, the new weights out to every engine.
+"""The RL loop's learner: finished trajectories in, a trainer's step, new weights out to every engine.
 
     Learner(train_cfg, trainer, weights_dir, push, batch, mode)   trainer: a TrainerHandle
-                                   (train/handle.py), or a Trainer to run in this process
+                                   (train/handle.py), or a PolicyTrainer (train/protocol.py: the
+                                   GRPO Trainer or a plug-in) to run in this process
     learner.on_done(result)        the driver's callback: keep a finished trajectory for training
+    learner.restore(entries)       finished in an earlier session, not trained yet (resume)
+    await learner.load_state() -> set of trajectory ids   resume: the trainer, version, records
+                                   and the engines' weights as the last update left them; the ids
+                                   every saved update took (trained, dropped or untrainable)
     learner.version                weight updates pushed so far: what a trajectory starting now is
                                    tagged with (TrajectoryResult.policy_version)
     learner.may_start(started)     async: may trajectory number `started` start now (staleness gate)
@@ -10,6 +15,13 @@
     learner.records                one UpdateRecord per update (also appended to train.jsonl)
     batches_dir/v<N>.parquet       each trained batch in the trainer-neutral format (train/export.py):
                                    token ids, loss masks, rollout logprobs, rewards, advantages, version
+
+State (state_dir, when given): after every update, before the new version is handed out, the
+trainer's save_state and learner.json (version, records, the ids taken so far) are written as one
+directory swapped in whole (weights.py written_whole), after `durable()` made every finished
+trajectory durable (the run's journal): a state never names a trajectory the journal lacks, so
+a resumed run neither trains one twice nor loses one. A session killed mid-update resumes from
+the update before, and does that update again.
 
 Sync: an update trains on everything the step finished. Async: on the first `batch` trajectories
 to finish that have not been trained; one started under version v and trained while the trainer
@@ -25,23 +37,33 @@ into its engines, and the handle its way of reaching a trainer elsewhere.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.config.pipeline import TrainConfig
 from prorsa.train.export import write_batch
 from prorsa.train.grpo import group_advantages
 from prorsa.train.handle import LocalTrainer, TrainerHandle
-from prorsa.train.samples import samples_from_results
-from prorsa.train.trainer import Trainer
+from prorsa.train.samples import Sample, trainable_sample
+from prorsa.train.weights import written_whole
 
 Push = Callable[[Path], Awaitable[None]]
+STATE = "learner.json"  # in state_dir, beside the trainer's own state under TRAINER_STATE
+TRAINER_STATE = "trainer"
+
+
+class Finished(NamedTuple):
+    traj_id: str
+    policy_version: int  # the version it started under
+    sample: Sample | None  # None: failed or without a reward; taken, never trained
 
 
 @dataclass(frozen=True)
@@ -62,11 +84,14 @@ class UpdateRecord:
 
 
 class Learner:
-    def __init__(self, cfg: TrainConfig, trainer: TrainerHandle | Trainer, weights_dir: Path, push: Push,
+    def __init__(self, cfg: TrainConfig, trainer, weights_dir: Path, push: Push,
                  batch: int, mode: str, now: Callable[[], float] = time.monotonic, log_path: Path | None = None,
-                 batches_dir: Path | None = None) -> None:
+                 batches_dir: Path | None = None, state_dir: Path | None = None,
+                 durable: Callable[[], None] | None = None) -> None:
+        """`trainer`: a TrainerHandle (async methods), or a PolicyTrainer to wrap in LocalTrainer."""
         self.cfg = cfg
-        self.trainer = LocalTrainer(trainer) if isinstance(trainer, Trainer) else trainer
+        self.trainer: TrainerHandle = trainer if inspect.iscoroutinefunction(getattr(trainer, "step", None)) \
+            else LocalTrainer(trainer)
         self.weights_dir = Path(weights_dir)
         self.push = push
         self.batch = batch
@@ -74,16 +99,23 @@ class Learner:
         self.now = now
         self.log_path = log_path
         self.batches_dir = batches_dir
+        self.state_dir = state_dir
+        self.durable = durable
         if batches_dir is not None:
             batches_dir.mkdir(parents=True, exist_ok=True)
         self.version = 0
         self.records: list[UpdateRecord] = []
         self.trained_versions: list[tuple[str, int, int]] = []  # (traj_id, started under, trained at)
-        self._finished: list[TrajectoryResult] = []
+        self._finished: list[Finished] = []
+        self._taken: list[str] = []  # trajectory ids every update so far took, in order
         self._lock = asyncio.Lock()  # async: updates started back to back train one after another
 
     def on_done(self, result: TrajectoryResult) -> None:
-        self._finished.append(result)
+        self._finished.append(Finished(result.spec.traj_id, result.policy_version, trainable_sample(result)))
+
+    def restore(self, entries: Iterable[Finished]) -> None:
+        """Ahead of anything this session finishes: they finished first."""
+        self._finished[:0] = list(entries)
 
     def may_start(self, started: int) -> bool:
         return self.version >= started // self.batch - self.cfg.max_staleness
@@ -92,17 +124,18 @@ class Learner:
         async with self._lock:
             await self._update()
 
-    def _take(self) -> tuple[list[TrajectoryResult], int]:
+    def _take(self) -> tuple[list[Finished], int]:
         if self.mode == "sync":
             taken, self._finished = self._finished, []
-            return taken, 0
-        taken, self._finished = self._finished[:self.batch], self._finished[self.batch:]
-        fresh = [r for r in taken if self.version - r.policy_version <= self.cfg.max_staleness]
+        else:
+            taken, self._finished = self._finished[:self.batch], self._finished[self.batch:]
+        self._taken += [f.traj_id for f in taken]
+        fresh = [f for f in taken if self.mode == "sync" or self.version - f.policy_version <= self.cfg.max_staleness]
         return fresh, len(taken) - len(fresh)
 
     async def _update(self) -> None:
-        results, dropped = self._take()
-        samples = samples_from_results(results)
+        taken, dropped = self._take()
+        samples = [f.sample for f in taken if f.sample is not None]
         t0 = time.monotonic()
         if samples:
             advantages = group_advantages([s.reward for s in samples], [s.group for s in samples])
@@ -120,11 +153,10 @@ class Learner:
         await self.push(target)
         t3 = time.monotonic()
         trained_at = self.version
-        self.version = self.trainer.version
         self.trained_versions += [(s.traj_id, s.policy_version, trained_at) for s in samples]
         rewards = [s.reward for s in samples if not math.isnan(s.reward)]
         record = UpdateRecord(
-            version=self.version, at_s=round(self.now(), 3), trajectories=len(samples), dropped_stale=dropped,
+            version=self.trainer.version, at_s=round(self.now(), 3), trajectories=len(samples), dropped_stale=dropped,
             max_staleness=max((trained_at - s.policy_version for s in samples), default=0),
             reward_mean=round(sum(rewards) / len(rewards), 4) if rewards else math.nan,
             loss=round(stats.loss, 6) if stats else math.nan, kl=round(stats.kl, 6) if stats else math.nan,
@@ -132,10 +164,46 @@ class Learner:
             tokens=stats.tokens if stats else 0,
             train_s=round(t1 - t0, 3), save_s=round(t2 - t1, 3), push_s=round(t3 - t2, 3))
         self.records.append(record)
+        await self._save_state()  # before the version moves: nothing starts under one a resume lacks
+        self.version = self.trainer.version
         if self.log_path is not None:
             with self.log_path.open("a") as f:
                 f.write(json.dumps(asdict(record)) + "\n")
         self._prune()
+
+    async def _save_state(self) -> None:
+        if self.state_dir is None:
+            return
+        if self.durable is not None:
+            self.durable()
+        with written_whole(self.state_dir) as tmp:
+            (tmp / TRAINER_STATE).mkdir()
+            await self.trainer.save_state(tmp / TRAINER_STATE)
+            (tmp / STATE).write_text(json.dumps({"version": self.trainer.version, "taken": self._taken,
+                                                 "records": [asdict(r) for r in self.records]}) + "\n")
+
+    async def load_state(self) -> set[str]:
+        """Nothing saved: a fresh start, an empty set. Else the trainer continues from the saved
+        state, weight versions past it (a session killed before its state) go, train.jsonl is
+        rewritten to the saved records, and the engines load the saved version's weights."""
+        if self.state_dir is None or not (self.state_dir / STATE).is_file():
+            return set()
+        state = json.loads((self.state_dir / STATE).read_text())
+        await self.trainer.load_state(self.state_dir / TRAINER_STATE)
+        if self.trainer.version != state["version"]:
+            raise RuntimeError(f"{self.state_dir}: the trainer's state is at version {self.trainer.version}, "
+                               f"{STATE} says {state['version']}")
+        self.version = state["version"]
+        self.records = [UpdateRecord(**r) for r in state["records"]]
+        self._taken = list(state["taken"])
+        for path in self.weights_dir.glob("v*"):
+            if path.name[1:].isdigit() and int(path.name[1:]) > self.version:
+                shutil.rmtree(path, ignore_errors=True)
+        if self.log_path is not None:
+            self.log_path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in self.records))
+        if self.version > 0:
+            await self.push(self.weights_dir / f"v{self.version}")
+        return set(self._taken)
 
     def _prune(self) -> None:
         """Keep the newest keep_checkpoints versions (a restarted engine reloads the newest)."""

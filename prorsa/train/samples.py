@@ -4,6 +4,7 @@ wrote marked.
     Sample(token_ids, loss_mask, rollout_logprobs, reward, group, policy_version, traj_id)
     samples_from_results(results) -> [Sample]                     from the rollout's TrajectoryResults
     sample_of(result) -> Sample                                   one result, trainable or not
+    trainable_sample(result) -> Sample | None                     one result, None if untrainable
     SequenceBuilder(prompt_ids)   .generated(ids, logprobs) / .appended(ids) / .sample(...): one sequence
     samples_from_rows(rows, fmt, policy_version=0) -> [Sample]    from trajectories.parquet rows
                                                                   (live mode; the tokenizer rebuilds
@@ -88,7 +89,11 @@ def _trainable(status: str, reward: float) -> bool:
 
 def samples_from_results(results: Iterable[TrajectoryResult]) -> list[Sample]:
     """Each sample's version is its result's `policy_version` (0 where a rollout tagged none)."""
-    return [sample_of(r) for r in results if _trainable(r.status, r.reward) and r.turns]
+    return [s for r in results if (s := trainable_sample(r)) is not None]
+
+
+def trainable_sample(r: TrajectoryResult) -> Sample | None:
+    return sample_of(r) if _trainable(r.status, r.reward) and r.turns else None
 
 
 def sample_of(r: TrajectoryResult) -> Sample:

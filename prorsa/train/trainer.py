@@ -11,6 +11,8 @@
                                        tokenizer, generation config, policy.json), swapped into
                                        place whole
     Trainer.named_weights()            (name, tensor) pairs, for an in-place update of an engine
+    Trainer.save_state(out_dir) / load_state(in_dir)   weights, AdamW moments, version and RNG
+                                       state (STATE_FILE): what a resumed run continues from
 
 A step cuts its samples into mini-batches of micro_batch x grad_accum samples (grad_accum None:
 the whole step is one mini-batch) and makes one optimizer update per mini-batch, each
@@ -38,6 +40,7 @@ from prorsa.train.samples import Sample
 from prorsa.train.weights import written_whole
 
 POLICY_FILE = "policy.json"  # {"policy_version": N} in every saved model directory
+STATE_FILE = "trainer.pt"  # save_state's one file
 
 
 @dataclass(frozen=True)
@@ -243,3 +246,21 @@ class Trainer:
             self.tokenizer.save_pretrained(tmp)
             (tmp / POLICY_FILE).write_text(json.dumps({"policy_version": self.version}) + "\n")
         return out_dir
+
+    # -- resume ----------------------------------------------------------------------------------
+
+    def save_state(self, out_dir: str | Path) -> None:
+        """The weights travel here again beside weights/v<N>: loading them from the state alone
+        keeps the KL reference the starting model's (the trainer is built from that one)."""
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "version": self.version, "torch_rng": torch.get_rng_state(),
+                    "python_rng": random.getstate()}, Path(out_dir) / STATE_FILE)
+
+    def load_state(self, in_dir: str | Path) -> None:
+        # weights_only=False: the file is this run's own, and Python's RNG state is not a tensor
+        state = torch.load(Path(in_dir) / STATE_FILE, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])

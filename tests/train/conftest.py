@@ -1,12 +1,16 @@
 """The tiny model every trainer test loads, made once per session; torch on one thread, which is
-many times faster for a model this small on a shared machine."""
+many times faster for a model this small on a shared machine. --import-mode=importlib puts no
+test directory on sys.path; the helpers in step_results.py need it."""
 
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from prorsa.engine.tiny_model import ensure_tiny_model
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")
