@@ -1,0 +1,120 @@
+"""Engine groups in the simulator: every engine steps with its own group's layout and slots, the
+policies keep to each group's roles, the router prices engines by their own size."""
+
+from __future__ import annotations
+
+import pytest
+
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.policy import Decision, PolicyContext, Snapshot, make_policy
+from prorsa.costmodel import CostModel
+from prorsa.loads import EngineLoad
+from prorsa.roles import Role
+from prorsa.rollout.context import make_router, resolve
+from prorsa.rollout.placement import MoveCost
+from prorsa.rollout.router import Router
+from prorsa.sim.bounds import lower_bound
+from prorsa.sim.run import simulate
+
+MOE = {"model": "qwen3-30b-a3b", "gpu": "h200", "time_scale": 0}
+WORK = {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 4, "max_turns": 3, "tool_time_scale": 0.01}
+
+
+def _groups(prefill_ep: int = 1, decode_ep: int = 8, decode_roles=("decode", "mixed")) -> list[dict]:
+    return [{"count": 2, "roles": ["prefill"], "ep": prefill_ep, "slots": 16},
+            {"count": 1, "roles": list(decode_roles), "ep": decode_ep, "slots": 128}]
+
+
+def _cfg(policy: str = "static", **groups) -> PipelineConfig:
+    return PipelineConfig(name="groups", seed=1, policy=policy, engines={**MOE, "groups": _groups(**groups)},
+                          workload=WORK)
+
+
+def test_each_engine_steps_with_its_own_groups_layout():
+    small = simulate(_cfg())
+    assert small.recorder.trajectories.__len__() == 16
+    # only the prefill group's layout changes: the run must see it (one model for all would not)
+    wide_prefill = simulate(_cfg(prefill_ep=8))
+    assert wide_prefill.makespan_s != pytest.approx(small.makespan_s, rel=1e-3)
+    # nor is it the run of three engines of the decode group's layout
+    alike = PipelineConfig(name="alike", seed=1, policy="static:2:1",
+                           engines={**MOE, "count": 3, "ep": 8, "slots": 128}, workload=WORK)
+    assert simulate(alike).makespan_s != pytest.approx(small.makespan_s, rel=1e-3)
+
+
+def test_the_bound_holds_for_engines_of_different_sizes():
+    cfg = _cfg()
+    assert lower_bound(cfg).makespan_s <= simulate(cfg).makespan_s
+
+
+def test_policies_open_in_the_groups_roles():
+    ctx = resolve(_cfg()).policy
+    assert make_policy("static", ctx).initial_roles(3) == [Role.PREFILL, Role.PREFILL, Role.DECODE]
+    # colocated: mixed wherever a group allows it, the group's opening role elsewhere
+    assert make_policy("colocated", ctx).initial_roles(3) == [Role.PREFILL, Role.PREFILL, Role.MIXED]
+    only_decode = resolve(_cfg(decode_roles=("decode",))).policy
+    assert make_policy("colocated", only_decode).initial_roles(3) == [Role.PREFILL, Role.PREFILL, Role.DECODE]
+
+
+class _Wants:
+    """A policy that asks for every role everywhere, to see what reaches the engines."""
+
+    name = "wants"
+
+    def __init__(self, role: Role) -> None:
+        self.role = role
+
+    def initial_roles(self, n: int) -> list[Role]:
+        return [self.role] * n
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return Decision({e.engine_id: self.role for e in snapshot.engines}, "asked")
+
+
+def test_no_policy_moves_an_engine_outside_its_groups_roles():
+    from prorsa.control.policy import WithinGroups
+
+    allowed = resolve(_cfg()).policy.engine_roles
+    loads = tuple(EngineLoad(engine_id=f"engine-{i}", role=Role.MIXED) for i in range(3))
+    for role in Role:
+        policy = WithinGroups(_Wants(role), allowed)
+        opening = policy.initial_roles(3)
+        targets = policy.decide(Snapshot(time_s=0.0, engines=loads)).targets
+        for i, a in enumerate(allowed):
+            assert opening[i] in a
+            assert f"engine-{i}" not in targets or targets[f"engine-{i}"] in a
+        assert (f"engine-2" in targets) == (role in (Role.DECODE, Role.MIXED))
+
+
+@pytest.mark.parametrize("spec", ["prorsa", "reactive"])
+def test_adaptive_policies_never_leave_the_groups_roles(spec):
+    cfg = _cfg(policy=spec)
+    run = simulate(cfg)
+    allowed = {f"engine-{i}": set(a) for i, a in enumerate(resolve(cfg).policy.engine_roles)}
+    assert run.recorder.trajectories.__len__() == 16
+    for change in run.recorder.role_changes:
+        assert change.to_role in allowed[change.engine], change
+    for record in run.recorder.controls:
+        assert all(role in allowed[e] for e, role in record.roles.items())
+
+
+def test_the_router_prices_and_fills_each_engine_by_its_own_size():
+    ctx = resolve(_cfg())
+    roles = {"engine-0": Role.PREFILL, "engine-1": Role.PREFILL, "engine-2": Role.DECODE}
+    router = make_router(ctx, roles, clock=lambda: 0.0)
+    assert router._price("engine-0").cost.layout == (1, 1) and router._price("engine-2").cost.layout == (1, 8)
+    assert router._price("engine-0").prefill_rate < router._price("engine-2").prefill_rate
+    # a prefill engine counts as full at its own slots: 16 each here, not engines.slots
+    router.load.update({"engine-0": 16, "engine-1": 15})
+    pools = router._pool()
+    assert not router._full(pools.prefillers)
+    router.load["engine-1"] = 16
+    assert router._full(pools.prefillers)
+
+
+def test_one_slots_value_for_all_engines_still_works():
+    cost = CostModel.from_names("h200", "qwen3-8b")
+    r = Router({"a": Role.PREFILL, "b": Role.DECODE}, overload="cost", slots=4, clock=lambda: 0.0,
+               move_cost=MoveCost(cost, 4, 100))
+    r.load["a"] = 4
+    assert r._full(r._pool().prefillers) and r._slots("b") == 4
