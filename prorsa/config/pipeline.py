@@ -278,6 +278,10 @@ class EnginesConfig(_Section):
         """The group index of each engine, in engine order."""
         return tuple(i for i, g in enumerate(self.engine_groups) for _ in range(g.count))
 
+    def engine_vllm(self, index: int) -> VllmSettings:
+        """The vLLM settings engine `index` starts with: its group's layout over engines.vllm."""
+        return self.vllm if self.groups is None else self.group_vllm(self.group_of_engine()[index])
+
     @model_validator(mode="after")
     def _cost_layout_is_the_vllm_layout(self) -> EnginesConfig:
         """A vLLM engine's cost-model tp and ep are read off the layout it runs, never set apart."""

@@ -118,3 +118,12 @@ def test_one_slots_value_for_all_engines_still_works():
                move_cost=MoveCost(cost, 4, 100))
     r.load["a"] = 4
     assert r._full(r._pool().prefillers) and r._slots("b") == 4
+
+
+def test_a_live_emulated_engine_is_made_with_its_groups_layout_and_slots(tmp_path):
+    from prorsa.engine.registry import make_engine
+
+    e = _cfg().engines
+    first, wide = make_engine(0, Role.PREFILL, e, tmp_path), make_engine(2, Role.DECODE, e, tmp_path)
+    assert (first.cost.layout, first._batch.slots) == ((1, 1), 16)
+    assert (wide.cost.layout, wide._batch.slots) == ((1, 8), 128)
