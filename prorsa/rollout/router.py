@@ -26,7 +26,8 @@ Ties break by engine order, so a seeded run routes the same way twice.
 
 Engines of different sizes (engines.groups): `slots` and the cost rule's prices are per engine
 (`slots` a dict, `engine_prices` each engine's MoveCost), so a wide decode engine is priced by its
-own step times and KV, a 1-GPU prefill engine by its own prefill rate.
+own step times and KV, a 1-GPU prefill engine by its own prefill rate, and a new trajectory goes
+to the engine with the least load as a share of its slots.
 
 Decode-local prefill (`local_prefill_tokens` > 0): a later turn that appends at most that many
 tokens skips the prefill leg and runs on its sticky decode engine, which holds the whole context
@@ -131,6 +132,9 @@ class Router:
     def _slots(self, engine: str) -> int | None:
         return self.slots if self._slots_of is None else self._slots_of[engine]
 
+    def _fill(self, engine: str) -> float:
+        return self.load[engine] / self._slots_of[engine]
+
     def _price(self, engine: str) -> MoveCost:
         return self.move_cost if self._prices is None else self._prices.get(engine, self.move_cost)
 
@@ -159,6 +163,14 @@ class Router:
         sticky = prev in eligible.members
         if sticky and self.move_cost is not None and turn is not None:
             return self._cost_choice(prev, eligible, turn, kind)
+        if self._slots_of is not None:
+            # engines of different sizes: a 256-slot engine holding 32 turns is emptier than a
+            # 32-slot one holding 16, so load is compared as a share of each engine's slots
+            fill = self._fill
+            least = min(eligible, key=fill)
+            if sticky and fill(prev) <= self.overload * max(fill(least), 1 / self._slots_of[least]):
+                return prev, True
+            return least, False
         # A turn usually stays: if its engine is within `overload` of a lower bound of the least
         # load, it is within it of the least load too, and no scan of the engines is needed.
         if sticky and self.load[prev] <= self.overload * max(self._floor, 1):

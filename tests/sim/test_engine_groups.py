@@ -127,3 +127,10 @@ def test_a_live_emulated_engine_is_made_with_its_groups_layout_and_slots(tmp_pat
     first, wide = make_engine(0, Role.PREFILL, e, tmp_path), make_engine(2, Role.DECODE, e, tmp_path)
     assert (first.cost.layout, first._batch.slots) == ((1, 1), 16)
     assert (wide.cost.layout, wide._batch.slots) == ((1, 8), 128)
+
+
+def test_new_trajectories_go_where_the_share_of_slots_is_least():
+    r = Router({"small": Role.DECODE, "wide": Role.DECODE}, overload=None, slots={"small": 32, "wide": 256})
+    picks = [r.route(f"t{i}", colocated=True).decode for i in range(72)]
+    # the 256-slot engine takes eight turns for each one the 32-slot engine takes
+    assert picks.count("wide") == 64 and picks.count("small") == 8
