@@ -219,6 +219,9 @@ class WithinGroups:
     it sets, an engine's disallowed role replaced by its group's opening one, or dropped."""
 
     def __init__(self, inner: Policy, allowed: Sequence[Sequence[Role]]) -> None:
+        if isinstance(inner, Static) and inner.roles is not None:
+            raise ValueError(f"{inner.name} with engine groups: a static split's roles are the groups' "
+                             "opening roles (each group's first); use static")
         self.inner = inner
         self.allowed = [tuple(a) for a in allowed]
         self.name = inner.name

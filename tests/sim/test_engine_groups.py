@@ -134,3 +134,9 @@ def test_new_trajectories_go_where_the_share_of_slots_is_least():
     picks = [r.route(f"t{i}", colocated=True).decode for i in range(72)]
     # the 256-slot engine takes eight turns for each one the 32-slot engine takes
     assert picks.count("wide") == 64 and picks.count("small") == 8
+
+
+def test_a_static_split_asked_for_on_the_command_line_is_refused_with_groups():
+    ctx = resolve(_cfg()).policy
+    with pytest.raises(ValueError, match="static:1:2 with engine groups"):
+        make_policy("static:1:2", ctx)
