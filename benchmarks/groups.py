@@ -1,9 +1,9 @@
 """Engines of different sizes (engines.groups) beside equal-sized ones, simulated: does a small
 prefill pool beside wide DP-attention decode engines beat the best split of equal engines?
 
-Cells: Qwen3-30B-A3B on H200s, 32 GPUs, SWE and math-tir, sync and async, at expert-parallel width
-EP (8 and 16). Every layout replays the same seeded workload. Equal-sized: 32/EP engines of EP
-DP-attention ranks, colocated and every static split. Heterogeneous: a prefill pool of 1-GPU
+Cells: Qwen3-30B-A3B on H200s, 32 GPUs, SWE and math-tir, sync and async, every layout a ratio to
+colocated EP8 engines. Every layout replays the same seeded workload. Equal-sized, at each width EP
+(4, 8, 16): 32/EP engines of EP DP-attention ranks, colocated and every static split. Heterogeneous: a prefill pool of 1-GPU
 engines or TP2 engines beside EP decode engines, the GPUs left over in narrower decode engines
 (power-of-two widths, over which 128 experts spread evenly) so 32 are covered (and the 2-GPU pool with no remainder engine, fewer GPUs; each layout's count is
 in the results). Every rank admits 32 sequences (an EP8 engine 256, a 1-GPU or TP2 engine 32), as
@@ -11,7 +11,7 @@ in drivers.py's EP sweep; the load is half its EP8 row's (32 GPUs, not 64): sync
 prompts x 8 samples, async 128 trajectories with 64 in flight, up to 12 turns. Heterogeneous
 layouts run static (each group in its opening role).
 
-    .venv/bin/python benchmarks/groups.py [--families swe,math-tir] [--modes sync,async] [--eps 8,16]
+    .venv/bin/python benchmarks/groups.py [--families swe,math-tir] [--modes sync,async] [--eps 4,8,16]
                                           [--seed 0] [--workers 2] [--out FILE]
 """
 
@@ -96,30 +96,44 @@ def run_point(job: tuple) -> dict:
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"], "sim_wall_s": s["sim_wall_s"]}
 
 
-def cell_summary(points: list[dict]) -> dict:
+def name(p: dict) -> str:
+    """A point's layout as the tables show it: `EP8 colocated`, `EP8 1:3`, or the heterogeneous name."""
+    return p["layout"] if p["layout"] != "equal" else f"EP{p['ep']} {p['policy'].removeprefix('static:')}"
+
+
+def wide_decode(groups: list[dict]) -> bool:
+    """Every decode engine EP8 or wider: a small prefill pool beside wide decode engines only, no
+    narrow remainder engine."""
+    return all(g["ep"] >= 8 for g in groups if g["roles"] == ["decode"])
+
+
+def cell_summary(points: list[dict], reference_ep: int) -> dict:
+    """One family and mode over every width: each layout as a ratio to colocated engines of
+    `reference_ep` ranks; the best equal-sized layout (any width, any split, colocated included),
+    the best heterogeneous one, and the best whose decode engines are all wide."""
     sync = points[0]["mode"] == "sync"
 
     def ratio(fig: float, base: float) -> float:  # > 1: better than base
         return base / fig if sync else fig / base
 
-    colocated = next(p["figure"] for p in points if p["policy"] == "colocated")
-    equal = [p for p in points if p["layout"] == "equal" and p["policy"] != "colocated"]
-    best_equal = max(equal, key=lambda p: ratio(p["figure"], colocated))
+    colocated = next(p["figure"] for p in points if p["policy"] == "colocated" and p["ep"] == reference_ep)
+    v = {name(p): ratio(p["figure"], colocated) for p in points}
+    equal = [name(p) for p in points if p["layout"] == "equal"]
     hetero = [p for p in points if p["layout"] != "equal"]
-    best_hetero = max(hetero, key=lambda p: ratio(p["figure"], colocated))
-    return {"colocated": colocated,
-            "vs_colocated": {(p["layout"] if p["layout"] != "equal" else p["policy"]): ratio(p["figure"], colocated)
-                             for p in points},
-            "gpus": {p["layout"]: p["gpus"] for p in points if p["layout"] != "equal"},
-            "best_equal": best_equal["policy"], "best_hetero": best_hetero["layout"],
-            "hetero_vs_best_equal": ratio(best_hetero["figure"], best_equal["figure"])}
+    wide = [name(p) for p in hetero if wide_decode(layouts(p["ep"])[p["layout"]])]
+    best_equal, best_hetero, best_wide = (max(names, key=v.__getitem__) for names in
+                                          (equal, [name(p) for p in hetero], wide))
+    return {"reference": f"EP{reference_ep} colocated", "colocated": colocated, "vs_colocated": v,
+            "gpus": {name(p): p["gpus"] for p in points}, "wide_decode": wide,
+            "best_equal": best_equal, "best_hetero": best_hetero, "best_wide": best_wide,
+            "hetero_vs_best_equal": v[best_hetero] / v[best_equal], "wide_vs_best_equal": v[best_wide] / v[best_equal]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", default="swe,math-tir")
     ap.add_argument("--modes", default="sync,async")
-    ap.add_argument("--eps", default="8,16", help="expert-parallel widths of the equal-sized engines and the "
+    ap.add_argument("--eps", default="4,8,16", help="expert-parallel widths of the equal-sized engines and the "
                     "heterogeneous layouts' decode engines")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
@@ -129,9 +143,9 @@ def main() -> None:
     if bad := [e for e in eps if not 1 < e < GPUS or GPUS % e]:
         sys.exit(f"error: --eps: {bad[0]} does not split {GPUS} GPUs into two or more engines")
 
-    cells = [(f, md, ep) for ep in eps for f in args.families.split(",") for md in args.modes.split(",")]
-    jobs = [(f, md, args.seed, ep, None, p) for f, md, ep in cells for p in ["colocated", *statics(ep)]]
-    jobs += [(f, md, args.seed, ep, name, "static") for f, md, ep in cells for name in layouts(ep)]
+    cells = [(f, md) for f in args.families.split(",") for md in args.modes.split(",")]
+    jobs = [(f, md, args.seed, ep, None, p) for f, md in cells for ep in eps for p in ["colocated", *statics(ep)]]
+    jobs += [(f, md, args.seed, ep, n, "static") for f, md in cells for ep in eps for n in layouts(ep)]
     t0 = time.perf_counter()
     points: list[dict] = []
     with Pool(args.workers) as pool:
@@ -139,13 +153,18 @@ def main() -> None:
             points.append(point)
             print(f"[{i}/{len(jobs)}] {point['family']} {point['mode']} EP{point['ep']} {point['layout']} {point['policy']}: "
                   f"{point['figure']:.3f} ({point['sim_wall_s']:.0f} s)", file=sys.stderr, flush=True)
-    results = [{"family": f, "mode": md, "ep": ep}
-               | cell_summary([p for p in points if (p["family"], p["mode"], p["ep"]) == (f, md, ep)])
-               for f, md, ep in cells]
+    # in job order, not the order they finished in: the results file and its tables stay put
+    order = {(f, md, ep, layout or "equal", policy): i for i, (f, md, _, ep, layout, policy) in enumerate(jobs)}
+    points.sort(key=lambda p: order[p["family"], p["mode"], p["ep"], p["layout"], p["policy"]])
+    reference = 8 if 8 in eps else eps[0]
+    results = [{"family": f, "mode": md} | cell_summary([p for p in points if (p["family"], p["mode"]) == (f, md)],
+                                                        reference) for f, md in cells]
     for r in results:
-        print(f"{r['family']} {r['mode']} EP{r['ep']}: best equal {r['best_equal']} "
-              f"{r['vs_colocated'][r['best_equal']]:.3f}, best heterogeneous {r['best_hetero']} "
-              f"{r['vs_colocated'][r['best_hetero']]:.3f} ({r['hetero_vs_best_equal']:.3f} of the best equal)")
+        v = r["vs_colocated"]
+        print(f"{r['family']} {r['mode']} (vs {r['reference']}): best equal {r['best_equal']} {v[r['best_equal']]:.3f}, "
+              f"best heterogeneous {r['best_hetero']} {v[r['best_hetero']]:.3f} "
+              f"({r['hetero_vs_best_equal']:.3f} of the best equal), wide decode only {r['best_wide']} "
+              f"{v[r['best_wide']]:.3f} ({r['wide_vs_best_equal']:.3f})")
     command = "python benchmarks/groups.py " + " ".join(sys.argv[1:])
     print(f"command: {command}  ({time.perf_counter() - t0:.0f} s)")
     path = Path(args.out)

@@ -111,9 +111,9 @@ def run_jobs(spec: BatchSpec, cfg: PipelineConfig, roles: list[Role]) -> dict[st
     for i, role in enumerate(roles):
         name = engine_name(i)
         # engine legs are coroutines; threads only bound how many the worker runs at once (as locally)
-        jobs[name] = job_options(spec, engines, threads=cfg.engines.slots, gpus=engine_gpus(engines, cfg.engines, i),
-                                 job_name=f"prorsa-{name}",
-                                 resources=engine_resources(role, cfg.engines.slots))
+        slots = cfg.engines.slots_of(i)  # engine groups: each engine's own
+        jobs[name] = job_options(spec, engines, threads=slots, gpus=engine_gpus(engines, cfg.engines, i),
+                                 job_name=f"prorsa-{name}", resources=engine_resources(role, slots))
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)
         jobs[name] = job_options(spec, tools, threads=cfg.runtime.tool_threads, job_name=f"prorsa-{name}",

@@ -278,6 +278,10 @@ class EnginesConfig(_Section):
         """The group index of each engine, in engine order."""
         return tuple(i for i, g in enumerate(self.engine_groups) for _ in range(g.count))
 
+    def slots_of(self, index: int) -> int:
+        """Concurrent requests engine `index` admits: its group's slots, else engines.slots."""
+        return self.slots if self.groups is None else self.engine_groups[self.group_of_engine()[index]].slots
+
     def engine_vllm(self, index: int) -> VllmSettings:
         """The vLLM settings engine `index` starts with: its group's layout over engines.vllm."""
         return self.vllm if self.groups is None else self.group_vllm(self.group_of_engine()[index])
@@ -607,6 +611,13 @@ class PipelineConfig(_Section):
     environment: EnvironmentConfig | None = None  # None: tool calls replayed as latencies
     train: TrainConfig | None = None  # None: rollout only (weight updates, if any, are modelled)
     output_dir: str = "runs"
+
+    @model_validator(mode="after")
+    def _groups_open_in_their_roles(self) -> PipelineConfig:
+        # the default split names engine counts; with groups the roles are the groups' own
+        if "policy" not in self.model_fields_set and self.engines.groups is not None:
+            object.__setattr__(self, "policy", "static")
+        return self
 
     @model_validator(mode="after")
     def _live_needs_text(self) -> PipelineConfig:

@@ -255,8 +255,12 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run),
                                 restart_wait_s=restart_wait_s(cfg.engines))
-        controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
-                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
+        slots, kv = cfg.engines.slots, context.kv_capacity_tokens
+        if cfg.engines.groups is not None:  # each engine its own group's slots and KV
+            slots = dict(zip(engines, run.engine_slots))
+            kv = {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)}
+        controller = LiveController(client, policy, router, addresses, rec, slots,
+                                    kv, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
         controller.on_decision = teller.told
         flush = [] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)]

@@ -93,3 +93,9 @@ def test_a_group_layout_without_a_profile_is_refused_at_resolve():
     groups = [{"count": 1, "roles": ["mixed"]}, {"count": 1, "roles": ["decode"], "ep": 8}]
     with pytest.raises(ConfigError, match=r"engines.groups\[1\]: ep=8 needs an MoE model"):
         resolve(PipelineConfig(name="g", policy="colocated", engines={"model": "qwen3-8b", "groups": groups}))
+
+
+def test_with_groups_and_no_policy_given_engines_open_in_their_groups_roles():
+    assert PipelineConfig(name="g", engines={**MOE, "groups": SMALL_PREFILL}).policy == "static"
+    assert PipelineConfig(name="g", engines={**MOE, "count": 3}).policy == "static:2:1"
+    assert PipelineConfig(name="g", policy="colocated", engines={**MOE, "groups": SMALL_PREFILL}).policy == "colocated"
