@@ -17,8 +17,9 @@ Engine groups (engines.groups, PolicyContext.engine_roles): every policy is held
 engine may take (WithinGroups): an opening role the engine may not take becomes its group's opening
 role (colocated: mixed wherever a group allows it), and a target it may not take is dropped, so no
 switch ever leaves a group's roles. `static` with no split opens every engine in its group's
-opening role. The adaptive policies still plan as if every engine were the first group's; their
-decisions are clipped to the groups' roles (a split search over groups is not built yet).
+opening role. The adaptive policies still plan as if every engine were the first group's, with no
+rehearsal (sim/rehearse.py); their decisions are clipped to the groups' roles (a split search over
+groups, role counts per group, is not built yet).
 """
 
 from __future__ import annotations

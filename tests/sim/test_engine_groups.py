@@ -140,3 +140,12 @@ def test_a_static_split_asked_for_on_the_command_line_is_refused_with_groups():
     ctx = resolve(_cfg()).policy
     with pytest.raises(ValueError, match="static:1:2 with engine groups"):
         make_policy("static:1:2", ctx)
+
+
+def test_no_rehearsal_is_lent_where_a_split_of_counts_names_no_engines():
+    from prorsa.sim.rehearse import rehearser
+    from prorsa.sim.run import simulate_async
+
+    assert rehearser(resolve(_cfg()), simulate_async) is None
+    alike = PipelineConfig(name="alike", policy="static:2:1", engines={**MOE, "count": 3, "ep": 8}, workload=WORK)
+    assert rehearser(resolve(alike), simulate_async) is not None
