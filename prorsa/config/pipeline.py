@@ -139,6 +139,7 @@ class EngineGroup(_Section):
     tp: int | None = Field(None, ge=1)
     ep: int | None = Field(None, ge=1)
     # vLLM engines: the group's own server layout over engines.vllm's; tp and ep follow from it
+    # (also where a vLLM pipeline's groups run emulated: each priced in the layout it would run)
     tensor_parallel_size: int | None = Field(None, ge=1, le=MAX_ENGINE_GPUS)
     data_parallel_size: int | None = Field(None, ge=1, le=MAX_ENGINE_GPUS)
     enable_expert_parallel: bool | None = None
@@ -238,7 +239,8 @@ class EnginesConfig(_Section):
             raise ValueError("parallelism: per-role layouts of engines alike; with groups, give each group its own layout")
         for i, g in enumerate(self.groups):
             given = g.model_fields_set
-            if self.backend == "vllm":
+            # a vLLM layout (the backend's, or a vLLM pipeline run emulated) is what the cost model reads
+            if self.backend == "vllm" or g.vllm_overrides():
                 if wrong := [k for k in ("tp", "ep") if k in given]:
                     raise ValueError(f"groups[{i}].{wrong[0]}: a vLLM engine's cost layout follows from its "
                                      "tensor_parallel_size and data_parallel_size; set those")
@@ -247,8 +249,6 @@ class EnginesConfig(_Section):
                 except ValidationError as err:
                     msg = err.errors()[0]["msg"].removeprefix("Value error, ")
                     raise ValueError(f"groups[{i}]: {msg}") from None
-            elif wrong := [k for k in g.vllm_overrides() if k in given]:
-                raise ValueError(f"groups[{i}].{wrong[0]}: a vLLM server layout; an emulated engine's is tp and ep")
         object.__setattr__(self, "count", total)  # derived once, while the model is being built
         return self
 
@@ -266,7 +266,7 @@ class EnginesConfig(_Section):
             return (GroupSpec(self.count, ROLE_NAMES, self.tp, self.ep, self.slots, self.vllm.layout, False),)
         out = []
         for i, g in enumerate(self.groups):
-            if self.backend == "vllm":
+            if self.backend == "vllm" or g.vllm_overrides():
                 layout = self.group_vllm(i).layout
                 tp, ep = layout.cost_tp, layout.cost_ep
             else:

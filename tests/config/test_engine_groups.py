@@ -44,8 +44,8 @@ def test_without_groups_one_implicit_group_of_every_role():
     ({"groups": [{"count": 1, "roles": ["mixed"], "slots": True}]}, "engines.groups[0].slots"),
     ({"groups": []}, "engines: groups: list at least one group"),
     ({"count": 4, "groups": SMALL_PREFILL}, "engines.count: 4, but the groups declare 5 engines"),
-    ({"groups": [{"count": 1, "roles": ["mixed"], "tensor_parallel_size": 2}]},
-     "engines.groups[0].tensor_parallel_size: a vLLM server layout"),
+    ({"groups": [{"count": 1, "roles": ["mixed"], "tensor_parallel_size": 2, "tp": 2}]},
+     "engines.groups[0].tp: a vLLM engine's cost layout follows"),
     ({"backend": "vllm", "groups": [{"count": 1, "roles": ["mixed"], "ep": 2}]}, "engines.groups[0].ep: a vLLM"),
     ({"backend": "vllm", "vllm": {"device": "cuda"},
       "groups": [{"count": 1, "roles": ["mixed"], "enable_expert_parallel": True}]},
@@ -99,3 +99,12 @@ def test_with_groups_and_no_policy_given_engines_open_in_their_groups_roles():
     assert PipelineConfig(name="g", engines={**MOE, "groups": SMALL_PREFILL}).policy == "static"
     assert PipelineConfig(name="g", engines={**MOE, "count": 3}).policy == "static:2:1"
     assert PipelineConfig(name="g", policy="colocated", engines={**MOE, "groups": SMALL_PREFILL}).policy == "colocated"
+
+
+def test_a_vllm_pipelines_groups_run_emulated_in_the_layouts_they_would_run():
+    from prorsa.config.load import load_pipeline
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    cfg = load_pipeline(repo / "pipelines" / "gpu-moe-groups.yaml", {"engines.backend": "emulated"})
+    assert [(g.tp, g.ep, g.vllm.gpus) for g in cfg.engines.engine_groups] == [(1, 1, 1), (1, 8, 8)]
