@@ -236,7 +236,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         needs_ids, vocab = next(iter(info.values()))
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
-        rec = RunRecorder(engines=engines, slots=cfg.engines.slots,
+        rec = RunRecorder(engines=engines, slots=cfg.engines.slots if cfg.engines.groups is None else
+                          dict(zip(engines, run.engine_slots)),
                           expected=None if open_ended else expected_trajectories(cfg.workload),
                           completed=journal.completed_before if journal is not None else 0,
                           failed=journal.failed_before if journal is not None else 0)

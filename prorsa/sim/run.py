@@ -124,7 +124,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
                            scheduler=make_scheduler(run, future=context.future))
-    rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
+    rec = RunRecorder(engines=list(engines), slots=e.slots if e.groups is None else dict(zip(names, slots)),
+                      expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
 
     async def sample(t: float) -> None:
