@@ -145,3 +145,17 @@ def test_dry_run_of_engine_groups_prints_each_engines_gpus(tmp_path):
                                                "CUDA_VISIBLE_DEVICES=16,17,18,19,20,21,22,23"]
     assert "--data-parallel-size 8" in lines[2] and "--data-parallel-size" not in lines[0]
     assert not any(tmp_path.iterdir())
+
+
+def test_each_engine_worker_of_a_group_takes_its_groups_slots(tmp_path):
+    from prorsa.cluster.jobs import engine_gpus
+    from prorsa.cluster.local import worker_specs
+    from prorsa.config.cluster import JobSettings
+
+    cfg = load_pipeline(GROUPS)
+    roles = [Role.PREFILL] * 2 + [Role.DECODE] * 3
+    specs = worker_specs(cfg, roles, tmp_path)
+    assert [specs[f"engine-{i}"]["options"]["nthreads"] for i in range(5)] == [16, 16, 128, 128, 128]
+    assert specs["engine-0"]["options"]["resources"]["prefill"] == 16
+    # a batch job books its own engine's GPUs
+    assert [engine_gpus(JobSettings(), cfg.engines, i) for i in range(5)] == [1, 1, 8, 8, 8]
