@@ -227,11 +227,14 @@ class WithinGroups:
         self.allowed = [tuple(a) for a in allowed]
         self.name = inner.name
         self._allowed_of = {engine_name(i): a for i, a in enumerate(self.allowed)}
-        if hasattr(inner, "between_steps"):
-            self.between_steps = lambda snapshot: self._clip(inner.between_steps(snapshot), snapshot)
 
     def __getattr__(self, name: str):  # what else a body or a report reads of the policy
-        return getattr(self.inner, name)
+        if name == "inner":  # not set yet (a copy being unpickled): no lookup through itself
+            raise AttributeError(name)
+        found = getattr(self.inner, name)
+        if name == "between_steps":  # present only where the inner policy has it, and clipped too
+            return lambda snapshot: self._clip(found(snapshot), snapshot)
+        return found
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         if len(self.allowed) != n_engines:

@@ -153,3 +153,21 @@ def test_no_rehearsal_is_lent_where_a_split_of_counts_names_no_engines():
     assert rehearser(resolve(_cfg()), simulate_async) is None
     alike = PipelineConfig(name="alike", policy="static:2:1", engines={**MOE, "count": 3, "ep": 8}, workload=WORK)
     assert rehearser(resolve(alike), simulate_async) is not None
+
+
+def test_between_steps_is_clipped_too_and_a_held_policy_pickles():
+    import pickle
+
+    from prorsa.control.policy import WithinGroups
+
+    class _WantsBetween(_Wants):
+        def between_steps(self, snapshot: Snapshot) -> Decision:
+            return self.decide(snapshot)
+
+    allowed = resolve(_cfg()).policy.engine_roles
+    loads = tuple(EngineLoad(engine_id=f"engine-{i}", role=Role.PREFILL) for i in range(3))
+    held = WithinGroups(_WantsBetween(Role.MIXED), allowed)
+    assert held.between_steps(Snapshot(time_s=0.0, engines=loads)).targets == {"engine-2": Role.MIXED}
+    assert not hasattr(WithinGroups(_Wants(Role.MIXED), allowed), "between_steps")
+    again = pickle.loads(pickle.dumps(make_policy("colocated", resolve(_cfg()).policy)))
+    assert again.initial_roles(3) == [Role.PREFILL, Role.PREFILL, Role.MIXED]
