@@ -621,6 +621,40 @@ def t_mutation(d: dict) -> list[str]:
     return lines
 
 
+def groups_table(file: str) -> Callable[[dict], list[str]]:
+    """Engine groups: the best heterogeneous layout against the best equal-sized one, per cell."""
+    return lambda d: _groups(d[file])
+
+
+def _groups(doc: dict) -> list[str]:
+    rows, wins, wides = [], [], []
+    for c in doc["cells"]:
+        v, gpus = c["vs_colocated"], c["gpus"]
+        equal, het, wide = c["best_equal"], c["best_hetero"], c["best_wide"]
+        rows.append([c["family"], c["mode"], fig(c["colocated"], c["mode"]), f"{v[equal]:.3f} ({equal})",
+                     f"{v[het]:.3f} ({het}, {gpus[het]} GPUs)", f3(c["hetero_vs_best_equal"]),
+                     f"{v[wide]:.3f} ({wide}, {gpus[wide]} GPUs)", f3(c["wide_vs_best_equal"])])
+        wins.append(c["hetero_vs_best_equal"])
+        wides.append(c["wide_vs_best_equal"])
+    return table(["family", "mode", "colocated EP8", "best equal-sized", "best heterogeneous",
+                  "heterogeneous / best equal", "best with wide decode engines only", "wide only / best equal"],
+                 rows) + [
+        "", f"Over the {len(wins)} cells, the best heterogeneous layout against the best equal-sized one: "
+            f"{min(wins):.3f}-{max(wins):.3f}; with every decode engine EP8 or wider: {min(wides):.3f}-{max(wides):.3f}."]
+
+
+def t_groups_layouts(d: dict) -> list[str]:
+    """Every layout of the engine-groups benchmark as a ratio to colocated EP8, one column per cell."""
+    cells = d["groups.json"]["cells"]
+    names: list[str] = []
+    for c in cells:
+        names += [n for n in c["vs_colocated"] if n not in names]
+    wide = set(cells[0]["wide_decode"])
+    rows = [[n + (" (wide)" if n in wide else ""), str(cells[0]["gpus"][n]), *[f3(c["vs_colocated"].get(n)) for c in cells]]
+            for n in names]
+    return table(["layout", "GPUs", *[f"{c['family']} {c['mode']}" for c in cells]], rows)
+
+
 class Table(NamedTuple):
     files: list[str]  # results files it reads, in benchmarks/results
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
@@ -639,6 +673,9 @@ def serve_overhead_table(file: str) -> Callable[[dict], list[str]]:
 
 TABLES: dict[str, Table] = {
     "paper": Table(["paper.json"], t_paper),
+    "groups": Table(["groups.json"], groups_table("groups.json")),
+    "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
+    "groups-layouts": Table(["groups.json"], t_groups_layouts),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),

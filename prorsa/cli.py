@@ -398,6 +398,8 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
     if "engines.count" in overrides:  # --policy picks what runs; the pipeline's own need not fit the count
         overrides.setdefault("policy", "colocated")
     resolved = _load(pipeline, overrides)
+    if gpus is not None and resolved.cfg.engines.groups is not None:
+        _fail("--gpus: engines.groups size every engine; change the groups' counts instead")
     if gpus is not None:
         per_engine = resolved.cfg.engines.tp * resolved.cfg.engines.ep  # an EP engine is a DP-attention group of ep ranks
         if gpus % per_engine:
@@ -419,7 +421,9 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
         _fail(f"--policy: {e}")
     console = Console(stderr=False)
     e = cfg.engines
-    console.print(f"simulating {cfg.name}: {e.count} x {e.gpu} engines (tp={e.tp}, ep={e.ep}) serving "
+    sizes = (f"(tp={e.tp}, ep={e.ep})" if e.groups is None else
+             "in groups " + ", ".join(f"{g.count} x tp{g.tp} ep{g.ep} {'/'.join(g.roles)}" for g in e.engine_groups))
+    console.print(f"simulating {cfg.name}: {e.count} x {e.gpu} engines {sizes} serving "
                   f"{e.model}, {cfg.workload.mode} {cfg.workload.label}, {len(specs)} policies")
     out = Path(output) if output else None
     if out is not None and (problem := output_problem(out, "runs")):  # before minutes of simulation

@@ -2,8 +2,10 @@
 
     node_devices(listed, environ, count_gpus) -> (devices, source)   the node's GPUs, in order
     plan_node(devices, source, layout, engines) -> DevicePlan         checked; DevicePlanError says why not
+                                                                      (layout: one for all, or each engine's)
     DevicePlan.for_slot(k) -> ("2", "3")                              the k-th engine's GPUs on the node
-    gpus_for_slot(cfg, slot, engines_on_node) -> tuple | None         what an engine worker launches with
+    gpus_for_slot(cfg, slot, engines_on_node[, index])                what an engine worker launches with
+    engine_layouts(cfg) -> (EngineLayout, ...)                        each engine's layout (engines.groups)
 
 The node's device list follows dask-cuda (LocalCUDACluster, dask-cuda-worker): the GPUs listed in
 the pipeline (engines.devices), else CUDA_VISIBLE_DEVICES as the run was started with (indices or
@@ -14,12 +16,17 @@ visible devices, and a neighbour's GPU in view is one it could allocate on).
 
 Engines on a node: a local run places all of them on this machine (slot = engine index); a batch
 job or a worker that joined by itself hosts one engine on what it was given (slot 0).
+
+Engine groups of different sizes (engines.groups) take consecutive slices of their own group's
+tp x dp GPUs, the widest engines first so each starts at a multiple of its size (an 8-GPU engine
+on one NVLink domain of an 8-GPU board, not across two); the node must hold their sum, and no
+engine may be larger than it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prorsa.config.layout import EngineLayout
@@ -66,16 +73,51 @@ def node_devices(listed: tuple[str, ...] | None, environ: Mapping[str, str] | No
 class DevicePlan:
     devices: tuple[str, ...]  # the node's GPUs, in order
     source: str  # engines.devices, CUDA_VISIBLE_DEVICES or NVML
-    per_engine: int  # GPUs of one engine: tp x dp
+    per_engine: int  # GPUs of one engine: tp x dp (engines of different sizes: the first's)
     engines: int  # engines on the node
+    # (first GPU, GPUs) of each engine, where engines differ in size (engines.groups)
+    slices: tuple[tuple[int, int], ...] | None = None
 
     def for_slot(self, slot: int) -> tuple[str, ...]:
         if not 0 <= slot < self.engines:
             raise IndexError(f"slot {slot} of {self.engines} engines on the node")
+        if self.slices is not None:
+            start, size = self.slices[slot]
+            return self.devices[start:start + size]
         return self.devices[slot * self.per_engine:(slot + 1) * self.per_engine]
 
 
-def plan_node(devices: tuple[str, ...], source: str, layout: EngineLayout, engines: int) -> DevicePlan:
+def _plural(n: int) -> str:
+    return f"{n} GPU{'s' if n > 1 else ''}"
+
+
+def plan_groups(devices: tuple[str, ...], source: str, layouts: Sequence[EngineLayout]) -> DevicePlan:
+    """Engines of their own sizes, in order, on consecutive slices of the node's GPUs."""
+    n = len(devices)
+    if n == 0:
+        raise DevicePlanError(f"engines.vllm.device is cuda but no GPU was found ({source}); "
+                              "list the node's GPUs in engines.devices")
+    if big := next((lay for lay in layouts if lay.gpus > n), None):
+        raise DevicePlanError(f"engines.groups: an engine of tp {big.tp} x dp {big.dp} = {_plural(big.gpus)} is "
+                              f"larger than the node's {n} GPUs ({source})")
+    sizes = tuple(lay.gpus for lay in layouts)
+    if sum(sizes) > n:
+        counts: dict[int, int] = {}
+        for g in sizes:
+            counts[g] = counts.get(g, 0) + 1
+        parts = " + ".join(f"{k} x {_plural(g)}" for g, k in counts.items())
+        raise DevicePlanError(f"engines.groups: {parts} = {sum(sizes)} GPUs, but the node has {n} ({source})")
+    starts, at = {}, 0
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):  # stable: engine order among equals
+        starts[i], at = at, at + sizes[i]
+    slices = tuple((starts[i], sizes[i]) for i in range(len(sizes)))
+    return DevicePlan(tuple(devices), source, sizes[0] if sizes else 1, len(sizes), slices)
+
+
+def plan_node(devices: tuple[str, ...], source: str, layout: EngineLayout | Sequence[EngineLayout],
+              engines: int) -> DevicePlan:
+    if not isinstance(layout, EngineLayout):
+        return plan_groups(devices, source, layout)
     n, g = len(devices), layout.gpus
     shape = f"tp {layout.tp} x dp {layout.dp} = {g} GPU{'s' if g > 1 else ''}"
     if n == 0:
@@ -95,16 +137,27 @@ def needs_gpus(cfg: EnginesConfig) -> bool:
     return cfg.backend == "vllm" and cfg.vllm.device == "cuda"
 
 
+def engine_layouts(cfg: EnginesConfig) -> tuple[EngineLayout, ...]:
+    """Each engine's vLLM layout, in engine order: its group's (engines.groups), else engines.vllm's."""
+    return tuple(cfg.engine_vllm(i).layout for i in range(cfg.count))
+
+
 def node_plan(cfg: EnginesConfig, engines_on_node: int, environ: Mapping[str, str] | None = None,
-              count_gpus: Callable[[], int] = nvml_gpu_count) -> DevicePlan | None:
-    """The plan of a node hosting `engines_on_node` engines; None for engines without GPUs."""
+              count_gpus: Callable[[], int] = nvml_gpu_count, first: int = 0) -> DevicePlan | None:
+    """The plan of a node hosting `engines_on_node` engines, engine `first` the first of them;
+    None for engines without GPUs."""
     if not needs_gpus(cfg):
         return None
     devices, source = node_devices(cfg.devices, environ, count_gpus)
+    if cfg.groups is not None:
+        return plan_groups(devices, source, engine_layouts(cfg)[first:first + engines_on_node])
     return plan_node(devices, source, cfg.vllm.layout, engines_on_node)
 
 
-def gpus_for_slot(cfg: EnginesConfig, slot: int, engines_on_node: int) -> tuple[str, ...] | None:
-    """What the engine worker in `slot` launches its server with (None: CPU, nothing set)."""
-    plan = node_plan(cfg, engines_on_node)
+def gpus_for_slot(cfg: EnginesConfig, slot: int, engines_on_node: int,
+                  index: int | None = None) -> tuple[str, ...] | None:
+    """What the engine worker in `slot` launches its server with (None: CPU, nothing set);
+    `index`: the engine's, where a node hosts one engine of a group (a batch job)."""
+    first = 0 if index is None or engines_on_node > 1 else index
+    plan = node_plan(cfg, engines_on_node, first=first)
     return None if plan is None else plan.for_slot(slot)

@@ -53,7 +53,7 @@ class EngineHost(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         quiet_survived_faults()
-        gpus = gpus_for_slot(self.cfg, *self.node_slot)
+        gpus = gpus_for_slot(self.cfg, *self.node_slot, index=self.index)
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir), gpus)
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0

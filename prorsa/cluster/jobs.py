@@ -59,11 +59,12 @@ _JOBS = {"slurm": SLURMJob, "pbs": PBSJob}
 DEFAULTS = JobSettings(cpus=1, memory="4GB", walltime="01:00:00", jobs=1)
 
 
-def engine_gpus(settings: JobSettings, engines: EnginesConfig) -> int:
+def engine_gpus(settings: JobSettings, engines: EnginesConfig, index: int = 0) -> int:
+    """GPUs the job of engine `index` books: its group's layout (engines.groups), unless set."""
     if settings.gpus is not None:
         return settings.gpus
     on_gpu = engines.backend == "vllm" and engines.vllm.device == "cuda"
-    return engines.vllm.layout.gpus if on_gpu else 0
+    return engines.engine_vllm(index).layout.gpus if on_gpu else 0
 
 
 def _resources(resources: dict[str, float]) -> str:
@@ -106,13 +107,13 @@ def _pbs_select(template: str, cpus: int, gpus: int, memory: str) -> str:
 
 def run_jobs(spec: BatchSpec, cfg: PipelineConfig, roles: list[Role]) -> dict[str, dict]:
     engines, tools = spec.job("engines"), spec.job("tools")
-    gpus = engine_gpus(engines, cfg.engines)
     jobs = {}
     for i, role in enumerate(roles):
         name = engine_name(i)
         # engine legs are coroutines; threads only bound how many the worker runs at once (as locally)
-        jobs[name] = job_options(spec, engines, threads=cfg.engines.slots, gpus=gpus, job_name=f"prorsa-{name}",
-                                 resources=engine_resources(role, cfg.engines.slots))
+        slots = cfg.engines.slots_of(i)  # engine groups: each engine's own
+        jobs[name] = job_options(spec, engines, threads=slots, gpus=engine_gpus(engines, cfg.engines, i),
+                                 job_name=f"prorsa-{name}", resources=engine_resources(role, slots))
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)
         jobs[name] = job_options(spec, tools, threads=cfg.runtime.tool_threads, job_name=f"prorsa-{name}",

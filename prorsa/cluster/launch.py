@@ -225,8 +225,8 @@ async def _adopt_workers(client: Client, spec: AddressSpec, cfg: PipelineConfig,
     trainer = [TRAINER_NAME] if wants_trainer_worker(cfg) else []
     addresses = await wait_for_named(client, engines + tools + trainer, spec.start_timeout_s)
     # whatever the workers were started with, the run begins from its policy's initial roles
-    for name, role in zip(engines, roles):
-        await client.run(_set_resources, engine_resources(role, cfg.engines.slots), workers=[addresses[name]])
+    for i, (name, role) in enumerate(zip(engines, roles)):
+        await client.run(_set_resources, engine_resources(role, cfg.engines.slots_of(i)), workers=[addresses[name]])
     for name in tools:
         await client.run(_set_tool_resources, workers=[addresses[name]])
     for name in trainer:

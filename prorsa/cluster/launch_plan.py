@@ -60,17 +60,20 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
     """`local`: every engine on this machine (a LocalCluster); else each engine
     joins from a job of its own, whose GPUs only the batch system knows."""
     if cfg.backend != "vllm":
-        return [EngineLaunch(engine_name(i), role, f"tp{cfg.tp} ep{cfg.ep}", "emulated", None, (), ())
+        groups = cfg.engine_groups
+        at = cfg.group_of_engine()
+        return [EngineLaunch(engine_name(i), role, f"tp{groups[at[i]].tp} ep{groups[at[i]].ep}", "emulated", None, (), ())
                 for i, role in enumerate(roles)]
     from prorsa.engine.vllm.server import ServerSpec, build_command, build_env
 
-    layout = cfg.vllm.layout
     plan = node_plan(cfg, len(roles), environ, count_gpus) if local else None
     out = []
     for i, role in enumerate(roles):
+        settings = cfg.engine_vllm(i)  # engine groups: each its own layout
+        layout = settings.layout
         cores = engine_cores(i, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
         gpus = plan.for_slot(i) if plan is not None else None
-        spec = ServerSpec.from_settings(cfg.vllm, _model_dir(cfg), cores, gpus)
+        spec = ServerSpec.from_settings(settings, _model_dir(cfg), cores, gpus)
         env = build_env(spec, side_channel_port=0, base={})
         shown = tuple((k, env[k]) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND") if k in env)
         if gpus is not None:

@@ -94,7 +94,7 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
         name = engine_name(i)
         # engine legs are coroutines; threads only bound how many the worker runs at once
         specs[name] = {"cls": cls, "options": {
-            "name": name, "nthreads": cfg.engines.slots, "resources": engine_resources(role, cfg.engines.slots),
+            "name": name, "nthreads": cfg.engines.slots_of(i), "resources": engine_resources(role, cfg.engines.slots_of(i)),
             "plugins": {EngineHost(i, role, engines, str(run_dir))}, **common}}
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)

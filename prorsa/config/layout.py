@@ -4,6 +4,8 @@
       .gpus                                 GPUs one engine takes: tp x dp
       .cost_tp, .cost_ep                    the cost model's tp and ep for this layout
       .server_args()                        the vLLM server arguments that lay it out
+    GroupSpec                               one engine group resolved (EnginesConfig.engine_groups):
+                                            count, roles, the cost model's tp/ep, slots, vLLM layout
 
 The cost model's `ep` counts DP-attention ranks of tp GPUs each that step in lockstep (an engine is
 tp x ep GPUs there; an MoE layer's experts are spread over all of them). vLLM's DP attention is
@@ -47,3 +49,19 @@ class EngineLayout:
     def describe(self) -> str:
         """`tp2 x dp4 ep`: what a plan table shows."""
         return f"tp{self.tp}" + (f" x dp{self.dp}" if self.dp > 1 else "") + (" ep" if self.expert_parallel else "")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    count: int  # engines in the group
+    roles: tuple[str, ...]  # the roles they may take; with `declared`, the first is their opening role
+    tp: int  # the cost model's layout of each engine
+    ep: int
+    slots: int  # concurrent requests each admits
+    vllm: EngineLayout | None  # the server layout (vLLM backend); None for emulated groups
+    declared: bool  # from engines.groups; False: the implicit group of engines alike
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one engine."""
+        return self.tp * self.ep

@@ -47,7 +47,11 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 def describe(err: dict[str, Any]) -> str:
     loc = ".".join(p if isinstance(p, str) and p.isprintable() and p.strip() == p and p else repr(p)
                    for p in err["loc"]) or "(top level)"
+    loc = re.sub(r"\bgroups\.(\d+)", r"groups[\1]", loc)  # engines.groups[1].roles: a group as it is indexed
     msg = err["msg"].removeprefix("Value error, ")
+    # a cross-field check names the group field it refuses (engines: groups[1].tp: ...): that is its place
+    if m := re.match(r"(count|groups\[\d+\](?:\.\w+)?): ", msg):
+        loc, msg = f"{loc}.{m.group(1)}", msg[m.end():]
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown field"
     if err["type"] == "missing":

@@ -16,7 +16,7 @@ from typing import Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from prorsa.config.layout import EngineLayout
+from prorsa.config.layout import EngineLayout, GroupSpec
 
 
 C_LONG = 2**63 - 1  # what an rlimit or a byte count handed to the OS must fit in
@@ -125,6 +125,38 @@ class Parallelism(_Section):
 
 
 MAX_ENGINES = 65536  # engines in one run; more is a typo, and a role list that long exhausts memory
+ROLE_NAMES = ("prefill", "decode", "mixed")
+
+
+class EngineGroup(_Section):
+    """`count` engines of one size and layout, and the roles they may take (the first: the one they
+    open in). A switch never leaves `roles`: a 1-GPU engine sized for prefill cannot hold a wide
+    decode batch's KV, and a DP-attention group laid out for decode is slow to prefill alone."""
+
+    count: int = Field(ge=1, le=MAX_ENGINES)
+    roles: tuple[Literal["prefill", "decode", "mixed"], ...]
+    slots: int | None = Field(None, ge=1, le=65536)  # None: engines.slots
+    # emulated engines: the cost model's layout; None: engines.tp / engines.ep
+    tp: int | None = Field(None, ge=1)
+    ep: int | None = Field(None, ge=1)
+    # vLLM engines: the group's own server layout over engines.vllm's; tp and ep follow from it
+    # (also where a vLLM pipeline's groups run emulated: each priced in the layout it would run)
+    tensor_parallel_size: int | None = Field(None, ge=1, le=MAX_ENGINE_GPUS)
+    data_parallel_size: int | None = Field(None, ge=1, le=MAX_ENGINE_GPUS)
+    enable_expert_parallel: bool | None = None
+
+    @field_validator("roles")
+    @classmethod
+    def _roles_given(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("list the roles these engines may take, the opening one first, e.g. [prefill]")
+        if len(set(v)) != len(v):
+            raise ValueError(f"role {next(r for r in v if v.count(r) > 1)!r} is listed twice")
+        return v
+
+    def vllm_overrides(self) -> dict:
+        return {k: getattr(self, k) for k in ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel")
+                if getattr(self, k) is not None}
 
 
 class EnginesConfig(_Section):
@@ -145,6 +177,9 @@ class EnginesConfig(_Section):
     # UUIDs, as CUDA_VISIBLE_DEVICES takes them); engine i gets the i-th slice of tp x dp of them.
     # None: CUDA_VISIBLE_DEVICES of the run, else every GPU NVML finds (cluster/devices.py)
     devices: tuple[str, ...] | None = None
+    # engines of different sizes and layouts, in engine order (engine-0 is the first group's first);
+    # count becomes their sum. None: `count` engines alike, every role open to each
+    groups: tuple[EngineGroup, ...] | None = None
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -188,6 +223,69 @@ class EnginesConfig(_Section):
                 raise ValueError(f"parallelism.{role}: tp x ep = {tp} x {ep} = {tp * ep} GPUs, but an engine is "
                                  f"tp x ep = {self.tp} x {self.ep} = {self.tp * self.ep} GPUs in every role")
         return self
+
+    @model_validator(mode="after")
+    def _groups_fit(self) -> EnginesConfig:
+        """Each group's layout checked as the engines' own would be; the engine count is theirs."""
+        if self.groups is None:
+            return self
+        if not self.groups:
+            raise ValueError("groups: list at least one group, or leave groups out for engines alike")
+        total = sum(g.count for g in self.groups)
+        if total > MAX_ENGINES:
+            raise ValueError(f"groups: {total} engines in all; at most {MAX_ENGINES}")
+        if "count" in self.model_fields_set and self.count != total:
+            raise ValueError(f"count: {self.count}, but the groups declare {total} engines; drop count or make them agree")
+        if self.parallelism is not None:
+            raise ValueError("parallelism: per-role layouts of engines alike; with groups, give each group its own layout")
+        for i, g in enumerate(self.groups):
+            given = g.model_fields_set
+            # a vLLM layout (the backend's, or a vLLM pipeline run emulated) is what the cost model reads
+            if self.backend == "vllm" or g.vllm_overrides():
+                if wrong := [k for k in ("tp", "ep") if k in given]:
+                    raise ValueError(f"groups[{i}].{wrong[0]}: a vLLM engine's cost layout follows from its "
+                                     "tensor_parallel_size and data_parallel_size; set those")
+                try:
+                    VllmSettings.model_validate(self.vllm.model_dump() | g.vllm_overrides())
+                except ValidationError as err:
+                    msg = err.errors()[0]["msg"].removeprefix("Value error, ")
+                    raise ValueError(f"groups[{i}]: {msg}") from None
+        object.__setattr__(self, "count", total)  # derived once, while the model is being built
+        return self
+
+    def group_vllm(self, index: int) -> VllmSettings:
+        """engines.vllm with group `index`'s layout (validated with the groups)."""
+        if self.groups is None:
+            return self.vllm
+        return self.vllm.model_copy(update=self.groups[index].vllm_overrides())
+
+    @property
+    def engine_groups(self) -> tuple[GroupSpec, ...]:
+        """Every group resolved: its cost-model layout, slots and roles; without groups, one group of
+        every engine with every role open (the policy picks the opening roles)."""
+        if self.groups is None:
+            return (GroupSpec(self.count, ROLE_NAMES, self.tp, self.ep, self.slots, self.vllm.layout, False),)
+        out = []
+        for i, g in enumerate(self.groups):
+            if self.backend == "vllm" or g.vllm_overrides():
+                layout = self.group_vllm(i).layout
+                tp, ep = layout.cost_tp, layout.cost_ep
+            else:
+                layout, tp, ep = None, g.tp or self.tp, g.ep or self.ep
+            out.append(GroupSpec(g.count, tuple(g.roles), tp, ep, g.slots or self.slots, layout, True))
+        return tuple(out)
+
+    def group_of_engine(self) -> tuple[int, ...]:
+        """The group index of each engine, in engine order."""
+        return tuple(i for i, g in enumerate(self.engine_groups) for _ in range(g.count))
+
+    def slots_of(self, index: int) -> int:
+        """Concurrent requests engine `index` admits: its group's slots, else engines.slots."""
+        return self.slots if self.groups is None else self.engine_groups[self.group_of_engine()[index]].slots
+
+    def engine_vllm(self, index: int) -> VllmSettings:
+        """The vLLM settings engine `index` starts with: its group's layout over engines.vllm."""
+        return self.vllm if self.groups is None else self.group_vllm(self.group_of_engine()[index])
 
     @model_validator(mode="after")
     def _cost_layout_is_the_vllm_layout(self) -> EnginesConfig:
@@ -525,6 +623,13 @@ class PipelineConfig(_Section):
     environment: EnvironmentConfig | None = None  # None: tool calls replayed as latencies
     train: TrainConfig | None = None  # None: rollout only (weight updates, if any, are modelled)
     output_dir: str = "runs"
+
+    @model_validator(mode="after")
+    def _groups_open_in_their_roles(self) -> PipelineConfig:
+        # the default split names engine counts; with groups the roles are the groups' own
+        if "policy" not in self.model_fields_set and self.engines.groups is not None:
+            object.__setattr__(self, "policy", "static")
+        return self
 
     @model_validator(mode="after")
     def _live_needs_text(self) -> PipelineConfig:

@@ -12,13 +12,21 @@ Register a policy with `@register("name")`; the pipeline names it as `policy: na
 (what one engine is: cost model, slots, KV capacity, and the control interval).
 The built-in adaptive policies (`reactive`, `prorsa`) live in control/adaptive.py and are loaded
 on the first make_policy call.
+
+Engine groups (engines.groups, PolicyContext.engine_roles): every policy is held to the roles each
+engine may take (WithinGroups): an opening role the engine may not take becomes its group's opening
+role (colocated: mixed wherever a group allows it), and a target it may not take is dropped, so no
+switch ever leaves a group's roles. `static` with no split opens every engine in its group's
+opening role. The adaptive policies still plan as if every engine were the first group's, with no
+rehearsal (sim/rehearse.py); their decisions are clipped to the groups' roles (a split search over
+groups, role counts per group, is not built yet).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
 from prorsa.agent.trace import TrajectorySpec
@@ -26,6 +34,7 @@ from prorsa.config.pipeline import MAX_ENGINES
 from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.costmodel import CostModel, RoleCosts
+from prorsa.engine.registry import engine_name
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
@@ -91,6 +100,8 @@ class PolicyContext:
     prior_trajectories: tuple[TrajectorySpec, ...] = ()  # an earlier run's, as they ran (a prior run dir)
     rehearse: Rehearse | None = None  # None: the body lends no simulator; plan with the fluid model alone
     layouts: RoleCosts | None = None  # per-role cost models (engines.parallelism); None: `cost` in every role
+    # per engine, the roles it may take, its opening role first (engines.groups); None: any role
+    engine_roles: tuple[tuple[Role, ...], ...] | None = None
 
     @classmethod
     def default(cls) -> PolicyContext:
@@ -147,11 +158,14 @@ def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
         raise ValueError(f"bad policy {spec!r}: its numbers must be finite")
     kwargs = {"context": context} if "context" in inspect.signature(factory).parameters else {}
     try:
-        return factory(*args, **kwargs)
+        policy = factory(*args, **kwargs)
     except (TypeError, ValueError) as e:
         usage = POLICIES[name].__doc__.strip().split("\n\n")[0] if POLICIES[name].__doc__ else ""
         usage = " ".join(usage.split())  # the first paragraph, unwrapped
         raise ValueError(f"bad policy {spec!r}: {usage}") from e
+    if context is not None and context.engine_roles is not None:
+        return WithinGroups(policy, context.engine_roles)
+    return policy
 
 
 class _FixedRoles:
@@ -161,6 +175,9 @@ class _FixedRoles:
     roles: list[Role]
 
     def initial_roles(self, n_engines: int) -> list[Role]:
+        if self.roles is None:
+            raise ValueError("static with no split takes its roles from engines.groups; "
+                             "without groups write static:P:D[:M]")
         if len(self.roles) != n_engines:
             raise ValueError(f"policy {self.name} assigns {len(self.roles)} engines, the run has {n_engines}")
         return list(self.roles)
@@ -184,12 +201,59 @@ class Colocated(_FixedRoles):
 @register("static")
 class Static(_FixedRoles):
     """static:P:D[:M], a fixed split of P prefill, D decode and M mixed engines (P, D >= 1, or
-    M >= 1)."""
+    M >= 1); with engines.groups, `static` alone: each group's opening role."""
 
-    def __init__(self, prefill: str, decode: str, mixed: str = "0") -> None:
+    def __init__(self, prefill: str | None = None, decode: str | None = None, mixed: str = "0") -> None:
+        if prefill is None and decode is None:
+            self.name, self.roles = "static", None  # the groups' opening roles (WithinGroups)
+            return
         p, d, m = int(prefill), int(decode), int(mixed)
         # with no prefill engine the mixed ones prefill for the decode engines (rollout/router.py)
         if min(p, d, m) < 0 or (m == 0 and (p == 0 or d == 0)) or p + d + m > MAX_ENGINES:
             raise ValueError("a static split needs a prefill and a decode engine, or mixed ones")
         self.name = f"static:{p}:{d}" + (f":{m}" if m else "")
         self.roles = [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+
+class WithinGroups:
+    """A policy held to each engine's roles (engines.groups): what it opens with and every target
+    it sets, an engine's disallowed role replaced by its group's opening one, or dropped."""
+
+    def __init__(self, inner: Policy, allowed: Sequence[Sequence[Role]]) -> None:
+        if isinstance(inner, Static) and inner.roles is not None:
+            raise ValueError(f"{inner.name} with engine groups: a static split's roles are the groups' "
+                             "opening roles (each group's first); use static")
+        self.inner = inner
+        self.allowed = [tuple(a) for a in allowed]
+        self.name = inner.name
+        self._allowed_of = {engine_name(i): a for i, a in enumerate(self.allowed)}
+
+    def __getattr__(self, name: str):  # what else a body or a report reads of the policy
+        if name == "inner":  # not set yet (a copy being unpickled): no lookup through itself
+            raise AttributeError(name)
+        found = getattr(self.inner, name)
+        if name == "between_steps":  # present only where the inner policy has it, and clipped too
+            return lambda snapshot: self._clip(found(snapshot), snapshot)
+        return found
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        if len(self.allowed) != n_engines:
+            raise ValueError(f"the groups declare {len(self.allowed)} engines, the run has {n_engines}")
+        if isinstance(self.inner, Static) and self.inner.roles is None:
+            return [a[0] for a in self.allowed]
+        if isinstance(self.inner, Colocated):  # both phases wherever a group allows it
+            return [Role.MIXED if Role.MIXED in a else a[0] for a in self.allowed]
+        return [r if r in a else a[0] for r, a in zip(self.inner.initial_roles(n_engines), self.allowed)]
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return self._clip(self.inner.decide(snapshot), snapshot)
+
+    def _clip(self, decision: Decision, snapshot: Snapshot | None = None) -> Decision:
+        if not decision.targets:
+            return decision
+        kept = {e: r for e, r in decision.targets.items() if r in self._allowed_of.get(e, ())}
+        if len(kept) == len(decision.targets):
+            return decision
+        dropped = len(decision.targets) - len(kept)
+        reason = f"{decision.reason}; {dropped} target(s) outside their group's roles dropped".lstrip("; ")
+        return replace(decision, targets=kept, reason=reason)

@@ -31,8 +31,11 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
         from prorsa.costmodel import CostModel
         from prorsa.engine.emulated import EmulatedEngine
 
-        cost = CostModel.from_names(cfg.gpu, cfg.model, tp=cfg.tp, ep=cfg.ep)
-        return EmulatedEngine(engine_name(index), role, cost, slots=cfg.slots, time_scale=cfg.time_scale,
+        # engine groups: this engine's own layout and slots
+        group = cfg.engine_groups[cfg.group_of_engine()[index]] if cfg.groups is not None else None
+        tp, ep, slots = (group.tp, group.ep, group.slots) if group is not None else (cfg.tp, cfg.ep, cfg.slots)
+        cost = CostModel.from_names(cfg.gpu, cfg.model, tp=tp, ep=ep)
+        return EmulatedEngine(engine_name(index), role, cost, slots=slots, time_scale=cfg.time_scale,
                               prefix_cache=cfg.prefix_cache)
     if cfg.backend == "vllm":
         return _vllm_engine(index, role, cfg, run_dir, gpus)
@@ -66,6 +69,6 @@ def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path, gpus
 
     model_dir = resolve_model_dir(cfg)
     cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
-    engine = VllmEngine(engine_name(index), role, cfg.vllm, model_dir, cores, run_dir / "engines", gpus)
+    engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, cores, run_dir / "engines", gpus)
     engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     return engine

@@ -107,7 +107,8 @@ def _give_up_when_drained(address: str, phases: tuple[str, ...], resources: dict
 
 class LiveController(ControlLoop):
     def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
-                 recorder: RunRecorder, slots: int, kv_capacity: int, started_wall: float,
+                 recorder: RunRecorder, slots: int | dict[str, int], kv_capacity: int | dict[str, int],
+                 started_wall: float,
                  interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0,
                  feed: DashboardFeed | None = None, max_cpu_share: float = 0.05) -> None:
         self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
@@ -115,6 +116,7 @@ class LiveController(ControlLoop):
                          lambda: (time.time() - started_wall) / self.unit)
         self.client = client
         self.addresses = addresses
+        # one figure for engines alike, or each engine's (engines.groups)
         self.slots = slots
         self.kv_capacity = kv_capacity
         self.drain_timeout_s = drain_timeout_s
@@ -134,9 +136,15 @@ class LiveController(ControlLoop):
         self.spent(time.thread_time() - c)
         events, loads, cpu = await self.client.run_on_scheduler(_observe_timed, report)
         c = time.thread_time()
-        engines = tuple(_admitted(loads[e], self.slots, self.kv_capacity) for e in sorted(loads))
+        engines = tuple(_admitted(loads[e], self._slots(e), self._kv(e)) for e in sorted(loads))
         self.spent(cpu + time.thread_time() - c)
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(events))
+
+    def _slots(self, engine: str) -> int:
+        return self.slots[engine] if isinstance(self.slots, dict) else self.slots
+
+    def _kv(self, engine: str) -> int:
+        return self.kv_capacity[engine] if isinstance(self.kv_capacity, dict) else self.kv_capacity
 
     async def call_policy(self, fn, snap: Snapshot) -> Decision:
         # prorsa's plan takes tens of ms of numpy and Python (a rehearsal between steps, seconds);
@@ -147,22 +155,22 @@ class LiveController(ControlLoop):
         return decision
 
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
-        address = self.addresses[engine]
+        address, slots = self.addresses[engine], self._slots(engine)
         drain = legs_to_drain(new)
         try:
             # serve both legs while the old ones drain: nothing already sent here is stranded
             # behind resources it no longer has (it would block the worker's queue)
-            await self.client.run(_retag, (Role.MIXED if drain else new).value, self.slots, workers=[address])
+            await self.client.run(_retag, (Role.MIXED if drain else new).value, slots, workers=[address])
             await self.client.run_on_scheduler(_wake, address)
             if drain:
                 w0 = time.time()
-                resources = role_resources(new, self.slots)
+                resources = role_resources(new, slots)
                 while not await self.client.run_on_scheduler(
                         _give_up_when_drained, address, drain, resources, time.time() - w0 >= self.drain_timeout_s):
                     await asyncio.sleep(min(0.05, self.interval_s))
-                await self.client.run(_retag, new.value, self.slots, workers=[address])
+                await self.client.run(_retag, new.value, slots, workers=[address])
         except asyncio.CancelledError:
             raise
         except Exception:
-            await self.client.run(_retag, old.value, self.slots, workers=[address])
+            await self.client.run(_retag, old.value, slots, workers=[address])
             raise

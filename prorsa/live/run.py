@@ -237,7 +237,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         needs_ids, vocab = next(iter(info.values()))
         console.print(f"engines ready in {time.time() - t_boot:.1f}s")
 
-        rec = RunRecorder(engines=engines, slots=cfg.engines.slots,
+        rec = RunRecorder(engines=engines, slots=cfg.engines.slots if cfg.engines.groups is None else
+                          dict(zip(engines, run.engine_slots)),
                           expected=None if open_ended else expected_trajectories(cfg.workload),
                           completed=journal.completed_before if journal is not None else 0,
                           failed=journal.failed_before if journal is not None else 0)
@@ -256,8 +257,12 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run),
                                 restart_wait_s=restart_wait_s(cfg.engines))
-        controller = LiveController(client, policy, router, addresses, rec, cfg.engines.slots,
-                                    context.kv_capacity_tokens, t0, cfg.runtime.control_interval_s, unit,
+        slots, kv = cfg.engines.slots, context.kv_capacity_tokens
+        if cfg.engines.groups is not None:  # each engine its own group's slots and KV
+            slots = dict(zip(engines, run.engine_slots))
+            kv = {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)}
+        controller = LiveController(client, policy, router, addresses, rec, slots,
+                                    kv, t0, cfg.runtime.control_interval_s, unit,
                                     feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
         controller.on_decision = teller.told
         flush = [] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)]

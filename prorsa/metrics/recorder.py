@@ -51,7 +51,7 @@ class ControlRecord:
 @dataclass
 class RunRecorder:
     engines: list[str]
-    slots: int  # concurrent requests one engine admits
+    slots: int | dict[str, int]  # concurrent requests one engine admits (engines.groups: each engine's)
     expected: int | None  # trajectories expected; None for an async run bounded by time
     samples: list[EngineSample] = field(default_factory=list)
     trajectories: list[TrajectoryResult] = field(default_factory=list)
@@ -105,4 +105,7 @@ class RunRecorder:
         by_role: dict[str, list[EngineLoad]] = {}
         for s in self.samples[-len(self.engines):]:
             by_role.setdefault(s.load.role.value, []).append(s.load)
-        return {role: sum(x.active for x in xs) / (self.slots * len(xs)) for role, xs in by_role.items()}
+        def slots(load: EngineLoad) -> int:
+            return self.slots[load.engine_id] if isinstance(self.slots, dict) else self.slots
+
+        return {role: sum(x.active for x in xs) / sum(map(slots, xs)) for role, xs in by_role.items()}

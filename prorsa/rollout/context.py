@@ -13,6 +13,8 @@ trace's content) is checked here, and the values derived from the pipeline are c
 The pieces a RunContext holds, for callers that need one alone:
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
+    each_engine_costs(cfg)   RoleCosts of every engine, in engine order: its group's layout
+                          (engines.groups); without groups every engine has engine_costs(cfg)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     prior_hint(cfg)       the pipeline's `prior:` as a WorkloadHint (an earlier run's measured
                           means, or declared ones), None without one; an earlier run's
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +56,11 @@ class RunContext:
 
     cfg: PipelineConfig
     unit: float  # wall seconds per body second (1 unless emulated engines run time-scaled)
-    costs: RoleCosts  # an engine's cost model in each role
+    costs: RoleCosts  # an engine's cost model in each role (with engines.groups: the first group's)
     policy: PolicyContext  # what adaptive policies plan with (the prior included)
+    # every engine's own, in engine order (engines.groups: its group's layout and slots)
+    engine_costs: tuple[RoleCosts, ...] = ()
+    engine_slots: tuple[int, ...] = ()
 
     def body_s(self, wall_s: float) -> float:
         """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
@@ -71,7 +76,8 @@ def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(f"{source}: {problems[0]}{more}" if source is not None else problems[0] + more)
-    return RunContext(cfg, time_unit(cfg), engine_costs(cfg), policy_context(cfg))
+    each = each_engine_costs(cfg)
+    return RunContext(cfg, time_unit(cfg), each[0], policy_context(cfg), each, engine_slots(cfg))
 
 
 def check(cfg: PipelineConfig) -> list[str]:
@@ -119,6 +125,13 @@ def _prior(cfg: PipelineConfig) -> str | None:
 
 def _profiles(cfg: PipelineConfig) -> str | None:
     e = cfg.engines
+    for i, g in enumerate(e.engine_groups if e.groups is not None else ()):
+        try:
+            cost = CostModel.from_names(e.gpu, e.model, tp=g.tp, ep=g.ep)
+        except ValueError as err:
+            return f"engines.groups[{i}]: {err}"
+        if g.vllm is not None and g.vllm.expert_parallel and not cost.model.is_moe:
+            return f"engines.groups[{i}].enable_expert_parallel: {e.model} is dense, it has no experts to spread"
     roles = ("prefill", "decode", "mixed") if e.parallelism is not None else ()
     for role, (tp, ep) in [(None, (e.tp, e.ep)), *((r, e.layout(r)) for r in roles)]:
         try:
@@ -133,8 +146,12 @@ def _profiles(cfg: PipelineConfig) -> str | None:
 
 
 def _policy(cfg: PipelineConfig) -> str | None:
+    groups = cfg.engines.groups is not None
+    if groups and cfg.policy.startswith("static:"):
+        return (f"policy: {cfg.policy} with engines.groups: a static split's roles are the groups' opening "
+                "roles (each group's first); write policy: static")
     try:
-        policy = make_policy(cfg.policy)
+        policy = make_policy(cfg.policy, replace(PolicyContext.default(), engine_roles=engine_roles(cfg)))
     except ValueError as err:
         return f"policy: got {cfg.policy!r}; expected: {err}"
     try:
@@ -217,14 +234,38 @@ def engine_costs(cfg: PipelineConfig) -> RoleCosts:
     return RoleCosts(*(models[e.layout(role)] for role in ("prefill", "decode", "mixed")))
 
 
+def each_engine_costs(cfg: PipelineConfig) -> tuple[RoleCosts, ...]:
+    e = cfg.engines
+    if e.groups is None:
+        return (engine_costs(cfg),) * e.count
+    # a group's engines share one model; groups laid out alike share it too
+    models: dict[tuple[int, int], RoleCosts] = {}
+    for g in e.engine_groups:
+        if (g.tp, g.ep) not in models:
+            models[g.tp, g.ep] = RoleCosts.uniform(CostModel.from_names(e.gpu, e.model, tp=g.tp, ep=g.ep))
+    return tuple(models[g.tp, g.ep] for g in e.engine_groups for _ in range(g.count))
+
+
+def engine_slots(cfg: PipelineConfig) -> tuple[int, ...]:
+    return tuple(g.slots for g in cfg.engines.engine_groups for _ in range(g.count))
+
+
+def engine_roles(cfg: PipelineConfig) -> tuple[tuple[Role, ...], ...] | None:
+    """The roles each engine may take, its opening one first (engines.groups); None: any role."""
+    if cfg.engines.groups is None:
+        return None
+    return tuple(tuple(Role(r) for r in g.roles) for g in cfg.engines.engine_groups for _ in range(g.count))
+
+
 def policy_context(cfg: PipelineConfig) -> PolicyContext:
-    layouts = engine_costs(cfg)
+    layouts = each_engine_costs(cfg)[0]
     cost = layouts.mixed
     # an MoE engine under expert parallelism is a DP-attention group: KV of every rank
-    return PolicyContext(cost=cost, slots=cfg.engines.slots, kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
+    return PolicyContext(cost=cost, slots=engine_slots(cfg)[0], kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
                          interval_s=cfg.runtime.control_interval_s / time_unit(cfg), prior=prior_hint(cfg),
                          concurrency=concurrency(cfg), layouts=None if layouts.is_uniform else layouts,
-                         prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else ())
+                         prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else (),
+                         engine_roles=engine_roles(cfg))
 
 
 def concurrency(cfg: PipelineConfig) -> int:
@@ -244,12 +285,20 @@ def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:
 def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], float]) -> Router:
     """`clock`: the run's body seconds (live: wall seconds over the time unit)."""
     e, r = ctx.cfg.engines, ctx.cfg.runtime
-    move_cost = None
+    move_cost = engine_prices = None
     if r.sticky_overload == "cost":  # priced as the mixed role's layout, as the allocator plans
         prior = ctx.policy.prior
-        move_cost = MoveCost(ctx.costs.mixed, e.slots, prior.decode_tokens if prior else Priors().decode_tokens)
-    return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=e.slots,
-                  move_cost=move_cost, clock=clock)
+        decode = prior.decode_tokens if prior else Priors().decode_tokens
+        move_cost = MoveCost(ctx.costs.mixed, e.slots, decode)
+        if e.groups is not None:  # each engine priced by its own group's layout and slots
+            shared: dict[tuple, MoveCost] = {}
+            engine_prices = {}
+            for name, costs, slots in zip(roles, ctx.engine_costs, ctx.engine_slots):
+                key = (costs.mixed.layout, slots)
+                engine_prices[name] = shared.setdefault(key, MoveCost(costs.mixed, slots, decode))
+    slots = e.slots if e.groups is None else dict(zip(roles, ctx.engine_slots))
+    return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=slots,
+                  move_cost=move_cost, clock=clock, engine_prices=engine_prices)
 
 
 def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | None = None) -> TurnScheduler:

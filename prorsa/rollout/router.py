@@ -24,6 +24,11 @@ they no longer serve that leg or are too busy (runtime.sticky_overload):
                 co-batched with it; the queue and the prefill backlog it leaves behind)
 Ties break by engine order, so a seeded run routes the same way twice.
 
+Engines of different sizes (engines.groups): `slots` and the cost rule's prices are per engine
+(`slots` a dict, `engine_prices` each engine's MoveCost), so a wide decode engine is priced by its
+own step times and KV, a 1-GPU prefill engine by its own prefill rate, and a new trajectory goes
+to the engine with the least load as a share of its slots.
+
 Decode-local prefill (`local_prefill_tokens` > 0): a later turn that appends at most that many
 tokens skips the prefill leg and runs on its sticky decode engine, which holds the whole context
 (prompt and generated tokens) in its prefix cache and prefills only the append: no KV shipped, no
@@ -84,15 +89,21 @@ _CONSTANT_KINDS = (_AS_DECODE, _AS_PREFILL, _AS_WHOLE)
 
 class Router:
     def __init__(self, roles: dict[str, Role], overload: float | str | None = 2.0, local_prefill_tokens: int = 0,
-                 slots: int | None = None, move_cost: MoveCost | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 slots: int | dict[str, int] | None = None, move_cost: MoveCost | None = None,
+                 clock: Callable[[], float] | None = None, engine_prices: dict[str, MoveCost] | None = None) -> None:
         self.roles = dict(roles)
-        self.slots = slots  # turns a PREFILL engine takes before MIXED engines take the overflow
+        # turns a PREFILL engine takes before MIXED engines take the overflow (per engine, or one for all)
+        self.slots = slots if not isinstance(slots, dict) else None
+        self._slots_of = slots if isinstance(slots, dict) else None
         self.load = {e: 0 for e in roles}
         self._floor = 0  # at most every engine's load: finished() lowers it, a scan raises it
         if overload == "cost" and (move_cost is None or clock is None):
             raise ValueError("sticky_overload 'cost' needs the engines' cost model (move_cost) and a clock")
         self.move_cost = move_cost if overload == "cost" else None
+        self._prices = engine_prices if self.move_cost is not None and engine_prices else None
+        # the distinct models, for a floor over every engine and for learning the decode mean
+        self._all_prices = ([] if self.move_cost is None else
+                            list({id(p): p for p in [self.move_cost, *(self._prices or {}).values()]}.values()))
         # the cost rule's prefill backlog per engine, a fluid queue: tokens routed to the engine,
         # drained at its prefill rate since `_seen` (body seconds; the router never sees a leg end)
         self.clock = clock
@@ -117,6 +128,15 @@ class Router:
     def reopen(self, engine: str) -> None:
         self.closed.discard(engine)
         self._pools = None
+
+    def _slots(self, engine: str) -> int | None:
+        return self.slots if self._slots_of is None else self._slots_of[engine]
+
+    def _fill(self, engine: str) -> float:
+        return self.load[engine] / self._slots_of[engine]
+
+    def _price(self, engine: str) -> MoveCost:
+        return self.move_cost if self._prices is None else self._prices.get(engine, self.move_cost)
 
     def _open(self) -> dict[str, Role]:
         return {e: r for e, r in self.roles.items() if e not in self.closed} if self.closed else self.roles
@@ -143,6 +163,14 @@ class Router:
         sticky = prev in eligible.members
         if sticky and self.move_cost is not None and turn is not None:
             return self._cost_choice(prev, eligible, turn, kind)
+        if self._slots_of is not None:
+            # engines of different sizes: a 256-slot engine holding 32 turns is emptier than a
+            # 32-slot one holding 16, so load is compared as a share of each engine's slots
+            fill = self._fill
+            least = min(eligible, key=fill)
+            if sticky and fill(prev) <= self.overload * max(fill(least), 1 / self._slots_of[least]):
+                return prev, True
+            return least, False
         # A turn usually stays: if its engine is within `overload` of a lower bound of the least
         # load, it is within it of the least load too, and no scan of the engines is needed.
         if sticky and self.load[prev] <= self.overload * max(self._floor, 1):
@@ -154,28 +182,29 @@ class Router:
         return least, False
 
     def _cost_choice(self, prev: str, eligible: _Pool, turn: _Turn, kind: Callable[[str], str]) -> tuple[str, bool]:
-        price = self.move_cost
         now = self.clock()  # one reading for every engine this choice prices
-        stay = price.wait_s(kind(prev), self.load[prev], self.backlog(prev, now), self._kv[prev], turn.decode)
+        stay = self._price(prev).wait_s(kind(prev), self.load[prev], self.backlog(prev, now), self._kv[prev],
+                                        turn.decode)
         # the least a move can add (a KV pull, or a recompute onto an engine that co-batches nothing
-        # with it): a decode pick may ask either of its engines
+        # with it): a decode pick may ask either of its engines; engines of other sizes price it their way
         kinds = ("decode", "whole") if kind not in _CONSTANT_KINDS else (kind(prev),)
-        if stay <= min(price.move_s(k, turn.context, turn.appended) for k in kinds):
+        if stay <= min(p.move_s(k, turn.context, turn.appended) for k in kinds for p in self._all_prices):
             return prev, True  # no scan: no engine can be worth the move
 
         # min(eligible, key=total) with the engines whose move alone costs more skipped: a move's
-        # price grows only with the sequences it stalls, so its floor is priced once per kind
-        base: dict[str, float] = {}
+        # price grows only with the sequences it stalls, so its floor is priced once per kind and model
+        base: dict[tuple[str, int], float] = {}
         best, best_s = prev, math.inf
         for e in eligible:
             if e == prev:
                 total = stay
             else:
-                k = kind(e)
-                if k not in base:
-                    base[k] = price.move_s(k, turn.context, turn.appended)
-                stalled = min(self.load[e], self.slots or self.load[e])
-                move = base[k] * (1 + stalled) if k == "whole" else base[k]
+                k, price = kind(e), self._price(e)
+                if (k, id(price)) not in base:
+                    base[k, id(price)] = price.move_s(k, turn.context, turn.appended)
+                floor = base[k, id(price)]
+                stalled = min(self.load[e], self._slots(e) or self.load[e])
+                move = floor * (1 + stalled) if k == "whole" else floor
                 if move > stay or move >= best_s:
                     continue  # it cannot beat staying, nor an engine before it
                 backlog = self.backlog(e, now) if k != "decode" else 0.0  # a decode leg waits on no prefill
@@ -246,24 +275,24 @@ class Router:
             leg, kind, eligible, prev = "prefill", "prefill", pools.prefillers, route.prefill
         if prev not in eligible.members or len(eligible) < 2:
             return None
-        price, now = self.move_cost, self.clock()
+        now = self.clock()
         # the next turn's wait, not the whole remainder's: the loads it is priced on last about a
         # turn (pricing the remainder moved 5x as often and lost up to 9% on contended cells)
-        decode = price.decode_tokens if remaining is None else min(remaining, price.decode_tokens)
+        mean = self.move_cost.decode_tokens
+        decode = mean if remaining is None else min(remaining, mean)
         own_kv = route.kv if leg == "decode" else 0
 
         def wait(e: str, load: int, kv: int) -> float:
-            return price.wait_s(kind, load, self.backlog(e, now), kv, decode)
+            return self._price(e).wait_s(kind, load, self.backlog(e, now), kv, decode)
 
         stay = wait(prev, self.load[prev] - 1, self._kv[prev] - own_kv)  # this turn will have ended
-        extra = price.move_s(kind, context, 0)
         best, best_s = None, stay
         for e in eligible:
             if e == prev:
                 continue
             # every turn it holds, admitted or queued, waits out the warm-up's prefill
             stalled = self.load[e] if kind == "whole" else 1
-            total = wait(e, self.load[e], self._kv[e]) + extra * stalled
+            total = wait(e, self.load[e], self._kv[e]) + self._price(e).move_s(kind, context, 0) * stalled
             if total < best_s:
                 best, best_s = e, total
         if best is not None:
@@ -278,7 +307,7 @@ class Router:
         if self.move_cost is None:
             return route
         self._backlog[engine] = self.backlog(engine) + turn.appended + (0 if cached else turn.context)
-        kv = self.move_cost.turn_kv(turn.context, turn.appended)
+        kv = self._price(route.decode).turn_kv(turn.context, turn.appended)
         self._kv[route.decode] += kv
         return replace(route, kv=kv)
 
@@ -286,12 +315,14 @@ class Router:
         """Prefill tokens the cost rule takes `engine` to have ahead of a new turn, `now` (default:
         the clock's reading)."""
         now = self.clock() if now is None else now
-        left = self._backlog[engine] - self.move_cost.prefill_rate * (now - self._seen[engine])
+        left = self._backlog[engine] - self._price(engine).prefill_rate * (now - self._seen[engine])
         self._seen[engine] = now
         self._backlog[engine] = left = max(left, 0.0)
         return left
 
     def _full(self, prefillers: _Pool) -> bool:
+        if self._slots_of is not None:  # engines of their own sizes: full when each holds its own slots
+            return all(self.load[e] >= self._slots_of[e] for e in prefillers)
         return self.slots is not None and min(self.load[e] for e in prefillers) >= self.slots
 
     def finished(self, route: Route) -> None:
@@ -303,8 +334,8 @@ class Router:
 
     def decoded(self, tokens: int) -> None:
         """A decode of `tokens` ended somewhere: the cost rule's mean decode learns from it."""
-        if self.move_cost is not None:
-            self.move_cost.learn(tokens)
+        for price in self._all_prices:
+            price.learn(tokens)
 
     def forget(self, traj_id: str) -> None:
         self._sticky["prefill"].pop(traj_id, None)

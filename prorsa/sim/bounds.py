@@ -14,6 +14,9 @@ engine's full batch, so both are below what any schedule pays. With per-role par
 turn's prefill and decode take the cheaper of the layouts that may serve them (the role's own or
 mixed), and work is counted in engine-seconds (an engine of ep ranks does ep ranks' work at once).
 Tool latencies are in the run's body seconds (divided by its time unit, as the simulator does).
+Engine groups of different sizes (engines.groups): every op takes the cheapest group's layout in
+GPU-seconds (engine-seconds x its GPUs, at that group's slots), spread over every GPU of the run;
+roles are not counted, so the bound is looser there but still one no split can beat.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.costmodel import CostModel
-from prorsa.rollout.context import engine_costs, time_unit
+from prorsa.rollout.context import each_engine_costs, engine_costs, time_unit
 
 
 @dataclass(frozen=True)
@@ -34,20 +37,26 @@ class Bound:
     work_s: float  # total work over capacity (sync: summed over steps)
 
 
-def _path_and_work(spec: TrajectorySpec, pre: list[CostModel], dec: list[CostModel], slots: int,
-                   unit: float) -> tuple[float, float]:
-    """The trajectory's critical path and its work in engine-seconds; `pre` and `dec` are the
-    layouts that may prefill and decode."""
+def _path_and_work(spec: TrajectorySpec, pre: list[CostModel], dec: list[CostModel], slots: int | dict,
+                   unit: float, per_gpu: bool = False) -> tuple[float, float]:
+    """The trajectory's critical path and its work in engine-seconds (`per_gpu`: GPU-seconds);
+    `pre` and `dec` are the layouts that may prefill and decode, `slots` one engine's (or per layout)."""
+    def size(c: CostModel) -> int:
+        return c.tp * c.ep if per_gpu else 1
+
+    def batch(c: CostModel) -> int:
+        return max((slots[c.layout] if isinstance(slots, dict) else slots) // c.ep, 1)
+
     path = work = 0.0
     ctx = 0
     for turn in spec.turns:
-        work += min(c.prefill_compute_time(turn.appended_tokens, ctx) / c.ep for c in pre)
+        work += min(c.prefill_compute_time(turn.appended_tokens, ctx) / c.ep * size(c) for c in pre)
         ctx += turn.appended_tokens
         path += min(c.prefill_time([(turn.appended_tokens, ctx - turn.appended_tokens)]) for c in pre)
         path += min(float(c.decode_series(1, ctx, turn.decode_tokens).sum()) for c in dec)
         path += turn.tool_latency_s / unit
         mid = ctx + turn.decode_tokens / 2
-        work += min(turn.decode_tokens * c.decode_token_time(mid, max(slots // c.ep, 1)) / c.ep for c in dec)
+        work += min(turn.decode_tokens * c.decode_token_time(mid, batch(c)) / c.ep * size(c) for c in dec)
         ctx += turn.decode_tokens
     return path, work
 
@@ -59,8 +68,19 @@ def lower_bound(cfg: PipelineConfig) -> Bound:
     pre = list({c.layout: c for c in (layouts.prefill, layouts.mixed)}.values())
     dec = list({c.layout: c for c in (layouts.decode, layouts.mixed)}.values())
 
+    spread = e.count  # what work is divided over: engines, or GPUs where engines differ in size
+    slots: int | dict = e.slots
+    if e.groups is not None:
+        models = {c.mixed.layout: c.mixed for c in each_engine_costs(cfg)}
+        pre = dec = list(models.values())
+        slots = {}
+        for g in e.engine_groups:
+            slots[g.tp, g.ep] = max(slots.get((g.tp, g.ep), 0), g.slots)
+        slots = {layout: slots[layout] for layout in models}
+        spread = sum(g.count * g.gpus for g in e.engine_groups)
+
     def path_and_work(spec: TrajectorySpec) -> tuple[float, float]:
-        return _path_and_work(spec, pre, dec, e.slots, unit)
+        return _path_and_work(spec, pre, dec, slots, unit, per_gpu=e.groups is not None)
 
     workload = Workload.from_config(cfg.workload, cfg.seed)
     w = cfg.workload
@@ -68,7 +88,7 @@ def lower_bound(cfg: PipelineConfig) -> Bound:
         total = paths = works = 0.0
         for step in range(w.steps):
             pw = [path_and_work(s) for s in workload.trajectories_for_step(step)]
-            path, work = max(p for p, _ in pw), sum(x for _, x in pw) / e.count
+            path, work = max(p for p, _ in pw), sum(x for _, x in pw) / spread
             total += max(path, work)
             paths += path
             works += work
@@ -77,6 +97,6 @@ def lower_bound(cfg: PipelineConfig) -> Bound:
         raise ValueError("a makespan bound needs a trajectory count (async runs bounded by duration have none)")
     pw = [path_and_work(workload.trajectory(i)) for i in range(w.trajectories)]
     path = max(p for p, _ in pw)
-    work = sum(x for _, x in pw) / e.count
+    work = sum(x for _, x in pw) / spread
     concurrency = sum(p for p, _ in pw) / w.concurrency
     return Bound(max(path, work, concurrency), path, work)

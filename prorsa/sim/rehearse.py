@@ -6,6 +6,8 @@
                                  under static:p:d:m (colocated when p = d = 0); `simulate`:
                                  sim/run.py's coroutine (run, policy, workload) -> SimRun
 
+Engine groups get none (rehearser returns None): the policy plans with its fluid model alone.
+
 Model-predictive control on the step's horizon: the policy (control/adaptive.py) asks which split
 would have ended the step it just saw soonest, with the same engines, router and cost model the
 run has, instead of trusting the fluid model's steady state. Each rehearsal runs on a virtual clock
@@ -26,8 +28,12 @@ from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
 
 
-def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> Rehearse:
+def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> Rehearse | None:
+    """None where the run's engines differ in size (engines.groups): a split of role counts names no
+    engines there (which of them prefills is the question), so no rehearsal is lent."""
     base = run.cfg
+    if base.engines.groups is not None:
+        return None
     w0 = base.workload
     # the trajectories as they ran: nothing of the pipeline's shaping is applied to them again but
     # its context bound (the family's, or the pipeline's), which a trajectory carried forward with

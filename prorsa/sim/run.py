@@ -115,15 +115,17 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     e = cfg.engines
     names = [engine_name(i) for i in range(len(roles))]
     cores = host_cores(cfg, names)
-    engines = {name: EmulatedEngine(name, role, run.costs, slots=e.slots, time_scale=1.0,
-                                    prefix_cache=e.prefix_cache, cores=cores)
-               for name, role in zip(names, roles)}
+    # each engine steps with its own group's layout and slots (engines.groups)
+    costs, slots = run.engine_costs or (run.costs,) * len(names), run.engine_slots or (e.slots,) * len(names)
+    engines = {name: EmulatedEngine(name, role, cost, slots=n, time_scale=1.0, prefix_cache=e.prefix_cache, cores=cores)
+               for name, role, cost, n in zip(names, roles, costs, slots)}
     for engine in engines.values():
         await engine.start()
     router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
                            scheduler=make_scheduler(run, future=context.future))
-    rec = RunRecorder(engines=list(engines), slots=e.slots, expected=expected_trajectories(cfg.workload))
+    rec = RunRecorder(engines=list(engines), slots=e.slots if e.groups is None else dict(zip(names, slots)),
+                      expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
 
     async def sample(t: float) -> None:

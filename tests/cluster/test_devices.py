@@ -165,3 +165,19 @@ def test_a_local_cluster_starts_each_engine_server_on_its_own_gpus(tmp_path, mon
     launched = [json.loads(p.read_text()) for p in record.glob("*.json")]
     assert sorted(r["env"]["CUDA_VISIBLE_DEVICES"] for r in launched) == ["0,1", "2,3"]
     assert all(r["args"][r["args"].index("--tensor-parallel-size") + 1] == "2" for r in launched)
+
+
+def test_engines_of_different_sizes_take_aligned_slices_widest_first():
+    from prorsa.cluster.devices import engine_layouts
+    from prorsa.config.pipeline import EnginesConfig
+
+    cfg = EnginesConfig(backend="vllm", model="qwen3-30b-a3b", vllm={"device": "cuda"}, devices=list(range(12)),
+                        groups=[{"count": 2, "roles": ["prefill"]}, {"count": 1, "roles": ["decode"], "tensor_parallel_size": 2},
+                                {"count": 1, "roles": ["decode"], "data_parallel_size": 8, "enable_expert_parallel": True}])
+    assert [lay.gpus for lay in engine_layouts(cfg)] == [1, 1, 2, 8]
+    assert [gpus_for_slot(cfg, k, 4) for k in range(4)] == [("10",), ("11",), ("8", "9"), tuple(map(str, range(8)))]
+    # a batch job hosting engine 3 alone plans its own 8 GPUs from slot 0
+    job = cfg.model_copy(update={"devices": tuple(map(str, range(8)))})
+    assert gpus_for_slot(job, 0, 1, index=3) == tuple(map(str, range(8)))
+    with pytest.raises(DevicePlanError, match=r"2 x 1 GPU \+ 1 x 2 GPUs \+ 1 x 8 GPUs = 12 GPUs, but the node has 11"):
+        gpus_for_slot(cfg.model_copy(update={"devices": tuple(map(str, range(11)))}), 0, 4)

@@ -101,3 +101,61 @@ def test_vllms_own_parser_accepts_every_planned_command_line():
             engine = AsyncEngineArgs.from_cli_args(args)
             assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == (tp, dp, ep)
             assert shlex.split(plan.shell())[len(plan.env):] == list(plan.command)
+
+
+GROUPS = str(REPO / "pipelines" / "gpu-moe-groups.yaml")
+THIRTY_TWO_GPUS = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(32)))}
+
+
+def test_engine_groups_get_their_own_gpu_counts_and_command_lines():
+    cli_args = pytest.importorskip("vllm.entrypoints.launchers.cli_args")
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cfg = load_pipeline(GROUPS)
+    roles = [Role.PREFILL] * 2 + [Role.DECODE] * 3
+    plans = launch_plan(hosted_engines(cfg), roles, environ=THIRTY_TWO_GPUS, count_gpus=lambda: 0)
+    # the wide engines first on the node, each on an aligned 8-GPU slice; the 1-GPU ones after them
+    assert [p.gpus for p in plans] == [("24",), ("25",), *(tuple(map(str, range(k, k + 8))) for k in (0, 8, 16))]
+    assert [p.layout for p in plans] == ["tp1"] * 2 + ["tp1 x dp8 ep"] * 3
+    parser = cli_args.make_arg_parser(FlexibleArgumentParser())
+    for plan, want in zip(plans, [(1, 1, False)] * 2 + [(1, 8, True)] * 3):
+        args = parser.parse_args([a if a != PORT else "8000" for a in plan.command][3:])
+        cli_args.validate_parsed_serve_args(args)
+        engine = AsyncEngineArgs.from_cli_args(args)
+        assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == want
+        assert dict(plan.env)["CUDA_VISIBLE_DEVICES"] == ",".join(plan.gpus)
+
+
+def test_engine_groups_that_do_not_fit_the_node_are_refused_in_one_line():
+    r = CliRunner().invoke(main, ["run", GROUPS, "--dry-run"], env={"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "engines.groups: 2 x 1 GPU + 3 x 8 GPUs = 26 GPUs, but the node has 8" in r.output
+    r = CliRunner().invoke(main, ["run", GROUPS, "--dry-run"], env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert r.exit_code == 2 and "an engine of tp 1 x dp 8 = 8 GPUs is larger than the node's 4 GPUs" in r.output
+
+
+def test_dry_run_of_engine_groups_prints_each_engines_gpus(tmp_path):
+    r = CliRunner().invoke(main, ["run", GROUPS, "--dry-run", f"output_dir={tmp_path}"], env=THIRTY_TWO_GPUS)
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("engine-")]
+    assert [ln.split()[1] for ln in lines] == ["CUDA_VISIBLE_DEVICES=24", "CUDA_VISIBLE_DEVICES=25",
+                                               "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+                                               "CUDA_VISIBLE_DEVICES=8,9,10,11,12,13,14,15",
+                                               "CUDA_VISIBLE_DEVICES=16,17,18,19,20,21,22,23"]
+    assert "--data-parallel-size 8" in lines[2] and "--data-parallel-size" not in lines[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_each_engine_worker_of_a_group_takes_its_groups_slots(tmp_path):
+    from prorsa.cluster.jobs import engine_gpus
+    from prorsa.cluster.local import worker_specs
+    from prorsa.config.cluster import JobSettings
+
+    cfg = load_pipeline(GROUPS)
+    roles = [Role.PREFILL] * 2 + [Role.DECODE] * 3
+    specs = worker_specs(cfg, roles, tmp_path)
+    assert [specs[f"engine-{i}"]["options"]["nthreads"] for i in range(5)] == [16, 16, 128, 128, 128]
+    assert specs["engine-0"]["options"]["resources"]["prefill"] == 16
+    # a batch job books its own engine's GPUs
+    assert [engine_gpus(JobSettings(), cfg.engines, i) for i in range(5)] == [1, 1, 8, 8, 8]
