@@ -253,7 +253,7 @@ def build(doc: dict) -> dict:
             trajectories = src["trajectories"] * scale
             peak = src["peak_turns_per_s"] * scale
             row = {"gpus": gpus, "model": model, "engines": round(engines), "trajectories": round(trajectories),
-                   "demand": "simulated" if sim else f"extrapolated from {ref['gpus']}",
+                   "demand": "simulated" if sim else f"extrapolated from {ref['gpus']:,}",
                    "turns_per_s_mean": src["turns"] / src["makespan_s"] * scale, "turns_per_s_peak": peak,
                    "tasks_per_s_peak": peak * doc["tasks_per_turn"]}
             row |= use(fits, engines, trajectories, peak)
