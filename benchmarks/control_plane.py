@@ -13,7 +13,11 @@ Each measurement runs in a fresh subprocess so peak memory is its own.
 With --processes ENGINES the Prorsa side runs as on a real cluster instead: the scheduler in its own
 process (`dask scheduler`), every engine and the tool worker a `dask worker` process of its own,
 joined through the cluster file's `address` kind; it also reports the scheduler's and the driver's
-CPU per turn (no bare Dask side). Sizes are trajectories in flight, as above.
+CPU per turn (no bare Dask side). Sizes are trajectories in flight, as above. Beside the whole
+run's CPU (from the workers' start, IDLE_S s idle included) it stores each process's CPU from the
+moment every worker had joined and the run's wall time, which benchmarks/scale.py splits into a
+background share of a core and a cost a turn, and the scheduler's share of a core over IDLE_S s
+with every worker joined and no work (heartbeats, periodic callbacks), as a check on that split.
 
     .venv/bin/python benchmarks/control_plane.py --processes 8 [--sizes 256,1024] [--repeats 1]
 """
@@ -30,6 +34,7 @@ import time
 from pathlib import Path
 
 ENGINES, SLOTS, TOOL_THREADS = 3, 64, 64
+IDLE_S = 10.0  # --processes: seconds the scheduler's idle CPU is read over, every worker joined
 
 
 def _bare_cluster_specs():
@@ -147,9 +152,11 @@ def _wait_for_port(port: int, timeout_s: float = 120.0) -> None:
 async def prorsa_processes(n: int, turns: int, shape: str, engines: int) -> dict:
     """Prorsa's runtime with the scheduler and every worker in processes of their own; the
     scheduler's CPU (psutil) and this driver's (getrusage) over the run, per turn."""
+    import asyncio
     import tempfile
 
     import psutil
+    from distributed import Client
     from rich.console import Console
 
     from prorsa.config.cluster import AddressSpec
@@ -174,10 +181,20 @@ async def prorsa_processes(n: int, turns: int, shape: str, engines: int) -> dict
                  "--resources", res, "--no-dashboard", "--no-nanny"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         sched = psutil.Process(procs[0].pid)
+        me0, s0 = resource.getrusage(resource.RUSAGE_SELF), sched.cpu_times()
+        async with Client(address, asynchronous=True) as probe:  # every worker joined: the run's share starts
+            await probe.wait_for_workers(len(workers), timeout=600)
+        # the scheduler's CPU with every worker joined and no work: heartbeats and its periodic
+        # callbacks, a share of a core that grows with workers and wall time, not with turns
+        si, ti = sched.cpu_times(), time.perf_counter()
+        await asyncio.sleep(IDLE_S)
+        sj, tj = sched.cpu_times(), time.perf_counter()
+        mej = resource.getrusage(resource.RUSAGE_SELF)
         with tempfile.TemporaryDirectory() as d:
-            me0, s0 = resource.getrusage(resource.RUSAGE_SELF), sched.cpu_times()
             summary = await run_live(cfg, Path(d), Console(quiet=True), cluster=AddressSpec(address=address))
             me1, s1 = resource.getrusage(resource.RUSAGE_SELF), sched.cpu_times()
+        run_wall = time.perf_counter() - tj
+        sched_rss_mib = sched.memory_info().rss / 2**20
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -188,11 +205,23 @@ async def prorsa_processes(n: int, turns: int, shape: str, engines: int) -> dict
                 proc.kill()
                 proc.wait()
     turns_done = summary["turns"]
-    driver = (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime)
-    scheduler = (s1.user - s0.user) + (s1.system - s0.system)
+
+    def rusage_s(a, b) -> float:
+        return (b.ru_utime - a.ru_utime) + (b.ru_stime - a.ru_stime)
+
+    def times_s(a, b) -> float:
+        return (b.user - a.user) + (b.system - a.system)
+
+    driver, scheduler = rusage_s(me0, me1), times_s(s0, s1)
+    # the run alone: from the moment every worker had joined (the run's own start, engines included)
+    driver_run, scheduler_run = rusage_s(mej, me1), times_s(sj, s1)
     return {"seconds": summary["makespan_s"], "turns": turns_done, "turns_per_s": turns_done / summary["makespan_s"],
             "engines": engines, "scheduler_cpu_ms_per_turn": 1e3 * scheduler / turns_done,
             "driver_cpu_ms_per_turn": 1e3 * driver / turns_done,
+            "scheduler_cpu_s": scheduler, "driver_cpu_s": driver,
+            "scheduler_cpu_s_after_join": scheduler_run, "driver_cpu_s_after_join": driver_run,
+            "scheduler_idle_cpu_share": times_s(si, sj) / (tj - ti), "run_wall_s": run_wall,
+            "scheduler_rss_mib": sched_rss_mib,
             "trajectories_completed": summary["trajectories_completed"]}
 
 

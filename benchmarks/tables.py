@@ -583,6 +583,58 @@ def t_control_plane_processes(d: dict) -> list[str]:
                 "at which one scheduler core would be saturated."]
 
 
+def t_scale(d: dict) -> list[str]:
+    """Demand on the control plane per cluster size (simulated or extrapolated) beside the capacity
+    one scheduler and one driver give (control-plane measurements, fitted): benchmarks/scale.py."""
+    doc = d["scale.json"]
+    goal, rows = doc["headroom_goal"], []
+    for r in doc["rows"]:
+        s, v = r["scheduler"], r["driver"]
+        rows.append([f"{r['gpus']:,}", MODEL[r["model"]], f"{r['engines']:,}", f"{r['trajectories']:,}", r["demand"],
+                     f"{r['turns_per_s_mean']:,.0f} / {r['turns_per_s_peak']:,.0f}", f"{r['tasks_per_s_peak']:,.0f}",
+                     f"{s['cpu_ms_per_turn']:.2f} ms", f"{s['utilisation']:.0%}",
+                     f"{s['headroom_mean']:.2f}x / {s['headroom']:.2f}x", f"{v['cpu_ms_per_turn']:.2f} ms",
+                     f"{v['utilisation']:.0%}", f"{v['headroom_mean']:.2f}x / {v['headroom']:.2f}x",
+                     "-" if r["cells"] is None else str(r["cells"])])
+    fits = doc["fits"]
+
+    def fit_text(k: str) -> str:
+        f = fits[k]
+        held = f" ({', '.join(f['held_at_zero'])} held at 0: below 0 in the free fit)" if f["held_at_zero"] else ""
+        pair = ", ".join(f"{x['cpu_ms_per_turn']:.2f} ms at {x['engines']}" for x in f["pairs"])
+        pair = f"; the turns a second trajectory count added, at the same engines: {pair}" if pair else ""
+        return (f"{k} {f['r']:.1%} of a core + {f['a']:.3f} + {f['b']:.4f} x engines + {f['c']:.3f} x "
+                f"trajectories/1,000 ms a turn{held}, worst run off by {f['worst_relative_error']:.0%}{pair}")
+
+    points = ", ".join(f"{p['engines']} x {p['trajectories']:,}: {p['turns']:,} turns in {p['run_wall_s']:.0f} s, "
+                       f"{p['scheduler_cpu_s']:.1f} / {p['driver_cpu_s']:.1f} s" for p in doc["measured"])
+    commands = "; ".join(f"`{m['command']}`" for m in doc["measured_from"])
+    head = []
+    for model, h in doc["headline"].items():
+        row = "none of the sizes" if h["largest_row"] is None else f"{h['largest_row']:,} GPUs of the rows"
+        head.append(f"{MODEL[model]}: {row}; up to {h['largest_gpus']:,} GPUs at the peak, "
+                    f"{h['largest_gpus_mean']:,} at the mean demand")
+    first = [("scheduler" if r["scheduler"]["headroom"] <= r["driver"]["headroom"] else "driver") for r in doc["rows"]]
+    binds = ", ".join(f"the {k} in {first.count(k)} of the {len(first)} rows" for k in ("scheduler", "driver"))
+    sims = sorted({x["gpus"] for x in doc["demand"]})
+    return [*table(["GPUs", "model", "engines", "trajectories in flight", "demand", "turns/s mean / peak",
+                    "scheduler tasks/s (peak)", "scheduler CPU a turn (fitted)", "scheduler core use (peak)",
+                    "scheduler headroom mean / peak", "driver CPU a turn (fitted)",
+                    "driver core use (peak)", "driver headroom mean / peak", f"cells for {goal:g}x (peak)"], rows),
+            "", f"Demand: the paper's SWE cell ({doc['per_gpu_trajectories']} trajectories a GPU, one synchronous "
+                f"step, up to {doc['max_turns']} turns, policy {doc['policy']}) simulated at "
+                f"{', '.join(f'{g:,}' for g in sims)} GPUs; larger sizes extrapolated per GPU from the largest "
+                f"simulated. Peak: the busiest {doc['demand'][0]['window_s']:g} s of the step. Scheduler tasks: "
+                f"{doc['tasks_per_turn']} a turn (prefill, decode, tool). Core use = background + peak turns/s x CPU a "
+                f"turn; headroom = the turns/s the rest of one core carries over the demand; cells: the fewest "
+                f"equal groups of engines, a scheduler and a driver each, in which all have {goal:g}x at the peak.",
+            "", f"Measured runs (engines x trajectories in flight: turns, wall, scheduler / driver CPU after every "
+                f"worker joined): {points}. Least-squares fits of CPU s = background x wall + turns x CPU a turn: "
+                f"{fit_text('scheduler')}; {fit_text('driver')}. Measured by: {commands}.",
+            "", f"Largest cluster one scheduler and one driver serve with >= {goal:g}x headroom: {'; '.join(head)}. "
+                f"Lower headroom at the peak (binds first): {binds}."]
+
+
 def t_api_overhead(d: dict) -> list[str]:
     doc = d["api-overhead.json"]
     run = doc["doors"]["run"]["median_s"]
@@ -718,6 +770,7 @@ TABLES: dict[str, Table] = {
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
     "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
+    "scale": Table(["scale.json"], t_scale),
     "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
 }
