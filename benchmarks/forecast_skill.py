@@ -5,7 +5,8 @@ rate, repeated over the horizon) and an exponentially weighted mean of the last 
 For each of the paper table's cells (benchmarks/paper.py) prorsa runs once with no prior; the
 figure per metric is the MAPE over the horizon bins, averaged over the control intervals that had
 one (each interval's MAPE is over its recent 64 scored forecasts). < 1 in the ratio columns: the
-forecast is the better.
+forecast is the better. "lifecycle" is the model's forecast before the error book blends it with
+the two baselines (prefill; decode sequences are not blended, so there it is the forecast).
 
     .venv/bin/python benchmarks/forecast_skill.py [--families swe,search,math-tir,terminal] [--workers 2]
                                                   [--out FILE]
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper import config, save  # noqa: E402
 
 METRICS = ("prefill_tps", "decode_seqs")
-WHO = ("forecast", "persistence", "ewma")
+WHO = ("forecast", "persistence", "ewma", "lifecycle")
 
 
 def run_cell(job: tuple) -> dict:

@@ -9,6 +9,10 @@ Every policy replays the same workload; the figures are virtual-time results, de
 
     .venv/bin/python benchmarks/paper.py [--families swe,search,math-tir,terminal] [--workers 2]
                                          [--sticky-overload cost|2|none] [--out FILE]
+                                         [--reuse FILE --rerun prorsa,oracle]
+
+--reuse keeps the points an earlier results file holds (same seed and cells) and simulates only the
+points it lacks and the policies --rerun names (after a change to the forecaster, say).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/paper.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
+    ap.add_argument("--rerun", default="", help="policies simulated again although FILE holds them")
     ap.add_argument("--sticky-overload", default="cost", metavar="X|cost|none",
                     help="runtime.sticky_overload of every run (cost: a turn leaves its engines when the move "
                          "pays for its recompute; X: past X times the least-loaded engine's turns; none: never)")
@@ -101,7 +107,10 @@ def main() -> None:
              for md in args.modes.split(",")]
     jobs = [(f, m, md, args.seed, overload, p) for f, m, md in cells for p in ["colocated", *STATICS, *ADAPTIVE]]
     t0 = time.perf_counter()
-    points: list[dict] = []
+    points = reused_points(args.reuse, set(filter(None, args.rerun.split(","))), args.seed)
+    have = {(p["family"], p["model"], p["mode"], p["policy"]) for p in points}
+    points = [p for p in points if (p["family"], p["model"], p["mode"]) in cells]
+    jobs = [j for j in jobs if (j[0], j[1], j[2], j[5]) not in have]
     with Pool(args.workers) as pool:
         for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
             points.append(point)
@@ -135,6 +144,17 @@ def main() -> None:
     print("goal (prorsa >= 0.97 of the better of colocated and the best static; >= 1.1x where a static split "
           "is): " + ("met in every cell" if not misses else "missed in " + "; ".join(misses)))
     save("paper.py", t0, results, points, args.out)
+
+
+def reused_points(path: str | None, rerun: set[str], seed: int) -> list[dict]:
+    """The points of an earlier results file worth keeping: its seed's, of policies not in `rerun`."""
+    if not path:
+        return []
+    try:
+        points = json.loads(Path(path).read_text())["points"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: --reuse {path}: not a paper.py results file ({e})")
+    return [p for p in points if p["seed"] == seed and p["policy"] not in rerun]
 
 
 def save(script: str, t0: float, cells: list[dict], points: list[dict], out: str) -> None:

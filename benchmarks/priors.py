@@ -10,7 +10,8 @@ of phases.py under three priors, against every fixed split and the oracle.
 
 The oracle opens on the run's own means and forecasts from its true future (the simulator alone can
 give it). Fixed splits: colocated, every P:D and every P beside mixed engines of 8 (phases: every
-P:D:M). --reuse FILE keeps the points an earlier results file holds and simulates the rest.
+P:D:M). --reuse FILE keeps the points an earlier results file holds and simulates the rest, and
+the policies --rerun names again (e.g. --rerun prorsa,oracle after a change to the forecaster).
 
     --table paper     benchmarks/paper.py's cells (--families, --models, --modes)
     --table drivers   benchmarks/drivers.py's SWE cells, one per value of each --factors
@@ -24,6 +25,7 @@ With --steps N every synchronous cell is a run of N steps (async cells are left 
 
     .venv/bin/python benchmarks/priors.py [--table paper] [--families swe,search,math-tir] [--steps 1]
                                           [--factors ep,turns] [--workers 2] [--out FILE]
+                                          [--reuse FILE [--rerun prorsa,oracle]]
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="default: benchmarks/results/priors.json (paper), priors-TABLE.json")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same table: its points are kept")
+    ap.add_argument("--rerun", default="", help="policies simulated again although --reuse's file holds them")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
@@ -177,7 +180,8 @@ def main() -> None:
             jobs.append((*base, "oracle", "own", None, tmp))
             jobs += [(*base, "prorsa", "none", None, tmp), (*base, "prorsa", "earlier", folder[c, earlier_kind(c)], tmp),
                      (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp)]
-        kept = reused(args.reuse)
+        rerun = set(filter(None, args.rerun.split(",")))
+        kept = {k: p for k, p in reused(args.reuse).items() if p["policy"] not in rerun}
         points = [kept[key] for key in map(job_key, jobs) if key in kept]
         jobs = [j for j in jobs if job_key(j) not in kept]
         for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):

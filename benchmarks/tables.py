@@ -334,13 +334,18 @@ def t_forecast_skill(d: dict) -> list[str]:
         for m in ("prefill_tps", "decode_seqs"):
             by = c["mape"][m]
             row += [f2(by["forecast"]), f2(by["persistence"]), f2(by["ewma"])]
+            if m == "prefill_tps":  # the lifecycle model before the blend (results files since it)
+                row.append(f2(by.get("lifecycle")))
             if by["forecast"] is not None and by["persistence"] and by["ewma"]:
                 ratios[m].append(by["forecast"] / min(by["persistence"], by["ewma"]))
         rows.append(row)
     spans = "; ".join(f"{m} {span(r)}" for m, r in ratios.items() if r)
-    return table(["family", "model", "mode", "prefill tok/s: forecast", "persistence", "EWMA",
+    losing = {m: sum(x >= 1 for x in r) for m, r in ratios.items()}
+    return table(["family", "model", "mode", "prefill tok/s: forecast", "persistence", "EWMA", "model alone",
                   "decoding seqs: forecast", "persistence", "EWMA"], rows) + [
-        "", f"Forecast MAPE over the better baseline's, per cell (< 1: the forecast wins): {spans}."]
+        "", f"Forecast MAPE over the better baseline's, per cell (< 1: the forecast wins): {spans}. "
+            f"Cells where it does not win: prefill_tps {losing['prefill_tps']} of {len(ratios['prefill_tps'])}, "
+            f"decode_seqs {losing['decode_seqs']} of {len(ratios['decode_seqs'])}."]
 
 
 def drivers_table(file: str, header: str, hits: bool = False) -> Callable[[dict], list[str]]:

@@ -10,7 +10,8 @@ plus what waits already (the prefill backlog). The allocator turns these into a 
     observe(ev)                    every lifecycle event, as it arrives: learns the per-family
                                    statistics and records what happened (for errors())
     predict(now_s, tracker)        -> Forecast over [now_s, now_s + horizon_s); remembered for errors()
-    errors()                       MAPE per horizon bin of past forecasts, once their time has passed
+    errors()                       MAPE per horizon bin of past forecasts, once their time has passed,
+                                   beside persistence's, an EWMA's and the lifecycle model's alone
 
 How a live trajectory of family f becomes demand (statistics learned online, see FamilyStats;
 every lookup is the empirical distribution, conditioned on the time already spent):
@@ -21,6 +22,13 @@ every lookup is the empirical distribution, conditioned on the time already spen
                        turn k is its last (hazard h_k) calls a tool and arrives as above
     QUEUED / PREFILL   its known append is backlog now; it decodes after the remaining wait
 Ends and arrivals are binned; a turn that ends or arrives in a bin is taken at its middle.
+A decode or tool that has outlasted every remembered one is expected to last as long again: the
+first decodes of a step to end are its short ones, so outlasting them says little about a cap.
+
+The prefill tokens/s a Forecast carries are not the model's alone: ErrorBook.blend corrects the
+model's level per bin by what arrived over what it forecast, and mixes in the last interval and
+the EWMA by the weights whose recent scored forecasts erred least (forecast_stats.py). Turns follow
+the blended tokens at the model's tokens per turn. Decode sequences are the model's.
 The decode rate (tokens/s per sequence) is measured from DECODE -> TOOL durations: that includes
 batching and the engines as they are, which a cost model of some other machine does not; the
 injected `decode_tps` only stands in until the first decode has finished.
@@ -38,7 +46,7 @@ from prorsa.control.forecast_stats import (ErrorBook, FamilyStats, FamilyView, P
 from prorsa.control.lifecycle import LifecycleEvent, LifecycleTracker, Phase, TrajectoryState
 
 _TOOL_TAIL = 1.0  # past every remembered tool latency, expect it to last as long again (heavy tail)
-_DECODE_TAIL = 0.25  # past every remembered decode length: close to the cap, little is left
+_DECODE_TAIL = 1.0  # past every remembered decode length, expect it to last as long again
 
 
 class _Traj:
@@ -256,10 +264,16 @@ class Forecaster:
         arrivals = t.arrive.sum(1)
         weights = np.concatenate([arrivals, t.pre.astype(float)])
         cached = np.concatenate([t.prefix, t.ctx])  # under the next turn's / the queued append
+        tps, turns = (t.arrive * t.obs[:, None]).sum(0) / self.bin_s, t.arrive.sum(0) / self.bin_s
+        base = self.book.baselines(now_s)
+        tps_b = self.book.blend("prefill_tps", tps, *base["prefill_tps"])
+        # Turns follow the blended tokens bin by bin at the model's tokens per turn: the allocator
+        # reads the append size off their ratio.
+        append = (tps.sum() / turns.sum() if turns.sum() > 0
+                  else self._pool.obs_tokens.mean(self.priors.observation_tokens))
         fc = Forecast(
             start_s=now_s, bin_s=self.bin_s,
-            prefill_tokens_per_s=(t.arrive * t.obs[:, None]).sum(0) / self.bin_s,
-            prefill_turns_per_s=t.arrive.sum(0) / self.bin_s,
+            prefill_tokens_per_s=tps_b, prefill_turns_per_s=_follow(turns, tps, tps_b, 1.0 / max(append, 1.0)),
             decode_seqs=decode_seqs, kv_tokens=kv,
             backlog_tokens=float(t.app[t.pre].sum()), backlog_turns=float(t.pre.sum()),
             backlog_fresh_turns=float((t.pre & (t.turn == 0)).sum()),
@@ -268,7 +282,8 @@ class Forecaster:
                                     else self._pool.decode_tokens.mean(self.priors.decode_tokens)),
             decode_remaining_tokens=float(t.rest[t.decoding].mean() * rate) if t.decoding.any() else 0.0,
             decode_tps_per_seq=rate, live=len(rows))
-        self.book.remember(now_s, fc.prefill_tokens_per_s, fc.decode_seqs)
+        self.book.remember(now_s, fc.prefill_tokens_per_s, fc.decode_seqs, lifecycle=(tps, decode_seqs),
+                           baselines=base)
         self.book.score(now_s)
         return fc
 
@@ -311,3 +326,10 @@ class Forecaster:
 
     def _view(self, family: str) -> FamilyView:
         return self._families.get(family, self._pool).view(self._pool, self.priors)
+
+
+def _follow(part: np.ndarray, total: np.ndarray, blended: np.ndarray, ratio: float) -> np.ndarray:
+    """`part` per bin for the `blended` total instead of `total`: each bin's own part / total where
+    the model put some there, else `ratio`."""
+    each = np.divide(part, total, out=np.full_like(part, ratio), where=total > 1e-9)
+    return blended * each

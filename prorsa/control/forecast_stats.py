@@ -9,7 +9,8 @@ Used only by control/forecast.py; pure numpy, bounded memory, no clock.
     cond_rest(s, suf, x, tail)     E[X - x | X > x] per x
     cond_cdf(s, e, x, tail)        P(X - e <= x | X > e) per (e, x); cond_bins: per (e, bin)
     shifted_bins(s, t0, edges)     P(t0 + X in bin) per (t0, bin)
-    ErrorBook                  forecasts waiting for their time, what happened, MAPE per bin
+    ErrorBook                  forecasts waiting for their time, what happened, MAPE per bin;
+                               baselines(start), blend(metric, ...): the forecast it scores
 
 Fallbacks, most specific first: the family's own samples once it has `min_samples`, else all
 families pooled, else the prior (a single value). Probabilities (the end hazard per turn, the share
@@ -169,16 +170,42 @@ def shifted_bins(s: np.ndarray, t0: np.ndarray, edges: np.ndarray) -> np.ndarray
 
 # -- error book ----------------------------------------------------------------------------------
 
+METRICS = ("prefill_tps", "decode_seqs")
 BASELINES = ("", "_persistence", "_ewma")  # the forecast's own error, then its two baselines'
+LIFECYCLE = "_lifecycle"  # the lifecycle model's forecast before the blend, scored beside them
 EWMA_ALPHA = 0.3
+# The blend: weights on (calibrated lifecycle, persistence, EWMA) in steps of 1/BLEND_STEPS, chosen
+# afresh each forecast once MIN_FIT have been scored, from all scored so far (up to FIT_WINDOW), a
+# forecast counting half as much every FIT_HALF_LIFE newer ones: which predictor is right drifts
+# over a run (the model's statistics start thin; a step's tail is not its middle). The level
+# correction forgets more slowly (LEVEL_HALF_LIFE): one burst of 10k-token observations swings a
+# short window's sums. One weighting serves every bin: chosen per bin, it chased each bin's noise
+# (SWE async prefill: 0.77 of the better baseline's MAPE with one, 0.96 per bin).
+BLEND_STEPS = 10
+MIN_FIT = 8
+FIT_WINDOW = 256
+FIT_HALF_LIFE = 32.0
+LEVEL_HALF_LIFE = 128.0
+CALIBRATION = (0.2, 5.0)  # bounds on the lifecycle forecast's level correction
+
+
+def _simplex(steps: int) -> np.ndarray:
+    """Every (w_lifecycle, w_persistence, w_ewma) >= 0 summing to 1 in steps of 1/steps, the
+    lifecycle-heavy first (argmin keeps the first of equals)."""
+    return np.array([(steps - p - e, p, e) for p in range(steps + 1) for e in range(steps + 1 - p)],
+                    dtype=float) / steps
+
+
+_WEIGHTS = _simplex(BLEND_STEPS)
 
 
 def skill(errors: dict[str, float]) -> dict[str, dict[str, float]]:
-    """ErrorBook.errors() as metric -> {forecast, persistence, ewma}: MAPE averaged over the bins."""
+    """ErrorBook.errors() as metric -> {forecast, persistence, ewma[, lifecycle]}: MAPE averaged
+    over the bins."""
     sums: dict[tuple[str, str], list[float]] = {}
     for key, value in errors.items():
         metric = key.split("@")[0]
-        base = next((b for b in BASELINES[1:] if metric.endswith(b)), "")
+        base = next((b for b in (*BASELINES[1:], LIFECYCLE) if metric.endswith(b)), "")
         sums.setdefault((metric.removesuffix(base), base.lstrip("_") or "forecast"), []).append(value)
     out: dict[str, dict[str, float]] = {}
     for (metric, who), values in sorted(sums.items()):
@@ -199,6 +226,16 @@ class ErrorBook:
     before the forecast, repeated over the horizon) and an exponentially weighted mean of those
     last bins (EWMA_ALPHA per forecast). A forecast that does not beat them is not worth its cost.
     Their keys: "prefill_tps_persistence@...", "prefill_tps_ewma@...", and the same for decode_seqs.
+
+    The book also makes the forecast it scores for prefill (blend): the lifecycle model's forecast
+    times its level correction per bin (what arrived over what it forecast, summed over recent
+    scored forecasts: its error has a sign, e.g. while the first decodes to end are the short
+    ones), mixed with the two baselines by the convex weights whose recent forecasts had the least
+    MAPE. Each predictor is right somewhere else (the model on returns it sees coming, the last
+    interval on a level that moves slowly), and which is right when is learned from this run's
+    scored errors, never its future. The model's own forecast keeps its error under
+    "..._lifecycle@...". Decode sequences are not blended: mixing in the baselines there made the
+    forecast worse (search 0.50 -> 0.71 of the better baseline's MAPE).
     """
 
     def __init__(self, n_bins: int, bin_s: float, window: int):
@@ -209,8 +246,11 @@ class ErrorBook:
         self._level = 0  # sequences decoding at self._cut
         self._cut = float("-inf")  # changes before this are folded into _level
         self._ape = {f"{k}{b}": [deque(maxlen=window) for _ in range(n_bins)]
-                     for k in ("prefill_tps", "decode_seqs") for b in BASELINES}  # per horizon bin, recent APEs
+                     for k in METRICS for b in (*BASELINES, LIFECYCLE)}  # per horizon bin, recent APEs
         self._ewma: dict[str, float] = {}
+        # per metric, the recent scored forecasts that had a lifecycle part, each (bins, [lifecycle,
+        # persistence, ewma, actual]): what blend() fits
+        self._fit: dict[str, deque[np.ndarray]] = {k: deque(maxlen=FIT_WINDOW) for k in METRICS}
 
     def arrival(self, t: float, tokens: int) -> None:
         if t >= self._cut:
@@ -222,14 +262,53 @@ class ErrorBook:
         else:
             self._changes.append((t, delta))
 
-    def remember(self, start: float, prefill_tps: np.ndarray, decode_seqs: np.ndarray) -> None:
+    def baselines(self, start: float) -> dict[str, tuple[float, float]]:
+        """(persistence, EWMA) per metric for a forecast starting at `start`. Advances the EWMA:
+        once per forecast, before remember()."""
         last = np.array([start - self.bin_s, start])  # the bin just before: what persistence repeats
-        preds = []  # (metric, what it forecasts, per bin)
-        for key, mine, seen in (("prefill_tps", prefill_tps, self._realised_prefill(last)[0]),
-                                ("decode_seqs", decode_seqs, self._realised_decode(last)[0])):
+        out = {}
+        for key, seen in (("prefill_tps", self._realised_prefill(last)[0]),
+                          ("decode_seqs", self._realised_decode(last)[0])):
             ewma = self._ewma[key] = EWMA_ALPHA * seen + (1 - EWMA_ALPHA) * self._ewma.get(key, seen)
+            out[key] = (float(seen), float(ewma))
+        return out
+
+    def blend(self, metric: str, lifecycle: np.ndarray, persistence: float, ewma: float) -> np.ndarray:
+        """The forecast per bin (the class docstring): the lifecycle forecast as it is until
+        MIN_FIT forecasts that had a lifecycle part have been scored."""
+        out = np.asarray(lifecycle, dtype=float).copy()
+        hist = self._fit[metric]
+        if len(hist) < MIN_FIT:
+            return out
+        h = np.stack(hist)  # (forecasts, bins, [lifecycle, persistence, ewma, actual]), oldest first
+        age = np.arange(len(h))[::-1, None]
+        d, dl = 0.5 ** (age / FIT_HALF_LIFE), 0.5 ** (age / LEVEL_HALF_LIFE)
+        made, actual = (dl * h[..., 0]).sum(0), (dl * h[..., 3]).sum(0)
+        level = np.clip(np.divide(actual, made, out=np.ones_like(made), where=made > 0), *CALIBRATION)
+        comps = np.concatenate([h[..., :1] * level[None, :, None], h[..., 1:3]], axis=2)
+        past = np.einsum("wk,fbk->wfb", _WEIGHTS, comps)  # what every weighting would have said
+        seen = h[..., 3] > 0  # MAPE skips what was 0, as errors() does
+        ape = np.abs(past - h[None, ..., 3]) / np.where(seen, h[..., 3], 1.0)[None]
+        wsum = (d * seen).sum(0)  # (bins,)
+        per_bin = (ape * (d * seen)[None]).sum(1) / np.maximum(wsum, 1e-12)[None]  # (weights, bins)
+        if not (wsum > 0).any():  # nothing came in yet: nothing to tell the weightings apart
+            return out * level
+        w = _WEIGHTS[int(np.argmin(per_bin[:, wsum > 0].mean(1)))]
+        return w[0] * out * level + w[1] * persistence + w[2] * ewma
+
+    def remember(self, start: float, prefill_tps: np.ndarray, decode_seqs: np.ndarray,
+                 lifecycle: tuple[np.ndarray, np.ndarray] | None = None,
+                 baselines: dict[str, tuple[float, float]] | None = None) -> None:
+        """Keep a forecast, its baselines (from baselines(start) when not given) and `lifecycle`,
+        the model's (prefill, decode) forecast before blend(), to score once their time has passed."""
+        base = baselines if baselines is not None else self.baselines(start)
+        preds = []  # (metric, what it forecasts, per bin)
+        for k, (key, mine) in enumerate((("prefill_tps", prefill_tps), ("decode_seqs", decode_seqs))):
+            seen, ewma = base[key]
             preds += [(key, key, mine.copy()), (f"{key}_persistence", key, np.full(self.n_bins, seen)),
                       (f"{key}_ewma", key, np.full(self.n_bins, ewma))]
+            if lifecycle is not None:
+                preds.append((f"{key}{LIFECYCLE}", key, np.asarray(lifecycle[k], dtype=float).copy()))
         self._pending.append((start, preds))
 
     def score(self, now: float) -> None:
@@ -240,6 +319,11 @@ class ErrorBook:
             actual = {"prefill_tps": self._realised_prefill(edges), "decode_seqs": self._realised_decode(edges)}
             for metric, key, pred in preds:
                 self._record(metric, pred, actual[key])
+            by = {metric: pred for metric, _, pred in preds}
+            for key in METRICS:
+                if f"{key}{LIFECYCLE}" in by:
+                    self._fit[key].append(np.stack([by[f"{key}{LIFECYCLE}"], by[f"{key}_persistence"],
+                                                    by[f"{key}_ewma"], actual[key]], axis=1))
         self._prune(self._pending[0][0] if self._pending else now - span)
 
     def errors(self) -> dict[str, float]:

@@ -43,7 +43,8 @@ def plain_reason(reason: str) -> str:
 
 
 _METRICS = {"decode_seqs": "decoding sequences", "prefill_tps": "prefill tokens/s"}
-_BASELINES = {"ewma": "EWMA baseline", "persistence": "last-interval baseline"}
+_BASELINES = {"ewma": "EWMA baseline", "persistence": "last-interval baseline",
+              "lifecycle": "lifecycle model before the blend"}
 
 
 def metric_words(name: str) -> str:

@@ -158,6 +158,9 @@ def test_error_book_known_answer():
         want[f"decode_seqs@{lo:g}-{hi:g}s"] = abs(f.decode_seqs[j] - actual) / actual
         for base in ("persistence", "ewma"):  # the first forecast's EWMA is its persistence
             want[f"decode_seqs_{base}@{lo:g}-{hi:g}s"] = abs(10 - actual) / actual
+    # nothing scored before it: the forecast is the lifecycle model's own, scored beside it too
+    want |= {k.replace("@", "_lifecycle@"): v for k, v in want.items()
+             if k.split("@")[0] in ("prefill_tps", "decode_seqs")}
     assert err == pytest.approx(want)
 
 
@@ -221,6 +224,8 @@ def test_skill_puts_the_forecast_beside_its_baselines():
               "prefill_tps_ewma@0-0.5s": 3.0, "decode_seqs@0-0.5s": 0.1}
     assert skill(errors) == {"prefill_tps": {"forecast": 1.5, "persistence": 4.0, "ewma": 3.0},
                              "decode_seqs": {"forecast": 0.1}}
+    assert skill({"prefill_tps_lifecycle@0-0.5s": 2.0, "prefill_tps@0-0.5s": 1.0}) == {
+        "prefill_tps": {"forecast": 1.0, "lifecycle": 2.0}}
     line = skill_line(errors)
     assert "prefill tokens/s 150% / 400% / 300%" in line and "decoding sequences 10% / n/a / n/a" in line
 
@@ -353,3 +358,120 @@ def test_the_error_book_forgets_what_no_forecast_can_score_any_more():
         book.decode_change(t, 1)
     book.score(10.0)
     assert [t for t, _ in book._arrivals] == [8.0] and book._changes == [(8.0, 1)] and book._level == 2
+
+
+def test_a_decode_past_every_remembered_length_is_expected_to_last_as_long_again():
+    """Decodes of 1 s (100 tokens at 100 tok/s) remembered; one has run 4 s. Its rest is taken as
+    uniform on (0, 8 s]: it ends in each 0.5 s bin with probability 1/16, calls the 1.2 s tool and
+    comes back (turn 0 goes on with 1 - H0) 1.2 s later, from the end's mid-bin: bins 2..7. The
+    first decodes to end are the short ones, so one that outlasts them all is no sign of a cap
+    (math-tir: a first wave of 20 s decodes, taken to end within half their age, was forecast
+    to bring 1.7x the returns that came)."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train(tool_s=1.2))
+    feed(fc, tr, [E(10.0, "slow", "f", 0, Phase.QUEUED, 500), E(10.0, "slow", "f", 0, Phase.DECODE)])
+    f = fc.predict(14.0, tr)
+    assert f.prefill_turns_per_s * f.bin_s == pytest.approx([0, 0] + [(1 - H0) / 16] * 6)
+    assert f.prefill_tokens_per_s * f.bin_s == pytest.approx([0, 0] + [100 * (1 - H0) / 16] * 6)
+    assert f.decode_seqs[:2] == pytest.approx([1 - 0.25 / 8, 1 - 0.75 / 8])  # still decoding
+
+
+def _scored_book(lifecycle: list[list[float]], actual: list[float], persistence: float, ewma: float):
+    """An ErrorBook (2 bins of 1 s) that has scored one forecast per row of `lifecycle` (the
+    model's per bin), each with the same baselines and the same realised arrivals: `actual`
+    tokens in each bin."""
+    from prorsa.control.forecast_stats import ErrorBook
+
+    book = ErrorBook(n_bins=2, bin_s=1.0, window=64)
+    zeros = np.zeros(2)
+    for k, lc in enumerate(lifecycle):
+        start = 10.0 * k
+        book.remember(start, np.array(lc), zeros, lifecycle=(np.array(lc), zeros),
+                      baselines={"prefill_tps": (persistence, ewma), "decode_seqs": (0.0, 0.0)})
+        for j, tokens in enumerate(actual):
+            book.arrival(start + j + 0.5, tokens)
+        book.score(start + 3.0)  # a horizon and a bin of grace later
+    return book
+
+
+def test_the_blend_is_the_lifecycle_forecast_until_enough_has_been_scored():
+    from prorsa.control.forecast_stats import MIN_FIT
+
+    book = _scored_book([[200.0, 800.0]] * (MIN_FIT - 1), [100.0, 200.0], 50.0, 80.0)
+    assert book.blend("prefill_tps", np.array([60.0, 20.0]), 50.0, 80.0) == pytest.approx([60.0, 20.0])
+
+
+def test_the_blend_corrects_the_lifecycle_level_per_bin_by_what_arrived_over_what_it_said():
+    """The model said 200 and 800 tok/s where 100 and 200 came: per bin x0.5 and x0.25, which
+    makes it exact, so it takes all the weight from baselines that were off (50 and 80)."""
+    from prorsa.control.forecast_stats import MIN_FIT
+
+    book = _scored_book([[200.0, 800.0]] * MIN_FIT, [100.0, 200.0], 50.0, 80.0)
+    assert book.blend("prefill_tps", np.array([60.0, 20.0]), 50.0, 80.0) == pytest.approx([30.0, 5.0])
+    assert book.errors()["prefill_tps_lifecycle@1-2s"] == pytest.approx(3.0)  # |800 - 200| / 200
+
+
+def test_the_blend_weighs_the_predictor_whose_scored_error_was_least():
+    """A steady 100 tok/s: persistence said it exactly; the model, right on average (its level
+    correction is 1), was off by half every time; the EWMA by 2x. All weight on persistence."""
+    from prorsa.control.forecast_stats import MIN_FIT
+
+    rows = [[50.0, 150.0], [150.0, 50.0]] * MIN_FIT
+    book = _scored_book(rows, [100.0, 100.0], 100.0, 300.0)
+    assert book.blend("prefill_tps", np.array([999.0, 999.0]), 120.0, 300.0) == pytest.approx([120.0, 120.0])
+
+
+def test_the_blend_follows_the_ewma_where_it_was_the_one_right():
+    """The model off both ways (60 and 140 alternately where 100 came), persistence 2x, the EWMA
+    exact: the blend is the EWMA's value now, whatever the model says."""
+    from prorsa.control.forecast_stats import MIN_FIT
+
+    rows = [[60.0, 140.0], [140.0, 60.0]] * MIN_FIT
+    book = _scored_book(rows, [100.0, 100.0], 200.0, 100.0)
+    assert book.blend("prefill_tps", np.array([10.0, 10.0]), 200.0, 90.0) == pytest.approx([90.0, 90.0])
+
+
+def test_the_blend_weighs_recent_scored_errors_above_old_ones():
+    """100 tok/s came every time. For 32 forecasts persistence said 100 and the EWMA 50, for the
+    32 since, the other way round: the recent half weighs twice the old (a half-life of 32), so
+    all weight goes to the EWMA; any mix of the two is off by a weighted share of both halves."""
+    from prorsa.control.forecast_stats import FIT_HALF_LIFE, ErrorBook
+
+    assert FIT_HALF_LIFE == 32
+    book = ErrorBook(n_bins=2, bin_s=1.0, window=64)
+    zeros = np.zeros(2)
+    for k in range(64):
+        pers, ewma = (100.0, 50.0) if k < 32 else (50.0, 100.0)
+        book.remember(10.0 * k, zeros, zeros, lifecycle=(zeros, zeros),
+                      baselines={"prefill_tps": (pers, ewma), "decode_seqs": (0.0, 0.0)})
+        book.arrival(10.0 * k + 0.5, 100)
+        book.arrival(10.0 * k + 1.5, 100)
+        book.score(10.0 * k + 3.0)
+    assert book.blend("prefill_tps", zeros, 70.0, 90.0) == pytest.approx([90.0, 90.0])
+
+
+def test_the_blend_scores_weightings_only_where_something_came():
+    """Half the forecasts saw nothing arrive (MAPE skips those bins, as errors() does), half saw
+    100 tok/s, which persistence said every time; the EWMA said 0 every time, right in the empty
+    half. Counted there too (over 1 for want of an actual), persistence's 100 there would cost it
+    more than the EWMA's misses and the EWMA would win; skipped, persistence wins."""
+    from prorsa.control.forecast_stats import ErrorBook
+
+    book = ErrorBook(n_bins=2, bin_s=1.0, window=64)
+    zeros = np.zeros(2)
+    for k in range(32):
+        book.remember(10.0 * k, zeros, zeros, lifecycle=(zeros, zeros),
+                      baselines={"prefill_tps": (100.0, 0.0), "decode_seqs": (0.0, 0.0)})
+        if k % 2:
+            book.arrival(10.0 * k + 0.5, 100)
+            book.arrival(10.0 * k + 1.5, 100)
+        book.score(10.0 * k + 3.0)
+    assert book.blend("prefill_tps", zeros, 70.0, 90.0) == pytest.approx([70.0, 70.0])
+
+
+def test_turns_follow_the_blended_tokens_at_the_models_append_per_turn():
+    from prorsa.control.forecast import _follow
+
+    # bin 0: the model had 2 turns of 50 tokens; bin 1: none, so the horizon's 1 turn per 100 tokens
+    turns = _follow(np.array([2.0, 0.0]), np.array([100.0, 0.0]), np.array([50.0, 30.0]), 1 / 100)
+    assert turns == pytest.approx([1.0, 0.3])
