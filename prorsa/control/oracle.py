@@ -15,7 +15,7 @@ the run replayed with the moves made so far and this one ends sooner than withou
 is the run: a move it prices gains exactly that). Each move is carried out whole at once, so the
 replay and the run make the same switches at the same instants.
 
-Cost: a replay costs a run, less where it is stopped once behind the best so far. The opening
+Cost: a replay costs a run. The opening
 replays 15 splits of 8 engines and the neighbours of each best on the way (of 43); at most
 MAX_VETS moves are weighed in a run, and a refused goal is weighed again only after a tenth of the
 run. A
@@ -31,7 +31,6 @@ it plans with the fluid model alone.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -159,14 +158,14 @@ class Oracle(Prorsa):
         n = n_engines
         mixed = (0, 0, n)
         every = set(map(tuple, splits(n).tolist()))
-        costs: dict[tuple[int, int, int], float] = {}  # inf: stopped once it was behind the best
+        costs: dict[tuple[int, int, int], float] = {}
         best = mixed
 
         def weigh(cands) -> None:
             nonlocal best
             for c in cands:
                 if c in every and c not in costs:
-                    costs[c] = fr.replay(c, (), MAX_REHEARSED, costs.get(best, math.inf))
+                    costs[c] = fr.replay(c, (), MAX_REHEARSED)
                     if costs[c] < costs[best]:
                         best = c
 
@@ -249,7 +248,7 @@ class Oracle(Prorsa):
         self._vets += 1
         move: Move = (hook, now_s, tuple(sorted(targets.items())))
         need = self._expected * (1 - VET_GAIN)
-        cost = self.future_run.replay(self._opening, [*self._moves, move], MAX_REHEARSED, need)
+        cost = self.future_run.replay(self._opening, [*self._moves, move], MAX_REHEARSED)
         self.rehearsals.append({current: self._expected, goal: cost})
         if cost < need:
             gain, self._expected = self._expected / cost, cost
@@ -257,5 +256,5 @@ class Oracle(Prorsa):
             self._vetoed.clear()
             return True, f"{_split_name(goal)}: the run replayed with this move ends {gain:.3f}x sooner; "
         self._vetoed[goal] = now_s
-        longer = "longer" if math.isinf(cost) else f"{cost / self._expected:.3f}x as long"
-        return False, f"{_split_name(goal)} refused: the run replayed with this move takes {longer}; "
+        return False, (f"{_split_name(goal)} refused: the run replayed with this move takes "
+                       f"{cost / self._expected:.3f}x as long; ")

@@ -85,15 +85,15 @@ class FutureRun:
     concurrency, releases, steps and weight updates, as they will be. It is the run's future, so
     only the oracle is given it (PolicyContext.future_run), and only the simulator can give it.
 
-    replay(opening, moves, first[, bound]) -> body seconds per completed trajectory (lower is
-    better: a synchronous run's makespan over the count it fixes, an asynchronous run's inverse
-    throughput) of the run opening in the split `opening` (prefill, decode, mixed engines, in that
-    order) and making `moves`; a run of more than `first` trajectories is cut to its first `first`;
-    inf once it is sure to exceed `bound` (the replay stops there: a loser costs no more than the
-    best so far)."""
+    replay(opening, moves, first) -> body seconds per completed trajectory (lower is better: a
+    synchronous run's makespan over the count it fixes, an asynchronous run's inverse throughput)
+    of the run opening in the split `opening` (prefill, decode, mixed engines, in that order) and
+    making `moves`; a run of more than `first` trajectories is cut to its first `first`. Always
+    the whole run: one stopped early once behind a bound (a timer on the virtual clock) did not
+    end as the run does, and ranked splits wrongly."""
 
     trajectories: int | None  # the run's, every step (None: an asynchronous run that stops on a duration)
-    replay: Callable[..., float]
+    replay: Callable[[tuple[int, int, int], Sequence[Move], int], float]
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,6 @@ of its own, in a thread of its own: the caller may be inside the simulator's own
 
 from __future__ import annotations
 
-import asyncio
-import math
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -63,24 +61,12 @@ def future_run(run: RunContext, workload: Workload, simulate: Callable[..., Coro
     cost model and seeds the replay is the run, so a split or a move it prices is priced exactly."""
     total = expected_trajectories(run.cfg.workload)
 
-    def replay(opening: tuple[int, int, int], moves: Sequence[Move], first: int, bound: float = math.inf) -> float:
+    def replay(opening: tuple[int, int, int], moves: Sequence[Move], first: int) -> float:
         cut = total is not None and total > first
         ctx, w = _cut(run, workload, first) if cut else (run, workload)
-        n = first if cut else total
-
-        async def bounded():
-            if n is None or not math.isfinite(bound):
-                return await simulate(ctx, Replay(opening, moves), workload=w)
-            # past bound x n seconds the figure is above bound whatever comes: stop there (a
-            # split's replay that loses is cut where the best so far had ended)
-            try:
-                return await asyncio.wait_for(simulate(ctx, Replay(opening, moves), workload=w), bound * n)
-            except TimeoutError:
-                return None
-
         with ThreadPoolExecutor(1) as pool:
-            sim = pool.submit(lambda: run_virtual(bounded())).result()
-        return math.inf if sim is None else sim.makespan_s / max(sim.summary["trajectories_completed"], 1)
+            sim = pool.submit(lambda: run_virtual(simulate(ctx, Replay(opening, moves), workload=w))).result()
+        return sim.makespan_s / max(sim.summary["trajectories_completed"], 1)
 
     return FutureRun(total, replay)
 

@@ -24,7 +24,7 @@ class Replays:
         self.opening, self.moves, self.default = opening, moves or {}, default
         self.calls: list[tuple] = []
 
-    def __call__(self, opening, moves, first, bound=float("inf")):
+    def __call__(self, opening, moves, first):
         self.calls.append((opening, tuple(moves), first))
         if moves:
             return self.moves.get(tuple(mv[2] for mv in moves), self.default)
