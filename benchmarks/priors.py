@@ -8,10 +8,10 @@ of phases.py under three priors, against every fixed split and the oracle.
     wrong    `prior:` an earlier run of another family (swe <- math-tir, search <- swe,
              math-tir <- search): a prior that misleads
 
-The oracle opens on the run's own means and forecasts from its true future (the simulator alone can
-give it). Fixed splits: colocated, every P:D and every P beside mixed engines of 8 (phases: every
-P:D:M). --reuse FILE keeps the points an earlier results file holds and simulates the rest, and
-the policies --rerun names again (e.g. --rerun prorsa,oracle after a change to the forecaster).
+The oracle replays the run itself under every split (the simulator alone can give it its future),
+holds the fastest and moves only where the replayed run gains. Fixed splits: colocated, every P:D and every P beside mixed engines of 8 (phases: every
+P:D:M). --reuse FILE keeps the points an earlier results file holds and simulates the rest, less
+the policies --rerun names (after a change to the oracle, say: --rerun oracle).
 
     --table paper     benchmarks/paper.py's cells (--families, --models, --modes)
     --table drivers   benchmarks/drivers.py's SWE cells, one per value of each --factors
@@ -25,7 +25,7 @@ With --steps N every synchronous cell is a run of N steps (async cells are left 
 
     .venv/bin/python benchmarks/priors.py [--table paper] [--families swe,search,math-tir] [--steps 1]
                                           [--factors ep,turns] [--workers 2] [--out FILE]
-                                          [--reuse FILE [--rerun prorsa,oracle]]
+                                          [--reuse FILE [--rerun oracle]]
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="default: benchmarks/results/priors.json (paper), priors-TABLE.json")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same table: its points are kept")
-    ap.add_argument("--rerun", default="", help="policies simulated again although --reuse's file holds them")
+    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
@@ -172,7 +172,6 @@ def main() -> None:
         # an earlier run of each cell's workload, and of the one that misleads it
         wanted = {(c, earlier_kind(c)) for c in cells} | {(c, wrong_kind(c)) for c in cells}
         folder = {key: str(Path(tmp) / f"prior-{i}") for i, key in enumerate(sorted(wanted, key=str))}
-        list(pool.imap_unordered(make_prior, [(c, k, args.seed + 1, folder[c, k], tmp) for c, k in wanted]))
         jobs = []
         for c in cells:
             base = (c, args.seed, args.steps)
@@ -180,10 +179,12 @@ def main() -> None:
             jobs.append((*base, "oracle", "own", None, tmp))
             jobs += [(*base, "prorsa", "none", None, tmp), (*base, "prorsa", "earlier", folder[c, earlier_kind(c)], tmp),
                      (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp)]
-        rerun = set(filter(None, args.rerun.split(",")))
-        kept = {k: p for k, p in reused(args.reuse).items() if p["policy"] not in rerun}
+        kept = reused(args.reuse, set(filter(None, args.rerun.split(","))))
         points = [kept[key] for key in map(job_key, jobs) if key in kept]
         jobs = [j for j in jobs if job_key(j) not in kept]
+        needed = {j[5] for j in jobs if j[5] is not None}  # the priors the points left to simulate read
+        list(pool.imap_unordered(make_prior, [(c, k, args.seed + 1, folder[c, k], tmp) for c, k in wanted
+                                              if folder[c, k] in needed]))
         for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
             points.append(point)
             print(f"[{i}/{len(jobs)}] {label(point)} {point['policy']} ({point['prior']}): {point['figure']:.3f}",
@@ -213,8 +214,8 @@ def job_key(job: tuple) -> tuple:
     return (*cell_keys(cell).values(), steps, policy, prior_name)
 
 
-def reused(path: str | None) -> dict[tuple, dict]:
-    """job key -> point, from an earlier results file (--reuse)."""
+def reused(path: str | None, rerun: set[str] = frozenset()) -> dict[tuple, dict]:
+    """job key -> point, from an earlier results file (--reuse), less the `rerun` policies'."""
     if not path:
         return {}
     try:
@@ -222,7 +223,8 @@ def reused(path: str | None) -> dict[tuple, dict]:
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: --reuse {path}: not a priors.py results file ({e})")
     keys = ("family", "model") if points and "family" in points[0] else ("table", "factor", "value")
-    return {(*(p[k] for k in keys), p["mode"], p["steps"], p["policy"], p["prior"]): p for p in points}
+    return {(*(p[k] for k in keys), p["mode"], p["steps"], p["policy"], p["prior"]): p for p in points
+            if p["policy"] not in rerun}
 
 
 def chosen_cells(args: argparse.Namespace) -> list[tuple]:

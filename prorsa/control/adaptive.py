@@ -277,6 +277,13 @@ class Prorsa:
         step opens on the split a rehearsal of the step that just ran ends soonest (its decodes
         carried forward by the step-over-step trend: response lengths drift as a policy learns),
         else on the steady split of what the steps so far observed (a prior until then)."""
+        engines, goal, why = self._next_step(snapshot)
+        targets = reassign(engines, goal)
+        self._requests.ask(targets, snapshot.time_s)
+        return Decision(targets, why)
+
+    def _next_step(self, snapshot: Snapshot) -> tuple[list[EngineLoad], tuple[int, int, int], str]:
+        """between_steps' engines (in their requested roles), goal split and reason."""
         for ev in snapshot.events:
             self.forecaster.observe(ev)
         hint = self.learned()
@@ -286,12 +293,10 @@ class Prorsa:
         goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)))
         how = "steady state" if len(self.rehearsals) == before else (
             f"rehearsed on {len(ahead)} trajectories" + (f", decodes x{trend:.2f}" if trend != 1.0 else ""))
-        targets = reassign(engines, goal)
         self._committed, self._streak = None, (None, 0)
-        self._requests.ask(targets, snapshot.time_s)
         what = "no workload observed yet" if hint is None else (
             f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
-        return Decision(targets, f"next step: {_split_name(goal)} ({how}) for {what}")
+        return engines, goal, f"next step: {_split_name(goal)} ({how}) for {what}"
 
     def _carried_forward(self, finished: Sequence[TrajectorySpec]) -> tuple[list[TrajectorySpec], float]:
         """The step that ran, its decodes scaled by the last step-over-step change of their mean

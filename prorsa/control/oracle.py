@@ -1,13 +1,32 @@
-"""The oracle: prorsa's allocator fed with the true future of a replayed workload (simulator only).
+"""The oracle: the one policy that reads the future of a replayed workload (simulator only).
 
-    oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]   as prorsa, but its forecast knows each
-        live trajectory's remaining turns exactly: decode lengths, tool latencies, which turn is the
-        last and what each observation appends. Only timing is still estimated (the measured
-        decode rate and submit-to-decode wait), so the gap between prorsa and the oracle is the
-        price of forecasting, and the gap between the oracle and the lower bound the rest.
+    oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]   prorsa's allocator, told
+        what prorsa never is: each trajectory's remaining turns (decode lengths, tool latencies,
+        which turn is the last, what each observation appends) and the run itself to replay.
 
-It needs PolicyContext.future (traj_id -> TrajectorySpec, tool latencies in body seconds), which
-only the simulator can give; a live run has no future to read.
+It opens on the split whose replay of the whole run, from its start, ends it soonest: all mixed,
+every P:D and every P beside mixed engines, then a local search over every P:D:M from the best of
+those, each replayed with the run's own trajectories, mode, concurrency, releases, steps and
+weight updates on the same simulated engines and router, so the split it holds is at least the
+best of the fixed splits it replayed, in hindsight, by construction. Holding it, it still
+plans every interval with the allocator on a true-future forecast (and between synchronous steps
+with prorsa's rehearsal of the step that ran); a move the plan asks for goes through only where
+the run replayed with the moves made so far and this one ends sooner than without it (the replay
+is the run: a move it prices gains exactly that). Each move is carried out whole at once, so the
+replay and the run make the same switches at the same instants.
+
+Cost: a replay costs a run. The opening
+replays 15 splits of 8 engines and the neighbours of each best on the way (of 43); at most
+MAX_VETS moves are weighed in a run, and a refused goal is weighed again only after a tenth of the
+run. A
+run of more than MAX_REHEARSED trajectories is replayed cut to its first MAX_REHEARSED (an async
+run's first released, a sync run's first whole steps): the split it opens on is then the opening's
+best, not assured of the whole run's, and no move is weighed (a cut replay cannot price the rest).
+
+It needs PolicyContext.future (traj_id -> TrajectorySpec, tool latencies in body seconds) and
+PolicyContext.future_run (the run to replay), which only the simulator gives and no other policy
+reads (prorsa's code never touches either); a live run has no future to read. Without future_run
+it plans with the fluid model alone.
 """
 
 from __future__ import annotations
@@ -17,10 +36,17 @@ from collections.abc import Callable
 import numpy as np
 
 from prorsa.agent.trace import TrajectorySpec
-from prorsa.control.adaptive import Prorsa
+from prorsa.control.adaptive import MAX_REHEARSED, Prorsa, _split_name, reassign
+from prorsa.control.allocator import count_roles, splits
 from prorsa.control.forecast import Forecast, Forecaster
 from prorsa.control.lifecycle import LifecycleTracker, Phase
-from prorsa.control.policy import PolicyContext, register
+from prorsa.control.policy import Decision, Move, PolicyContext, Snapshot, register
+from prorsa.roles import Role
+
+MAX_VETS = 6  # moves weighed by a replay of the whole run, per run: each costs a run
+# The replay is the run, so any gain it shows is real; this margin only keeps a move that changes
+# nothing measurable (a switch that lands as the run ends) from costing a switch.
+VET_GAIN = 1e-3
 
 
 class TrueFutureForecaster(Forecaster):
@@ -100,7 +126,8 @@ class TrueFutureForecaster(Forecaster):
 
 @register("oracle")
 class Oracle(Prorsa):
-    """oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults as prorsa; simulator only)."""
+    """oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults as prorsa;
+    simulator only: it reads the run's future)."""
 
     def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
         if context is None or context.future is None:
@@ -111,3 +138,123 @@ class Oracle(Prorsa):
         old = self.forecaster
         self.forecaster = TrueFutureForecaster(context.future, old.horizon_s, old.bin_s,
                                                decode_tps=old._prior_tps)
+        self.future_run = context.future_run
+        self._opening: tuple[int, int, int] | None = None  # set by initial_roles when the run can be replayed
+        self._expected: float | None = None  # the replayed figure of the run as it goes: opening and moves
+        self._moves: list[Move] = []  # the moves made, as the replay makes them
+        self._vetoed: dict[tuple[int, int, int], float] = {}  # goal -> when its replay refused it
+        self._vets = 0
+        self._whole = False  # the replay is the whole run (else its opening: no move is weighed)
+        self._revet_s = 0.0
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        """The split whose replay of the whole run ends it soonest: of all mixed, every P:D and
+        every P beside mixed engines (the fixed splits the benchmarks hold it against), then of
+        the splits one engine away from the best so far, until none of them is faster. All mixed
+        is replayed first and a later split must beat the best strictly, so a tie stays mixed."""
+        fr = self.future_run
+        if fr is None or n_engines < 2:
+            return super().initial_roles(n_engines)
+        n = n_engines
+        mixed = (0, 0, n)
+        every = set(map(tuple, splits(n).tolist()))
+        costs: dict[tuple[int, int, int], float] = {}
+        best = mixed
+
+        def weigh(cands) -> None:
+            nonlocal best
+            for c in cands:
+                if c in every and c not in costs:
+                    costs[c] = fr.replay(c, (), MAX_REHEARSED)
+                    if costs[c] < costs[best]:
+                        best = c
+
+        weigh([mixed, *((p, n - p, 0) for p in range(1, n)), *((p, 0, n - p) for p in range(1, n))])
+        while True:  # a local search over every P:D:M: a replay costs a run, and there are (n+1)(n+2)/2 - 2
+            was = best
+            p, d, m = best
+            weigh([(p + 1, d - 1, m), (p - 1, d + 1, m), (p + 1, d, m - 1), (p - 1, d, m + 1),
+                   (p, d + 1, m - 1), (p, d - 1, m + 1)])
+            if best == was:
+                break
+        self.rehearsals.append(costs)
+        self._opening, self._expected = best, costs[best]
+        self._whole = fr.trajectories is None or fr.trajectories <= MAX_REHEARSED
+        # a refused goal is weighed again a tenth of the run later (the run's length: its cost per
+        # trajectory over the trajectories; an open-ended one, ten horizons)
+        self._revet_s = (costs[best] * fr.trajectories / 10 if fr.trajectories else 10 * self.horizon_s)
+        cut = "" if self._whole else f" (its first {MAX_REHEARSED} trajectories)"
+        self.opening_reason = (f"the oracle: of {len(costs)} splits replayed, the one whose replay of this run{cut} "
+                               f"ends it soonest, {costs[best] / costs[mixed]:.3f} of all mixed's time")
+        p, d, m = best
+        return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        """The allocator's plan on the true future, voted as prorsa's; a goal that wins its votes
+        is weighed by replaying the run with it (_weighed) and, if it gains, taken whole at once."""
+        if self._opening is None:
+            return super().decide(snapshot)
+        for ev in snapshot.events:
+            self.forecaster.observe(ev)
+        now = snapshot.time_s
+        engines = self._requests.engines(snapshot)
+        forecast = self.forecaster.predict(now, self.forecaster.tracker)
+        plan = self.allocator.plan(forecast, engines, locked=self._requests.locked(now, self.dwell_s))
+        shown = {"forecast": plan.summary(), "forecast_error": self.forecaster.errors()}
+        if not plan.targets or plan.goal == plan.current:
+            self._streak = (None, 0)
+            return Decision({}, f"hold {_split_name(plan.current)}: {plan.reason}", **shown)
+        goal, n = self._streak
+        n = n + 1 if goal == plan.goal else 1
+        self._streak = (plan.goal, n)
+        if n < self.votes:
+            return Decision({}, f"vote {n}/{self.votes}: {plan.reason}", **shown)
+        self._streak = (None, 0)
+        targets = reassign(engines, plan.goal)
+        moved, why = self._weighed("decide", now, plan.current, plan.goal, targets)
+        if not moved:
+            return Decision({}, f"{why}{plan.reason}", **shown)
+        self._requests.ask(targets, now)
+        return Decision(targets, f"{why}{plan.reason}", **shown)
+
+    def between_steps(self, snapshot: Snapshot) -> Decision:
+        """prorsa's pick for the next step (a rehearsal of the step that ran), taken only if the
+        replayed run gains by it."""
+        if self._opening is None:
+            return super().between_steps(snapshot)
+        engines, goal, why = self._next_step(snapshot)
+        targets = reassign(engines, goal)
+        if not targets:
+            return Decision({}, why)
+        moved, weighed = self._weighed("between_steps", snapshot.time_s,
+                                       count_roles([e.role for e in engines]), goal, targets)
+        if not moved:
+            return Decision({}, f"{weighed}{why}")
+        self._requests.ask(targets, snapshot.time_s)
+        return Decision(targets, f"{weighed}{why}")
+
+    def _weighed(self, hook: str, now_s: float, current: tuple[int, int, int], goal: tuple[int, int, int],
+                 targets: dict[str, Role]) -> tuple[bool, str]:
+        """(whether to move, why): the run replayed with the moves made so far and this one ends
+        sooner by VET_GAIN than as it goes now (self._expected, its own replay's figure)."""
+        assert self.future_run is not None and self._expected is not None
+        if not self._whole:
+            return False, f"{_split_name(goal)} not weighed: the replay covers the run's opening only; "
+        last = self._vetoed.get(goal)
+        if last is not None and now_s - last < self._revet_s:
+            return False, f"{_split_name(goal)} refused by its replay at {last:.1f} s; "
+        if self._vets >= MAX_VETS:
+            return False, f"{_split_name(goal)} not weighed: {MAX_VETS} moves weighed already; "
+        self._vets += 1
+        move: Move = (hook, now_s, tuple(sorted(targets.items())))
+        need = self._expected * (1 - VET_GAIN)
+        cost = self.future_run.replay(self._opening, [*self._moves, move], MAX_REHEARSED)
+        self.rehearsals.append({current: self._expected, goal: cost})
+        if cost < need:
+            gain, self._expected = self._expected / cost, cost
+            self._moves.append(move)
+            self._vetoed.clear()
+            return True, f"{_split_name(goal)}: the run replayed with this move ends {gain:.3f}x sooner; "
+        self._vetoed[goal] = now_s
+        return False, (f"{_split_name(goal)} refused: the run replayed with this move takes "
+                       f"{cost / self._expected:.3f}x as long; ")

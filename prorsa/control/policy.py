@@ -83,6 +83,27 @@ class WorkloadHint:
 # body lends the policy (control/ never imports it); tool times in body seconds
 Rehearse = Callable[[Sequence[TrajectorySpec], tuple[int, int, int]], float]
 
+# A switch of a replayed run: at the first `hook` call ("decide" or "between_steps") at or after
+# `time_s` (body seconds), the engines named take those roles (Replay carries it out).
+Move = tuple[str, float, tuple[tuple[str, Role], ...]]
+
+
+@dataclass(frozen=True)
+class FutureRun:
+    """The run itself, replayable from its start in the simulator: its own trajectories, mode,
+    concurrency, releases, steps and weight updates, as they will be. It is the run's future, so
+    only the oracle is given it (PolicyContext.future_run), and only the simulator can give it.
+
+    replay(opening, moves, first) -> body seconds per completed trajectory (lower is better: a
+    synchronous run's makespan over the count it fixes, an asynchronous run's inverse throughput)
+    of the run opening in the split `opening` (prefill, decode, mixed engines, in that order) and
+    making `moves`; a run of more than `first` trajectories is cut to its first `first`. Always
+    the whole run: one stopped early once behind a bound (a timer on the virtual clock) did not
+    end as the run does, and ranked splits wrongly."""
+
+    trajectories: int | None  # the run's, every step (None: an asynchronous run that stops on a duration)
+    replay: Callable[[tuple[int, int, int], Sequence[Move], int], float]
+
 
 @dataclass(frozen=True)
 class PolicyContext:
@@ -102,6 +123,7 @@ class PolicyContext:
     layouts: RoleCosts | None = None  # per-role cost models (engines.parallelism); None: `cost` in every role
     # per engine, the roles it may take, its opening role first (engines.groups); None: any role
     engine_roles: tuple[tuple[Role, ...], ...] | None = None
+    future_run: FutureRun | None = None  # the run itself to replay: the oracle's alone, like `future`
 
     @classmethod
     def default(cls) -> PolicyContext:
@@ -184,6 +206,36 @@ class _FixedRoles:
 
     def decide(self, snapshot: Snapshot) -> Decision:
         return Decision(targets={})
+
+
+class Replay:
+    """Roles set to `opening` (prefill, decode, mixed engines, in that order), then switched by
+    `moves` at their times: a run the oracle has already made, and a move it weighs, replayed
+    (FutureRun). Not registered: a pipeline cannot name it. Its between_steps (which returns no
+    targets unless a move is due) keeps the step boundaries' bookkeeping what the oracle's was."""
+
+    def __init__(self, opening: tuple[int, int, int], moves: Sequence[Move] = ()) -> None:
+        p, d, m = opening
+        self.name = "replay"
+        self.roles = [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+        self._moves = sorted(moves, key=lambda mv: mv[1])
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        if len(self.roles) != n_engines:
+            raise ValueError(f"a replay opening on {len(self.roles)} engines, the run has {n_engines}")
+        return list(self.roles)
+
+    def _due(self, hook: str, snapshot: Snapshot) -> Decision:
+        if self._moves and self._moves[0][0] == hook and self._moves[0][1] <= snapshot.time_s:
+            _, t, targets = self._moves.pop(0)
+            return Decision(dict(targets), f"replayed move of {t:.3f} s")
+        return Decision(targets={})
+
+    def decide(self, snapshot: Snapshot) -> Decision:
+        return self._due("decide", snapshot)
+
+    def between_steps(self, snapshot: Snapshot) -> Decision:
+        return self._due("between_steps", snapshot)
 
 
 @register("colocated")

@@ -5,6 +5,10 @@
                                  (tool times in body seconds) replayed at once on `run`'s engines
                                  under static:p:d:m (colocated when p = d = 0); `simulate`:
                                  sim/run.py's coroutine (run, policy, workload) -> SimRun
+    future_run(run, workload, simulate) -> FutureRun
+                                 the run itself, from its start, opening in a split and making
+                                 given moves (control/policy.py Replay): the oracle's alone, as it
+                                 is the run's future; no live body can give it
 
 Engine groups get none (rehearser returns None): the policy plans with its fluid model alone.
 
@@ -23,7 +27,8 @@ from typing import Any
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload, context_cap
-from prorsa.control.policy import Rehearse
+from prorsa.control.policy import FutureRun, Move, Rehearse, Replay
+from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
 
@@ -55,3 +60,34 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
             return pool.submit(lambda: run_virtual(simulate(ctx, policy, workload=workload)).makespan_s).result()
 
     return rehearse
+
+
+def future_run(run: RunContext, workload: Workload, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> FutureRun:
+    """`run` replayed on `workload`, the very trajectories it runs: with the same engines, router,
+    cost model and seeds the replay is the run, so a split or a move it prices is priced exactly."""
+    total = expected_trajectories(run.cfg.workload)
+
+    def replay(opening: tuple[int, int, int], moves: Sequence[Move], first: int) -> float:
+        cut = total is not None and total > first
+        ctx, w = _cut(run, workload, first) if cut else (run, workload)
+        with ThreadPoolExecutor(1) as pool:
+            sim = pool.submit(lambda: run_virtual(simulate(ctx, Replay(opening, moves), workload=w))).result()
+        return sim.makespan_s / max(sim.summary["trajectories_completed"], 1)
+
+    return FutureRun(total, replay)
+
+
+def _cut(run: RunContext, workload: Workload, first: int) -> tuple[RunContext, Workload]:
+    """The run's opening `first` trajectories: an async run's first released, a sync run's first
+    whole steps (or its first step's first prompts, whole groups)."""
+    w = run.cfg.workload
+    if w.mode == "sync":
+        per_step = w.prompts * w.group_size
+        steps = first // per_step
+        w = (w.model_copy(update={"steps": steps}) if steps else
+             w.model_copy(update={"steps": 1, "prompts": max(first // w.group_size, 1)}))
+        if not steps:  # the workload draws a step's prompts from its own config
+            workload = Workload(w, workload.seed, family=workload.family, trace=workload.trace)
+    else:
+        w = w.model_copy(update={"trajectories": first})
+    return replace(run, cfg=run.cfg.model_copy(update={"workload": w})), workload

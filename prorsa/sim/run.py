@@ -46,7 +46,7 @@ from prorsa.rollout.context import RunContext, make_router, make_scheduler, reso
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
-from prorsa.sim.rehearse import rehearser
+from prorsa.sim.rehearse import future_run, rehearser
 from prorsa.sim.runner import SimTurnRunner
 
 
@@ -109,7 +109,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     cfg, unit = run.cfg, run.unit
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
     context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload),
-                      rehearse=rehearser(run, simulate_async))
+                      rehearse=rehearser(run, simulate_async), future_run=future_run(run, workload, simulate_async))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
