@@ -62,9 +62,13 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
     return rehearse
 
 
-def future_run(run: RunContext, workload: Workload, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> FutureRun:
+def future_run(run: RunContext, workload: Workload,
+               simulate: Callable[..., Coroutine[Any, Any, Any]]) -> FutureRun | None:
     """`run` replayed on `workload`, the very trajectories it runs: with the same engines, router,
-    cost model and seeds the replay is the run, so a split or a move it prices is priced exactly."""
+    cost model and seeds the replay is the run, so a split or a move it prices is priced exactly.
+    None where engines differ in size, as for rehearser: a split of role counts names no engines."""
+    if run.cfg.engines.groups is not None:
+        return None
     total = expected_trajectories(run.cfg.workload)
 
     def replay(opening: tuple[int, int, int], moves: Sequence[Move], first: int) -> float:

@@ -14,7 +14,9 @@ from prorsa.rollout.context import make_router, resolve
 from prorsa.rollout.placement import MoveCost
 from prorsa.rollout.router import Router
 from prorsa.sim.bounds import lower_bound
-from prorsa.sim.run import simulate
+from prorsa.agent.workload import Workload
+from prorsa.sim.rehearse import future_run
+from prorsa.sim.run import simulate, simulate_async
 
 MOE = {"model": "qwen3-30b-a3b", "gpu": "h200", "time_scale": 0}
 WORK = {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 4, "max_turns": 3, "tool_time_scale": 0.01}
@@ -171,3 +173,15 @@ def test_between_steps_is_clipped_too_and_a_held_policy_pickles():
     assert not hasattr(WithinGroups(_Wants(Role.MIXED), allowed), "between_steps")
     again = pickle.loads(pickle.dumps(make_policy("colocated", resolve(_cfg()).policy)))
     assert again.initial_roles(3) == [Role.PREFILL, Role.PREFILL, Role.MIXED]
+
+
+
+def test_the_oracle_keeps_to_the_groups_and_replays_nothing_there():
+    # a replayed split of role counts names no engines where they differ in size: the oracle plans
+    # with its true forecast alone, within each group's roles
+    run = simulate(_cfg(), "oracle:4:1:2:1:0.02")
+    assert len(run.recorder.trajectories) == 16
+    allowed = {"engine-0": {Role.PREFILL}, "engine-1": {Role.PREFILL}, "engine-2": {Role.DECODE, Role.MIXED}}
+    assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
+    cfg = _cfg()
+    assert future_run(resolve(cfg), Workload.from_config(cfg.workload, cfg.seed), simulate_async) is None
