@@ -770,7 +770,7 @@ TABLES: dict[str, Table] = {
     "live-real-time": Table(REAL_TIME, t_real_time),
     "fidelity": Table(["fidelity.json"], t_fidelity),
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
-    "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json", "chaos-vllm.json"], t_chaos),
+    "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json", "chaos-vllm.json", "chaos-vllm-soak.json"], t_chaos),
     "api-overhead": Table(["api-overhead.json"], t_api_overhead),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
