@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper import ENGINES, STATICS, save  # noqa: E402
+from progress import each_done
 
 ENGINE_SETS = ("paper-moe-ep4", "drivers-ep8")
 
@@ -126,10 +127,8 @@ def main() -> None:
     t0 = time.perf_counter()
     points = []
     with Pool(args.workers) as pool:
-        for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
-            points.append(point)
-            print(f"[{i}/{len(jobs)}] {point['engines']} {label(point)} {point['policy']}: "
-                  f"{point['figure']:.1f} s", file=sys.stderr, flush=True)
+        points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['engines']} {label(p)} {p['policy']}: "
+                  f"{p['figure']:.1f} s"))
     results = []
     for e, kind, v in cells:
         key = cell_key(e, kind, v, 1 if kind == "release" else args.steps)

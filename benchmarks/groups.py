@@ -23,6 +23,7 @@ import sys
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from progress import each_done
 
 MODEL, GPU, RANK_SLOTS, GPUS = "qwen3-30b-a3b", "h200", 32, 32
 POOLS = [(1, 1), (2, 1), (4, 1), (8, 1), (1, 2), (2, 2), (4, 2)]  # prefill engines x their GPUs (TP)
@@ -149,10 +150,8 @@ def main() -> None:
     t0 = time.perf_counter()
     points: list[dict] = []
     with Pool(args.workers) as pool:
-        for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
-            points.append(point)
-            print(f"[{i}/{len(jobs)}] {point['family']} {point['mode']} EP{point['ep']} {point['layout']} {point['policy']}: "
-                  f"{point['figure']:.3f} ({point['sim_wall_s']:.0f} s)", file=sys.stderr, flush=True)
+        points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['mode']} EP{p['ep']} {p['layout']} {p['policy']}: "
+                  f"{p['figure']:.3f} ({p['sim_wall_s']:.0f} s)"))
     # in job order, not the order they finished in: the results file and its tables stay put
     order = {(f, md, ep, layout or "equal", policy): i for i, (f, md, _, ep, layout, policy) in enumerate(jobs)}
     points.sort(key=lambda p: order[p["family"], p["mode"], p["ep"], p["layout"], p["policy"]])

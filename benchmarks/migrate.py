@@ -21,6 +21,7 @@ import sys
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from progress import each_done
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -66,10 +67,8 @@ def main() -> None:
     t0 = time.perf_counter()
     points: list[dict] = []
     with Pool(args.workers) as pool:
-        for i, point in enumerate(pool.imap_unordered(run, jobs), 1):
-            points.append(point)
-            print(f"[{i}/{len(jobs)}] {tail.label(point['cell'])} {point['policy']} migrate {point['migrate']} "
-                  f"seed {point['seed']}: {point['makespan_s']:.2f} s", file=sys.stderr, flush=True)
+        points.extend(each_done(pool, run, jobs, lambda p: f"{tail.label(p['cell'])} {p['policy']} migrate {p['migrate']} "
+                  f"seed {p['seed']}: {p['makespan_s']:.2f} s"))
     rows = [summarise(c, p, [x for x in points if tuple(x["cell"]) == c and x["policy"] == p])
             for c in todo for p in POLICIES]
     table = Table(title=f"migration during a tool call: makespan off / on (> 1: migration shortened it), "

@@ -23,6 +23,7 @@ import sys
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from progress import each_done
 
 MODELS = {"dense": ("qwen3-8b", 1, 32), "moe": ("qwen3-30b-a3b", 4, 128)}  # profile, ep, slots
 ENGINES = 8
@@ -112,10 +113,8 @@ def main() -> None:
     points = [p for p in points if (p["family"], p["model"], p["mode"]) in cells]
     jobs = [j for j in jobs if (j[0], j[1], j[2], j[5]) not in have]
     with Pool(args.workers) as pool:
-        for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
-            points.append(point)
-            print(f"[{i}/{len(jobs)}] {point['family']} {point['model']} {point['mode']} {point['policy']}: "
-                  f"{point['figure']:.3f}", file=sys.stderr, flush=True)
+        points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['model']} {p['mode']} {p['policy']}: "
+                  f"{p['figure']:.3f}"))
     results = []
     for f, m, md in cells:
         cfg = config(f, m, md, args.seed, overload)

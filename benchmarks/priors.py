@@ -40,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper import ENGINES, STATICS, save  # noqa: E402
+from progress import each_done
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
 PRIORS = ("none", "earlier", "wrong")
@@ -185,10 +186,7 @@ def main() -> None:
         needed = {j[5] for j in jobs if j[5] is not None}  # the priors the points left to simulate read
         list(pool.imap_unordered(make_prior, [(c, k, args.seed + 1, folder[c, k], tmp) for c, k in wanted
                                               if folder[c, k] in needed]))
-        for i, point in enumerate(pool.imap_unordered(run_point, jobs), 1):
-            points.append(point)
-            print(f"[{i}/{len(jobs)}] {label(point)} {point['policy']} ({point['prior']}): {point['figure']:.3f}",
-                  file=sys.stderr, flush=True)
+        points.extend(each_done(pool, run_point, jobs, lambda p: f"{label(p)} {p['policy']} ({p['prior']}): {p['figure']:.3f}"))
     results = []
     for c in cells:
         mine = [p for p in points if all(p[k] == v for k, v in cell_keys(c).items())]

@@ -32,6 +32,7 @@ import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from progress import each_done
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -138,10 +139,8 @@ def main() -> None:
     jobs += [(c, "priority-prior", "colocated", priors[c]) for c in todo]
     with Pool(args.workers) as pool:
         pool.map(make_prior, list(priors.items()), chunksize=1)
-        for i, point in enumerate(pool.imap_unordered(run, jobs), 1):
-            points.append(point)
-            print(f"[{i}/{len(jobs)}] {label(point['cell'])} {point['policy']} {point['mechanism']}: "
-                  f"{point['figure']:.3f}", file=sys.stderr, flush=True)
+        points.extend(each_done(pool, run, jobs, lambda p: f"{label(p['cell'])} {p['policy']} {p['mechanism']}: "
+                  f"{p['figure']:.3f}"))
     rows = []
     tmp.cleanup()
     for c in todo:
