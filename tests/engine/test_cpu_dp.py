@@ -1,0 +1,71 @@
+"""The variable-size collectives of prorsa.engine.vllm.cpu_dp, on a real 2-rank gloo group."""
+
+from __future__ import annotations
+
+import os
+import socket
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from prorsa.engine.vllm import cpu_dp  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, world: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        comm = types.SimpleNamespace(world_size=world, rank_in_group=rank, device_group=dist.group.WORLD)
+        sizes = [3, 1]
+        hidden = torch.full((sizes[rank], 4), float(rank + 1))
+        ids = torch.arange(sizes[rank] * 2, dtype=torch.int32).reshape(sizes[rank], 2) + 10 * rank
+        flags = torch.ones(sizes[rank], dtype=torch.bool)
+        g_hidden, g_ids, g_flags = cpu_dp.all_gatherv(comm, [hidden, ids, flags], 0, sizes)
+        single = cpu_dp.all_gatherv(comm, hidden, 0, sizes)
+        # every rank holds the gathered rows; each adds rank+1 times them, as experts would
+        partial = g_hidden * (rank + 1)
+        mine = cpu_dp.reduce_scatterv(comm, partial, 0, sizes)
+        gathered = (g_hidden.tolist(), g_ids.tolist(), g_flags.dtype, g_flags.tolist(), single.tolist())
+        results.put((rank, *gathered, mine.tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_all_gatherv_and_reduce_scatterv_on_two_ranks():
+    ctx = torch.multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, 2, port, results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = dict((r[0], r[1:]) for r in (results.get(timeout=120) for _ in procs))
+    for p in procs:
+        p.join(timeout=30)
+    gathered = [[1.0] * 4] * 3 + [[2.0] * 4]
+    for rank in (0, 1):
+        g_hidden, g_ids, flag_dtype, flags, single, mine = out[rank]
+        assert g_hidden == gathered and single == gathered
+        assert g_ids == [[0, 1], [2, 3], [4, 5], [10, 11]]
+        assert flag_dtype == torch.bool and flags == [True] * 4
+    # sum over ranks of (rank+1) * gathered = 3 * gathered; rank 0 keeps rows 0-2, rank 1 row 3
+    assert out[0][5] == [[3.0] * 4] * 3
+    assert out[1][5] == [[6.0] * 4]
+
+
+def test_local_expert_ids_zero_the_weight_of_remote_experts():
+    expert_map = torch.tensor([-1, -1, 0, 1], dtype=torch.int32)  # this rank holds experts 2, 3
+    weights = torch.tensor([[0.6, 0.4], [0.5, 0.5]])
+    ids = torch.tensor([[0, 3], [2, 1]], dtype=torch.int32)
+    w, i = cpu_dp.local_expert_ids(weights, ids, expert_map)
+    assert w.tolist() == [[0.0, pytest.approx(0.4)], [0.5, 0.0]]
+    assert i.tolist() == [[0, 1], [0, 0]] and i.dtype == torch.int32
