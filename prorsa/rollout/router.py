@@ -287,12 +287,16 @@ class Router:
 
         stay = wait(prev, self.load[prev] - 1, self._kv[prev] - own_kv)  # this turn will have ended
         best, best_s = None, stay
+        extra: dict[int, float] = {}  # the warm-up's price, once per cost model (one for equal engines)
         for e in eligible:
             if e == prev:
                 continue
+            price = self._price(e)
+            if id(price) not in extra:
+                extra[id(price)] = price.move_s(kind, context, 0)
             # every turn it holds, admitted or queued, waits out the warm-up's prefill
             stalled = self.load[e] if kind == "whole" else 1
-            total = wait(e, self.load[e], self._kv[e]) + self._price(e).move_s(kind, context, 0) * stalled
+            total = wait(e, self.load[e], self._kv[e]) + extra[id(price)] * stalled
             if total < best_s:
                 best, best_s = e, total
         if best is not None:
