@@ -389,7 +389,10 @@ def _completed_since(finished: Sequence[TrajectorySpec], traj_id: str) -> int:
     return len(finished)
 
 
-def _split_name(split: tuple[int, int, int]) -> str:
+def _split_name(split) -> str:
+    """(P, D, M), or one per engine group (control/adaptive_groups.py), in words."""
+    if split and isinstance(split[0], tuple):
+        return " | ".join(map(_split_name, split))
     return "P{} D{} M{}".format(*split)
 
 

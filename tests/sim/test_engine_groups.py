@@ -148,11 +148,19 @@ def test_a_static_split_asked_for_on_the_command_line_is_refused_with_groups():
         make_policy("static:1:2", ctx)
 
 
-def test_no_rehearsal_is_lent_where_a_split_of_counts_names_no_engines():
+def test_a_rehearsal_over_groups_opens_each_group_in_its_counts():
     from prorsa.sim.rehearse import rehearser
     from prorsa.sim.run import simulate_async
 
-    assert rehearser(resolve(_cfg()), simulate_async) is None
+    groups = _groups()
+    groups[0]["roles"] = ["prefill", "mixed"]
+    cfg = PipelineConfig(name="groups", seed=1, policy="static", engines={**MOE, "groups": groups}, workload=WORK)
+    rehearse = rehearser(resolve(cfg), simulate_async)
+    specs = Workload.from_config(cfg.workload, cfg.seed).trajectories_for_step(0)
+    # the small engines prefilling for the wide one, or both mixed beside it: two different runs,
+    # so each group's counts reached its engines
+    a, b = rehearse(specs, ((2, 0, 0), (0, 1, 0))), rehearse(specs, ((0, 0, 2), (0, 1, 0)))
+    assert a > 0 and b > 0 and a != pytest.approx(b, rel=1e-3)
     alike = PipelineConfig(name="alike", policy="static:2:1", engines={**MOE, "count": 3, "ep": 8}, workload=WORK)
     assert rehearser(resolve(alike), simulate_async) is not None
 
