@@ -16,9 +16,10 @@ every decoding engine to the same share of its slots (a wide engine holds more o
 group it is score() exactly (tests/test_group_search.py).
 
 Which splits are priced: all of them while there are at most GroupAllocator.exact (4,096); past
-that, a descent over groups from the current split and the anchor: each group's counts searched
-(split_search.SplitSearch: every split of a group up to its exact_side engines, coarse-to-fine past
-that) with the other groups held, group after group, until a whole round finds nothing better.
+that, a descent over groups from the current split and the anchor: each round searches each group's
+counts with the other groups held (split_search.SplitSearch: every split of a group up to its
+exact_side engines, coarse-to-fine past that) and every trade of one engine's role between two
+groups, and takes the best of them, until a round finds nothing better.
 Splits within this interval's cap of the current one are always priced (the step toward a goal).
 The goal and its switches follow allocator.Allocator: least cost + hysteresis x switch cost (the
 slowest drain of any group's moves), adopted only past min_gain, at most max_switches moves now.
@@ -153,19 +154,17 @@ def score_groups(groups: Sequence[Group], fc: Forecast, counts: np.ndarray) -> n
         x_m = np.minimum(want - x_p, cap_m)
         q_next = np.maximum(q + (arriving - x_p - x_m) * dt, 0.0)
         share = np.divide(x_m, cap_m, out=np.zeros(k), where=cap_m > 0)  # of what each mixed engine clears
-        tps = np.zeros(k)
-        busy = np.zeros(k)
-        pre_m = np.zeros(k)
+        # the decode step: every decoding engine's, weighted by the sequences it holds (score()'s
+        # mean over engines where they hold alike: engines alike priced the same in one group or two)
+        weighted, pre_m = np.zeros(k), np.zeros(k)
         for j, (td, tp, tc) in enumerate(steps):
             tau_m = _mixed_step(td, tp, tc, share * chunk / tc, piece, chunk, int(ranks[j]))
-            ed = D[:, j] + M[:, j]
-            tau = np.divide(D[:, j] * td + M[:, j] * tau_m, ed, out=np.zeros(k), where=ed > 0)
-            served_j = D[:, j] * fill * per[j] + M[:, j] * fill * per_m[j]
-            tps += np.divide(served_j, tau, out=np.zeros(k), where=tau > 0)
-            busy += served_j * np.minimum(dt, u * tau)
+            weighted += fill * (D[:, j] * per[j] * td + M[:, j] * per_m[j] * tau_m)
             pre_m += share * cap_mg[:, j] * math.ceil(a / chunk) * tau_m
+        tau = np.divide(weighted, served, out=np.zeros(k), where=served > 0)
+        tps = np.divide(served, tau, out=np.zeros(k), where=tau > 0)
         owed = np.maximum(present * u - tps * dt, 0.0)
-        cost += busy + (present - served) * dt
+        cost += served * np.minimum(dt, u * tau) + (present - served) * dt
         cost += (q + q_next) / 2 * dt / a
         cost += (x_p * lat + pre_m) * dt / a
         q = q_next
@@ -221,12 +220,13 @@ class GroupAllocator:
         add(np.array([*starts, *also], dtype=int).reshape(-1, len(self.groups), 3))
         for start in dict.fromkeys(starts):
             here = start
-            while True:
-                before = here
-                for j, g in enumerate(self.groups):
-                    here = self._descend(j, g, here, seen, add)
-                if here == before:
+            while True:  # the best single group's change each round (the first found can lead astray)
+                moves = [self._descend(j, g, here, seen, add) for j, g in enumerate(self.groups)]
+                moves.append(self._trade(here, seen, add))
+                best = min(moves, key=lambda s: (seen.get(s, math.inf), s))
+                if seen.get(best, math.inf) >= seen.get(here, math.inf):
                     break
+                here = best
         keys = sorted(seen)
         return np.array(keys, dtype=int).reshape(-1, len(self.groups), 3), np.array([seen[k] for k in keys])
 
@@ -252,6 +252,21 @@ class GroupAllocator:
         if not math.isfinite(float(costs.min())) or seen.get(_key(rest), math.inf) <= float(costs.min()):
             return at
         return tuple(best if i == j else s for i, s in enumerate(at))
+
+    def _trade(self, at: GroupSplit, seen, add) -> GroupSplit:
+        """The best of `at` and every split one move away in each of two groups: a role handed
+        from one group to another (a prefill engine moved from the small engines to the wide
+        ones, say), which a descent one group at a time cannot take, as either half alone is worse."""
+        one = [[s for s in self._steps(at, np.full((len(self.groups), 3), 1 << 30)) if s[j] != at[j]]
+               for j in range(len(self.groups))]
+        pairs = [tuple(a[i] if i == j else b[i] if i == h else at[i] for i in range(len(at)))
+                 for j, h in itertools.combinations(range(len(at)), 2) for a in one[j] for b in one[h]]
+        pairs = [p for p in pairs if all(min(c) >= 0 for c in p)]
+        if not pairs:
+            return at
+        add(np.array(pairs, dtype=int))
+        best = min((p for p in pairs if p in seen), key=lambda p: (seen[p], p), default=at)
+        return best if seen[best] < seen.get(at, math.inf) else at
 
     def plan(self, forecast: Forecast, engines: Sequence[EngineLoad], locked: Collection[str] = (),
              anchor: GroupSplit | None = None) -> GroupPlan:

@@ -193,3 +193,20 @@ def test_the_oracle_keeps_to_the_groups_and_replays_nothing_there():
     assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
     cfg = _cfg()
     assert future_run(resolve(cfg), Workload.from_config(cfg.workload, cfg.seed), simulate_async) is None
+
+
+def test_prorsa_plans_counts_per_group_and_no_switch_leaves_a_groups_roles():
+    groups = [{"count": 2, "roles": ["prefill", "mixed"], "ep": 1, "slots": 16},
+              {"count": 2, "roles": ["mixed", "decode"], "ep": 8, "slots": 128},
+              {"count": 1, "roles": ["decode"], "ep": 4, "slots": 64}]
+    cfg = PipelineConfig(name="groups", seed=1, policy="prorsa:2:0:2:1:0", engines={**MOE, "groups": groups},
+                         workload={**WORK, "steps": 2, "prompts": 8})
+    run = simulate(cfg)
+    assert len(run.recorder.trajectories) == 64
+    allowed = {f"engine-{i}": set(map(Role, g["roles"])) for i, g in enumerate(g for g in groups for _ in range(g["count"]))}
+    first = run.recorder.controls[0].roles
+    assert all(first[e] in allowed[e] for e in allowed)
+    assert run.recorder.role_changes  # it did move, so the check below checks something
+    assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
+    # its plans and the step boundary's rehearsal name one split per group
+    assert any(c.reason.count("|") >= 2 for c in run.recorder.controls)
