@@ -208,38 +208,31 @@ class GroupAllocator:
         of `starts`, with `also` priced besides) and their costs; `price`: (k, G, 3) -> (k,)."""
         if self._all is not None:
             return self._all, price(self._all)
-        seen: dict[GroupSplit, float] = {}
-
-        def add(cands: np.ndarray) -> None:
-            cands = cands[serves_both(cands)]
-            new = [c for c in cands if _key(c) not in seen]
-            if new:
-                for c, v in zip(new, price(np.stack(new))):
-                    seen[_key(c)] = float(v)
-
-        add(np.array([*starts, *also], dtype=int).reshape(-1, len(self.groups), 3))
+        seen = _Seen(price, len(self.groups))
+        seen.add(np.array([*starts, *also], dtype=int).reshape(-1, len(self.groups), 3))
         for start in dict.fromkeys(starts):
             here = start
             while True:  # the best single group's change each round (the first found can lead astray)
-                moves = [self._descend(j, g, here, seen, add) for j, g in enumerate(self.groups)]
-                moves.append(self._trade(here, seen, add))
-                best = min(moves, key=lambda s: (seen.get(s, math.inf), s))
-                if seen.get(best, math.inf) >= seen.get(here, math.inf):
+                moves = [self._descend(j, g, here, seen) for j, g in enumerate(self.groups)]
+                moves.append(self._trade(here, seen))
+                best = min(moves, key=lambda s: (seen.get(s), s))
+                if seen.get(best) >= seen.get(here):
                     break
                 here = best
-        keys = sorted(seen)
-        return np.array(keys, dtype=int).reshape(-1, len(self.groups), 3), np.array([seen[k] for k in keys])
+        return seen.result()
 
-    def _descend(self, j: int, g: Group, at: GroupSplit, seen, add) -> GroupSplit:
+    def _descend(self, j: int, g: Group, at: GroupSplit, seen: _Seen) -> GroupSplit:
         """The best counts of group j with the others held at `at` (the split search over its triangle)."""
         rest = np.array(at, dtype=int)
+        barred = np.array([r not in g.roles for r in ROLES])
 
         def price_j(c: np.ndarray) -> np.ndarray:
             full = np.repeat(rest[None], len(c), axis=0)
             full[:, j] = c
-            ok = np.array([all(n == 0 or r in g.roles for n, r in zip(s, ROLES)) for s in c]) & serves_both(full)
-            add(full[ok])
-            return np.array([seen[_key(f)] if o else math.inf for f, o in zip(full, ok)])
+            out = np.full(len(c), math.inf)
+            ok = ~(c[:, barred] > 0).any(axis=1)
+            out[ok] = seen.add(full[ok])
+            return out
 
         if g.count <= self.search.exact_side:
             cands = _triangle(g)
@@ -249,11 +242,11 @@ class GroupAllocator:
             corners = np.eye(3, dtype=int) * g.count
             cands, costs = np.concatenate([cands, corners]), np.concatenate([costs, price_j(corners)])
         best = tuple(int(x) for x in cands[int(np.argmin(costs))])
-        if not math.isfinite(float(costs.min())) or seen.get(_key(rest), math.inf) <= float(costs.min()):
+        if not math.isfinite(float(costs.min())) or seen.get(at) <= float(costs.min()):
             return at
         return tuple(best if i == j else s for i, s in enumerate(at))
 
-    def _trade(self, at: GroupSplit, seen, add) -> GroupSplit:
+    def _trade(self, at: GroupSplit, seen: _Seen) -> GroupSplit:
         """The best of `at` and every split one move away in each of two groups: a role handed
         from one group to another (a prefill engine moved from the small engines to the wide
         ones, say), which a descent one group at a time cannot take, as either half alone is worse."""
@@ -264,9 +257,9 @@ class GroupAllocator:
         pairs = [p for p in pairs if all(min(c) >= 0 for c in p)]
         if not pairs:
             return at
-        add(np.array(pairs, dtype=int))
-        best = min((p for p in pairs if p in seen), key=lambda p: (seen[p], p), default=at)
-        return best if seen[best] < seen.get(at, math.inf) else at
+        seen.add(np.array(pairs, dtype=int))
+        best = min(pairs, key=lambda p: (seen.get(p), p))
+        return best if seen.get(best) < seen.get(at) else at
 
     def plan(self, forecast: Forecast, engines: Sequence[EngineLoad], locked: Collection[str] = (),
              anchor: GroupSplit | None = None) -> GroupPlan:
@@ -345,6 +338,36 @@ class GroupAllocator:
             if pick is None or net < pick[0]:
                 pick = (net, split, float(costs[i]), sw)
         return pick
+
+
+class _Seen:
+    """The splits priced so far in a descent and their costs, each priced once (keyed by its bytes:
+    thousands are looked up each round)."""
+
+    def __init__(self, price, groups: int) -> None:
+        self.price, self.groups = price, groups
+        self.costs: dict[bytes, float] = {}
+
+    def add(self, cands: np.ndarray) -> np.ndarray:
+        """The costs of `cands` (k, G, 3), pricing the new ones; inf for a split that serves only one phase."""
+        cands = np.ascontiguousarray(cands, dtype=np.int64).reshape(-1, self.groups, 3)
+        keys = [row.tobytes() for row in cands]
+        ok = serves_both(cands)
+        new = [i for i, k in enumerate(keys) if ok[i] and k not in self.costs]
+        if new:
+            for i, v in zip(new, self.price(cands[new])):
+                self.costs[keys[i]] = float(v)
+        return np.array([self.costs.get(k, math.inf) for k in keys])
+
+    def get(self, split: GroupSplit) -> float:
+        return self.costs.get(np.array(split, dtype=np.int64).tobytes(), math.inf)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every split priced, in group-major (P, D, M) order, and its cost."""
+        flat = np.frombuffer(b"".join(self.costs), dtype=np.int64).reshape(-1, self.groups, 3)
+        costs = np.array(list(self.costs.values()))
+        order = np.lexsort(flat.reshape(len(flat), -1).T[::-1])
+        return flat[order].copy(), costs[order]
 
 
 def _key(c: np.ndarray) -> GroupSplit:
