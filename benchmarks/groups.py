@@ -19,7 +19,7 @@ rest mixed) and the best equal-sized layout of --reuse (a results file of this s
 
     .venv/bin/python benchmarks/groups.py [--families swe,math-tir] [--modes sync,async] [--eps 4,8,16]
                                           [--seed 0] [--workers 2] [--out FILE]
-                                          [--prorsa LAYOUT --reuse FILE]
+                                          [--prorsa LAYOUT --reuse FILE [--keep FILE]]
 """
 
 from __future__ import annotations
@@ -138,10 +138,14 @@ def flex_point(job: tuple) -> dict:
         cfg = config(family, mode, seed, ep, layout, opening, folder if prior == "earlier" else None)
         sim = simulate(cfg, "prorsa" if opening == "prorsa" else "static")
     s = sim.summary
-    policy = f"prorsa ({prior} prior)" if opening == "prorsa" else "fixed " + ",".join(map(str, opening))
+    policy = policy_name(opening, prior)
     return {"family": family, "mode": mode, "seed": seed, "ep": ep, "layout": layout, "policy": policy,
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"], "switches": s["role_switches"],
             "sim_wall_s": s["sim_wall_s"]}
+
+
+def policy_name(opening, prior) -> str:
+    return f"prorsa ({prior} prior)" if opening == "prorsa" else "fixed " + ",".join(map(str, opening))
 
 
 def prorsa_summary(points: list[dict], reuse: dict, family: str, mode: str) -> dict:
@@ -171,13 +175,20 @@ def main_prorsa(args, eps: list[int]) -> None:
     cells = [(f, md) for f in args.families.split(",") for md in args.modes.split(",")]
     jobs = [(f, md, args.seed, ep, n, "prorsa", prior) for f, md in cells for n in chosen for prior in ("none", "earlier")]
     jobs += [(f, md, args.seed, ep, n, o, None) for f, md in cells for n in chosen for o in fixed_splits(layouts(ep)[n])]
+    # --keep: the fixed splits an earlier results file holds (same seed) are not simulated again
+    kept = [p for p in json.loads(Path(args.keep).read_text())["points"]
+            if p["policy"].startswith("fixed") and p["seed"] == args.seed] if args.keep else []
+    have = {(p["family"], p["mode"], p["layout"], p["policy"]) for p in kept}
+    jobs = [j for j in jobs if j[5] == "prorsa" or (j[0], j[1], j[4], "fixed " + ",".join(map(str, j[5]))) not in have]
     t0 = time.perf_counter()
     with Pool(args.workers) as pool:
-        points = list(each_done(pool, flex_point, jobs, lambda p: f"{p['family']} {p['mode']} {p['layout']} "
-                                f"{p['policy']}: {p['figure']:.3f} ({p['sim_wall_s']:.0f} s)"))
-    order = {(j[0], j[1], j[4], j[5], j[6]): i for i, j in enumerate(jobs)}
-    points.sort(key=lambda p: [i for k, i in order.items() if k[:3] == (p["family"], p["mode"], p["layout"])
-                               and p["policy"].startswith("fixed" if k[3] != "prorsa" else "prorsa")][0])
+        points = kept + list(each_done(pool, flex_point, jobs, lambda p: f"{p['family']} {p['mode']} {p['layout']} "
+                                       f"{p['policy']}: {p['figure']:.3f} ({p['sim_wall_s']:.0f} s)"))
+    jobs = [(f, md, args.seed, ep, n, "prorsa", prior) for f, md in cells for n in chosen for prior in ("none", "earlier")]
+    jobs += [(f, md, args.seed, ep, n, o, None) for f, md in cells for n in chosen for o in fixed_splits(layouts(ep)[n])]
+    # in job order, not the order they finished in: the results file and its table stay put
+    order = {(j[0], j[1], j[4], policy_name(j[5], j[6])): i for i, j in enumerate(jobs)}
+    points.sort(key=lambda p: order[p["family"], p["mode"], p["layout"], p["policy"]])
     results = [prorsa_summary([p for p in points if (p["family"], p["mode"], p["layout"]) == (f, md, n)], reuse, f, md)
                for f, md in cells for n in chosen]
     for r in results:
@@ -233,6 +244,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/groups.json")
     ap.add_argument("--prorsa", metavar="LAYOUT", help="prorsa on these layouts made flexible (module docstring)")
     ap.add_argument("--reuse", metavar="FILE", help="with --prorsa: this script's results, for the equal-sized layouts")
+    ap.add_argument("--keep", metavar="FILE", help="with --prorsa: an earlier --prorsa results file whose fixed "
+                    "splits are kept (prorsa is run again)")
     args = ap.parse_args()
     eps = [int(e) for e in args.eps.split(",")]
     if bad := [e for e in eps if not 1 < e < GPUS or GPUS % e]:

@@ -9,9 +9,12 @@ the split: counts per group, priced by group_search (each group's engines by the
 and slots) and rehearsed in the simulator engine by engine (sim/rehearse.py). Candidates never
 leave a group's roles, and WithinGroups still clips whatever is asked.
 
-Rehearsed at a step's start: the most-mixed split (mixed wherever a group allows it), the groups'
-openings, the fluid model's pick, and from that pick, each group's counts along its P:D and P:M
-lines with the other groups held (about twice the engines, as without groups).
+Where adaptive.Prorsa defaults to all mixed (no prior; a steady state or a rehearsal that does not
+beat it clearly), the groups' declared openings stand (each engine in its group's first role: what
+the pipeline says the group is for). Rehearsed at a step's start: the openings, the most-mixed
+split (mixed wherever a group allows it), the fluid model's pick, and through the pick and through
+the openings, each group's counts along its P:D and P:M lines with the other groups held (about
+four times the engines; a group's best counts often lie beside the others' declared roles).
 """
 
 from __future__ import annotations
@@ -59,14 +62,18 @@ class ProrsaGroups(Prorsa):
         return group_roles(self.groups, split)
 
     def _why_opening(self, split, n_engines: int) -> str:
-        if not self._held_on_prior and self.prior is not None and split == most_mixed(self.groups):
-            return "the prior's steady state scores no split of the groups clearly better than the most mixed"
+        if self._held_on_prior:
+            return super()._why_opening(split, n_engines)
+        if self.prior is None:
+            return "no prior: each group opens in its declared role until the run has shown its workload"
+        if split == openings(self.groups):
+            return "the prior's steady state scores no split of the groups clearly better than their declared roles"
         return super()._why_opening(split, n_engines)
 
     def _steady_split(self, hint: WorkloadHint | None, n_engines: int, keep: GroupSplit | None = None) -> GroupSplit:
-        """adaptive.Prorsa._steady_split over the groups: keep (default the most-mixed split) unless
+        """adaptive.Prorsa._steady_split over the groups: keep (default the groups' openings) unless
         the steady state of `hint` scores a split better by min_gain; of ties, the most mixed."""
-        keep = keep or most_mixed(self.groups)
+        keep = keep or openings(self.groups)
         if hint is None or n_engines < 2:
             return keep
         fc = steady_forecast(hint, self.capacity, n_engines, self.forecaster.n_bins, self.forecaster.bin_s)
@@ -84,12 +91,12 @@ class ProrsaGroups(Prorsa):
 
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
-        mixed = most_mixed(self.groups)
-        cands = [mixed, fluid, openings(self.groups), *self._lines(fluid)]
+        declared = openings(self.groups)
+        cands = [declared, most_mixed(self.groups), fluid, *self._lines(fluid), *self._lines(declared)]
         cands = [c for c in dict.fromkeys(cands) if serves_both(np.array([c]))[0]]
         times = self._replay(specs, cands)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
-        self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[mixed] else mixed
+        self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[declared] else declared
         return self._held
 
     def _lines(self, base: GroupSplit) -> list[GroupSplit]:
