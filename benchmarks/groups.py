@@ -15,7 +15,8 @@ layouts run static (each group in its opening role).
 also take mixed: a prefill engine co-batches decodes, a decode engine takes prefill chunks),
 with no prior and with an earlier run's (the same cell and groups, seed + 1, colocated), against
 every fixed split of the same flexible groups (k of a group's engines in its opening role, the
-rest mixed) and the best equal-sized layout of --reuse (a results file of this script, same seed).
+rest mixed), the best of them again under the same earlier run's prior (the router reads a prior
+too), and the best equal-sized layout of --reuse (a results file of this script, same seed).
 
     .venv/bin/python benchmarks/groups.py [--families swe,math-tir] [--modes sync,async] [--eps 4,8,16]
                                           [--seed 0] [--workers 2] [--out FILE]
@@ -145,7 +146,17 @@ def flex_point(job: tuple) -> dict:
 
 
 def policy_name(opening, prior) -> str:
-    return f"prorsa ({prior} prior)" if opening == "prorsa" else "fixed " + ",".join(map(str, opening))
+    if opening == "prorsa":
+        return f"prorsa ({prior} prior)"
+    return "fixed " + ",".join(map(str, opening)) + (f" ({prior} prior)" if prior else "")
+
+
+def best_fixed(points: list[dict], family: str, mode: str, layout: str) -> tuple[int, ...]:
+    """The opening of the best fixed split (no prior) of one row."""
+    fixed = [p for p in points if (p["family"], p["mode"], p["layout"]) == (family, mode, layout)
+             and p["policy"].startswith("fixed") and "prior" not in p["policy"]]
+    best = (min if mode == "sync" else max)(fixed, key=lambda p: p["figure"])
+    return tuple(int(x) for x in best["policy"].removeprefix("fixed ").split(","))
 
 
 def prorsa_summary(points: list[dict], reuse: dict, family: str, mode: str) -> dict:
@@ -154,10 +165,11 @@ def prorsa_summary(points: list[dict], reuse: dict, family: str, mode: str) -> d
     cell = next(c for c in reuse["cells"] if (c["family"], c["mode"]) == (family, mode))
     sync, base = mode == "sync", cell["colocated"]
     v = {p["policy"]: base / p["figure"] if sync else p["figure"] / base for p in points}
-    fixed = max((k for k in v if k.startswith("fixed")), key=v.__getitem__)
+    fixed = max((k for k in v if k.startswith("fixed") and "prior" not in k), key=v.__getitem__)
     equal = cell["vs_colocated"][cell["best_equal"]]
     out = {"family": family, "mode": mode, "layout": points[0]["layout"], "colocated": base,
            "best_equal": cell["best_equal"], "equal": equal, "best_fixed": fixed, "fixed": v[fixed],
+           "fixed_with_prior": v[f"{fixed} (earlier prior)"],
            "opening_static": v["fixed " + ",".join(str(g["count"]) for g in layouts(points[0]["ep"])[points[0]["layout"]])],
            "vs_colocated": v, "switches": {p["policy"]: p["switches"] for p in points}}
     for prior in ("none", "earlier"):
@@ -177,15 +189,21 @@ def main_prorsa(args, eps: list[int]) -> None:
     jobs += [(f, md, args.seed, ep, n, o, None) for f, md in cells for n in chosen for o in fixed_splits(layouts(ep)[n])]
     # --keep: the fixed splits an earlier results file holds (same seed) are not simulated again
     kept = [p for p in json.loads(Path(args.keep).read_text())["points"]
-            if p["policy"].startswith("fixed") and p["seed"] == args.seed] if args.keep else []
+            if p["policy"].startswith("fixed") and "prior" not in p["policy"] and p["seed"] == args.seed] if args.keep else []
     have = {(p["family"], p["mode"], p["layout"], p["policy"]) for p in kept}
     jobs = [j for j in jobs if j[5] == "prorsa" or (j[0], j[1], j[4], "fixed " + ",".join(map(str, j[5]))) not in have]
     t0 = time.perf_counter()
     with Pool(args.workers) as pool:
         points = kept + list(each_done(pool, flex_point, jobs, lambda p: f"{p['family']} {p['mode']} {p['layout']} "
                                        f"{p['policy']}: {p['figure']:.3f} ({p['sim_wall_s']:.0f} s)"))
+    # the best fixed split of each row again, under the earlier run's prior (which the router reads too)
+    with Pool(args.workers) as pool:
+        points += list(each_done(pool, flex_point, [
+            (f, md, args.seed, ep, n, best_fixed(points, f, md, n), "earlier") for f, md in cells for n in chosen],
+            lambda p: f"{p['family']} {p['mode']} {p['layout']} {p['policy']}: {p['figure']:.3f}"))
     jobs = [(f, md, args.seed, ep, n, "prorsa", prior) for f, md in cells for n in chosen for prior in ("none", "earlier")]
     jobs += [(f, md, args.seed, ep, n, o, None) for f, md in cells for n in chosen for o in fixed_splits(layouts(ep)[n])]
+    jobs += [(f, md, args.seed, ep, n, best_fixed(points, f, md, n), "earlier") for f, md in cells for n in chosen]
     # in job order, not the order they finished in: the results file and its table stay put
     order = {(j[0], j[1], j[4], policy_name(j[5], j[6])): i for i, j in enumerate(jobs)}
     points.sort(key=lambda p: order[p["family"], p["mode"], p["layout"], p["policy"]])
