@@ -23,11 +23,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from prorsa.control.adaptive import Prorsa, reassign, steady_forecast
+from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN, Prorsa, fill, reassign, steady_forecast
 from prorsa.control.allocator import ROLES, Capacity
 from prorsa.control.group_search import (Group, GroupAllocator, GroupSplit, group_roles, most_mixed, openings,
                                          score_groups, serves_both)
-from prorsa.control.policy import PolicyContext, Snapshot, WorkloadHint, register
+from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.engine.registry import engine_name
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
@@ -53,8 +53,6 @@ class ProrsaGroups(Prorsa):
     def initial_roles(self, n_engines: int) -> list[Role]:
         if sum(g.count for g in self.groups) != n_engines:
             raise ValueError(f"the groups declare {sum(g.count for g in self.groups)} engines, the run has {n_engines}")
-        from prorsa.control.adaptive import fill  # noqa: PLC0415
-
         goal = self._steady_split(self.prior, n_engines)
         split = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
         self._held_on_prior = self._held is not None
@@ -87,8 +85,6 @@ class ProrsaGroups(Prorsa):
         return _key(tied[np.lexsort((tot[:, 0], -tot[:, 2]))[0]])
 
     def _rehearsed(self, specs, n_engines: int, fluid) -> GroupSplit:
-        from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN  # noqa: PLC0415
-
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         declared = openings(self.groups)
@@ -110,9 +106,7 @@ class ProrsaGroups(Prorsa):
                         out.append(tuple(s if i == j else b for i, b in enumerate(base)))
         return out
 
-    def between_steps(self, snapshot: Snapshot):
-        from prorsa.control.policy import Decision  # noqa: PLC0415
-
+    def between_steps(self, snapshot: Snapshot) -> Decision:
         engines, goal, why = self._next_step(snapshot)
         engines = in_order(engines)
         targets, at = {}, 0
@@ -122,7 +116,7 @@ class ProrsaGroups(Prorsa):
         self._requests.ask(targets, snapshot.time_s)
         return Decision(targets, why)
 
-    def decide(self, snapshot: Snapshot):
+    def decide(self, snapshot: Snapshot) -> Decision:
         # the allocator reads the engines group by group, in engine order
         return super().decide(replace(snapshot, engines=tuple(in_order(list(snapshot.engines)))))
 
