@@ -11,6 +11,8 @@
         model-predictive on a step's horizon instead. It opens on the split whose rehearsal of an
         earlier run's trajectories ends soonest, and between synchronous steps rehearses the step
         that just ran; a rehearsed split is held (a sync step's length; an async run's whole).
+        With engine groups (PolicyContext.groups) `prorsa` builds adaptive_groups.ProrsaGroups:
+        the same policy over role counts per group.
 
     decide(snapshot)          folds snapshot.events in (prorsa), returns Decision(targets, reason,
                               forecast, forecast_error); called once per control interval by the body
