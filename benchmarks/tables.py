@@ -712,6 +712,28 @@ def t_groups_layouts(d: dict) -> list[str]:
     return table(["layout", "GPUs", *[f"{c['family']} {c['mode']}" for c in cells]], rows)
 
 
+def t_groups_prorsa(d: dict) -> list[str]:
+    """prorsa on flexible heterogeneous groups against every fixed split of them and the best equal-sized layout."""
+    doc = d["groups-prorsa.json"]
+    rows, fixed, same, equal = [], [], [], []
+    for c in doc["cells"]:
+        rows.append([c["family"], c["mode"], c["layout"], fig(c["colocated"], c["mode"]), f"{c['equal']:.3f} ({c['best_equal']})",
+                     f3(c["opening_static"]), f"{c['fixed']:.3f} ({c['best_fixed'].removeprefix('fixed ')})",
+                     f3(c["fixed_with_prior"]), f3(c["none"]["ratio"]), f3(c["earlier"]["ratio"]),
+                     f3(c["none"]["vs_fixed"]), f3(c["earlier"]["vs_fixed"]),
+                     f3(c["earlier"]["ratio"] / c["fixed_with_prior"]), f3(c["earlier"]["vs_equal"])])
+        fixed += [c["none"]["vs_fixed"], c["earlier"]["vs_fixed"]]
+        same += [c["earlier"]["ratio"] / c["fixed_with_prior"]]
+        equal += [c["none"]["vs_equal"], c["earlier"]["vs_equal"]]
+    return table(["family", "mode", "groups", "colocated EP8", "best equal-sized", "groups static",
+                  "best fixed split of the groups", "the same with the earlier run's prior", "prorsa, no prior",
+                  "prorsa, earlier run", "no prior / best fixed", "earlier / best fixed",
+                  "earlier / best fixed with the prior", "earlier / best equal"], rows) + [
+        "", f"Over the {len(doc['cells'])} rows, prorsa (either prior) against the best fixed split of the same groups: "
+            f"{min(fixed):.3f}-{max(fixed):.3f} (with the earlier run's prior, against that split under the same prior: "
+            f"{min(same):.3f}-{max(same):.3f}); against the best equal-sized layout: {min(equal):.3f}-{max(equal):.3f}."]
+
+
 class Table(NamedTuple):
     files: list[str]  # results files it reads, in benchmarks/results
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
@@ -733,6 +755,7 @@ TABLES: dict[str, Table] = {
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
+    "groups-prorsa": Table(["groups-prorsa.json"], t_groups_prorsa),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),

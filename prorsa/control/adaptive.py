@@ -11,6 +11,8 @@
         model-predictive on a step's horizon instead. It opens on the split whose rehearsal of an
         earlier run's trajectories ends soonest, and between synchronous steps rehearses the step
         that just ran; a rehearsed split is held (a sync step's length; an async run's whole).
+        With engine groups (PolicyContext.groups) `prorsa` builds adaptive_groups.ProrsaGroups:
+        the same policy over role counts per group.
 
     decide(snapshot)          folds snapshot.events in (prorsa), returns Decision(targets, reason,
                               forecast, forecast_error); called once per control interval by the body
@@ -389,7 +391,10 @@ def _completed_since(finished: Sequence[TrajectorySpec], traj_id: str) -> int:
     return len(finished)
 
 
-def _split_name(split: tuple[int, int, int]) -> str:
+def _split_name(split) -> str:
+    """(P, D, M), or one per engine group (control/adaptive_groups.py), in words."""
+    if split and isinstance(split[0], tuple):
+        return " | ".join(map(_split_name, split))
     return "P{} D{} M{}".format(*split)
 
 

@@ -139,6 +139,8 @@ class Oracle(Prorsa):
         self.forecaster = TrueFutureForecaster(context.future, old.horizon_s, old.bin_s,
                                                decode_tps=old._prior_tps)
         self.future_run = context.future_run
+        if context.groups is not None:  # its rehearsals name counts of engines alike (prorsa's name counts per group)
+            self.rehearse = None
         self._opening: tuple[int, int, int] | None = None  # set by initial_roles when the run can be replayed
         self._expected: float | None = None  # the replayed figure of the run as it goes: opening and moves
         self._moves: list[Move] = []  # the moves made, as the replay makes them

@@ -17,9 +17,10 @@ Engine groups (engines.groups, PolicyContext.engine_roles): every policy is held
 engine may take (WithinGroups): an opening role the engine may not take becomes its group's opening
 role (colocated: mixed wherever a group allows it), and a target it may not take is dropped, so no
 switch ever leaves a group's roles. `static` with no split opens every engine in its group's
-opening role. The adaptive policies still plan as if every engine were the first group's, with no
-rehearsal (sim/rehearse.py); their decisions are clipped to the groups' roles (a split search over
-groups, role counts per group, is not built yet).
+opening role. `prorsa` plans over the groups (control/adaptive_groups.py): its splits are role
+counts per group, priced with each group's own cost model and slots (control/group_search.py) and
+rehearsed engine by engine (sim/rehearse.py); `reactive` and the oracle still plan as if every
+engine were the first group's, their decisions clipped to the groups' roles.
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ class WorkloadHint:
     turns: float  # per trajectory
 
 
-# (trajectories, (prefill, decode, mixed) engines) -> the makespan, body seconds, of replaying the
+# (trajectories, (prefill, decode, mixed) engines, or with engine groups one such per group) -> the
+# makespan, body seconds, of replaying the
 # trajectories as one synchronous step on the run's engines in that split: the simulator, which the
 # body lends the policy (control/ never imports it); tool times in body seconds
-Rehearse = Callable[[Sequence[TrajectorySpec], tuple[int, int, int]], float]
+Rehearse = Callable[[Sequence[TrajectorySpec], tuple], float]
 
 # A switch of a replayed run: at the first `hook` call ("decide" or "between_steps") at or after
 # `time_s` (body seconds), the engines named take those roles (Replay carries it out).
@@ -106,6 +108,17 @@ class FutureRun:
 
 
 @dataclass(frozen=True)
+class GroupShape:
+    """One engine group as a policy sees it (engines.groups): its engines are alike."""
+
+    count: int  # engines in the group, in engine order after the previous groups'
+    roles: tuple[Role, ...]  # the roles they may take, the opening one first
+    cost: CostModel  # step times of one of them
+    slots: int  # concurrent sequences one admits
+    kv_capacity_tokens: int  # KV tokens one holds
+
+
+@dataclass(frozen=True)
 class PolicyContext:
     """What an adaptive policy knows about the engines it steers (all engines alike)."""
 
@@ -124,6 +137,7 @@ class PolicyContext:
     # per engine, the roles it may take, its opening role first (engines.groups); None: any role
     engine_roles: tuple[tuple[Role, ...], ...] | None = None
     future_run: FutureRun | None = None  # the run itself to replay: the oracle's alone, like `future`
+    groups: tuple[GroupShape, ...] | None = None  # engines.groups, each priced as itself; None: engines alike
 
     @classmethod
     def default(cls) -> PolicyContext:
@@ -169,6 +183,7 @@ def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
     take a context get `context` (None: they build PolicyContext.default())."""
     # Registers reactive, prorsa and oracle; imported here, not at the top, as they import this module.
     import prorsa.control.adaptive  # noqa: F401, PLC0415
+    import prorsa.control.adaptive_groups  # noqa: F401, PLC0415  (prorsa over engine groups)
     import prorsa.control.oracle  # noqa: F401, PLC0415
 
     name, *args = spec.split(":")

@@ -41,7 +41,7 @@ from prorsa.agent.workload import context_cap
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.forecast_stats import Priors
-from prorsa.control.policy import PolicyContext, WorkloadHint, make_policy
+from prorsa.control.policy import GroupShape, PolicyContext, WorkloadHint, make_policy
 from prorsa.control.tail import RemainingWork, TurnScheduler
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
@@ -265,7 +265,19 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
                          interval_s=cfg.runtime.control_interval_s / time_unit(cfg), prior=prior_hint(cfg),
                          concurrency=concurrency(cfg), layouts=None if layouts.is_uniform else layouts,
                          prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else (),
-                         engine_roles=engine_roles(cfg))
+                         engine_roles=engine_roles(cfg), groups=group_shapes(cfg))
+
+
+def group_shapes(cfg: PipelineConfig) -> tuple[GroupShape, ...] | None:
+    """Each engine group as the policy prices it (its own layout, slots and KV); None without groups."""
+    if cfg.engines.groups is None:
+        return None
+    out = []
+    for g in cfg.engines.engine_groups:
+        cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=g.tp, ep=g.ep)
+        out.append(GroupShape(g.count, tuple(Role(r) for r in g.roles), cost, g.slots,
+                              cost.kv_capacity_tokens() * cost.ep))
+    return tuple(out)
 
 
 def concurrency(cfg: PipelineConfig) -> int:

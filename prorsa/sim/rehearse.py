@@ -10,7 +10,8 @@
                                  given moves (control/policy.py Replay): the oracle's alone, as it
                                  is the run's future; no live body can give it
 
-Engine groups get none (rehearser returns None): the policy plans with its fluid model alone.
+With engine groups (engines.groups) a split is one (p, d, m) per group (control/group_search.py)
+and the replay opens each group's engines in its counts; future_run gives none there.
 
 Model-predictive control on the step's horizon: the policy (control/adaptive.py) asks which split
 would have ended the step it just saw soonest, with the same engines, router and cost model the
@@ -27,18 +28,18 @@ from typing import Any
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload, context_cap
-from prorsa.control.policy import FutureRun, Move, Rehearse, Replay
+from prorsa.control.policy import Decision, FutureRun, Move, Rehearse, Replay
+from prorsa.roles import Role
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
 
 
 def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> Rehearse | None:
-    """None where the run's engines differ in size (engines.groups): a split of role counts names no
-    engines there (which of them prefills is the question), so no rehearsal is lent."""
+    """rehearse(specs, split) (module docstring); with engine groups `split` is one (p, d, m) per
+    group, opened engine by engine (which engines of a group take which role does not matter: they
+    are alike)."""
     base = run.cfg
-    if base.engines.groups is not None:
-        return None
     w0 = base.workload
     # the trajectories as they ran: nothing of the pipeline's shaping is applied to them again but
     # its context bound (the family's, or the pipeline's), which a trajectory carried forward with
@@ -48,18 +49,44 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
         "mode": "sync", "steps": 1, "group_size": 1, "token_scale": 1.0, "tool_time_scale": 1.0,
         "decode_growth": 1.0, "max_turns": None, "max_context": cap, "weight_update_s": 0.0, "duration_s": None})
 
-    def rehearse(specs: Sequence[TrajectorySpec], split: tuple[int, int, int]) -> float:
-        p, d, m = split
-        policy = "colocated" if p == d == 0 else f"static:{p}:{d}:{m}"
+    def rehearse(specs: Sequence[TrajectorySpec], split) -> float:
+        if base.engines.groups is not None:  # a static opening per engine; "static" names it in the config
+            policy, opening = "static", _Opening(_roles(split))
+        else:
+            p, d, m = split
+            policy = opening = "colocated" if p == d == 0 else f"static:{p}:{d}:{m}"
         w = wcfg.model_copy(update={"prompts": len(specs)})
         ctx = replace(run, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
         wall = tuple(replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
                      for s in specs)
         workload = Workload(w, base.seed, family=None, trace=wall)
         with ThreadPoolExecutor(1) as pool:
-            return pool.submit(lambda: run_virtual(simulate(ctx, policy, workload=workload)).makespan_s).result()
+            return pool.submit(lambda: run_virtual(simulate(ctx, opening, workload=workload)).makespan_s).result()
 
     return rehearse
+
+
+def _roles(split) -> list[Role]:
+    """Engine by engine, each group's (p, d, m) in turn."""
+    return [role for counts in split for role, n in zip((Role.PREFILL, Role.DECODE, Role.MIXED), counts)
+            for _ in range(n)]
+
+
+class _Opening:
+    """A rehearsal's roles, engine by engine, kept for the whole replay (a static split over groups)."""
+
+    name = "static"
+
+    def __init__(self, roles: list[Role]) -> None:
+        self.roles = roles
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        if len(self.roles) != n_engines:
+            raise ValueError(f"a rehearsal's opening on {len(self.roles)} engines, the run has {n_engines}")
+        return list(self.roles)
+
+    def decide(self, snapshot) -> Decision:
+        return Decision(targets={})
 
 
 def future_run(run: RunContext, workload: Workload,

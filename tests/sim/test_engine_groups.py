@@ -148,11 +148,19 @@ def test_a_static_split_asked_for_on_the_command_line_is_refused_with_groups():
         make_policy("static:1:2", ctx)
 
 
-def test_no_rehearsal_is_lent_where_a_split_of_counts_names_no_engines():
+def test_a_rehearsal_over_groups_opens_each_group_in_its_counts():
     from prorsa.sim.rehearse import rehearser
     from prorsa.sim.run import simulate_async
 
-    assert rehearser(resolve(_cfg()), simulate_async) is None
+    groups = _groups()
+    groups[0]["roles"] = ["prefill", "mixed"]
+    cfg = PipelineConfig(name="groups", seed=1, policy="static", engines={**MOE, "groups": groups}, workload=WORK)
+    rehearse = rehearser(resolve(cfg), simulate_async)
+    specs = Workload.from_config(cfg.workload, cfg.seed).trajectories_for_step(0)
+    # the small engines prefilling for the wide one, or both mixed beside it: two different runs,
+    # so each group's counts reached its engines
+    a, b = rehearse(specs, ((2, 0, 0), (0, 1, 0))), rehearse(specs, ((0, 0, 2), (0, 1, 0)))
+    assert a > 0 and b > 0 and a != pytest.approx(b, rel=1e-3)
     alike = PipelineConfig(name="alike", policy="static:2:1", engines={**MOE, "count": 3, "ep": 8}, workload=WORK)
     assert rehearser(resolve(alike), simulate_async) is not None
 
@@ -185,3 +193,21 @@ def test_the_oracle_keeps_to_the_groups_and_replays_nothing_there():
     assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
     cfg = _cfg()
     assert future_run(resolve(cfg), Workload.from_config(cfg.workload, cfg.seed), simulate_async) is None
+
+
+def test_prorsa_plans_counts_per_group_and_no_switch_leaves_a_groups_roles():
+    groups = [{"count": 2, "roles": ["prefill", "mixed"], "ep": 1, "slots": 16},
+              {"count": 2, "roles": ["mixed", "decode"], "ep": 8, "slots": 128},
+              {"count": 1, "roles": ["decode"], "ep": 4, "slots": 64}]
+    cfg = PipelineConfig(name="groups", seed=1, policy="prorsa:2:0:2:1:0", engines={**MOE, "groups": groups},
+                         workload={**WORK, "steps": 2, "prompts": 8})
+    run = simulate(cfg)
+    assert len(run.recorder.trajectories) == 64
+    allowed = {f"engine-{i}": set(map(Role, g["roles"])) for i, g in enumerate(g for g in groups for _ in range(g["count"]))}
+    first = run.recorder.controls[0].roles
+    # no prior: each group opens in its declared role (the first), where without groups prorsa opens mixed
+    assert [first[e] for e in allowed] == [Role(g["roles"][0]) for g in groups for _ in range(g["count"])]
+    assert run.recorder.role_changes  # it did move, so the check below checks something
+    assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
+    # its plans and the step boundary's rehearsal name one split per group
+    assert any(c.reason.count("|") >= 2 for c in run.recorder.controls)
