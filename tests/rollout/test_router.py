@@ -346,3 +346,26 @@ def test_relocate_moves_a_prefill_engines_trajectory_to_one_without_a_backlog():
     assert r.relocate("t0", route, context=8192, remaining=1000.0) == other
     r.finished(route)
     assert r.route("t0", appended=256, context=8192).prefill == other
+
+
+def test_the_priors_mean_decode_starts_the_cost_rules_mean_and_the_runs_decodes_take_over():
+    """A pipeline's `prior:` is where the move cost's mean decode starts; every decode that ends
+    is one observation against the prior's 8 (MoveCost.prior_weight), so the run's own decodes
+    outweigh it after 8 and it fades from there. Without a prior the forecaster's default starts it."""
+    from prorsa.control.forecast_stats import Priors
+    from prorsa.rollout.context import load_run, make_router
+
+    over = {"runtime.sticky_overload": "cost"}
+    plain = make_router(load_run(REPO / "pipelines" / "swe.yaml", over), roles(0, 0, 2), clock=lambda: 0.0)
+    assert plain.move_cost.decode_tokens == Priors().decode_tokens == 400.0
+    prior = {"prompt_tokens": 2000, "observation_tokens": 1000, "decode_tokens": 300, "tool_s": 1.0, "turns": 10}
+    router = make_router(load_run(REPO / "pipelines" / "swe.yaml", over | {"prior": prior}), roles(0, 0, 2),
+                         clock=lambda: 0.0)
+    price = router.move_cost
+    assert price.decode_tokens == 300.0  # the prior alone: its mean
+    for tokens in (500, 700):
+        router.decoded(tokens)
+    assert price.decode_tokens == pytest.approx((8 * 300 + 500 + 700) / 10)  # 360
+    for _ in range(8):
+        router.decoded(600)
+    assert price.decode_tokens == pytest.approx((8 * 300 + 1200 + 8 * 600) / 18)  # 466.7: past the prior's half
