@@ -291,7 +291,8 @@ def t_tail(d: dict) -> list[str]:
         out += table(["cell", "bound (widest layout)", "colocated tail-layout", "colocated all",
                       "prorsa tail-layout", "prorsa all", "best fixed with it", "prorsa tail-layout / best fixed",
                       "... / best fixed with it"], tails)
-        out += ["", f"Makespan colocated, none over tail-layout: {min(merged):.3f}-{max(merged):.3f}x."]
+        out += ["", f"Makespan colocated, none over tail-layout: {min(merged):.3f}-{max(merged):.3f}x. Not run on "
+                "the EP16 cells: an EP16 group already spans two nodes, so no merge stays in one NVLink domain."]
     return out
 
 

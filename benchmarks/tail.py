@@ -81,6 +81,16 @@ def config(cell: tuple, mechanism: str, prior: str | None = None, seed: int = 0)
     return cfg.model_validate(cfg.model_dump() | {"scheduling": scheduling, "prior": prior, "seed": seed})
 
 
+def can_merge(cell: tuple) -> bool:
+    """Whether any merge is possible: an EP16 group already spans two nodes, so the tail layout
+    never fires there and its figures would repeat none's (not simulated)."""
+    from prorsa.control.tail_layout import TailLayout
+    from prorsa.rollout.context import engine_costs
+
+    cfg = config(cell, "none")
+    return bool(TailLayout(engine_costs(cfg).mixed, cfg.engines.count, cfg.engines.slots).widths())
+
+
 def make_prior(job: tuple) -> None:
     """An earlier run of the cell: another seed, colocated, no scheduling, written as a run directory."""
     from prorsa.sim.run import simulate, write_run
@@ -146,10 +156,12 @@ def main() -> None:
     from prorsa.sim.bounds import lower_bound
 
     todo = cells(not args.no_async)
+    merges = {c: c[-1] == "sync" and can_merge(c) for c in todo}
     jobs = [(c, m, p, None) for c in todo for m in MECHANISMS for p in POLICIES
-            if c[-1] == "sync" or m not in SYNC_ONLY]
+            if m not in SYNC_ONLY or merges[c]]
     # every fixed split with the mechanisms and without, where the question is whether prediction beats them
-    jobs += [(c, m, s, None) for c in todo if c[-1] == "sync" for m in ("none", "both", "tail-layout") for s in STATICS]
+    jobs += [(c, m, s, None) for c in todo if c[-1] == "sync" for m in ("none", "both", "tail-layout") for s in STATICS
+             if m not in SYNC_ONLY or merges[c]]
     t0 = time.perf_counter()
     points: list[dict] = []
     kept = json.loads(Path(args.out).read_text()) if args.add else None
