@@ -42,6 +42,23 @@ def test_a_merge_shortens_the_step_and_loses_no_trajectory(runs):
     assert on.makespan_s < 0.98 * off.makespan_s
 
 
+def test_the_merge_is_the_one_priced_and_the_tail_runs_on_it(runs):
+    off, on = runs
+    # known answer: four trajectories left at 218 s, four idle engines merged into one TP4 engine
+    (m,) = on.summary["tail_merges"]
+    assert (m["t"], m["width"], m["wide"]) == (218.0, 4, 1)
+    after = [t for r in on.recorder.trajectories for t in r.turns if t.start_s > m["t"]]
+    assert after  # turns started after the merge ...
+    hosts = {t.decode_engine for t in after}
+    assert len(hosts) == 1  # ... all ran on the one wide engine (the lent ones are closed)
+    first = {}
+    for t in sorted(after, key=lambda t: t.start_s):
+        first.setdefault(t.traj_id, t)
+    # each trajectory recomputed its context there once, as priced; its later turns found it cached
+    assert all(t.cached_tokens == 0 for t in first.values())
+    assert any(t.cached_tokens > 0 for t in after if t is not first[t.traj_id])
+
+
 def test_the_bound_stays_below_the_merged_run(runs):
     _, on = runs
     wide, narrow = lower_bound(swe(True)), lower_bound(swe(False))
