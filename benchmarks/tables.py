@@ -258,7 +258,7 @@ def t_drift_mix(d: dict) -> list[str]:
 def t_tail(d: dict) -> list[str]:
     """Each scheduling mechanism alone and together: makespan over the bound, colocated and prorsa."""
     mechs = ["none", "priority", "spread", "both", "priority-oracle"]
-    rows, asyncs = [], []
+    rows, asyncs, tails = [], [], []
     for r in d["tail.json"]["rows"]:
         if "over_bound" in r:
             o = r["over_bound"]
@@ -266,18 +266,34 @@ def t_tail(d: dict) -> list[str]:
                          f3(o["colocated/priority-prior"]),
                          *(f3(o[f"prorsa/{m}"]) for m in ("none", "priority", "both")), split(r["best_static"]),
                          f3(r["prorsa_both_vs_fixed"]), f3(r["prorsa_both_vs_fixed_both"])])
+            if "prorsa_tail_vs_fixed" in r:
+                tails.append([r["label"], f"{r['bound_tail_s']:.1f} s",
+                              *(f3(o[f"{p}/{m}"]) for p in ("colocated", "prorsa") for m in ("tail-layout", "all")),
+                              split(r["best_static_tail"]), f3(r["prorsa_tail_vs_fixed"]),
+                              f3(r["prorsa_tail_vs_fixed_tail"])])
         else:
             f = r["figures"]
             asyncs.append(f"{r['label']} {' / '.join(f2(f[f'colocated/{m}']) for m in mechs)}")
     sync = [r["over_bound"] for r in d["tail.json"]["rows"] if "over_bound" in r]
     gains = [o["colocated/none"] / o["colocated/priority"] for o in sync]
     true = [o["colocated/none"] / o["colocated/priority-oracle"] for o in sync]
-    return table(["cell", "bound", *(f"colocated {m}" for m in mechs), "colocated priority-prior",
-                  *(f"prorsa {m}" for m in ("none", "priority", "both")),
-                  "best fixed", "prorsa both / best fixed", "... / best fixed with both"], rows) + [
+    out = table(["cell", "bound", *(f"colocated {m}" for m in mechs), "colocated priority-prior",
+                 *(f"prorsa {m}" for m in ("none", "priority", "both")),
+                 "best fixed", "prorsa both / best fixed", "... / best fixed with both"], rows) + [
         "", f"Priority alone against none, colocated: {min(gains):.3f}-{max(gains):.3f}x; keyed by the true "
             f"remainder instead: {min(true):.3f}-{max(true):.3f}x. Async, colocated trajectories/s under "
             f"{' / '.join(mechs)}: " + "; ".join(asyncs) + "."]
+    if tails:
+        merged = [o["colocated/none"] * r["bound_s"] / (o["colocated/tail-layout"] * r["bound_tail_s"])
+                  for r in d["tail.json"]["rows"] if "prorsa_tail_vs_fixed" in r for o in [r["over_bound"]]]
+        out += ["", "The tail's layout (`tail-layout`; `all`: with priority and spread), over the bound that "
+                "lets the slowest trajectory run on the widest layout a merge may form:", ""]
+        out += table(["cell", "bound (widest layout)", "colocated tail-layout", "colocated all",
+                      "prorsa tail-layout", "prorsa all", "best fixed with it", "prorsa tail-layout / best fixed",
+                      "... / best fixed with it"], tails)
+        out += ["", f"Makespan colocated, none over tail-layout: {min(merged):.3f}-{max(merged):.3f}x. Not run on "
+                "the EP16 cells: an EP16 group already spans two nodes, so no merge stays in one NVLink domain."]
+    return out
 
 
 def t_tail_live(d: dict, name: str = "tail-live.json") -> list[str]:

@@ -461,6 +461,11 @@ class SchedulingConfig(_Section):
     # and warm it with the context while the tool runs, so the move costs no recompute on the
     # trajectory's path (needs sticky_overload cost; live: turn_shape driver)
     migrate: bool = False
+    # as a synchronous step's last trajectories remain (no more than half the engines' count),
+    # idle engines merge into wider tensor-parallel ones for them when the cost model prices it
+    # faster, weights moved and contexts re-prefilled (control/tail_layout.py). Simulator only:
+    # vLLM cannot change an engine's TP in place, and a restart costs more than the tail it cuts
+    tail_layout: bool = False
     # simulator only: both read the remainder off the workload instead of predicting it (what
     # prediction leaves on the table; like the oracle policy, never a live run's)
     oracle: bool = False

@@ -21,6 +21,9 @@ step, and a key that also counts how long a turn has waited keeps anything from 
                                                   by (None when migrate is off or the turn was its last)
         ended(turn, decode_tokens, decode_s)      feed it what the turn showed (its trajectory's
                                                   end too, when it was the last turn)
+        began(turn)                               a turn was routed (kept with `tail` on)
+        in_flight() -> [(traj_id, Left)]          the trajectories in flight and their predicted
+                                                  remainders (`tail`: control/tail_layout.py)
 
 What it may know is what a run observes (the policy rule of DESIGN.md): the decodes that ended,
 the turn counts of trajectories that finished, and what the pipeline declares (max_turns, the
@@ -50,6 +53,7 @@ from typing import Protocol
 import numpy as np
 
 from prorsa.agent.trace import TrajectorySpec
+from prorsa.control.tail_layout import Left
 
 MIN_FINISHED = 8  # finished trajectories past turn k before their turn counts replace the progressive guess
 _KEEP = 4096  # finished turn counts remembered per family (the most recent)
@@ -172,13 +176,34 @@ class TurnScheduler:
     """The scheduling options of one run over one RemainingWork; both bodies call it alike."""
 
     def __init__(self, work: RemainingWork, priority: bool = False, spread: bool = False,
-                 future: Callable[[str], TrajectorySpec] | None = None, migrate: bool = False) -> None:
+                 future: Callable[[str], TrajectorySpec] | None = None, migrate: bool = False,
+                 tail: bool = False) -> None:
         self.work, self.priority, self.spread, self.migrate = work, priority, spread, migrate
         self.future = future  # traj_id -> its spec: the oracle's remainder (simulator only)
+        self.tail = tail  # keep the trajectories in flight, for the tail's layout (control/tail_layout.py)
+        # traj_id -> (its last turn as routed or ended, the context after it, whether that turn ended)
+        self._live: dict[str, tuple[TurnFacts, int, bool]] = {}
 
     @property
     def active(self) -> bool:
-        return self.priority or self.spread or self.migrate
+        return self.priority or self.spread or self.migrate or self.tail
+
+    def began(self, turn: TurnFacts) -> None:
+        """A turn was routed: its trajectory is in flight (counted from its first turn on, so a
+        step's trajectories all count before any of them ends a turn)."""
+        if self.tail:
+            self._live[turn.traj_id] = (turn, turn.context_tokens, False)
+
+    def in_flight(self) -> list[tuple[str, Left]]:
+        """Every trajectory in flight and its predicted remainder (tail layout only), in a fixed
+        order: the longest predicted remainder first, ties by id."""
+        out = []
+        for tid, (turn, context, ended) in self._live.items():
+            nxt = turn.turn + 1 if ended else turn.turn
+            tokens = self.work.tokens(turn.group, turn.family, nxt, context)
+            out.append((tid, Left(tokens, context, self.work.turns_left(turn.family, nxt))))
+        out.sort(key=lambda x: (-x[1].tokens, x[0]))
+        return out
 
     def key(self, turn: TurnFacts, now: float) -> float:
         if not self.priority:
@@ -211,3 +236,6 @@ class TurnScheduler:
         self.work.decoded(turn.group, turn.family, decode_tokens, decode_s)
         if turn.done:
             self.work.finished(turn.family, turn.turn + 1)
+            self._live.pop(turn.traj_id, None)
+        elif self.tail:
+            self._live[turn.traj_id] = (turn, turn.context_tokens + decode_tokens, True)

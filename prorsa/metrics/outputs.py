@@ -351,6 +351,8 @@ SUMMARY_UNITS = {
     "role_switches": "switches", "forecast_mape": "1 (0.1 = 10%)", "reward_mean": "reward",
     "time_scale": "wall seconds per body second", "tool_calls": "calls, by status",
     "control": "intervals and plugin_calls: counts; every other figure: wall seconds",
+    "tail_merges": "per merge (scheduling.tail_layout): t s, width engines in each wide one, wide engines, "
+                   "predicted_s [as it stood, merged] s",
 }
 
 

@@ -325,5 +325,8 @@ def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | No
     s = ctx.cfg.scheduling
     if s.oracle and future is None:
         raise ConfigError("scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
+    if s.tail_layout and future is None:
+        raise ConfigError("scheduling.tail_layout merges engines into a wider tensor-parallel layout, which a "
+                          "live vLLM engine cannot take without a restart: the simulator's alone (prorsa sim)")
     return TurnScheduler(work, priority=s.priority, spread=s.spread, future=future if s.oracle else None,
-                         migrate=s.migrate)
+                         migrate=s.migrate, tail=s.tail_layout)

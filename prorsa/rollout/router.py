@@ -7,6 +7,8 @@
                                 context while its tool runs (its next turn goes there), or None
     set_role(engine, role)      the controller moved an engine; new turns follow the new role
     close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
+    pin(traj_id, engine)        the trajectory's next turn goes to `engine` (a wide engine of the
+                                tail's layout, control/tail_layout.py); the sticky rule keeps it there
 
 Prefills go to PREFILL engines; MIXED engines take the overflow: when every prefill engine holds
 `slots` turns, a turn whose decode engine is MIXED runs whole there (colocated: its context is
@@ -128,6 +130,10 @@ class Router:
     def reopen(self, engine: str) -> None:
         self.closed.discard(engine)
         self._pools = None
+
+    def pin(self, traj_id: str, engine: str) -> None:
+        for leg in self._sticky.values():
+            leg[traj_id] = engine
 
     def _slots(self, engine: str) -> int | None:
         return self.slots if self._slots_of is None else self._slots_of[engine]

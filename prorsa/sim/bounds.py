@@ -17,6 +17,10 @@ Tool latencies are in the run's body seconds (divided by its time unit, as the s
 Engine groups of different sizes (engines.groups): every op takes the cheapest group's layout in
 GPU-seconds (engine-seconds x its GPUs, at that group's slots), spread over every GPU of the run;
 roles are not counted, so the bound is looser there but still one no split can beat.
+With scheduling.tail_layout engines may merge into wider tensor-parallel layouts
+(control/tail_layout.py), so every layout a merge may form counts too, in GPU-seconds like groups:
+the critical path takes the widest when it is the fastest, and work never gets cheaper by it
+(a merged engine keeps one engine's slots and spends all its GPUs on them).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import CostModel
 from prorsa.rollout.context import each_engine_costs, engine_costs, time_unit
 
@@ -79,8 +84,16 @@ def lower_bound(cfg: PipelineConfig) -> Bound:
         slots = {layout: slots[layout] for layout in models}
         spread = sum(g.count * g.gpus for g in e.engine_groups)
 
+    per_gpu = e.groups is not None
+    if cfg.scheduling.tail_layout and e.groups is None:
+        tail = TailLayout(layouts.mixed, e.count, e.slots)
+        wide = [tail.wide_cost(f) for f in tail.widths()]
+        pre, dec = pre + wide, dec + wide
+        slots = {c.layout: e.slots for c in (*pre, *dec)}
+        spread, per_gpu = e.count * layouts.mixed.tp * layouts.mixed.ep, True
+
     def path_and_work(spec: TrajectorySpec) -> tuple[float, float]:
-        return _path_and_work(spec, pre, dec, slots, unit, per_gpu=e.groups is not None)
+        return _path_and_work(spec, pre, dec, slots, unit, per_gpu=per_gpu)
 
     workload = Workload.from_config(cfg.workload, cfg.seed)
     w = cfg.workload

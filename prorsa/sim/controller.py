@@ -3,6 +3,8 @@
     SimController(policy, router, runner, engines, recorder, interval_s, now)
     observe()                      events from the runner, loads from the engines (EmulatedEngine's
                                    queued, active, kv_tokens, kv_capacity, engine_id)
+    tail                           the tail's layout (scheduling.tail_layout: sim/tail_merge.py),
+                                   asked once an interval after the policy; None when off
     carry_out(engine, old, new)    the live protocol without the transport: the router already
                                    stopped sending old-role work; the engine serves both while the
                                    legs it holds of the old role finish, then serves only the new;
@@ -14,9 +16,10 @@ No leg moves between engines in either body, so a switch costs the same drain in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
-from prorsa.control.policy import Policy, Snapshot
+from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
@@ -24,6 +27,7 @@ from prorsa.rollout.control_loop import ControlLoop
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS, legs_to_drain
 from prorsa.rollout.router import Router
 from prorsa.sim.runner import SimTurnRunner
+from prorsa.sim.tail_merge import TailMerge
 
 
 class SimController(ControlLoop):
@@ -33,6 +37,22 @@ class SimController(ControlLoop):
         self.runner = runner
         self.engines = engines
         self._sorted = [engines[e] for e in sorted(engines)]
+        self.tail: TailMerge | None = None
+
+    async def decide(self, snap: Snapshot) -> Decision:
+        decision = await super().decide(snap)
+        if self.tail is None:
+            return decision
+        held = self.tail.merged  # a merged engine keeps its role until the step ends
+        if held:
+            decision = replace(decision, targets={e: r for e, r in decision.targets.items() if e not in held})
+        await self.tail.step(self.now(), set(self._switching) | set(decision.targets))
+        return decision
+
+    async def before_step(self, step: int) -> None:
+        if self.tail is not None:
+            await self.tail.restore()
+        await super().before_step(step)
 
     async def observe(self) -> Snapshot:
         # The engines' load, not stats(): this runs every interval for every engine.

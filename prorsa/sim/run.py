@@ -32,9 +32,10 @@ from pathlib import Path
 
 from prorsa.agent.trace import TrajectorySpec, workload_means
 from prorsa.agent.workload import Workload
-from prorsa.config.load import config_hash
+from prorsa.config.load import ConfigError, config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, WorkloadHint, make_policy
+from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import load_gpu
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine
@@ -48,6 +49,7 @@ from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
 from prorsa.sim.rehearse import future_run, rehearser
 from prorsa.sim.runner import SimTurnRunner
+from prorsa.sim.tail_merge import TailMerge
 
 
 @dataclass
@@ -127,6 +129,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     rec = RunRecorder(engines=list(engines), slots=e.slots if e.groups is None else dict(zip(names, slots)),
                       expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
+    if cfg.scheduling.tail_layout:
+        controller.tail = tail_merge(run, runner, router, engines)
 
     async def sample(t: float) -> None:
         rec.sample(t, [e.load() for e in engines.values()])
@@ -140,8 +144,18 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
         "control": {"intervals": len(controller.step_s)}, "clock": "body", "backend": "emulated",
-        "turns_migrated": runner.migrated}
+        "turns_migrated": runner.migrated,
+        "tail_merges": [] if controller.tail is None else [
+            {"t": round(t, 3), "width": p.width, "wide": p.wide, "predicted_s": [round(p.stay_s, 2), round(p.tail_s, 2)]}
+            for t, p in controller.tail.plans]}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary, events=getattr(loop, "timers_fired", 0))
+
+
+def tail_merge(run: RunContext, runner: SimTurnRunner, router, engines: dict[str, EmulatedEngine]) -> TailMerge:
+    e = run.cfg.engines
+    if e.groups is not None or e.parallelism is not None:
+        raise ConfigError("scheduling.tail_layout merges engines alike: not with engines.groups or engines.parallelism")
+    return TailMerge(TailLayout(run.costs.mixed, e.count, e.slots), runner.scheduler, router, engines, runner)
 
 
 def host_cores(cfg: PipelineConfig, names: list[str]) -> CoreShare | None:

@@ -74,6 +74,7 @@ class SimTurnRunner:
         route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,
                                    context=context, remaining=sched.remaining(turn))
         self._emit(turn, Phase.QUEUED, turn.appended_tokens, context)
+        sched.began(turn)
         key = sched.key(turn, start)
         pre_req, dec_req = leg_requests(turn, route, key)
         try:
