@@ -58,7 +58,8 @@ MAX_ENGINE_GPUS = 4096  # GPUs of one engine; more is a typo
 
 
 class VllmSettings(_Section):
-    model: str = "tiny"  # a model directory, or "tiny": made locally under cache_dir on first use
+    # a model directory, or "tiny" (a Llama) / "tiny-moe" (a Qwen3-MoE): made locally under cache_dir on first use
+    model: str = "tiny"
     cache_dir: str = ".prorsa/models"  # where the tiny model is made
     device: Literal["cpu", "cuda"] = "cpu"
     kv_cache_bytes: int = Field(128 * 2**20, gt=0, le=C_LONG)  # CPU engines need an explicit KV size
