@@ -125,8 +125,11 @@ def test_each_dp_rank_serves_and_agrees(engines, run):
 
 def test_the_patch_reached_the_dp_processes_only(engines):
     dp, one = engines
-    pids = set(re.findall(r"CPU DP collectives and expert map installed \(pid (\d+)\)", dp.server.log_path.read_text()))
+    log = dp.server.log_path.read_text()
+    pids = set(re.findall(r"CPU DP collectives and expert map installed \(pid (\d+)\)", log))
     print(f"\n[vllm] the DP patch was installed in {len(pids)} processes of the DP2+EP server")
-    # the API server, the DP coordinator, an engine core and a worker per rank (spawned children)
+    # the API server, and an engine core and a worker per rank (spawned children)
     assert len(pids) >= 5, pids
+    coordinator = re.search(r"Started DP Coordinator process \(PID: (\d+)\)", log)
+    assert coordinator and coordinator.group(1) not in pids  # it runs no model: spared the imports
     assert "CPU DP collectives" not in one.server.log_path.read_text()

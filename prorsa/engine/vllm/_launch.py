@@ -37,6 +37,7 @@ the environment, ours or not; an environment variable read here keeps it to our 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -116,8 +117,12 @@ def _cancel_reader_first() -> None:
     AsyncLLM.shutdown = shutdown
 
 
-_nice_nixl_threads()
-_install_cpu_dp()
+# vLLM's DP coordinator is spawned too, and re-imports this module, but holds no model and no NIXL
+# agent; it must report back within a fixed 120 s (vllm/v1/engine/coordinator.py), which a loaded
+# 2-core host already strains, so it is spared the imports both patches need (~13 s there)
+if multiprocessing.current_process().name != "VLLM_DP_Coordinator":
+    _nice_nixl_threads()
+    _install_cpu_dp()
 
 if __name__ == "__main__":
     if os.environ.get("PRORSA_ENGINE_NICE"):
