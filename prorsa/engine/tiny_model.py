@@ -2,6 +2,9 @@
 
     make_tiny_model(out_dir, seed)    write a model directory (config, weights, tokenizer)
     ensure_tiny_model(cache_dir, seed)  make it once under cache_dir and reuse it afterwards
+    make_tiny_moe(out_dir, seed)      the same for a tiny Qwen3-MoE (8 experts, top-2): what DP
+                                      attention and expert parallelism run on
+    ensure_tiny_moe(cache_dir, seed)  make it once under cache_dir and reuse it afterwards
 
 The weights are random, deterministic from `seed`: two engines with different seeds compute
 different outputs from the same context, which is how a test proves that a decode used the KV
@@ -121,7 +124,6 @@ def make_tiny_model(
     head_dim = hidden_size / heads = 32 (the CPU attention backend accepts 32). `init_std` is
     larger than Llama's 0.02 so the logits are peaked: greedy outputs are then stable against
     the float noise of batching, which tests comparing outputs across engines rely on."""
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -146,15 +148,55 @@ def make_tiny_model(
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
+    return _save(LlamaForCausalLM, config, tokenizer, seed, out_dir)
+
+
+def _save(model_cls, config, tokenizer, seed: int, out_dir: Path) -> Path:
+    import torch
+
     generator_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)  # weight init draws from the global generator
-        model = LlamaForCausalLM(config).to(torch.float32).eval()
+        model = model_cls(config).to(torch.float32).eval()
     finally:
         torch.random.set_rng_state(generator_state)  # leave the caller's random stream alone
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def make_tiny_moe(out_dir: Path, seed: int = 0, vocab_size: int = 2048, experts: int = 8, top_k: int = 2) -> Path:
+    """Write a Qwen3MoeForCausalLM with random weights into `out_dir`: the tiny Llama's shape
+    (hidden 128, 2 layers, 4 heads / 2 KV heads, head_dim 32) with every layer's MLP made of
+    `experts` experts of which each token takes `top_k`. Peaked logits as in make_tiny_model."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer(vocab_size)
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=512,
+        moe_intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        decoder_sparse_step=1,  # every layer's MLP is a mixture of experts
+        max_position_embeddings=4096,
+        initializer_range=0.2,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    return _save(Qwen3MoeForCausalLM, config, tokenizer, seed, out_dir)
 
 
 def tiny_model_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
@@ -163,18 +205,29 @@ def tiny_model_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048)
 
 
 def ensure_tiny_model(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
-    """The tiny model for `seed` under `cache_dir`, made on first use.
+    """The tiny model for `seed` under `cache_dir`, made on first use."""
+    return _ensure(Path(cache_dir), tiny_model_dir(cache_dir, seed, vocab_size), make_tiny_model, seed, vocab_size)
 
-    Built in a temporary sibling directory and renamed into place, so a concurrent or crashed
+
+def tiny_moe_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
+    """Where ensure_tiny_moe keeps the tiny MoE for `seed` (made or not)."""
+    return Path(cache_dir) / f"tiny-qwen3moe-s{seed}-v{vocab_size}"
+
+
+def ensure_tiny_moe(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
+    """The tiny MoE for `seed` under `cache_dir`, made on first use."""
+    return _ensure(Path(cache_dir), tiny_moe_dir(cache_dir, seed, vocab_size), make_tiny_moe, seed, vocab_size)
+
+
+def _ensure(cache_dir: Path, target: Path, make, seed: int, vocab_size: int) -> Path:
+    """Built in a temporary sibling directory and renamed into place, so a concurrent or crashed
     maker never leaves a half-written model where another process would load it."""
-    cache_dir = Path(cache_dir)
-    target = tiny_model_dir(cache_dir, seed, vocab_size)
     if (target / WEIGHTS_FILE).exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
     try:
-        make_tiny_model(tmp, seed=seed, vocab_size=vocab_size)
+        make(tmp, seed=seed, vocab_size=vocab_size)
         try:
             os.rename(tmp, target)
         except OSError:

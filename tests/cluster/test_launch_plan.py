@@ -159,3 +159,13 @@ def test_each_engine_worker_of_a_group_takes_its_groups_slots(tmp_path):
     assert specs["engine-0"]["options"]["resources"]["prefill"] == 16
     # a batch job books its own engine's GPUs
     assert [engine_gpus(JobSettings(), cfg.engines, i) for i in range(5)] == [1, 1, 8, 8, 8]
+
+
+def test_a_cpu_dp_engine_gets_a_core_per_rank_and_the_dp_patch():
+    plans = _plan(str(REPO / "pipelines" / "cpu-moe-dp.yaml"))
+    assert [p.layout for p in plans] == ["tp1", "tp1 x dp2 ep"]
+    prefill, decode = (dict(p.env) for p in plans)
+    assert "PRORSA_CPU_DP" not in prefill and "|" not in prefill["VLLM_CPU_OMP_THREADS_BIND"]
+    assert decode["PRORSA_CPU_DP"] == "1" and len(decode["VLLM_CPU_OMP_THREADS_BIND"].split("|")) == 2
+    for p in plans:  # the tiny MoE, made on first use
+        assert Path(p.command[p.command.index("--model") + 1]).name.startswith("tiny-qwen3moe")

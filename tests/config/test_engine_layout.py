@@ -52,8 +52,12 @@ def test_expert_parallel_needs_more_than_one_gpu():
     assert VllmSettings(device="cuda", tensor_parallel_size=2, enable_expert_parallel=True).layout.gpus == 2
 
 
-def test_data_parallel_on_the_cpu_engine_is_refused():
-    with pytest.raises(ValidationError, match="data_parallel_size 2: vLLM's CPU engine cannot run DP ranks"):
+def test_data_parallel_on_the_cpu_engine_needs_a_core_per_rank():
+    assert VllmSettings(device="cpu", data_parallel_size=2, enable_expert_parallel=True,
+                        cores_per_engine=2).layout.gpus == 2
+    assert VllmSettings(device="cpu", data_parallel_size=2, cores_per_engine=0).layout.dp == 2
+    with pytest.raises(ValidationError, match="cores_per_engine 1: a CPU engine of tensor_parallel_size 1 x "
+                                              "data_parallel_size 2 runs 2 ranks"):
         VllmSettings(device="cpu", data_parallel_size=2)
 
 

@@ -1,9 +1,12 @@
-"""The variable-size collectives of prorsa.engine.vllm.cpu_dp, on a real 2-rank gloo group."""
+"""The variable-size collectives of prorsa.engine.vllm.cpu_dp, on a real 2-rank gloo group, and
+the launcher installing them only when asked."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import types
 
 import pytest
@@ -69,3 +72,22 @@ def test_local_expert_ids_zero_the_weight_of_remote_experts():
     w, i = cpu_dp.local_expert_ids(weights, ids, expert_map)
     assert w.tolist() == [[0.0, pytest.approx(0.4)], [0.5, 0.0]]
     assert i.tolist() == [[0, 1], [0, 0]] and i.dtype == torch.int32
+
+
+_PATCHED = """
+import prorsa.engine.vllm._launch
+from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
+from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+print(getattr(CpuCommunicator, "_prorsa_dp", False), getattr(CPUUnquantizedExperts.apply, "_prorsa_dp", False))
+"""
+
+
+@pytest.mark.vllm  # imports vLLM in a fresh process: seconds, minutes on a loaded machine
+@pytest.mark.parametrize(("flag", "want"), [("1", "True True"), (None, "False False")])
+def test_the_launcher_installs_the_patch_only_when_asked(flag, want):
+    """What every process vLLM spawns does on importing the launcher (build_env sets the flag)."""
+    env = {k: v for k, v in os.environ.items() if k != "PRORSA_CPU_DP"} | ({"PRORSA_CPU_DP": flag} if flag else {})
+    proc = subprocess.run([sys.executable, "-c", _PATCHED], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == want
+    assert ("CPU DP collectives and expert map installed" in proc.stdout) == bool(flag)

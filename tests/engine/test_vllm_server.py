@@ -62,9 +62,19 @@ def test_env_keeps_a_local_server_on_loopback():
 
 
 def test_omp_bind_splits_cores_over_tp_ranks():
-    assert omp_bind((0, 1, 2, 3), tp=2) == "0,1|2,3"
+    assert omp_bind((0, 1, 2, 3), ranks=2) == "0,1|2,3"
     with pytest.raises(ValueError):
-        omp_bind((0,), tp=2)
+        omp_bind((0,), ranks=2)
+
+
+def test_a_cpu_dp_engine_binds_a_core_per_rank_and_asks_for_the_dp_patch():
+    dp = ServerSpec.from_settings(VllmSettings(data_parallel_size=2, enable_expert_parallel=True,
+                                               cores_per_engine=2), Path("/m"), [0, 1])
+    env = build_env(dp, side_channel_port=1, base={})
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1" and env["PRORSA_CPU_DP"] == "1"
+    assert "PRORSA_CPU_DP" not in build_env(ServerSpec(Path("/m"), cores=(0,)), side_channel_port=1, base={})
+    cuda = ServerSpec.from_settings(VllmSettings(device="cuda", data_parallel_size=2), Path("/m"), None)
+    assert "PRORSA_CPU_DP" not in build_env(cuda, side_channel_port=1, base={})
 
 
 def test_completion_body_sends_token_ids():

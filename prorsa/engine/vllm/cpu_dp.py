@@ -20,8 +20,9 @@ reduce-scatter; gloo has no reduce_scatter), which is fine for tiny models on CP
 
 It must be installed in every process that runs a model worker. vLLM starts its DP engine
 cores and workers as multiprocessing children; with `spawn` they re-import the main module, so
-an import-time `install()` in the launcher module (the way `_launch.py` patches NIXL) reaches
-them; with `fork` the patched class is inherited. Not installed by default.
+an import-time `install()` in the launcher module reaches them; with `fork` the patched class is
+inherited. `_launch.py` installs it when PRORSA_CPU_DP=1, which `server.build_env` sets for CPU
+engines of data_parallel_size > 1 only.
 """
 
 from __future__ import annotations
@@ -116,8 +117,11 @@ def install() -> bool:
         return False
     if getattr(CpuCommunicator, "_prorsa_dp", False):
         return True
-    CpuCommunicator.all_gatherv = all_gatherv
-    CpuCommunicator.reduce_scatterv = reduce_scatterv
+    # a vLLM that brings its own keeps it
+    if "all_gatherv" not in vars(CpuCommunicator):
+        CpuCommunicator.all_gatherv = all_gatherv
+    if "reduce_scatterv" not in vars(CpuCommunicator):
+        CpuCommunicator.reduce_scatterv = reduce_scatterv
     CpuCommunicator._prorsa_dp = True
     try:
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts

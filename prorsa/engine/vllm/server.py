@@ -133,12 +133,13 @@ def build_command(spec: ServerSpec, port: int | str) -> list[str]:
     return cmd + list(spec.extra_args)
 
 
-def omp_bind(cores: tuple[int, ...], tp: int) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND: the cores split evenly over the TP ranks, "0,1|2,3"."""
-    if len(cores) < tp:
-        raise ValueError(f"{len(cores)} cores cannot host {tp} tensor-parallel ranks")
-    per = len(cores) // tp
-    return "|".join(",".join(str(c) for c in cores[r * per : (r + 1) * per]) for r in range(tp))
+def omp_bind(cores: tuple[int, ...], ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND: the cores split evenly over the ranks, "0,1|2,3". vLLM's CPU
+    worker of DP rank d and TP rank t takes entry d * tp + t (vllm/utils/ompmultiprocessing.py)."""
+    if len(cores) < ranks:
+        raise ValueError(f"{len(cores)} cores cannot host {ranks} ranks (tensor x data parallel)")
+    per = len(cores) // ranks
+    return "|".join(",".join(str(c) for c in cores[r * per : (r + 1) * per]) for r in range(ranks))
 
 
 # A server on this machine only keeps what it opens on loopback. NIXL's UCX otherwise listens on
@@ -162,7 +163,7 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
         env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
-            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.layout.tp)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.layout.gpus)
         if spec.nice > 0:
             env["PRORSA_ENGINE_NICE"] = str(spec.nice)
         if spec.nixl_progress_nice > 0:
@@ -173,6 +174,8 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
             # first request that asks for logprobs: 3-120 s on a loaded 2-core machine, stalling
             # every request on that engine meanwhile. Eager means eager.
             env["TORCHDYNAMO_DISABLE"] = "1"
+        if spec.layout.dp > 1:  # vllm-cpu 0.32 cannot run DP ranks unpatched (_launch.py, cpu_dp.py)
+            env["PRORSA_CPU_DP"] = "1"
     return env
 
 
