@@ -40,6 +40,7 @@ import prorsa
 from prorsa.agent.datasets.base import Task
 from prorsa.agent.environment import dataset_tasks
 from prorsa.api import Trajectory
+from prorsa.config.load import ConfigError
 from prorsa.engine.registry import resolve_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,9 @@ class RunResult:
 
 
 def train(pipeline: str | Path, *, steps: int = 2, output: str | Path = "trl-grpo-out", model: str | None = None,
-          lr: float = 1e-3, prompts_per_step: int = 2, **overrides: Any) -> RunResult:
+          lr: float = 1e-3, **overrides: Any) -> RunResult:
+    """`steps` TRL steps, each on one batch of the pipeline's workload.prompts tasks x group_size
+    trajectories; `overrides`: pipeline fields, as prorsa.Rollout takes them."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -140,22 +143,22 @@ def train(pipeline: str | Path, *, steps: int = 2, output: str | Path = "trl-grp
     if cfg.engines.backend != "vllm" or cfg.environment is None or cfg.environment.mode != "live":
         raise RolloutError("the pipeline needs engines.backend: vllm and environment.mode: live "
                            "(TRL trains on the model's token ids and the environment's reward)")
+    model_dir = resolve_model_dir(cfg.engines)
+    tasks = dataset_tasks(cfg.environment, cfg.seed)
+    group = cfg.workload.group_size
+    args = GRPOConfig(output_dir=str(output), max_steps=steps, learning_rate=lr, num_generations=group,
+                      per_device_train_batch_size=cfg.workload.prompts * group, reward_weights=[1.0, BREVITY_WEIGHT],
+                      max_completion_length=cfg.environment.max_turns * cfg.environment.max_response_tokens,
+                      logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
+                      disable_tqdm=True, seed=cfg.seed)
+    # built before the engines start, so a bad setting fails in seconds, not after their start-up
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        reward_funcs=[environment_reward, brevity], args=args,
+        train_dataset=Dataset.from_list([{"prompt": t.prompt} for t in tasks]),
+        rollout_func=make_rollout_func(rollout, tasks, records))
     with rollout:
-        model_dir = resolve_model_dir(cfg.engines)
-        tasks = dataset_tasks(cfg.environment, cfg.environment.dataset_seed or cfg.seed)
-        group = cfg.workload.group_size
-        args = GRPOConfig(output_dir=str(output), max_steps=steps, learning_rate=lr, num_generations=group,
-                          per_device_train_batch_size=prompts_per_step * group, reward_weights=[1.0, BREVITY_WEIGHT],
-                          logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
-                          disable_tqdm=True,
-                          max_completion_length=cfg.environment.max_turns * cfg.environment.max_response_tokens,
-                          seed=cfg.seed)
-        trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
-            processing_class=AutoTokenizer.from_pretrained(model_dir),
-            reward_funcs=[environment_reward, brevity], args=args,
-            train_dataset=Dataset.from_list([{"prompt": t.prompt} for t in tasks]),
-            rollout_func=make_rollout_func(rollout, tasks, records))
         trainer.train()
     return RunResult(trainer, records, list(trainer.state.log_history))
 
@@ -168,7 +171,12 @@ def main() -> None:
     ap.add_argument("--output", default="trl-grpo-out", help="TRL's output_dir")
     ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
-    result = train(args.pipeline, steps=args.steps, output=args.output, model=args.model, lr=args.lr)
+    if args.model is not None and not (Path(args.model) / "config.json").is_file():
+        raise SystemExit(f"error: --model: {args.model}: not a model directory (no config.json)")
+    try:
+        result = train(args.pipeline, steps=args.steps, output=args.output, model=args.model, lr=args.lr)
+    except (ConfigError, RolloutError) as e:
+        raise SystemExit(f"error: {e}") from None
     rows = [r for r in result.log if "loss" in r]
     for rec, row in zip(result.steps, rows):
         print(f"step {row['step']}: policy version {rec.version}, loss {row['loss']:.4f}, grad norm "
