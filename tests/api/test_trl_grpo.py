@@ -60,6 +60,7 @@ def test_prompts_must_come_in_whole_groups_of_the_pipelines_size():
 
 
 @pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
+@pytest.mark.timeout(1500)  # the warm-up, then two engines' start: 10 minutes on a loaded 2-core machine
 def test_two_trl_steps_train_on_prorsa_rollouts_and_each_new_version_reaches_the_engines(tmp_path):
     import torch
     from safetensors.torch import load_file
