@@ -80,10 +80,11 @@ def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_save
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--port", "0",
                              "--output", str(run_dir), "runtime.dashboard_address=null", "policy=prorsa",
-                             "engines.groups=[{count: 1, roles: [prefill]}, {count: 1, roles: [decode]}]"],
+                             "engines.groups=[{count: 1, roles: [prefill]}, {count: 1, roles: [decode]}]",
+                             "engines.vllm.start_timeout_s=900"],  # a loaded CI machine starts servers slowly
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        url = _started(proc, time.time() + 480)
+        url = _started(proc, time.time() + 960)
 
         async def agents():
             client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
