@@ -3,6 +3,7 @@
     SimController(policy, router, runner, engines, recorder, interval_s, now)
     observe()                      events from the runner, loads from the engines (EmulatedEngine's
                                    queued, active, kv_tokens, kv_capacity, engine_id)
+    engines_changed()              an engine joined or left `engines` (cells: a move between cells)
     carry_out(engine, old, new)    the live protocol without the transport: the router already
                                    stopped sending old-role work; the engine serves both while the
                                    legs it holds of the old role finish, then serves only the new;
@@ -33,6 +34,9 @@ class SimController(ControlLoop):
         self.runner = runner
         self.engines = engines
         self._sorted = [engines[e] for e in sorted(engines)]
+
+    def engines_changed(self) -> None:
+        self._sorted = [self.engines[e] for e in sorted(self.engines)]
 
     async def observe(self) -> Snapshot:
         # The engines' load, not stats(): this runs every interval for every engine.
