@@ -10,7 +10,7 @@ moves are rare and each is priced by that drain plus the restart.
 
     place(groups, cells, slots)   -> [cell of each group]: each GRPO group (a prompt's samples
                                      share its prefix, so a group stays in one cell), in order, on
-                                     the cell with the most free slots
+                                     the cell with the largest share of its slots free
     Coordinator.decide(now, views) -> EngineMove | None: every coordinator interval, a pure
                                      function of the cells' views (and of its own last moves)
     CellView                      what a cell's body tells the coordinator
@@ -62,14 +62,15 @@ class MoveRecord:
 
 def place(groups: Sequence[int], cells: int, slots: Sequence[int]) -> list[int]:
     """The cell of each group, in order: `groups` are their sizes (trajectories), `slots` each
-    cell's engines x slots. Each goes to the cell with the most slots left free by the groups
-    placed before it (ties: the lower index), so cells fill in proportion to their engines."""
+    cell's engines x slots. Each goes to the cell with the largest share of its slots left free by
+    the groups placed before it (ties: the lower index), so cells fill in proportion to their
+    engines."""
     if cells < 1 or len(slots) != cells:
         raise ValueError(f"{cells} cells, slots given for {len(slots)}")
     used = [0] * cells
     out = []
     for size in groups:
-        c = max(range(cells), key=lambda i: (slots[i] - used[i], -i))
+        c = max(range(cells), key=lambda i: ((slots[i] - used[i]) / slots[i], -i))
         used[c] += size
         out.append(c)
     return out
