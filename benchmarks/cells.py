@@ -13,7 +13,7 @@ benchmarks/results/scale.json, no background share, no growth with engines).
 --live: two cells on this machine (prorsa/live/cells.py: each its own Dask SpecCluster, scheduler
 in this process, in-process workers; emulated MoE engines at time scale 0.1), one synchronous
 step of 128 SWE trajectories in 4 GRPO groups of 32 on 4 engines, policy prorsa with a low bar
-(prorsa:4:1:2:1:0.02, as tests/live/test_controller_live.py), coordinator interval 1 s. Reports
+(prorsa:4:1:2:1:0, the policy CPU share raised to 0.5 so it keeps its interval on a loaded machine), coordinator interval 1 s. Reports
 every trajectory id seen (and how many distinct), role switches per cell, and the moves.
 
     .venv/bin/python benchmarks/cells.py --sim 256:1,256:4,1024:1,1024:4 [--out benchmarks/results/cells-sim.json]
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import GROUP, MAX_TURNS, PER_GPU, SLOTS, peak_rate  # noqa: E402  the same workload as scale.py
 
 POLICY = "prorsa"
-LIVE_POLICY = "prorsa:4:1:2:1:0.02"
+LIVE_POLICY = "prorsa:4:1:2:1:0"
 
 
 def sim_config(gpus: int):
@@ -87,7 +87,7 @@ def live_config():
         "workload": {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 32, "steps": 1,
                      "tool_time_scale": 0.1, "max_turns": MAX_TURNS},
         "runtime": {"turn_shape": "driver", "metrics_interval_s": 0.2, "control_interval_s": 0.2,
-                    "dashboard_address": None},
+                    "dashboard_address": None, "control_cpu_share": 0.5},
     })  # fmt: skip
 
 
