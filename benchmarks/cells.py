@@ -12,7 +12,7 @@ benchmarks/results/scale.json, no background share, no growth with engines).
 
 --live: two cells on this machine (prorsa/live/cells.py: each its own Dask SpecCluster, scheduler
 in this process, in-process workers; emulated MoE engines at time scale 0.1), one synchronous
-step of 128 SWE trajectories in 4 GRPO groups of 32 on 4 engines, policy prorsa with a low bar
+step of 128 SWE trajectories in 4 GRPO groups of 32 on 6 engines, policy prorsa with a low bar
 (prorsa:4:1:2:1:0, the policy CPU share raised to 0.5 so it keeps its interval on a loaded machine), coordinator interval 1 s. Reports
 every trajectory id seen (and how many distinct), role switches per cell, and the moves.
 
@@ -82,7 +82,7 @@ def live_config():
 
     return PipelineConfig.model_validate({
         "name": "cells-live", "seed": 5, "policy": LIVE_POLICY,
-        "engines": {"backend": "emulated", "count": 4, "slots": 128, "time_scale": 0.1, "model": "qwen3-30b-a3b",
+        "engines": {"backend": "emulated", "count": 6, "slots": 128, "time_scale": 0.1, "model": "qwen3-30b-a3b",
                     "ep": 8},
         "workload": {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 32, "steps": 1,
                      "tool_time_scale": 0.1, "max_turns": MAX_TURNS},
