@@ -12,8 +12,10 @@ benchmarks/results/scale.json, no background share, no growth with engines).
 
 --live: two cells on this machine (prorsa/live/cells.py: each its own Dask SpecCluster, scheduler
 in this process, in-process workers; emulated MoE engines at time scale 0.1), one synchronous
-step of 128 SWE trajectories in 4 GRPO groups of 32 on 6 engines, policy prorsa with a low bar
-(prorsa:4:1:2:1:0, the policy CPU share raised to 0.5 so it keeps its interval on a loaded machine), coordinator interval 1 s. Reports
+step of 128 SWE trajectories in 4 GRPO groups of 32 on 6 engines, policy reactive with a low bar (reactive:4096:0.01:1: a
+prefill engine turns decode once decode KV passes 1%, back on a prefill queue; the switches are
+the point here, not their pay-off; the policy CPU share raised to 0.5 so it keeps its interval on
+a loaded machine), coordinator interval 1 s. Reports
 every trajectory id seen (and how many distinct), role switches per cell, and the moves.
 
     .venv/bin/python benchmarks/cells.py --sim 256:1,256:4,1024:1,1024:4 [--out benchmarks/results/cells-sim.json]
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import GROUP, MAX_TURNS, PER_GPU, SLOTS, peak_rate  # noqa: E402  the same workload as scale.py
 
 POLICY = "prorsa"
-LIVE_POLICY = "prorsa:4:1:2:1:0"
+LIVE_POLICY = "reactive:4096:0.01:1"
 
 
 def sim_config(gpus: int):

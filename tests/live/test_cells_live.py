@@ -12,7 +12,7 @@ from prorsa.control.cells import Coordinator
 from prorsa.live.cells import run_cells
 
 CFG = {
-    "name": "cells-live", "seed": 5, "policy": "prorsa:4:1:2:1:0",  # no bar: this test is about the switches, not their pay-off
+    "name": "cells-live", "seed": 5, "policy": "reactive:4096:0.01:1",  # a low bar: this test is about the switches, not their pay-off
     "engines": {"backend": "emulated", "count": 6, "slots": 128, "time_scale": 0.1, "model": "qwen3-30b-a3b", "ep": 8},
     # four GRPO groups of 32, two a cell: their lengths differ enough that one cell ends first
     "workload": {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 32, "steps": 1,
