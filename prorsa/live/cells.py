@@ -134,7 +134,8 @@ class LiveCell:
         recent = [r.end_s for r in done if r.end_s >= now - 30.0]
         left = in_flight / (len(recent) / 30.0) if recent else None
         names = tuple(sorted(self.router.roles))
-        movable = tuple(n for n in names if n not in self.leaving and n not in self.controller._switching)
+        busy = self.leaving | self.controller.switching
+        movable = tuple(n for n in names if n not in busy)
         legs = {n: self.router.load.get(n, 0) for n in names}  # turns routed there and not yet back
         return CellView(self.index, names, movable, self.cfg.engines.slots, in_flight, legs, left)
 

@@ -6,6 +6,7 @@
     await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
     await loop.before_step(step)   between synchronous steps: the policy's roles for the next one
                                    (Policy.between_steps), carried out before the step starts
+    loop.switching                 the engines a switch (or a hold) is under way on
     loop.hold(engine) / release(engine)   no switch starts on the engine meanwhile (cells: it is
                                    leaving this loop's engines)
     loop.trajectory_done(result)   the driver saw a trajectory end: a DONE event for the next step
@@ -82,11 +83,17 @@ class ControlLoop:
         phase = Phase.DONE if result.status == "completed" else Phase.FAILED
         self._ended.append(LifecycleEvent(self.now(), result.spec.traj_id, result.spec.family,
                                           max(len(result.turns) - 1, 0), phase))
+
     async def hold(self, engine: str) -> None:
         """Wait out a switch under way on `engine`, then start none until `release`."""
         while (task := self._switching.get(engine)) is not None:
             await asyncio.wait([task])
         self._switching[engine] = asyncio.get_running_loop().create_future()
+
+    @property
+    def switching(self) -> frozenset[str]:
+        """Engines a switch (or a hold) is under way on."""
+        return frozenset(self._switching)
 
     def release(self, engine: str) -> None:
         held = self._switching.pop(engine, None)

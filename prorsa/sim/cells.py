@@ -97,7 +97,8 @@ class SimCell:
         recent = [r.end_s for r in done if r.end_s >= now - 60.0]  # the last minute's finishing rate
         left = in_flight / (len(recent) / 60.0) if recent else None
         names = tuple(sorted(self.engines))
-        movable = tuple(n for n in names if n not in self.leaving and n not in self.controller._switching)
+        busy = self.leaving | self.controller.switching
+        movable = tuple(n for n in names if n not in busy)
         return CellView(self.index, names, movable, self.run.cfg.engines.slots, in_flight,
                         {n: self.runner.legs_on(n, ALL_LEGS) for n in names}, left)
 

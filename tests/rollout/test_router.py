@@ -346,3 +346,18 @@ def test_relocate_moves_a_prefill_engines_trajectory_to_one_without_a_backlog():
     assert r.relocate("t0", route, context=8192, remaining=1000.0) == other
     r.finished(route)
     assert r.route("t0", appended=256, context=8192).prefill == other
+
+
+def test_an_engine_that_leaves_gets_no_turn_and_one_that_joins_does():
+    """Cells: an engine moved to another cell leaves this router; its trajectories' next turns go
+    to the engines left, and a turn it held that ends afterwards is not counted against anyone."""
+    r = Router({"p0": Role.PREFILL, "d0": Role.DECODE, "d1": Role.DECODE})
+    held = r.route("t0")
+    r.close(held.decode)
+    r.leave(held.decode)
+    r.finished(held)  # ended after the engine left: nothing to uncount there
+    stay = "d1" if held.decode == "d0" else "d0"
+    assert {r.route(f"t{i}").decode for i in range(4)} == {stay}
+    r.join("d9", Role.DECODE)
+    assert "d9" in {r.route(f"n{i}").decode for i in range(4)}
+    assert held.decode not in r.load and r.load["p0"] == 8
