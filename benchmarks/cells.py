@@ -12,7 +12,7 @@ benchmarks/results/scale.json, no background share, no growth with engines).
 
 --live: two cells on this machine (prorsa/live/cells.py: each its own Dask SpecCluster, scheduler
 in this process, in-process workers; emulated MoE engines at time scale 0.1), one synchronous
-step of 128 SWE trajectories in 4 GRPO groups of 32 on 6 engines, policy reactive with a low bar (reactive:4096:0.01:1: a
+step of 128 SWE trajectories in 2 GRPO groups of 64 (one a cell; seed 0: the first runs longer) on 6 engines, policy reactive with a low bar (reactive:4096:0.01:1: a
 prefill engine turns decode once decode KV passes 1%, back on a prefill queue; the switches are
 the point here, not their pay-off; the policy CPU share raised to 0.5 so it keeps its interval on
 a loaded machine), coordinator interval 1 s. Reports
@@ -83,10 +83,10 @@ def live_config():
     from prorsa.config.pipeline import PipelineConfig
 
     return PipelineConfig.model_validate({
-        "name": "cells-live", "seed": 5, "policy": LIVE_POLICY,
+        "name": "cells-live", "seed": 0, "policy": LIVE_POLICY,
         "engines": {"backend": "emulated", "count": 6, "slots": 128, "time_scale": 0.1, "model": "qwen3-30b-a3b",
                     "ep": 8},
-        "workload": {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 32, "steps": 1,
+        "workload": {"family": "swe", "mode": "sync", "prompts": 2, "group_size": 64, "steps": 1,
                      "tool_time_scale": 0.1, "max_turns": MAX_TURNS},
         "runtime": {"turn_shape": "driver", "metrics_interval_s": 0.2, "control_interval_s": 0.2,
                     "dashboard_address": None, "control_cpu_share": 0.5},

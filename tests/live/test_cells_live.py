@@ -12,10 +12,11 @@ from prorsa.control.cells import Coordinator
 from prorsa.live.cells import run_cells
 
 CFG = {
-    "name": "cells-live", "seed": 5, "policy": "reactive:4096:0.01:1",  # a low bar: this test is about the switches, not their pay-off
+    "name": "cells-live", "seed": 0, "policy": "reactive:4096:0.01:1",  # a low bar: this test is about the switches, not their pay-off
     "engines": {"backend": "emulated", "count": 6, "slots": 128, "time_scale": 0.1, "model": "qwen3-30b-a3b", "ep": 8},
-    # four GRPO groups of 32, two a cell: their lengths differ enough that one cell ends first
-    "workload": {"family": "swe", "mode": "sync", "prompts": 4, "group_size": 32, "steps": 1,
+    # two GRPO groups of 64, one a cell: seed 0's first prompt runs about 1.7x as long as its second
+    # (simulated: 143 s against 83 s), so cell 1 runs out of work first
+    "workload": {"family": "swe", "mode": "sync", "prompts": 2, "group_size": 64, "steps": 1,
                  "tool_time_scale": 0.1, "max_turns": 12},
     "runtime": {"turn_shape": "driver", "metrics_interval_s": 0.2, "control_interval_s": 0.2,
                 "dashboard_address": None, "control_cpu_share": 0.5},  # on time on a loaded machine
