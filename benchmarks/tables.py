@@ -643,10 +643,10 @@ def t_scale(d: dict) -> list[str]:
 def t_cells_sim(d: dict) -> list[str]:
     """Simulated cells beside one cell: makespan, moves, and the busiest cell's scheduler load
     against the capacity one scheduler and one driver have (benchmarks/cells.py --sim)."""
-    doc = d["cells-sim.json"]
+    doc, big = d["cells-sim.json"], d["cells-sim-4096.json"]  # the 4,096-GPU point, run on its own
     ms = doc["cpu_ms_per_turn"]
     rows = []
-    for r in doc["rows"]:
+    for r in sorted(doc["rows"] + big["rows"], key=lambda r: (r["gpus"], r["cells"])):
         busy = max(r["per_cell"], key=lambda c: c["turns_per_s_peak"])
         rows.append([f"{r['gpus']:,}", str(r["cells"]), f"{r['engines_per_cell']:,}",
                      f"{r['distinct']:,} / {r['trajectories']:,}", f"{r['makespan_s']:.1f}",
@@ -654,7 +654,11 @@ def t_cells_sim(d: dict) -> list[str]:
                      f"{busy['turns_per_s_mean']:,.0f} / {busy['turns_per_s_peak']:,.0f}",
                      f"{1e3 / ms['scheduler'] / busy['turns_per_s_peak']:.2f}x",
                      f"{1e3 / ms['driver'] / busy['turns_per_s_peak']:.2f}x", f"{r['sim_wall_s']:.0f} s"])
-    skipped = "; ".join(f"{x['gpus']:,} GPUs as {x['cells']} cell(s): {x['why']}" for x in doc.get("skipped", []))
+    rerun = {(r["gpus"], r["cells"]) for r in big["rows"]}
+    skipped = "; ".join(f"{x['gpus']:,} GPUs as {x['cells']} cell(s): {x['why']}"
+                        + (f" there, then run alone: `{big['command']}` (commit {big['commit']})"
+                           if (x["gpus"], x["cells"]) in rerun else "")
+                        for x in doc.get("skipped", []))
     return [*table(["GPUs", "cells", "engines a cell", "trajectories distinct / run", "makespan s", "trajectories/s",
                     "moves", "role switches", "busiest cell turns/s mean / peak", "scheduler headroom (peak)",
                     "driver headroom (peak)", "simulated in"], rows),
@@ -662,7 +666,8 @@ def t_cells_sim(d: dict) -> list[str]:
                 f"up to {doc['max_turns']} turns, policy {doc['policy']} in every cell). Headroom: the turns/s one "
                 f"core carries at scale.py's fitted CPU a turn ({ms['scheduler']:.2f} ms scheduler, "
                 f"{ms['driver']:.2f} ms driver) over the busiest cell's peak ({doc['rows'][0]['window_s']:g} s "
-                f"window)." + (f" Not run: {skipped}." if skipped else "")]
+                f"window)." + (f" Over its time in the command above: {skipped}." if skipped else "")
+                + " 4,096 GPUs as one cell was not run (the one-cell 1,024 row took 8x the 4-cell one here)."]
 
 
 def t_cells_live(d: dict) -> list[str]:
@@ -815,7 +820,7 @@ TABLES: dict[str, Table] = {
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
     "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
     "scale": Table(["scale.json"], t_scale),
-    "cells-sim": Table(["cells-sim.json"], t_cells_sim),
+    "cells-sim": Table(["cells-sim.json", "cells-sim-4096.json"], t_cells_sim),
     "cells-live": Table(["cells-live.json"], t_cells_live),
     "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
