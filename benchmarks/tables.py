@@ -656,6 +656,50 @@ def t_scale(d: dict) -> list[str]:
                 f"Lower headroom at the peak (binds first): {binds}."]
 
 
+def t_cells_sim(d: dict) -> list[str]:
+    """Simulated cells beside one cell: makespan, moves, and the busiest cell's scheduler load
+    against the capacity one scheduler and one driver have (benchmarks/cells.py --sim)."""
+    doc, big = d["cells-sim.json"], d["cells-sim-4096.json"]  # the 4,096-GPU point, run on its own
+    ms = doc["cpu_ms_per_turn"]
+    rows = []
+    for r in sorted(doc["rows"] + big["rows"], key=lambda r: (r["gpus"], r["cells"])):
+        busy = max(r["per_cell"], key=lambda c: c["turns_per_s_peak"])
+        rows.append([f"{r['gpus']:,}", str(r["cells"]), f"{r['engines_per_cell']:,}",
+                     f"{r['distinct']:,} / {r['trajectories']:,}", f"{r['makespan_s']:.1f}",
+                     f"{r['trajectories_per_s']:.1f}", str(len(r["moves"])), str(r["role_switches"]),
+                     f"{busy['turns_per_s_mean']:,.0f} / {busy['turns_per_s_peak']:,.0f}",
+                     f"{1e3 / ms['scheduler'] / busy['turns_per_s_peak']:.2f}x",
+                     f"{1e3 / ms['driver'] / busy['turns_per_s_peak']:.2f}x", f"{r['sim_wall_s']:.0f} s"])
+    rerun = {(r["gpus"], r["cells"]) for r in big["rows"]}
+    skipped = "; ".join(f"{x['gpus']:,} GPUs as {x['cells']} cell(s): {x['why']}"
+                        + (f" there, then run alone: `{big['command']}` (commit {big['commit']})"
+                           if (x["gpus"], x["cells"]) in rerun else "")
+                        for x in doc.get("skipped", []))
+    return [*table(["GPUs", "cells", "engines a cell", "trajectories distinct / run", "makespan s", "trajectories/s",
+                    "moves", "role switches", "busiest cell turns/s mean / peak", "scheduler headroom (peak)",
+                    "driver headroom (peak)", "simulated in"], rows),
+            "", f"The paper's SWE step as scale.py simulates it ({doc['per_gpu_trajectories']} trajectories a GPU, "
+                f"up to {doc['max_turns']} turns, policy {doc['policy']} in every cell). Headroom: the turns/s one "
+                f"core carries at scale.py's fitted CPU a turn ({ms['scheduler']:.2f} ms scheduler, "
+                f"{ms['driver']:.2f} ms driver) over the busiest cell's peak ({doc['rows'][0]['window_s']:g} s "
+                f"window)." + (f" Over its time in the command above: {skipped}." if skipped else "")
+                + " 4,096 GPUs as one cell was not run (the one-cell 1,024 row took 8x the 4-cell one here)."]
+
+
+def t_cells_live(d: dict) -> list[str]:
+    """Two live cells on this machine: trajectories, role switches and moves (benchmarks/cells.py --live)."""
+    doc = d["cells-live.json"]
+    r = doc["live"]
+    rows = [[str(i), str(n), f"{m:.1f}", str(k), ", ".join(e)]
+            for i, (n, m, k, e) in enumerate(zip(r["cell_trajectories"], r["cell_makespans_s"], r["role_switches"],
+                                                 r["engines_at_end"]))]
+    moves = "; ".join(f"{m['engine']} from cell {m['source']} to cell {m['target']} at {m['time_s']:.1f} s "
+                      f"(drain {m['drain_s']:.2f} s, restart {m['restart_s']:.2f} s: {m['reason']})" for m in r["moves"])
+    return [*table(["cell", "trajectories", "makespan s (wall)", "role switches", "engines at the end"], rows),
+            "", f"{r['distinct']} distinct trajectory ids of {r['trajectories']} finished ({r['expected']} expected), "
+                f"policy {doc['policy']} in each cell, {r['engines']} engines. Moves: {moves or 'none'}."]
+
+
 def t_api_overhead(d: dict) -> list[str]:
     doc = d["api-overhead.json"]
     run = doc["doors"]["run"]["median_s"]
@@ -815,6 +859,8 @@ TABLES: dict[str, Table] = {
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
     "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
     "scale": Table(["scale.json"], t_scale),
+    "cells-sim": Table(["cells-sim.json", "cells-sim-4096.json"], t_cells_sim),
+    "cells-live": Table(["cells-live.json"], t_cells_live),
     "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
 }

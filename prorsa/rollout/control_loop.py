@@ -6,6 +6,9 @@
     await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
     await loop.before_step(step)   between synchronous steps: the policy's roles for the next one
                                    (Policy.between_steps), carried out before the step starts
+    loop.switching                 the engines a switch (or a hold) is under way on
+    loop.hold(engine) / release(engine)   no switch starts on the engine meanwhile (cells: it is
+                                   leaving this loop's engines)
     loop.trajectory_done(result)   the driver saw a trajectory end: a DONE event for the next step
                                    (an answer before the turn cap ends it unannounced to the body)
     timed(fn, *args)               -> (result, CPU seconds this thread spent in it)
@@ -80,6 +83,23 @@ class ControlLoop:
         phase = Phase.DONE if result.status == "completed" else Phase.FAILED
         self._ended.append(LifecycleEvent(self.now(), result.spec.traj_id, result.spec.family,
                                           max(len(result.turns) - 1, 0), phase))
+
+    async def hold(self, engine: str) -> None:
+        """Wait out a switch under way on `engine`, then start none until `release`."""
+        while (task := self._switching.get(engine)) is not None:
+            await asyncio.wait([task])
+        self._switching[engine] = asyncio.get_running_loop().create_future()
+
+    @property
+    def switching(self) -> frozenset[str]:
+        """Engines a switch (or a hold) is under way on."""
+        return frozenset(self._switching)
+
+    def release(self, engine: str) -> None:
+        held = self._switching.pop(engine, None)
+        if held is not None and not held.done():
+            held.set_result(None)
+
     async def observe(self) -> Snapshot:
         raise NotImplementedError
 
@@ -140,7 +160,8 @@ class ControlLoop:
         decision = await self.call_policy(between, snap)
         self._record(snap, decision)
         moves = [self.switch(engine, role, decision.reason) for engine, role in decision.targets.items()
-                 if engine not in self._switching and role is not self.router.roles.get(engine)]
+                 if engine not in self._switching and engine in self.router.roles
+                 and role is not self.router.roles[engine]]
         await asyncio.gather(*moves)
 
     def _record(self, snap: Snapshot, decision: Decision) -> None:
@@ -176,8 +197,8 @@ class ControlLoop:
         c = time.thread_time()
         self._record(snap, decision)
         for engine, role in decision.targets.items():
-            if engine in self._switching or role is self.router.roles.get(engine):
-                continue
+            if engine in self._switching or engine not in self.router.roles or role is self.router.roles[engine]:
+                continue  # an engine no longer this loop's (it left the cell) is not switched
             self._switching[engine] = asyncio.create_task(
                 self.switch(engine, role, decision.reason, decision.forecast))
         self.step_s.append(time.perf_counter() - t0)

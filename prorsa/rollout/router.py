@@ -9,6 +9,8 @@
     close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
     pin(traj_id, engine)        the trajectory's next turn goes to `engine` (a wide engine of the
                                 tail's layout, control/tail_layout.py); the sticky rule keeps it there
+    join(engine, role) / leave(engine)   an engine starts or stops being one of this router's (cells:
+                                a move between cells; leave once it holds no leg)
 
 Prefills go to PREFILL engines; MIXED engines take the overflow: when every prefill engine holds
 `slots` turns, a turn whose decode engine is MIXED runs whole there (colocated: its context is
@@ -134,6 +136,28 @@ class Router:
     def pin(self, traj_id: str, engine: str) -> None:
         for leg in self._sticky.values():
             leg[traj_id] = engine
+
+    def join(self, engine: str, role: Role, slots: int | None = None) -> None:
+        self.roles[engine] = role
+        self.load[engine] = 0
+        self._backlog[engine], self._seen[engine], self._kv[engine] = 0.0, 0.0, 0
+        if self._slots_of is not None:
+            self._slots_of[engine] = slots if slots is not None else max(self._slots_of.values())
+        self._floor = 0
+        self.closed.discard(engine)
+        self._pools = None
+
+    def leave(self, engine: str) -> None:
+        # a prefill engine may still count turns whose decode runs elsewhere: finished() skips it
+        for book in (self.roles, self.load, self._backlog, self._seen, self._kv):
+            book.pop(engine, None)
+        self.closed.discard(engine)
+        # trajectories sticky to it go to the least loaded engine next turn (their prefix is gone)
+        for sticky in self._sticky.values():
+            for traj in [t for t, e in sticky.items() if e == engine]:
+                del sticky[traj]
+        self._floor = min(self.load.values(), default=0)
+        self._pools = None
 
     def _slots(self, engine: str) -> int | None:
         return self.slots if self._slots_of is None else self._slots_of[engine]
@@ -337,10 +361,11 @@ class Router:
 
     def finished(self, route: Route) -> None:
         for engine in (route.prefill, route.decode):
-            if engine is not None:
+            if engine is not None and engine in self.load:  # not if it has left (cells)
                 self.load[engine] -= 1
                 self._floor = min(self._floor, self.load[engine])
-        self._kv[route.decode] -= route.kv
+        if route.decode in self._kv:
+            self._kv[route.decode] -= route.kv
 
     def decoded(self, tokens: int) -> None:
         """A decode of `tokens` ended somewhere: the cost rule's mean decode learns from it."""

@@ -5,6 +5,7 @@
                                    queued, active, kv_tokens, kv_capacity, engine_id)
     tail                           the tail's layout (scheduling.tail_layout: sim/tail_merge.py),
                                    asked once an interval after the policy; None when off
+    engines_changed()              an engine joined or left `engines` (cells: a move between cells)
     carry_out(engine, old, new)    the live protocol without the transport: the router already
                                    stopped sending old-role work; the engine serves both while the
                                    legs it holds of the old role finish, then serves only the new;
@@ -53,6 +54,9 @@ class SimController(ControlLoop):
         if self.tail is not None:
             await self.tail.restore()
         await super().before_step(step)
+
+    def engines_changed(self) -> None:
+        self._sorted = [self.engines[e] for e in sorted(self.engines)]
 
     async def observe(self) -> Snapshot:
         # The engines' load, not stats(): this runs every interval for every engine.

@@ -9,6 +9,7 @@
     run_turn(turn)                        route, run the legs on their engines, sleep the tool out
                                           (and, where the router moves the trajectory, warm its
                                           next engine meanwhile: the turn ends when both have)
+    add_engine(name, engine)              an engine joins (cells: moved from another cell)
     take_events()                         the lifecycle events since the last call (for observe)
     legs_on(engine, phases)               legs of those phases on the engine now
     await drained(engine, phases)         returns once the engine holds none of them
@@ -51,6 +52,12 @@ class SimTurnRunner:
         self.prefill_backlog: dict[str, int] = dict.fromkeys(engines, 0)  # tokens of prefill legs held
         self.migrated = 0  # turns after which the trajectory moved while its tool ran (scheduling.migrate)
         self._changed: dict[str, asyncio.Event] = {}
+
+    def add_engine(self, name: str, engine: Engine) -> None:
+        """An engine joins (cells: moved from another cell); its legs are counted from now."""
+        self.engines[name] = engine
+        self._legs[name] = Counter()
+        self.prefill_backlog[name] = 0
 
     def take_events(self) -> list[LifecycleEvent]:
         events, self._events = self._events, []

@@ -369,3 +369,18 @@ def test_the_priors_mean_decode_starts_the_cost_rules_mean_and_the_runs_decodes_
     for _ in range(8):
         router.decoded(600)
     assert price.decode_tokens == pytest.approx((8 * 300 + 1200 + 8 * 600) / 18)  # 466.7: past the prior's half
+
+
+def test_an_engine_that_leaves_gets_no_turn_and_one_that_joins_does():
+    """Cells: an engine moved to another cell leaves this router; its trajectories' next turns go
+    to the engines left, and a turn it held that ends afterwards is not counted against anyone."""
+    r = Router({"p0": Role.PREFILL, "d0": Role.DECODE, "d1": Role.DECODE})
+    held = r.route("t0")
+    r.close(held.decode)
+    r.leave(held.decode)
+    r.finished(held)  # ended after the engine left: nothing to uncount there
+    stay = "d1" if held.decode == "d0" else "d0"
+    assert {r.route(f"t{i}").decode for i in range(4)} == {stay}
+    r.join("d9", Role.DECODE)
+    assert "d9" in {r.route(f"n{i}").decode for i in range(4)}
+    assert held.decode not in r.load and r.load["p0"] == 8

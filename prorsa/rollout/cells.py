@@ -1,0 +1,80 @@
+"""Cells on either body: the coordinator's loop and the protocol a cell's body gives it.
+
+    CellBody                      one cell, up: its view, and the two halves of a move
+      view(now)      -> CellView  every coordinator interval (control/cells.py)
+      retire(engine) -> None      no new work for the engine here, no role switch on it, its legs
+                                  drain; then it stops and is no longer this cell's
+      admit(engine, role) -> None the engine starts here (the restart: a worker and engine up)
+                                  and its router sends it work from then on
+      done()         -> bool      every trajectory placed on the cell has finished
+    await coordinate(coordinator, cells, now, interval_s, moves)
+                                  until every cell is done (or the caller cancels it); each move
+                                  carried out is appended to `moves` as a MoveRecord
+    await leave_loop(loop, engine, drained) / join_loop(loop, engine, role)
+                                  the router's and control loop's part of retire and admit, shared
+                                  by both bodies: hold the engine from role switches, close it,
+                                  wait for the body's drain, forget it; or route to it
+
+A move is one awaited retire and admit inside the loop: moves are rare (the coordinator waits its
+interval_s after each), and a cell whose demand outgrew its engines gets the next one only once the
+last has landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from prorsa.control.cells import CellView, Coordinator, MoveRecord
+from prorsa.roles import Role
+from prorsa.rollout.control_loop import ControlLoop
+
+log = logging.getLogger(__name__)
+
+
+class CellBody(Protocol):
+    index: int
+
+    def view(self, now: float) -> CellView: ...
+
+    async def retire(self, engine: str) -> None: ...
+
+    async def admit(self, engine: str, role: Role) -> None: ...
+
+    def done(self) -> bool: ...
+
+
+async def coordinate(coordinator: Coordinator, cells: Sequence[CellBody], now: Callable[[], float],
+                     interval_s: float, moves: list[MoveRecord], role: Role = Role.MIXED) -> None:
+    """Every `interval_s` (the bodies' clock), ask the coordinator, and carry out its move: the
+    engine joins its new cell as `role` (mixed by default: it serves either leg until that cell's
+    controller gives it a role)."""
+    while not all(c.done() for c in cells):
+        await asyncio.sleep(interval_s)
+        t = now()
+        move = coordinator.decide(t, [c.view(t) for c in cells])
+        if move is None:
+            continue
+        await cells[move.source].retire(move.engine)
+        t_drained = now()
+        await cells[move.target].admit(move.engine, role)
+        moves.append(MoveRecord(t, move.engine, move.source, move.target, move.reason,
+                                t_drained - t, now() - t_drained))
+        log.info("%s: cell %d -> %d (drain %.1fs, restart %.1fs): %s", move.engine, move.source, move.target,
+                 moves[-1].drain_s, moves[-1].restart_s, move.reason)
+
+
+async def leave_loop(loop: ControlLoop, engine: str, drained: Callable[[str], Awaitable[None]]) -> None:
+    await loop.hold(engine)  # a switch under way ends first; no new one starts
+    loop.router.close(engine)  # no new leg: the trajectories it held go to the cell's others
+    try:
+        await drained(engine)
+        loop.router.leave(engine)
+    finally:
+        loop.release(engine)
+
+
+def join_loop(loop: ControlLoop, engine: str, role: Role, slots: int | None = None) -> None:
+    loop.router.join(engine, role, slots)
