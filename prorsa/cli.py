@@ -80,18 +80,32 @@ def _check_vllm(cfg, pipeline: str) -> None:
 
 def _check_devices(resolved, cluster, source: str, show: Console | None = None) -> None:
     """Refuse engines that do not fit the node's GPUs before anything starts (a local run: every
-    engine on this machine; batch jobs are given theirs); `show`: print the launch plan.
+    engine on this machine; batch jobs are given theirs, and an engine larger than one job's
+    `engines.gpus` is planned over several nodes); `show`: print the launch plan.
     ConfigError says why not."""
     from prorsa.cluster.devices import DevicePlanError
     from prorsa.cluster.launch_plan import launch_plan, print_plan
-    from prorsa.config.cluster import LocalSpec
+    from prorsa.cluster.nodes import spanning_engines
+    from prorsa.config.cluster import LocalSpec, PbsSpec, SlurmSpec
     from prorsa.engine.registry import hosted_engines
 
     local = cluster is None or isinstance(cluster, LocalSpec)
-    if show is None and (not local or resolved.cfg.engines.backend != "vllm"):
-        return
+    node_gpus = cluster.job("engines").gpus if isinstance(cluster, SlurmSpec | PbsSpec) else None
+    engines = hosted_engines(resolved.cfg)
     try:
-        plans = launch_plan(hosted_engines(resolved.cfg), _initial_roles(resolved), local)
+        if show is None and not local:
+            spans = spanning_engines(engines, node_gpus)
+            if spans:
+                # planned, not launched: a headless node needs a job of its own started beside the
+                # leader's and told its host, which one Dask worker per engine does not do yet
+                i, span = next(iter(spans.items()))
+                raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of {node_gpus} GPUs (engines.gpus); "
+                                  "multi-node engines are planned but launched by hand for now: "
+                                  "`prorsa run --dry-run` prints each node's command")
+            return
+        if show is None and engines.backend != "vllm":
+            return
+        plans = launch_plan(engines, _initial_roles(resolved), local, node_gpus=node_gpus)
     except DevicePlanError as e:
         raise ConfigError(f"{source}: {e}") from None
     if show is not None:

