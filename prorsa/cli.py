@@ -7,7 +7,7 @@
                                                                    the pipeline's engines
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
-    prorsa validate FILE...                                         check pipelines, sweeps, cluster files, traces
+    prorsa validate FILE... [--plan [--cluster FILE]]               check pipelines, sweeps, cluster files, traces
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
                                                                    plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
@@ -505,10 +505,17 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--plan", is_flag=True, help="Also print each pipeline's launch plan, as prorsa run --dry-run does.")
-def validate(files: tuple[str, ...], plan: bool) -> None:
+@click.option("--cluster", "cluster_opt", metavar="FILE",
+              help="With --plan: the cluster file the pipelines would run on (its engines.gpus is a node's GPUs).")
+def validate(files: tuple[str, ...], plan: bool, cluster_opt: str | None) -> None:
     """Check pipeline and sweep FILES (and the traces they name) without running them."""
+    from prorsa.config.cluster import cluster_option
     from prorsa.validate import check_file, file_kind
 
+    try:
+        cluster = cluster_option(cluster_opt) if cluster_opt else None
+    except ConfigError as e:
+        _fail(str(e))
     bad = 0
     for f in files:
         try:
@@ -519,7 +526,7 @@ def validate(files: tuple[str, ...], plan: bool) -> None:
             continue
         if plan and file_kind(f) == "pipeline":
             try:
-                _check_devices(_load(f, {}), None, f, show=Console())
+                _check_devices(_load(f, {}), cluster, f, show=Console())
             except ConfigError as e:
                 click.echo(f"error: {e}", err=True)
                 bad += 1

@@ -155,3 +155,12 @@ def test_on_one_machine_an_engine_larger_than_it_stays_refused(files):
     r = CliRunner().invoke(main, ["run", str(files[0]), "--dry-run"], env=EIGHT_GPUS)
     _one_error_line(r, "is larger than the node's 8 GPUs (CUDA_VISIBLE_DEVICES); an engine spans nodes only from "
                        "batch jobs (engines.gpus in a slurm or pbs cluster file)")
+
+
+def test_validate_plans_on_the_cluster_file_given(files):
+    pipeline, cluster = files
+    r = CliRunner().invoke(main, ["validate", "--plan", "--cluster", str(cluster), str(pipeline)])
+    assert r.exit_code == 0, r.output
+    assert "engine-2 node 1: " in r.output and "--data-parallel-start-rank 8" in r.output
+    r = CliRunner().invoke(main, ["validate", "--plan", str(pipeline)], env=EIGHT_GPUS)
+    assert r.exit_code == 2 and "an engine spans nodes only from batch jobs" in r.output
