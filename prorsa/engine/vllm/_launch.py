@@ -129,6 +129,22 @@ if multiprocessing.current_process().name != "VLLM_DP_Coordinator":
     _nice_nixl_threads()
     _install_cpu_dp()
 
+def _serve_headless() -> None:
+    """`vllm serve --headless`: the api_server entry point would ignore --headless and start an API
+    server. vLLM's `vllm` CLI module itself is not used: it reads the `vllm` distribution's metadata,
+    which the CPU wheel (another distribution name) lacks; its serve subcommand is called instead,
+    on arguments parsed as that entry point parses them."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    args = make_arg_parser(FlexibleArgumentParser(description="vLLM headless data-parallel node")).parse_args()
+    validate_parsed_serve_args(args)
+    ServeSubcommand.cmd(args)
+
+
 if __name__ == "__main__":
     if os.environ.get("PRORSA_ENGINE_NICE"):
         os.nice(int(os.environ["PRORSA_ENGINE_NICE"]))
@@ -136,11 +152,8 @@ if __name__ == "__main__":
         _watch_parent(int(os.environ["PRORSA_PARENT_PID"]))
     _cancel_reader_first()
     if "--headless" in sys.argv[1:]:
-        # the api_server entry point would ignore --headless and start an API server
-        from vllm.entrypoints.cli.main import main
-
-        sys.argv = [sys.argv[0], "serve", *sys.argv[1:]]
+        _serve_headless()
     else:
         from vllm.entrypoints.launchers.api_server.entry import main
 
-    main()
+        main()
