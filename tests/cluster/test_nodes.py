@@ -164,3 +164,14 @@ def test_validate_plans_on_the_cluster_file_given(files):
     assert "engine-2 node 1: " in r.output and "--data-parallel-start-rank 8" in r.output
     r = CliRunner().invoke(main, ["validate", "--plan", str(pipeline)], env=EIGHT_GPUS)
     assert r.exit_code == 2 and "an engine spans nodes only from batch jobs" in r.output
+
+
+def test_a_pbs_cluster_file_plans_over_nodes_the_same(files, tmp_path):
+    pbs = (REPO / "cluster" / "pbs.yaml").read_text()
+    assert "  gpus: 1\n" in pbs
+    cluster = tmp_path / "pbs8.yaml"
+    cluster.write_text(pbs.replace("  gpus: 1\n", "  gpus: 8\n"))
+    r = CliRunner().invoke(main, ["run", str(files[0]), "--cluster", str(cluster), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert [ln.split(":")[0] for ln in r.output.splitlines() if ln.startswith("engine-2")] == ["engine-2",
+                                                                                              "engine-2 node 1"]
