@@ -100,7 +100,7 @@ def _check_devices(resolved, cluster, source: str, show: Console | None = None) 
                 # leader's and told its host, which one Dask worker per engine does not do yet
                 i, span = next(iter(spans.items()))
                 raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of {node_gpus} GPUs (engines.gpus); "
-                                  "multi-node engines are planned but launched by hand for now: "
+                                  "multi-node engines are planned but not launched yet: "
                                   "`prorsa run --dry-run` prints each node's command")
             return
         if show is None and engines.backend != "vllm":

@@ -134,7 +134,7 @@ def test_launching_a_multi_node_engine_is_refused_in_one_line(files, tmp_path):
     pipeline, cluster = files
     r = CliRunner().invoke(main, ["run", str(pipeline), "--cluster", str(cluster), f"output_dir={tmp_path / 'runs'}"])
     _one_error_line(r, "engine-2 spans 2 nodes of 8 GPUs (engines.gpus); multi-node engines are planned but "
-                       "launched by hand for now")
+                       "not launched yet")
     assert not (tmp_path / "runs").exists()
 
 
