@@ -7,7 +7,7 @@
                                                                    the pipeline's engines
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
-    prorsa validate FILE...                                         check pipelines, sweeps, cluster files, traces
+    prorsa validate FILE... [--plan [--cluster FILE]]               check pipelines, sweeps, cluster files, traces
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
                                                                    plots and report.md of stored runs
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
@@ -80,18 +80,32 @@ def _check_vllm(cfg, pipeline: str) -> None:
 
 def _check_devices(resolved, cluster, source: str, show: Console | None = None) -> None:
     """Refuse engines that do not fit the node's GPUs before anything starts (a local run: every
-    engine on this machine; batch jobs are given theirs); `show`: print the launch plan.
+    engine on this machine; batch jobs are given theirs, and an engine larger than one job's
+    `engines.gpus` is planned over several nodes); `show`: print the launch plan.
     ConfigError says why not."""
     from prorsa.cluster.devices import DevicePlanError
     from prorsa.cluster.launch_plan import launch_plan, print_plan
-    from prorsa.config.cluster import LocalSpec
+    from prorsa.cluster.nodes import spanning_engines
+    from prorsa.config.cluster import LocalSpec, PbsSpec, SlurmSpec
     from prorsa.engine.registry import hosted_engines
 
     local = cluster is None or isinstance(cluster, LocalSpec)
-    if show is None and (not local or resolved.cfg.engines.backend != "vllm"):
-        return
+    node_gpus = cluster.job("engines").gpus if isinstance(cluster, SlurmSpec | PbsSpec) else None
+    engines = hosted_engines(resolved.cfg)
     try:
-        plans = launch_plan(hosted_engines(resolved.cfg), _initial_roles(resolved), local)
+        if show is None and not local:
+            spans = spanning_engines(engines, node_gpus)
+            if spans:
+                # planned, not launched: a headless node needs a job of its own started beside the
+                # leader's and told its host, which one Dask worker per engine does not do yet
+                i, span = next(iter(spans.items()))
+                raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of {node_gpus} GPUs (engines.gpus); "
+                                  "multi-node engines are planned but not launched yet: "
+                                  "`prorsa run --dry-run` prints each node's command")
+            return
+        if show is None and engines.backend != "vllm":
+            return
+        plans = launch_plan(engines, _initial_roles(resolved), local, node_gpus=node_gpus)
     except DevicePlanError as e:
         raise ConfigError(f"{source}: {e}") from None
     if show is not None:
@@ -491,10 +505,17 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--plan", is_flag=True, help="Also print each pipeline's launch plan, as prorsa run --dry-run does.")
-def validate(files: tuple[str, ...], plan: bool) -> None:
+@click.option("--cluster", "cluster_opt", metavar="FILE",
+              help="With --plan: the cluster file the pipelines would run on (its engines.gpus is a node's GPUs).")
+def validate(files: tuple[str, ...], plan: bool, cluster_opt: str | None) -> None:
     """Check pipeline and sweep FILES (and the traces they name) without running them."""
+    from prorsa.config.cluster import cluster_option
     from prorsa.validate import check_file, file_kind
 
+    try:
+        cluster = cluster_option(cluster_opt) if cluster_opt else None
+    except ConfigError as e:
+        _fail(str(e))
     bad = 0
     for f in files:
         try:
@@ -505,7 +526,7 @@ def validate(files: tuple[str, ...], plan: bool) -> None:
             continue
         if plan and file_kind(f) == "pipeline":
             try:
-                _check_devices(_load(f, {}), None, f, show=Console())
+                _check_devices(_load(f, {}), cluster, f, show=Console())
             except ConfigError as e:
                 click.echo(f"error: {e}", err=True)
                 bad += 1

@@ -99,7 +99,8 @@ def plan_groups(devices: tuple[str, ...], source: str, layouts: Sequence[EngineL
                               "list the node's GPUs in engines.devices")
     if big := next((lay for lay in layouts if lay.gpus > n), None):
         raise DevicePlanError(f"engines.groups: an engine of tp {big.tp} x dp {big.dp} = {_plural(big.gpus)} is "
-                              f"larger than the node's {n} GPUs ({source})")
+                              f"larger than the node's {n} GPUs ({source})"
+                              "; an engine spans nodes only from batch jobs (engines.gpus in a slurm or pbs cluster file)")
     sizes = tuple(lay.gpus for lay in layouts)
     if sum(sizes) > n:
         counts: dict[int, int] = {}
@@ -124,7 +125,8 @@ def plan_node(devices: tuple[str, ...], source: str, layout: EngineLayout | Sequ
         raise DevicePlanError(f"engines.vllm.device is cuda but no GPU was found ({source}); "
                               "list the node's GPUs in engines.devices")
     if g > n:
-        raise DevicePlanError(f"engines.vllm: an engine of {shape} is larger than the node's {n} GPUs ({source})")
+        raise DevicePlanError(f"engines.vllm: an engine of {shape} is larger than the node's {n} GPUs ({source})"
+                              "; an engine spans nodes only from batch jobs (engines.gpus in a slurm or pbs cluster file)")
     if n % g:
         raise DevicePlanError(f"engines.vllm: the node's {n} GPUs ({source}) do not divide into engines of {shape}")
     if engines * g > n:

@@ -1,15 +1,17 @@
 """What `prorsa run --dry-run` (and `prorsa validate --plan`) prints: every engine as it would start.
 
-    launch_plan(cfg, roles, local, environ, count_gpus) -> [EngineLaunch]
+    launch_plan(cfg, roles, local, environ, count_gpus, node_gpus) -> [EngineLaunch]
                     the engines of a run, their GPUs or cores, role, layout and exact server command
-                    line; DevicePlanError when the engines do not fit the node's GPUs
+                    line (an engine larger than a batch job's node_gpus: one per node, nodes.py);
+                    DevicePlanError when the engines do not fit the node's GPUs
     plan_table(plans) -> rich Table                 engines, roles, where they run, layouts, ports
     print_plan(plans, console)                       the table, then every server command line whole
 
 Nothing is started, no model is made or read. The command line is the one engine_host.py launches
 (engine/vllm/server.py build_command and build_env), with the two things only a start knows left
 as placeholders: the HTTP port (a free local port, picked at start) and, where engines join from
-batch jobs, the GPUs the batch system gives each job.
+batch jobs, the GPUs the batch system gives each job; an engine spanning nodes also leaves its
+leader's host and DP RPC port to be filled in.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from rich.console import Console
 from rich.table import Table
 
 from prorsa.cluster.devices import node_plan, nvml_gpu_count
+from prorsa.cluster.nodes import node_args, spanning_engines
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.core_share import engine_cores
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role
 
 PORT = "<port>"  # picked at start: a free local port
+LEADER_HOST = "<leader-host>"  # an engine spanning nodes: the host of its first node's job
+RPC_PORT = "<dp-rpc-port>"  # ... and a port free there, where its DP ranks meet
 
 
 @dataclass(frozen=True)
@@ -40,10 +45,14 @@ class EngineLaunch:
     gpus: tuple[str, ...] | None  # CUDA engines on this node; None: CPU, or its job's GPUs
     command: tuple[str, ...]  # the server's argv; () for an emulated engine (no process)
     env: tuple[tuple[str, str], ...]  # what the launch sets that says where (and how) the engine runs
+    # an engine spanning nodes: the headless server of each node after the first (`command` is the
+    # first node's, with the API server); () for an engine on one node
+    followers: tuple[tuple[str, ...], ...] = ()
 
-    def shell(self) -> str:
-        """The command line as a shell would take it, with its placement variables in front."""
-        return shlex.join([f"{k}={v}" for k, v in self.env] + list(self.command))
+    def shell(self, node: int = 0) -> str:
+        """Node `node`'s command line as a shell would take it, its placement variables in front."""
+        command = self.command if node == 0 else self.followers[node - 1]
+        return shlex.join([f"{k}={v}" for k, v in self.env] + list(command))
 
 
 def _model_dir(cfg: EnginesConfig) -> Path:
@@ -60,9 +69,10 @@ def _model_dir(cfg: EnginesConfig) -> Path:
 
 def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
                 environ: Mapping[str, str] | None = None,
-                count_gpus: Callable[[], int] = nvml_gpu_count) -> list[EngineLaunch]:
+                count_gpus: Callable[[], int] = nvml_gpu_count, node_gpus: int | None = None) -> list[EngineLaunch]:
     """`local`: every engine on this machine (a LocalCluster); else each engine
-    joins from a job of its own, whose GPUs only the batch system knows."""
+    joins from a job of its own, whose GPUs only the batch system knows; `node_gpus`: the GPUs
+    such a job books (the cluster file's engines.gpus), None: as many as its engine needs."""
     if cfg.backend != "vllm":
         groups = cfg.engine_groups
         at = cfg.group_of_engine()
@@ -71,6 +81,7 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
     from prorsa.engine.vllm.server import ServerSpec, build_command, build_env
 
     plan = node_plan(cfg, len(roles), environ, count_gpus) if local else None
+    spans = {} if local else spanning_engines(cfg, node_gpus)
     out = []
     for i, role in enumerate(roles):
         settings = cfg.engine_vllm(i)  # engine groups: each its own layout
@@ -82,14 +93,20 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         # where it runs, and whether the server patches vLLM for DP ranks on CPU (_launch.py)
         shown = tuple((k, env[k]) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND", "PRORSA_CPU_DP")
                       if k in env)
+        command, followers = build_command(spec, PORT), ()
+        if span := spans.get(i):
+            followers = tuple(tuple(command + node_args(span, k, LEADER_HOST, RPC_PORT)) for k in range(1, span.nodes))
+            command = command + node_args(span, 0, LEADER_HOST, RPC_PORT)
         if gpus is not None:
             runs_on = "GPU " + ",".join(gpus)
+        elif span:
+            runs_on = f"{span.nodes} jobs of {span.local_dp * layout.tp} GPUs"
         elif cfg.vllm.device == "cuda":
             runs_on = f"{layout.gpus} GPU{'s' if layout.gpus > 1 else ''} of its job"
         else:
             runs_on = "cores " + ",".join(map(str, cores)) if cores else "any core"
         out.append(EngineLaunch(engine_name(i), role, layout.describe(), runs_on, gpus,
-                                tuple(build_command(spec, PORT)), shown))
+                                tuple(command), shown, followers))
     return out
 
 
@@ -103,8 +120,11 @@ def plan_table(plans: list[EngineLaunch]) -> Table:
 
 
 def print_plan(plans: list[EngineLaunch], console: Console) -> None:
-    """The table, then each server's command line whole, as a shell would take it."""
+    """The table, then each server's command line whole, as a shell would take it (an engine
+    spanning nodes: one per node, the first node's API server first)."""
     console.print(plan_table(plans))
     for p in plans:
         if p.command:
             console.print(f"{p.engine}: {p.shell()}", soft_wrap=True, markup=False, highlight=False)
+        for k in range(1, len(p.followers) + 1):
+            console.print(f"{p.engine} node {k}: {p.shell(k)}", soft_wrap=True, markup=False, highlight=False)

