@@ -387,18 +387,23 @@ class _Movers:
         return out, drains
 
 
+def prefill_turn(fc: Forecast) -> tuple[float, float, float]:
+    """The horizon's mean prefill turn: tokens appended, tokens a prefill engine computes for it
+    (a turn not fresh from the backlog recomputes its last decode too) and the prefix cached."""
+    turns = fc.prefill_turns_per_s.sum() * fc.bin_s + fc.backlog_turns
+    a = (fc.prefill_tokens_per_s.sum() * fc.bin_s + fc.backlog_tokens) / turns if turns > 0 else 1.0
+    a = max(a, 1.0)
+    fresh = fc.backlog_fresh_turns / turns if turns > 0 else 0.0
+    return a, a + (1.0 - fresh) * fc.decode_tokens_per_turn, fc.prefill_prefix_tokens
+
+
 def score(cap: Capacity, fc: Forecast, P: np.ndarray, D: np.ndarray, M: np.ndarray) -> np.ndarray:
     """Predicted sequence-seconds over the horizon for each split (the module docstring)."""
     P, D, M = (np.asarray(x, dtype=float) for x in (P, D, M))
     cp, cd, cm = (cap.for_role(r) for r in ROLES)  # each is `cap` itself without per-role parallelism
     ed = (D + M).astype(int)  # engines that decode
     dt, chunk = fc.bin_s, float(cap.chunk_tokens)
-    turns = fc.prefill_turns_per_s.sum() * dt + fc.backlog_turns
-    a = (fc.prefill_tokens_per_s.sum() * dt + fc.backlog_tokens) / turns if turns > 0 else 1.0
-    a = max(a, 1.0)
-    prefix = fc.prefill_prefix_tokens
-    fresh = fc.backlog_fresh_turns / turns if turns > 0 else 0.0
-    a_p = a + (1.0 - fresh) * fc.decode_tokens_per_turn  # what a prefill engine computes per turn
+    a, a_p, prefix = prefill_turn(fc)
     rate_p = cp.prefill_rate(a_p, prefix) * a  # appended tokens/s one prefill engine clears
     lat_p = cp.prefill_latency(a_p, prefix) + cd.transfer_time(a)  # the decode engine pulls
     piece = min(a, chunk)

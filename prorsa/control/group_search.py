@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prorsa.control.allocator import ROLES, Capacity, Plan, PlanSummary, Split, _mixed_step, _Movers
+from prorsa.control.allocator import ROLES, Capacity, Plan, PlanSummary, Split, _mixed_step, _Movers, prefill_turn
 from prorsa.control.forecast import Forecast
 from prorsa.control.split_search import SplitSearch
 from prorsa.loads import EngineLoad
@@ -108,12 +108,7 @@ def score_groups(groups: Sequence[Group], fc: Forecast, counts: np.ndarray) -> n
     P, D, M = (counts[:, :, k] for k in range(3))  # (k, G)
     roles = [tuple(g.capacity.for_role(r) for r in ROLES) for g in groups]
     dt, chunk = fc.bin_s, float(first.chunk_tokens)
-    turns = fc.prefill_turns_per_s.sum() * dt + fc.backlog_turns
-    a = (fc.prefill_tokens_per_s.sum() * dt + fc.backlog_tokens) / turns if turns > 0 else 1.0
-    a = max(a, 1.0)
-    prefix = fc.prefill_prefix_tokens
-    fresh = fc.backlog_fresh_turns / turns if turns > 0 else 0.0
-    a_p = a + (1.0 - fresh) * fc.decode_tokens_per_turn
+    a, a_p, prefix = prefill_turn(fc)
     rate_p = np.array([cp.prefill_rate(a_p, prefix) * a for cp, _, _ in roles])  # per engine, each group
     lat_p = np.array([cp.prefill_latency(a_p, prefix) for cp, _, _ in roles])
     xfer = np.array([cd.transfer_time(a) for _, cd, _ in roles])  # the decode engine pulls

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask
@@ -39,7 +39,7 @@ from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
 from prorsa.cluster.local import SCHEDULER_CONFIG, engine_addresses, tool_name, worker_specs
 from prorsa.cluster.recovery import LegRescue
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.cells import CellView, Coordinator, MoveRecord, place
+from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
 from prorsa.live.controller import LiveController, _legs_on
@@ -47,10 +47,9 @@ from prorsa.live.runtime import DaskTurnRunner
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.cells import coordinate, join_loop, leave_loop
+from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS
-from prorsa.sim.cells import cell_config
 
 log = logging.getLogger(__name__)
 ALL_LEGS = PREFILL_LEGS + DECODE_LEGS + WARM_LEGS
@@ -182,22 +181,8 @@ class CellsLive:
 async def run_cells(cfg: PipelineConfig, cells: int, run_dir: Path, coordinator: Coordinator | None = None,
                     interval_s: float = 1.0) -> CellsLive:
     """`interval_s`: the coordinator's, wall seconds (a live run's clock)."""
-    if cfg.workload.mode != "sync" or cfg.workload.steps != 1:
-        raise ValueError("cells run one synchronous step (a step is no barrier across cells yet)")
-    n = cfg.engines.count
-    if not 1 <= cells <= n:
-        raise ValueError(f"{cells} cells for {n} engines")
-    workload = Workload.from_config(cfg.workload, cfg.seed)
-    specs = workload.trajectories_for_step(0)
-    sizes = [n // cells + (i < n % cells) for i in range(cells)]
-    first = [sum(sizes[:i]) for i in range(cells)]
-    g = cfg.workload.group_size
-    groups = [specs[i:i + g] for i in range(0, len(specs), g)]
-    where = place([len(x) for x in groups], cells, [s * cfg.engines.slots for s in sizes])
-    placed = [{s.traj_id for grp, c in zip(groups, where) if c == i for s in grp} for i in range(cells)]
-    everyone = frozenset(s.traj_id for s in specs)
-    body = [LiveCell(i, cfg, resolve(cell_config(cfg, sizes[i], sum(1 for c in where if c == i))),
-                     [engine_name(first[i] + k) for k in range(sizes[i])], placed[i], run_dir, time.time())
+    plan = plan_cells(cfg, cells)
+    body = [LiveCell(i, cfg, resolve(plan.configs[i]), plan.names[i], plan.placed[i], run_dir, time.time())
             for i in range(cells)]
     coordinator = coordinator or Coordinator(interval_s=5 * interval_s, move_s=2 * interval_s)
     moves: list[MoveRecord] = []
@@ -209,7 +194,7 @@ async def run_cells(cfg: PipelineConfig, cells: int, run_dir: Path, coordinator:
             await c.wire(t0)
         moving = asyncio.ensure_future(coordinate(coordinator, body, lambda: time.time() - t0, interval_s, moves))
         try:
-            await asyncio.gather(*(c.roll(workload, everyone - placed[c.index]) for c in body))
+            await asyncio.gather(*(c.roll(plan.workload, plan.everyone - plan.placed[c.index]) for c in body))
         finally:
             moving.cancel()
             await asyncio.gather(moving, return_exceptions=True)

@@ -10,6 +10,8 @@
     await coordinate(coordinator, cells, now, interval_s, moves)
                                   until every cell is done (or the caller cancels it); each move
                                   carried out is appended to `moves` as a MoveRecord
+    plan_cells(cfg, cells) -> CellPlan   the step's trajectories placed on cells by GRPO group (both
+                                  bodies place alike): each cell's engines, pipeline and trajectories
     await leave_loop(loop, engine, drained) / join_loop(loop, engine, role)
                                   the router's and control loop's part of retire and admit, shared
                                   by both bodies: hold the engine from role switches, close it,
@@ -25,13 +27,56 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from prorsa.control.cells import CellView, Coordinator, MoveRecord
+from prorsa.agent.workload import Workload
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.cells import CellView, Coordinator, MoveRecord, place
+from prorsa.engine.registry import engine_name
 from prorsa.roles import Role
 from prorsa.rollout.control_loop import ControlLoop
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    workload: Workload
+    configs: list[PipelineConfig]  # each cell's pipeline: its engines, its share of the prompts
+    names: list[list[str]]         # each cell's engines, numbered across cells
+    placed: list[set[str]]         # each cell's trajectories
+    everyone: frozenset[str]
+
+
+def plan_cells(cfg: PipelineConfig, cells: int) -> CellPlan:
+    """One synchronous step's trajectories on `cells` cells: engines split as evenly as they go,
+    each GRPO group whole on the cell with the largest share of slots free (a group's trajectories
+    share a prompt, so its prefix stays in one cell)."""
+    if cfg.workload.mode != "sync" or cfg.workload.steps != 1:
+        raise ValueError("cells run one synchronous step (a step is no barrier across cells yet)")
+    n = cfg.engines.count
+    if not 1 <= cells <= n:
+        raise ValueError(f"{cells} cells for {n} engines")
+    workload = Workload.from_config(cfg.workload, cfg.seed)
+    specs = workload.trajectories_for_step(0)
+    sizes = [n // cells + (i < n % cells) for i in range(cells)]
+    first = [sum(sizes[:i]) for i in range(cells)]
+    g = cfg.workload.group_size
+    groups = [specs[i:i + g] for i in range(0, len(specs), g)]
+    where = place([len(x) for x in groups], cells, [s * cfg.engines.slots for s in sizes])
+    return CellPlan(
+        workload,
+        [cell_config(cfg, sizes[i], sum(1 for c in where if c == i)) for i in range(cells)],
+        [[engine_name(first[i] + k) for k in range(sizes[i])] for i in range(cells)],
+        [{s.traj_id for grp, c in zip(groups, where) if c == i for s in grp} for i in range(cells)],
+        frozenset(s.traj_id for s in specs))
+
+
+def cell_config(cfg: PipelineConfig, engines: int, groups: int) -> PipelineConfig:
+    return cfg.model_copy(update={
+        "engines": cfg.engines.model_copy(update={"count": engines}),
+        "workload": cfg.workload.model_copy(update={"prompts": max(groups, 1)})})
 
 
 class CellBody(Protocol):

@@ -5,7 +5,6 @@ virtual clock.
     simulate_cells(cfg, cells, policy=None, ...) -> CellsRun   cfg's synchronous workload, its
                                      GRPO groups placed on the cells by free slots (control/cells.py
                                      place), the engines split evenly (engine-<i> keep their names)
-    cell_config(cfg, engines, groups) -> the pipeline one cell runs: its engines, its prompts
 
 Each cell is the one-cell simulator's assembly (sim/run.py) with its own RunContext, so a cell's
 policy plans for its engines and its trajectories; the cells share one Workload, each driving the
@@ -27,15 +26,14 @@ from dataclasses import dataclass, field, replace
 
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.cells import CellView, Coordinator, MoveRecord, place
+from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
 from prorsa.costmodel import load_gpu
 from prorsa.engine.emulated import EmulatedEngine
-from prorsa.engine.registry import engine_name
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.cells import coordinate, join_loop, leave_loop
+from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS
 from prorsa.sim.clock import run_virtual
@@ -59,12 +57,6 @@ class CellsRun:
 
     def trajectory_ids(self) -> list[str]:
         return [r.spec.traj_id for rec in self.recorders for r in rec.trajectories]
-
-
-def cell_config(cfg: PipelineConfig, engines: int, groups: int) -> PipelineConfig:
-    return cfg.model_copy(update={
-        "engines": cfg.engines.model_copy(update={"count": engines}),
-        "workload": cfg.workload.model_copy(update={"prompts": max(groups, 1)})})
 
 
 class SimCell:
@@ -143,36 +135,21 @@ class SimCell:
 
 async def simulate_cells_async(cfg: PipelineConfig, cells: int, policy=None, coordinator: Coordinator | None = None,
                                interval_s: float = 10.0, restart_s: float = 60.0) -> CellsRun:
-    if cfg.workload.mode != "sync" or cfg.workload.steps != 1:
-        raise ValueError("cells are simulated on one synchronous step (a step is no barrier across cells yet)")
-    n = cfg.engines.count
-    if not 1 <= cells <= n:
-        raise ValueError(f"{cells} cells for {n} engines")
+    plan = plan_cells(cfg, cells)
     loop = asyncio.get_running_loop()
     started = loop.time()
 
     def now() -> float:
         return loop.time() - started
 
-    workload = Workload.from_config(cfg.workload, cfg.seed)
-    specs = workload.trajectories_for_step(0)
-    sizes = [n // cells + (i < n % cells) for i in range(cells)]
-    first = [sum(sizes[:i]) for i in range(cells)]
-    g = cfg.workload.group_size
-    groups = [specs[i:i + g] for i in range(0, len(specs), g)]
-    where = place([len(x) for x in groups], cells, [s * cfg.engines.slots for s in sizes])
-    placed = [{s.traj_id for grp, c in zip(groups, where) if c == i for s in grp} for i in range(cells)]
-    everyone = frozenset(s.traj_id for s in specs)
     body = []
     for i in range(cells):
-        run = resolve(cell_config(cfg, sizes[i], sum(1 for c in where if c == i)))
-        names = [engine_name(first[i] + k) for k in range(sizes[i])]
-        body.append(SimCell(i, run, names, policy, placed[i], now, restart_s))
+        body.append(SimCell(i, resolve(plan.configs[i]), plan.names[i], policy, plan.placed[i], now, restart_s))
     coordinator = coordinator or Coordinator(interval_s=3 * interval_s, move_s=restart_s + interval_s)
     moves: list[MoveRecord] = []
     moving = asyncio.ensure_future(coordinate(coordinator, body, now, interval_s, moves))
     try:
-        await asyncio.gather(*(c.roll(workload, everyone - placed[c.index]) for c in body))
+        await asyncio.gather(*(c.roll(plan.workload, plan.everyone - plan.placed[c.index]) for c in body))
     finally:
         moving.cancel()  # a move under way when the last cell ends is not recorded
         await asyncio.gather(moving, return_exceptions=True)

@@ -18,20 +18,10 @@ from prorsa.control.group_search import (Group, GroupAllocator, group_counts, gr
 from prorsa.costmodel import CostModel
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
-from tests.control.test_allocator import demand
+from tests.control.test_allocator import demand, dense, moe  # noqa: F401 (fixtures)
 
 P, D, M = Role.PREFILL, Role.DECODE, Role.MIXED
 ALL = (P, D, M)
-
-
-@pytest.fixture(scope="module")
-def dense() -> Capacity:
-    return Capacity.from_cost(CostModel.from_names("h200", "qwen3-8b"), slots=16)
-
-
-@pytest.fixture(scope="module")
-def moe() -> Capacity:
-    return Capacity.from_cost(CostModel.from_names("h200", "qwen3-30b-a3b", ep=8), slots=16 * 8)
 
 
 FORECASTS = [demand(append=600, turns_per_s=20, seqs=60), demand(append=4000, turns_per_s=5, seqs=30, backlog_turns=10),

@@ -3,13 +3,12 @@ scheduler tells it about the trajectories in flight."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from prorsa.control.tail import RemainingWork, TurnScheduler
 from prorsa.control.tail_layout import MIN_GAIN, Left, TailLayout
 from prorsa.costmodel import CostModel
+from tests.control.test_tail import Turn
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +70,6 @@ def test_it_does_not_fire_for_a_gain_below_the_margin(layout):
     p_wide = min(layout.price(left, f, 1) for f in layout.widths())
     assert p_wide > (1 - MIN_GAIN) * layout.stay(left)
     assert layout.plan(left, idle=8) is None
-
-
-@dataclass(frozen=True)
-class Turn:
-    turn: int
-    traj_id: str = "t"
-    family: str = "swe"
-    group: str = ""
-    done: bool = False
-    context_tokens: int = 0
 
 
 def test_the_scheduler_counts_every_trajectory_from_its_first_turn():
