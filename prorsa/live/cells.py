@@ -139,8 +139,12 @@ class LiveCell:
         return CellView(self.index, names, movable, self.cfg.engines.slots, in_flight, legs, left)
 
     async def _drained(self, engine: str) -> None:
+        # A turn routed before the close may not have reached the scheduler yet (the driver batches
+        # its graph): the scheduler alone would call the engine drained, the worker would leave,
+        # and that turn's legs, bound to it, would wait for it forever. The router's count ends
+        # only as each routed turn is over.
         address = self.addresses[engine]
-        while await self.client.run_on_scheduler(_legs_on, address, ALL_LEGS):
+        while self.router.load.get(engine, 0) > 0 or await self.client.run_on_scheduler(_legs_on, address, ALL_LEGS):
             await asyncio.sleep(0.05)
 
     async def retire(self, engine: str) -> None:
