@@ -51,6 +51,13 @@ def test_env_pins_cores_and_ports():
     assert "VLLM_CPU_OMP_THREADS_BIND" not in gpu and "PRORSA_NIXL_PROGRESS_NICE" not in gpu
 
 
+def test_a_server_keeps_vllms_info_lines_whatever_the_driver_imported():
+    # the start's progress reads them; importing TRL sets VLLM_LOGGING_LEVEL=ERROR in the driver
+    assert build_env(ServerSpec(Path("/m")), 1, base={"VLLM_LOGGING_LEVEL": "ERROR"})["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert build_env(ServerSpec(Path("/m")), 1, base={"VLLM_LOGGING_LEVEL": "debug"})["VLLM_LOGGING_LEVEL"] == "debug"
+    assert build_env(ServerSpec(Path("/m")), 1, base={}).get("VLLM_LOGGING_LEVEL", "INFO") == "INFO"
+
+
 def test_env_keeps_a_local_server_on_loopback():
     env = build_env(ServerSpec(Path("/m")), side_channel_port=1, base={})
     assert env["UCX_NET_DEVICES"] == "lo" and env["VLLM_HOST_IP"] == "127.0.0.1"

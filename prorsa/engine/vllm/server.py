@@ -147,6 +147,7 @@ def omp_bind(cores: tuple[int, ...], ranks: int) -> str:
 # a 2-engine run); tensor-parallel ranks rendezvous on vLLM's idea of the host's address and gloo
 # on the hostname's interface (tensor parallelism was not run here, the two are set to match).
 LOOPBACK_ENV = {"UCX_NET_DEVICES": "lo", "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+KEEPS_INFO = ("DEBUG", "INFO")  # vLLM log levels that keep the INFO lines a start is followed by
 
 
 def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -154,6 +155,11 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
     env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (binds to localhost)
     env["PRORSA_PARENT_PID"] = str(os.getpid())  # the server stops itself if its owner dies
+    # The start's progress (live/start_progress.py) and its failure reports read vLLM's INFO lines;
+    # a library imported beside Prorsa may quiet vLLM for its own process (importing TRL sets
+    # VLLM_LOGGING_LEVEL=ERROR), which the servers would inherit. DEBUG, asked for, stays.
+    if env.get("VLLM_LOGGING_LEVEL", "INFO").upper() not in KEEPS_INFO:
+        env["VLLM_LOGGING_LEVEL"] = "INFO"
     if spec.nixl_host:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = spec.nixl_host
     else:  # engines on this machine only (the side channel's default host is localhost)
