@@ -134,9 +134,16 @@ class LiveCell:
         left = in_flight / (len(recent) / 30.0) if recent else None
         names = tuple(sorted(self.router.roles))
         busy = self.leaving | self.controller.switching
-        movable = tuple(n for n in names if n not in busy)
+        movable = tuple(n for n in names if n not in busy and self._covered_without(n))
         legs = {n: self.router.load.get(n, 0) for n in names}  # turns routed there and not yet back
         return CellView(self.index, names, movable, self.cfg.engines.slots, in_flight, legs, left)
+
+    def _covered_without(self, engine: str) -> bool:
+        """Whether the cell's other engines still serve both phases (a prefill or mixed one, a
+        decode or mixed one): a turn finds no engine for a phase otherwise, and fails."""
+        left = [r for n, r in self.router.roles.items() if n != engine]
+        return (any(r in (Role.PREFILL, Role.MIXED) for r in left)
+                and any(r in (Role.DECODE, Role.MIXED) for r in left))
 
     async def _drained(self, engine: str) -> None:
         # A turn routed before the close may not have reached the scheduler yet (the driver batches

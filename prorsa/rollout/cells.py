@@ -112,13 +112,19 @@ async def coordinate(coordinator: Coordinator, cells: Sequence[CellBody], now: C
 
 
 async def leave_loop(loop: ControlLoop, engine: str, drained: Callable[[str], Awaitable[None]]) -> None:
-    await loop.hold(engine)  # a switch under way ends first; no new one starts
+    # Every engine of the cell is held, not just the one leaving: a switch drains its engine
+    # closed, and a switch beside the move could leave no open engine of a role (seen live: both
+    # decode engines of a cell closed at once, and the turns meanwhile failed).
+    held = sorted(loop.router.roles)
+    for e in held:
+        await loop.hold(e)  # a switch under way ends first; no new one starts
     loop.router.close(engine)  # no new leg: the trajectories it held go to the cell's others
     try:
         await drained(engine)
         loop.router.leave(engine)
     finally:
-        loop.release(engine)
+        for e in held:
+            loop.release(e)
 
 
 def join_loop(loop: ControlLoop, engine: str, role: Role, slots: int | None = None) -> None:
