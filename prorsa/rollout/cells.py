@@ -14,7 +14,7 @@
                                   bodies place alike): each cell's engines, pipeline and trajectories
     await leave_loop(loop, engine, drained) / join_loop(loop, engine, role)
                                   the router's and control loop's part of retire and admit, shared
-                                  by both bodies: hold the engine from role switches, close it,
+                                  by both bodies: hold the cell's engines from role switches, close it,
                                   wait for the body's drain, forget it; or route to it
 
 A move is one awaited retire and admit inside the loop: moves are rare (the coordinator waits its
