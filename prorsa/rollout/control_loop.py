@@ -2,7 +2,8 @@
 
     ControlLoop(policy, router, recorder, interval_s, now)    subclassed by each body
     await loop.run()      every interval_s (the body's sleep) until cancelled
-    await loop.step()     one interval: snapshot, decide, record, start the switches asked for
+    await loop.step()     one interval: snapshot, decide, record, start the switches asked for (a
+                          target on an engine mid-switch starts once that switch ends)
     await loop.switch(engine, role, reason, forecast)   router first, then the body's protocol
     await loop.before_step(step)   between synchronous steps: the policy's roles for the next one
                                    (Policy.between_steps), carried out before the step starts
@@ -23,8 +24,9 @@ needs the engine empty (a change of parallelism: the router then sends it nothin
 `pause()`, how long to wait before the next step (a body sharing its CPU with the rollout waits
 longer after a dear step). A CPU cost spent off the loop's thread is added with `spent(cpu_s)`;
 `on_decision(snapshot, decision)`, when set, hears every decision once it is recorded.
-Everything else, the router's bookkeeping, the records and the skipping of engines already
-switching, is here once, so the live Dask controller and the simulator's differ only in transport.
+Everything else, the router's bookkeeping, the records and the targets that find their engine
+switching (each waits for that switch, the latest winning), is here once, so the live Dask
+controller and the simulator's differ only in transport.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class ControlLoop:
         self.interval_s = interval_s  # as the body's asyncio.sleep counts it
         self.now = now  # body seconds since the rollout began
         self._switching: dict[str, asyncio.Task] = {}
+        # engine -> (role, reason, forecast) a decision asked for while a switch or hold was under way on it
+        self._deferred: dict[str, tuple[Role, str, ForecastSummary | None]] = {}
         self._ended: list[LifecycleEvent] = []  # DONE/FAILED seen by the driver, for the next step
         self.step_s: list[float] = []  # wall time of each control step, for its cost
         self.step_cpu_s: list[float] = []  # and the CPU it took, wherever it ran
@@ -131,6 +135,7 @@ class ControlLoop:
                 await asyncio.sleep(self.pause())
                 await self.step()
         finally:
+            self._deferred.clear()
             for task in self._switching.values():
                 task.cancel()
             await asyncio.gather(*self._switching.values(), return_exceptions=True)
@@ -187,6 +192,7 @@ class ControlLoop:
         # thread_time counts only this thread, and only while the step holds it: other tasks run
         # on the loop during the awaits, so each stretch between awaits is counted on its own
         self._cpu = 0.0
+        self._start_deferred()
         snap = await self.observe()
         c = time.thread_time()
         snap = self._with_ended(snap)
@@ -197,13 +203,31 @@ class ControlLoop:
         c = time.thread_time()
         self._record(snap, decision)
         for engine, role in decision.targets.items():
-            if engine in self._switching or engine not in self.router.roles or role is self.router.roles[engine]:
+            if engine not in self.router.roles:
                 continue  # an engine no longer this loop's (it left the cell) is not switched
-            self._switching[engine] = asyncio.create_task(
-                self.switch(engine, role, decision.reason, decision.forecast))
+            if engine in self._switching:
+                # The policy now plans on this role: dropping the target would leave it believing
+                # in a split that is not there (seen live: a reactive policy, told nothing, switched
+                # a cell's last decode engine away). It waits for the switch or hold under way.
+                self._deferred[engine] = (role, decision.reason, decision.forecast)
+                continue
+            self._deferred.pop(engine, None)
+            if role is not self.router.roles[engine]:
+                self._start(engine, role, decision.reason, decision.forecast)
         self.step_s.append(time.perf_counter() - t0)
         self.step_cpu_s.append(self._cpu + time.thread_time() - c)
         return decision
+
+    def _start(self, engine: str, role: Role, reason: str, forecast: ForecastSummary | None) -> None:
+        self._switching[engine] = asyncio.create_task(self.switch(engine, role, reason, forecast))
+
+    def _start_deferred(self) -> None:
+        """The targets that found their engine switching (or held), for engines free again: the
+        latest one asked for each."""
+        for engine in [e for e in self._deferred if e not in self._switching]:
+            role, reason, forecast = self._deferred.pop(engine)
+            if engine in self.router.roles and role is not self.router.roles[engine]:
+                self._start(engine, role, reason, forecast)
 
     async def switch(self, engine: str, role: Role, reason: str = "",
                      forecast: ForecastSummary | None = None) -> RoleChange | None:

@@ -47,3 +47,72 @@ def test_a_trajectory_the_driver_saw_end_reaches_the_policy_once():
     (ev,) = first.events
     assert (ev.traj_id, ev.turn, ev.phase, ev.time_s) == ("a1", 0, Phase.DONE, 7.0)
     assert second.events == ()
+
+
+class Asks:
+    """Asks for the targets it is given, one decision per step."""
+    name = "asks"
+
+    def __init__(self, *targets: dict[str, Role]):
+        self.targets = list(targets)
+
+    def initial_roles(self, n):
+        return [Role.PREFILL] * n
+
+    def decide(self, snap):
+        return Decision(self.targets.pop(0) if self.targets else {})
+
+
+class Gated(Quiet):
+    """A switch that lasts until the test opens its gate."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.gate = asyncio.Event()
+        self.done: list[tuple[str, Role, Role]] = []
+
+    async def carry_out(self, engine, old, new):
+        await self.gate.wait()
+        self.done.append((engine, old, new))
+
+
+def test_a_target_on_an_engine_mid_switch_is_carried_out_after_it_not_dropped():
+    """A policy plans on the roles it asked for: a target that finds its engine switching waits for
+    that switch and then runs (the latest target winning), rather than vanishing behind the policy's back."""
+    async def main():
+        policy = Asks({"e0": Role.DECODE}, {"e0": Role.MIXED}, {"e0": Role.PREFILL})
+        loop = Gated(policy, Router({"e0": Role.PREFILL, "e1": Role.PREFILL}), RunRecorder(["e0", "e1"], 4, None),
+                     1.0, lambda: 0.0)
+        await loop.step()  # P -> D starts and waits at the gate
+        await loop.step()  # MIXED asked mid-switch
+        await loop.step()  # PREFILL asked mid-switch: the latest wins
+        assert loop.switching == {"e0"} and loop.done == []
+        loop.gate.set()
+        await asyncio.sleep(0)
+        while loop.switching:
+            await asyncio.sleep(0)
+        assert loop.router.roles["e0"] is Role.DECODE
+        await loop.step()  # the deferred PREFILL starts
+        while loop.switching:
+            await asyncio.sleep(0)
+        return loop
+    loop = asyncio.run(main())
+    assert loop.done == [("e0", Role.PREFILL, Role.DECODE), ("e0", Role.DECODE, Role.PREFILL)]
+    assert loop.router.roles["e0"] is Role.PREFILL
+
+
+def test_a_target_for_a_held_engine_waits_for_its_release():
+    async def main():
+        loop = Gated(Asks({"e0": Role.DECODE}), Router({"e0": Role.PREFILL, "e1": Role.PREFILL}),
+                     RunRecorder(["e0", "e1"], 4, None), 1.0, lambda: 0.0)
+        loop.gate.set()
+        await loop.hold("e0")
+        await loop.step()
+        assert loop.done == [] and loop.router.roles["e0"] is Role.PREFILL
+        loop.release("e0")
+        await loop.step()
+        while loop.switching:
+            await asyncio.sleep(0)
+        return loop
+    loop = asyncio.run(main())
+    assert loop.done == [("e0", Role.PREFILL, Role.DECODE)]
