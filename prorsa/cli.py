@@ -274,11 +274,16 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
         resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy,
                                                             "seed": seed, "prior": _prior(prior)}))
     cfg = resolved.cfg
+    cells = cfg.runtime.cells > 1
+    if cells and (resume_dir or cluster_opt):  # each cell starts a cluster of its own, from the start
+        _fail(f"{pipeline or resume_dir}: runtime.cells: {cfg.runtime.cells} cells run on local clusters of their own "
+              f"and cannot be resumed yet; drop {'--resume' if resume_dir else '--cluster'}")
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table
     from prorsa.cluster.local import EngineStartFailed
     from prorsa.live.interrupt import Interrupted, run_interruptible
+    from prorsa.live.cells import run_cells_dir
     from prorsa.live.run import run_live
 
     try:
@@ -289,6 +294,10 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     console = Console(stderr=False)
     _or_fail(_check_devices, resolved, cluster, pipeline or resume_dir, console if dry_run else None)
     if dry_run:
+        if cells:
+            from prorsa.rollout.cells import plan_cells
+
+            console.print(plan_cells(cfg, cfg.runtime.cells).describe())
         return
     if cfg.scheduling.oracle:
         _fail(f"{pipeline}: scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
@@ -313,7 +322,9 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     # before the loop runs, SIGTERM is passed on as SIGINT
     signal.signal(signal.SIGTERM, _as_sigint)
     try:
-        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster),
+        rollout = (run_cells_dir(resolved, run_dir, console, journal) if cells else
+                   run_live(resolved, run_dir, console, journal=journal, cluster=cluster))
+        summary = asyncio.run(run_interruptible(rollout,
                                                 abandon=lambda: _interrupted(run_dir, resume_dir is None)))
     except ClusterError as e:
         _fail(_failed_start(run_dir, resume_dir is None, f"{cluster_opt}: {e}"))
