@@ -366,6 +366,8 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
 
     resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy}))
     cfg = resolved.cfg
+    if cfg.runtime.cells > 1:
+        _fail(f"{pipeline}: runtime.cells: prorsa serve serves one cell; set runtime.cells 1")
     if cfg.train is not None:
         _fail(f"{pipeline}: prorsa serve rolls out for the client's own trainer; drop the train: section")
     if cfg.engines.backend == "vllm":
@@ -431,6 +433,9 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
             _fail(f"--gpus {gpus} is not a multiple of engines.tp x engines.ep = {per_engine}")
         resolved = _load(pipeline, overrides | {"engines.count": gpus // per_engine, "policy": "colocated"})
     cfg = resolved.cfg
+    if cfg.runtime.cells > 1:
+        _fail(f"{pipeline}: runtime.cells: prorsa sim simulates one cell (benchmarks/cells.py --sim simulates "
+              "cells); set runtime.cells 1")
     from prorsa.sim.compare import compare, comparison_table, expand_policies
     from prorsa.sim.run import write_run
 
