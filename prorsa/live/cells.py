@@ -19,8 +19,10 @@ move between cells (rollout/cells.py coordinate):
   2. admit: a worker of the same name joins the other cell's SpecCluster (an EngineHost starts a
      fresh engine, prefix cache empty) and that cell's router sends it work
 
-Each cell's scheduler runs in this process (a SpecCluster's scheduler does); with
-runtime.processes its workers are processes of their own. Synchronous runs of one step only, as in
+With runtime.processes each cell's scheduler runs in a process of its own (distributed's
+SubprocessScheduler; cluster/cell_scheduler.py gives it the driver's scheduler config), as do its
+workers (Nannies), so cells share this process's event loop only for their drivers, routers and
+controllers; without it, each cell's scheduler and workers run in this process. Synchronous runs of one step only, as in
 the simulator's cells (sim/cells.py).
 """
 
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import dask
 from distributed import Client, Scheduler, SpecCluster
+from distributed.deploy.subprocess import SubprocessScheduler
 from rich.console import Console
 
 from prorsa.agent.loop import TrajectoryResult
@@ -93,11 +96,19 @@ class LiveCell:
 
     @contextlib.asynccontextmanager
     async def up(self):
-        where = {"host": "127.0.0.1"} if self.cfg.runtime.processes else {"protocol": "inproc"}
-        scheduler = {"cls": Scheduler, "options": {**where, "dashboard": False, "dashboard_address": "127.0.0.1:0"}}
-        with dask.config.set(SCHEDULER_CONFIG):
-            cluster = SpecCluster(workers=self._specs(self.roles), scheduler=scheduler, asynchronous=True,
-                                  name=f"prorsa-{self.cfg.name}-cell{self.index}")
+        if self.cfg.runtime.processes:  # the scheduler in a process of its own, off the driver's event loop
+            scheduler = {"cls": SubprocessScheduler, "options": {"scheduler_kwargs": {
+                "host": "127.0.0.1", "dashboard": False, "preload": ["prorsa.cluster.cell_scheduler"]}}}
+        else:  # workers in this process too: all of it in memory
+            scheduler = {"cls": Scheduler, "options": {"protocol": "inproc", "dashboard": False}}
+        cluster = SpecCluster(workers=self._specs(self.roles), scheduler=scheduler, asynchronous=True,
+                              name=f"prorsa-{self.cfg.name}-cell{self.index}")
+        with dask.config.set(SCHEDULER_CONFIG):  # read as the scheduler starts, not as the cluster is made
+            try:
+                await cluster
+            except BaseException:  # a start that fails leaves nothing running
+                await cluster.close()
+                raise
         async with cluster, Client(cluster, asynchronous=True) as client:
             self.cluster, self.client = cluster, client
             self.addresses = await engine_addresses(client)

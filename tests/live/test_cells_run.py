@@ -3,7 +3,9 @@ trajectory once in it from both cells, and the summary saying how the cells spli
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from prorsa.cli import main
+from prorsa.config.pipeline import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = {
@@ -61,3 +64,27 @@ def test_the_cells_pipeline_moves_an_engine(tmp_path):
     assert move["engine"] in summary["cells"]["engines"][move["source"]]
     assert move["engine"] in summary["cells"]["engines_at_end"][move["target"]]
     assert engines == {f"engine-{i}" for i in range(6)}
+
+
+def _stealing(dask_scheduler=None) -> bool:
+    return "stealing" in dask_scheduler.extensions
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_a_cells_scheduler_runs_in_its_own_process_with_processes(tmp_path, processes):
+    from prorsa.live.cells import LiveCell
+    from prorsa.rollout.cells import plan_cells
+    from prorsa.rollout.context import resolve
+
+    cfg = PipelineConfig.model_validate({**TINY, "runtime": {**TINY["runtime"], "processes": processes}})
+    plan = plan_cells(cfg, 2)
+
+    async def look():
+        cell = LiveCell(0, cfg, resolve(plan.configs[0]), plan.names[0], plan.placed[0], tmp_path, 0.0)
+        async with cell.up():
+            return (await cell.client.run_on_scheduler(os.getpid), await cell.client.run_on_scheduler(_stealing),
+                    sorted(cell.addresses))
+
+    pid, stealing, engines = asyncio.run(asyncio.wait_for(look(), 120))
+    assert (pid != os.getpid()) == processes
+    assert not stealing and engines == ["engine-0"]  # the driver's scheduler config, in its process too
