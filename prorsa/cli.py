@@ -275,9 +275,12 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
                                                             "seed": seed, "prior": _prior(prior)}))
     cfg = resolved.cfg
     cells = cfg.runtime.cells > 1
-    if cells and (resume_dir or cluster_opt):  # each cell starts a cluster of its own, from the start
-        _fail(f"{pipeline or resume_dir}: runtime.cells: {cfg.runtime.cells} cells run on local clusters of their own "
-              f"and cannot be resumed yet; drop {'--resume' if resume_dir else '--cluster'}")
+    if cells and resume_dir:
+        _fail(f"{resume_dir}: runtime.cells: a run over {cfg.runtime.cells} cells cannot be resumed yet; "
+              "start it again without --resume")
+    if cells and cluster_opt:
+        _fail(f"{pipeline}: runtime.cells: each of the {cfg.runtime.cells} cells starts a local cluster of its own; "
+              "drop --cluster")
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table

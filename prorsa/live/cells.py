@@ -232,8 +232,13 @@ async def run_cells(cfg: PipelineConfig, cells: int, run_dir: Path, coordinator:
         try:
             await asyncio.gather(*(c.roll(plan.workload, plan.everyone - plan.placed[c.index], on_done)
                                    for c in body))
-        finally:
+        except BaseException:
             moving.cancel()
+            raise
+        finally:
+            # A move under way as the last cell ends is carried to its end (the coordinator stops
+            # within interval_s of it): cancelled halfway, it left a Nanny half started or half
+            # retired, and its SpecCluster's close failed on it (seen with runtime.processes).
             await asyncio.gather(moving, return_exceptions=True)
         ends = [sorted(c.router.roles) for c in body]
         planes = [await control_plane(c.client, c.runner, c.controller) for c in body]
