@@ -22,8 +22,8 @@ move between cells (rollout/cells.py coordinate):
 With runtime.processes each cell's scheduler runs in a process of its own (distributed's
 SubprocessScheduler; cluster/cell_scheduler.py gives it the driver's scheduler config), as do its
 workers (Nannies), so cells share this process's event loop only for their drivers, routers and
-controllers; without it, each cell's scheduler and workers run in this process. Synchronous runs of one step only, as in
-the simulator's cells (sim/cells.py).
+controllers; without it, each cell's scheduler and workers run in this process. Synchronous runs
+of one step only, as in the simulator's cells (sim/cells.py); config/pipeline.py refuses the rest.
 """
 
 from __future__ import annotations
