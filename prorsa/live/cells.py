@@ -253,6 +253,8 @@ async def run_cells_dir(run: RunContext, run_dir: Path, console: Console, journa
     cfg = run.cfg
     plan = plan_cells(cfg, cfg.runtime.cells)
     console.print(f"starting {plan.describe()}")
+    if cfg.runtime.dashboard_address is not None:  # said, so no one waits for a page that never comes
+        console.print("no dashboard: a cell's scheduler serves none (runtime.dashboard_address is not used)")
     try:
         out = await run_cells(cfg, cfg.runtime.cells, run_dir, on_done=journal.add)
         journal.finish()
