@@ -20,6 +20,13 @@ every trajectory id seen (and how many distinct), role switches per cell, and th
 
     .venv/bin/python benchmarks/cells.py --sim 256:1,256:4,1024:1,1024:4 [--out benchmarks/results/cells-sim.json]
     .venv/bin/python benchmarks/cells.py --live [--out benchmarks/results/cells-live.json]
+    .venv/bin/python benchmarks/cells.py --live --processes [--out benchmarks/results/cells-processes.json]
+
+--live --processes: the same two cells with runtime.processes off (each cell's scheduler and
+workers in the driver's process) and on (each a process of its own), each in a fresh interpreter:
+makespan, and the CPU of the driver's process (with processes off it includes the schedulers' and
+workers'; the children's CPU is that of the worker and scheduler processes that ended and were
+waited for).
 """
 
 from __future__ import annotations
@@ -79,7 +86,7 @@ def sim_point(gpus: int, cells: int, window: float) -> dict:
             "sim_wall_s": out.wall_s, "sim_cpu_s": (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)}
 
 
-def live_config():
+def live_config(processes: bool = False):
     from prorsa.config.pipeline import PipelineConfig
 
     return PipelineConfig.model_validate({
@@ -89,27 +96,43 @@ def live_config():
         "workload": {"family": "swe", "mode": "sync", "prompts": 2, "group_size": 64, "steps": 1,
                      "tool_time_scale": 0.1, "max_turns": MAX_TURNS},
         "runtime": {"turn_shape": "driver", "metrics_interval_s": 0.2, "control_interval_s": 0.2,
-                    "dashboard_address": None, "control_cpu_share": 0.5},
+                    "dashboard_address": None, "control_cpu_share": 0.5, "processes": processes},
     })  # fmt: skip
 
 
-def live_run() -> dict:
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def live_run(processes: bool = False) -> dict:
     from prorsa.control.cells import Coordinator
     from prorsa.live.cells import run_cells
 
-    cfg = live_config()
-    t = time.time()
+    cfg = live_config(processes)
+    t, cpu, children = time.time(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as d:
         # live seconds: a move here restarts an in-process emulated engine in well under a second
         out = asyncio.run(run_cells(cfg, 2, Path(d), Coordinator(ratio=1.5, interval_s=3.0, move_s=1.0), interval_s=1.0))
     ids = out.trajectory_ids()
     return {"cells": 2, "engines": cfg.engines.count, "trajectories": len(ids), "distinct": len(set(ids)),
             "expected": cfg.workload.prompts * cfg.workload.group_size, "makespan_s": out.makespan_s,
-            "wall_s": time.time() - t, "cell_makespans_s": out.cell_makespans,
+            "wall_s": time.time() - t, "processes": processes, "driver_cpu_s": _cpu(resource.RUSAGE_SELF) - cpu,
+            "children_cpu_s": _cpu(resource.RUSAGE_CHILDREN) - children, "cell_makespans_s": out.cell_makespans,
             "cell_trajectories": [len(r.trajectories) for r in out.recorders],
             "role_switches": [len(r.role_changes) for r in out.recorders],
             "switches": [[c.engine, c.from_role.value, c.to_role.value] for r in out.recorders for c in r.role_changes],
             "moves": [m.__dict__ for m in out.moves], "engines_at_end": out.engines_at_end}
+
+
+def _fresh(args: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"error: {' '.join(args)}: {proc.stderr.strip().splitlines()[-3:]}")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"processes {row['processes']}: makespan {row['makespan_s']:.1f} s, driver CPU {row['driver_cpu_s']:.1f} s",
+          file=sys.stderr, flush=True)
+    return row
 
 
 def main() -> None:
@@ -119,15 +142,26 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one simulated point may take")
     ap.add_argument("--out")
+    ap.add_argument("--processes", action="store_true",
+                    help="with --live: the two cells with runtime.processes off, then on (each scheduler and "
+                         "worker a process of its own); makespan and the driver's CPU")
     ap.add_argument("--_point", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_live", choices=["threads", "processes"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._point:
         print(json.dumps(sim_point(int(args._point[0]), int(args._point[1]), args.window)))
         return
+    if args._live:
+        print(json.dumps(live_run(args._live == "processes")))
+        return
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {"command": "python benchmarks/cells.py " + " ".join(sys.argv[1:]), "date": datetime.date.today().isoformat(),
            "commit": commit, "machine": f"{platform.machine()}, shared 2-core"}
-    if args.live:
+    if args.live and args.processes:
+        # each mode in a fresh interpreter: the first run's imports and warm caches favour no one
+        doc |= {"policy": LIVE_POLICY, "runs": [_fresh(["--_live", mode]) for mode in ("threads", "processes")]}
+        out = args.out or "benchmarks/results/cells-processes.json"
+    elif args.live:
         doc |= {"policy": LIVE_POLICY, "live": live_run()}
         print(json.dumps(doc["live"], indent=1))
         out = args.out or "benchmarks/results/cells-live.json"

@@ -700,6 +700,16 @@ def t_cells_live(d: dict) -> list[str]:
                 f"policy {doc['policy']} in each cell, {r['engines']} engines. Moves: {moves or 'none'}."]
 
 
+def t_cells_processes(d: dict) -> list[str]:
+    """The two live cells with runtime.processes off and on (benchmarks/cells.py --live --processes)."""
+    runs = d["cells-processes.json"]["runs"]
+    rows = [["on" if r["processes"] else "off", f"{r['makespan_s']:.1f}", f"{r['driver_cpu_s']:.1f}",
+             f"{r['children_cpu_s']:.1f}", f"{r['distinct']} / {r['expected']}", str(len(r["moves"])),
+             str(sum(r["role_switches"]))] for r in runs]
+    return table(["runtime.processes", "makespan s (wall)", "driver process CPU s", "child processes CPU s",
+                  "trajectories distinct / expected", "moves", "role switches"], rows)
+
+
 def t_api_overhead(d: dict) -> list[str]:
     doc = d["api-overhead.json"]
     run = doc["doors"]["run"]["median_s"]
@@ -861,6 +871,7 @@ TABLES: dict[str, Table] = {
     "scale": Table(["scale.json"], t_scale),
     "cells-sim": Table(["cells-sim.json", "cells-sim-4096.json"], t_cells_sim),
     "cells-live": Table(["cells-live.json"], t_cells_live),
+    "cells-processes": Table(["cells-processes.json"], t_cells_processes),
     "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
 }

@@ -274,11 +274,19 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
         resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy,
                                                             "seed": seed, "prior": _prior(prior)}))
     cfg = resolved.cfg
+    cells = cfg.runtime.cells > 1
+    if cells and resume_dir:
+        _fail(f"{resume_dir}: runtime.cells: a run over {cfg.runtime.cells} cells cannot be resumed yet; "
+              "start it again without --resume")
+    if cells and cluster_opt:
+        _fail(f"{pipeline}: runtime.cells: each of the {cfg.runtime.cells} cells starts a local cluster of its own; "
+              "drop --cluster")
     from prorsa.cluster.launch import ClusterError
     from prorsa.config.cluster import cluster_option
     from prorsa.metrics.progress import summary_table
     from prorsa.cluster.local import EngineStartFailed
     from prorsa.live.interrupt import Interrupted, run_interruptible
+    from prorsa.live.cells import run_cells_dir
     from prorsa.live.run import run_live
 
     try:
@@ -289,6 +297,10 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     console = Console(stderr=False)
     _or_fail(_check_devices, resolved, cluster, pipeline or resume_dir, console if dry_run else None)
     if dry_run:
+        if cells:
+            from prorsa.rollout.cells import plan_cells
+
+            console.print(plan_cells(cfg, cfg.runtime.cells).describe())
         return
     if cfg.scheduling.oracle:
         _fail(f"{pipeline}: scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
@@ -313,7 +325,9 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     # before the loop runs, SIGTERM is passed on as SIGINT
     signal.signal(signal.SIGTERM, _as_sigint)
     try:
-        summary = asyncio.run(run_interruptible(run_live(resolved, run_dir, console, journal=journal, cluster=cluster),
+        rollout = (run_cells_dir(resolved, run_dir, console, journal) if cells else
+                   run_live(resolved, run_dir, console, journal=journal, cluster=cluster))
+        summary = asyncio.run(run_interruptible(rollout,
                                                 abandon=lambda: _interrupted(run_dir, resume_dir is None)))
     except ClusterError as e:
         _fail(_failed_start(run_dir, resume_dir is None, f"{cluster_opt}: {e}"))
@@ -355,6 +369,8 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
 
     resolved = _load(pipeline, _overrides(overrides, **{"engines.backend": engine, "policy": policy}))
     cfg = resolved.cfg
+    if cfg.runtime.cells > 1:
+        _fail(f"{pipeline}: runtime.cells: prorsa serve serves one cell; set runtime.cells 1")
     if cfg.train is not None:
         _fail(f"{pipeline}: prorsa serve rolls out for the client's own trainer; drop the train: section")
     if cfg.engines.backend == "vllm":
@@ -420,6 +436,9 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
             _fail(f"--gpus {gpus} is not a multiple of engines.tp x engines.ep = {per_engine}")
         resolved = _load(pipeline, overrides | {"engines.count": gpus // per_engine, "policy": "colocated"})
     cfg = resolved.cfg
+    if cfg.runtime.cells > 1:
+        _fail(f"{pipeline}: runtime.cells: prorsa sim simulates one cell (benchmarks/cells.py --sim simulates "
+              "cells); set runtime.cells 1")
     from prorsa.sim.compare import compare, comparison_table, expand_policies
     from prorsa.sim.run import write_run
 

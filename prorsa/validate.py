@@ -59,8 +59,13 @@ def check_file(path: str | Path) -> str:
             node_plan(cfg.engines, cfg.engines.count)
         except DevicePlanError as e:
             raise ConfigError(f"{path}: {e}") from None
+    cells = ""
+    if cfg.runtime.cells > 1:
+        from prorsa.rollout.cells import plan_cells
+
+        cells = f"; {plan_cells(cfg, cfg.runtime.cells).describe()}"
     return (f"ok: {path} ({cfg.name}: {cfg.engines.count} {cfg.engines.backend} engines, "
-            f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.label})")
+            f"policy {cfg.policy}, {cfg.workload.mode} {cfg.workload.label}{cells})")
 
 
 def _check_trace(path: Path) -> str:

@@ -52,6 +52,9 @@ def describe(err: dict[str, Any]) -> str:
     # a cross-field check names the group field it refuses (engines: groups[1].tp: ...): that is its place
     if m := re.match(r"(count|groups\[\d+\](?:\.\w+)?): ", msg):
         loc, msg = f"{loc}.{m.group(1)}", msg[m.end():]
+    # a check across sections names the field it refuses (runtime.cells: ...): that is its place
+    elif loc == "(top level)" and (m := re.match(r"([a-z_]+(?:\.[a-z_]+)+): ", msg)):
+        loc, msg = m.group(1), msg[m.end():]
     if err["type"] == "extra_forbidden":
         return f"{loc}: unknown field"
     if err["type"] == "missing":

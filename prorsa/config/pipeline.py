@@ -403,6 +403,9 @@ class WorkloadConfig(_Section):
 class RuntimeConfig(_Section):
     turn_shape: Literal["in_task", "driver"] = "driver"  # benchmarks/control_plane.py: faster at scale
     processes: bool = False  # workers as processes (Nanny) rather than in the driver process
+    # Dask clusters the engines are split over, each its own scheduler, router and controller, a
+    # coordinator moving engines between them (live/cells.py); 1: one cluster, as before
+    cells: int = Field(1, ge=1, le=MAX_ENGINES)
     tool_workers: int = Field(1, ge=1, le=MAX_WORKERS)
     tool_threads: int = Field(64, ge=1, le=MAX_WORKERS)  # concurrent turns per tool worker
     metrics_interval_s: float = Field(0.5, gt=0)
@@ -615,6 +618,27 @@ class ExpectConfig(_Section):
     turns: float = Field(ge=1, le=65536)  # per trajectory
 
 
+def _cells_conflict(cfg: PipelineConfig) -> str | None:
+    """What a run over cells (live/cells.py run_cells) cannot do yet, naming the field, or None."""
+    n, engines, work = cfg.runtime.cells, cfg.engines, cfg.workload
+    if n > engines.count:
+        return f"need an engine each, but engines.count is {engines.count}"
+    if work.mode != "sync" or work.steps != 1:
+        # a step is no barrier across cells yet, and an asynchronous stream is not placed on them
+        return (f"run one synchronous step; workload.mode is {work.mode}" if work.mode != "sync"
+                else f"run one synchronous step; workload.steps is {work.steps}")
+    if cfg.train is not None:
+        return "do not train; drop train:"
+    if engines.groups is not None:
+        return "split engines alike; engines.groups is set"
+    if engines.backend != "emulated":
+        # a cell's runner sends no token ids and waits out no server restart
+        return f"run emulated engines only; engines.backend is {engines.backend}"
+    if cfg.environment is not None:
+        return "replay tool calls as latencies; environment: is set"
+    return None
+
+
 class PipelineConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)  # a directory name, with a timestamp added
     seed: int = 0
@@ -652,6 +676,13 @@ class PipelineConfig(_Section):
         if self.scheduling.migrate and self.runtime.turn_shape != "driver":
             raise ValueError("scheduling.migrate warms the next engine as the decode ends, which the driver sees only "
                              "in runtime.turn_shape driver")
+        return self
+
+    @model_validator(mode="after")
+    def _cells_can_run(self) -> PipelineConfig:
+        n = self.runtime.cells
+        if n > 1 and (conflict := _cells_conflict(self)):
+            raise ValueError(f"runtime.cells: {n} cells {conflict}; set runtime.cells 1 or change that field")
         return self
 
     @model_validator(mode="after")

@@ -6,6 +6,9 @@ driver share, router and LiveController; one coordinator moving engines between 
                           (control/cells.py place), the engines split evenly; every cell rolls out
                           its share beside the others, in this process's event loop
     LiveCell              one cell up: the CellBody of rollout/cells.py
+    await run_cells_dir(run, run_dir, console, journal) -> summary dict
+                          `prorsa run` with runtime.cells > 1: run_cells, written as a one-cell
+                          run is (trajectories, metrics.nc, summary.json with the cells and moves)
 
 Inside a cell nothing differs from a one-cell run: a turn is keyed tasks on the cell's scheduler,
 its legs go to the cell's role-tagged engine workers, and its LiveController switches roles. A
@@ -16,9 +19,11 @@ move between cells (rollout/cells.py coordinate):
   2. admit: a worker of the same name joins the other cell's SpecCluster (an EngineHost starts a
      fresh engine, prefix cache empty) and that cell's router sends it work
 
-Each cell's scheduler runs in this process (a SpecCluster's scheduler does); with
-runtime.processes its workers are processes of their own. Synchronous runs of one step only, as in
-the simulator's cells (sim/cells.py).
+With runtime.processes each cell's scheduler runs in a process of its own (distributed's
+SubprocessScheduler; cluster/cell_scheduler.py gives it the driver's scheduler config), as do its
+workers (Nannies), so cells share this process's event loop only for their drivers, routers and
+controllers; without it, each cell's scheduler and workers run in this process. Synchronous runs
+of one step only, as in the simulator's cells (sim/cells.py); config/pipeline.py refuses the rest.
 """
 
 from __future__ import annotations
@@ -27,12 +32,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import dask
 from distributed import Client, Scheduler, SpecCluster
+from distributed.deploy.subprocess import SubprocessScheduler
+from rich.console import Console
 
+from prorsa.agent.loop import TrajectoryResult
 from prorsa.agent.workload import Workload
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
@@ -43,8 +52,10 @@ from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
 from prorsa.live.controller import LiveController, _legs_on
+from prorsa.live.run import ControlPlane, _both, control_plane, write_run
 from prorsa.live.runtime import DaskTurnRunner
-from prorsa.metrics.recorder import RunRecorder
+from prorsa.metrics.journal import RunJournal
+from prorsa.metrics.recorder import RunRecorder, merged
 from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
@@ -85,11 +96,19 @@ class LiveCell:
 
     @contextlib.asynccontextmanager
     async def up(self):
-        where = {"host": "127.0.0.1"} if self.cfg.runtime.processes else {"protocol": "inproc"}
-        scheduler = {"cls": Scheduler, "options": {**where, "dashboard": False, "dashboard_address": "127.0.0.1:0"}}
-        with dask.config.set(SCHEDULER_CONFIG):
-            cluster = SpecCluster(workers=self._specs(self.roles), scheduler=scheduler, asynchronous=True,
-                                  name=f"prorsa-{self.cfg.name}-cell{self.index}")
+        if self.cfg.runtime.processes:  # the scheduler in a process of its own, off the driver's event loop
+            scheduler = {"cls": SubprocessScheduler, "options": {"scheduler_kwargs": {
+                "host": "127.0.0.1", "dashboard": False, "preload": ["prorsa.cluster.cell_scheduler"]}}}
+        else:  # workers in this process too: all of it in memory
+            scheduler = {"cls": Scheduler, "options": {"protocol": "inproc", "dashboard": False}}
+        cluster = SpecCluster(workers=self._specs(self.roles), scheduler=scheduler, asynchronous=True,
+                              name=f"prorsa-{self.cfg.name}-cell{self.index}")
+        with dask.config.set(SCHEDULER_CONFIG):  # read as the scheduler starts, not as the cluster is made
+            try:
+                await cluster
+            except BaseException:  # a start that fails leaves nothing running
+                await cluster.close()
+                raise
         async with cluster, Client(cluster, asynchronous=True) as client:
             self.cluster, self.client = cluster, client
             self.addresses = await engine_addresses(client)
@@ -118,11 +137,13 @@ class LiveCell:
         else:
             self.rec.sample(t, sorted(stats.values(), key=lambda s: s.engine_id))
 
-    async def roll(self, workload: Workload, skip: frozenset[str]) -> None:
+    async def roll(self, workload: Workload, skip: frozenset[str],
+                   on_done: Callable[[TrajectoryResult], None] | None = None) -> None:
         body = Body(self.runner, self.controller, now=self.now, clock_unit=1.0, sample=self._sample,
                     sample_interval_s=self.cfg.runtime.metrics_interval_s)
+        done = self.rec.on_done if on_done is None else _both(self.rec.on_done, on_done)
         try:
-            self.makespan = await roll_out(self.run, body, self.rec, self.rec.on_done, workload=workload, skip=skip)
+            self.makespan = await roll_out(self.run, body, self.rec, done, workload=workload, skip=skip)
         finally:
             self.finished = True
 
@@ -184,14 +205,18 @@ class CellsLive:
     moves: list[MoveRecord]
     cell_makespans: list[float] = field(default_factory=list)
     engines_at_end: list[list[str]] = field(default_factory=list)
+    policy: str = ""  # the cells' policy's name
+    planes: list[ControlPlane] = field(default_factory=list)  # each cell's
+    engines_at_start: list[list[str]] = field(default_factory=list)
 
     def trajectory_ids(self) -> list[str]:
         return [r.spec.traj_id for rec in self.recorders for r in rec.trajectories]
 
 
 async def run_cells(cfg: PipelineConfig, cells: int, run_dir: Path, coordinator: Coordinator | None = None,
-                    interval_s: float = 1.0) -> CellsLive:
-    """`interval_s`: the coordinator's, wall seconds (a live run's clock)."""
+                    interval_s: float = 1.0, on_done: Callable[[TrajectoryResult], None] | None = None) -> CellsLive:
+    """`interval_s`: the coordinator's, wall seconds (a live run's clock); `on_done`: called with
+    each finished trajectory of every cell, as it lands (`prorsa run`: the run's journal)."""
     plan = plan_cells(cfg, cells)
     body = [LiveCell(i, cfg, resolve(plan.configs[i]), plan.names[i], plan.placed[i], run_dir, time.time())
             for i in range(cells)]
@@ -205,10 +230,40 @@ async def run_cells(cfg: PipelineConfig, cells: int, run_dir: Path, coordinator:
             await c.wire(t0)
         moving = asyncio.ensure_future(coordinate(coordinator, body, lambda: time.time() - t0, interval_s, moves))
         try:
-            await asyncio.gather(*(c.roll(plan.workload, plan.everyone - plan.placed[c.index]) for c in body))
-        finally:
+            await asyncio.gather(*(c.roll(plan.workload, plan.everyone - plan.placed[c.index], on_done)
+                                   for c in body))
+        except BaseException:
             moving.cancel()
+            raise
+        finally:
+            # A move under way as the last cell ends is carried to its end (the coordinator stops
+            # within interval_s of it): cancelled halfway, it left a Nanny half started or half
+            # retired, and its SpecCluster's close failed on it (seen with runtime.processes).
             await asyncio.gather(moving, return_exceptions=True)
         ends = [sorted(c.router.roles) for c in body]
+        planes = [await control_plane(c.client, c.runner, c.controller) for c in body]
     return CellsLive(max(c.makespan for c in body), [c.rec for c in body], moves,
-                     [c.makespan for c in body], ends)
+                     [c.makespan for c in body], ends, body[0].policy.name, planes, plan.names)
+
+
+async def run_cells_dir(run: RunContext, run_dir: Path, console: Console, journal: RunJournal) -> dict:
+    """`prorsa run` of a pipeline with runtime.cells > 1: run_cells, its trajectories into the run's
+    journal as they land, then the files a one-cell run writes (live/run.py write_run) from the
+    cells' recorders merged, the summary adding each cell's share and the moves between them."""
+    cfg = run.cfg
+    plan = plan_cells(cfg, cfg.runtime.cells)
+    console.print(f"starting {plan.describe()}")
+    if cfg.runtime.dashboard_address is not None:  # said, so no one waits for a page that never comes
+        console.print("no dashboard: a cell's scheduler serves none (runtime.dashboard_address is not used)")
+    try:
+        out = await run_cells(cfg, cfg.runtime.cells, run_dir, on_done=journal.add)
+        journal.finish()
+    finally:
+        journal.close()
+    rec = merged(out.recorders, len(plan.everyone))
+    cells = {"count": len(out.recorders), "engines": out.engines_at_start, "engines_at_end": out.engines_at_end,
+             "trajectories": [len(r.trajectories) for r in out.recorders],
+             "makespan_s": [round(m, 4) for m in out.cell_makespans],
+             "role_switches": [len(r.role_changes) for r in out.recorders]}
+    return write_run(run_dir, run, rec, out.makespan_s, out.policy, ControlPlane.summed(out.planes), 0,
+                     {"cells": cells, "moves": [asdict(m) for m in out.moves]})

@@ -165,27 +165,59 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             update_weights=learner.update if learner else _weight_update(client, live.addresses, live.run),
             skip=frozenset(journal.done_ids),
             on_stop=journal.flush, driver=driver, **rl)  # interrupted or not, what finished is kept
-        plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
-        legs_rescued = await client.run_on_scheduler(rescued)
+        plane = await control_plane(client, runner, controller)
 
-    unit, policy = live.run.unit, live.policy
-    digest = config_hash(cfg)
     saved = journal.finish()
     resumed = journal.completed_before + journal.failed_before
-    summary = summarise(rec, makespan, policy.name, digest, cfg.name) | {
-        "turns_retried": runner.retried,
-        "turns_migrated": runner.migrated,
-        "legs_rescued": legs_rescued,
+    return write_run(run_dir, live.run, rec, makespan, live.policy.name, plane, resumed,
+                     ({"train": learner.summary()} if learner else {}) | (
+                         # every figure over all sessions, not this one's alone
+                         resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {}))
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """A live body's control-plane figures, read before its cluster goes (cells: one a cell)."""
+
+    turns_retried: int
+    turns_migrated: int
+    legs_rescued: int
+    step_s: list[float]  # the controller's wall time, each interval
+    step_cpu_s: list[float]  # and its CPU
+    plugin_s: float  # the lifecycle plugin's own time on the scheduler
+    plugin_calls: int
+
+    @classmethod
+    def summed(cls, planes: list[ControlPlane]) -> ControlPlane:
+        return cls(*(sum(getattr(p, k) for p in planes) for k in ("turns_retried", "turns_migrated", "legs_rescued")),
+                   [s for p in planes for s in p.step_s], [s for p in planes for s in p.step_cpu_s],
+                   sum(p.plugin_s for p in planes), sum(p.plugin_calls for p in planes))
+
+
+async def control_plane(client: Client, runner: DaskTurnRunner, controller: LiveController) -> ControlPlane:
+    plugin_s, plugin_calls = await client.run_on_scheduler(hook_cost)
+    return ControlPlane(runner.retried, runner.migrated, await client.run_on_scheduler(rescued),
+                        list(controller.step_s), list(controller.step_cpu_s), plugin_s, plugin_calls)
+
+
+def write_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float, policy: str, plane: ControlPlane,
+              resumed: int, extra: dict) -> dict:
+    """summary.json and metrics.nc of a finished live run (the journal has written its
+    trajectories); the summary, `extra` last."""
+    cfg, unit = run.cfg, run.unit
+    digest = config_hash(cfg)
+    summary = summarise(rec, makespan, policy, digest, cfg.name) | {
+        "turns_retried": plane.turns_retried,
+        "turns_migrated": plane.turns_migrated,
+        "legs_rescued": plane.legs_rescued,
         "trajectories_resumed": resumed,
         "backend": cfg.engines.backend, "clock": "wall", "time_scale": unit,
-        "control": {"intervals": len(controller.step_s), "step_s_median": _median(controller.step_s),
-                    "step_cpu_s_median": _median(controller.step_cpu_s),
-                    "step_cpu_s": round(sum(controller.step_cpu_s), 4),
-                    "plugin_s": round(plugin_s, 4), "plugin_calls": plugin_calls},
-    } | ({"train": learner.summary()} if learner else {}) | (
-        # every figure over all sessions, not this one's alone
-        resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {})
-    attrs = {"name": cfg.name, "policy": policy.name, "config_hash": digest, "makespan_s": makespan}
+        "control": {"intervals": len(plane.step_s), "step_s_median": _median(plane.step_s),
+                    "step_cpu_s_median": _median(plane.step_cpu_s),
+                    "step_cpu_s": round(sum(plane.step_cpu_s), 4),
+                    "plugin_s": round(plane.plugin_s, 4), "plugin_calls": plane.plugin_calls},
+    } | extra
+    attrs = {"name": cfg.name, "policy": policy, "config_hash": digest, "makespan_s": makespan}
     write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=unit))
     write_summary(run_dir / "summary.json", summary)
     return summary

@@ -6,13 +6,15 @@
                                 records (EngineStats, or an emulated engine's load())
     role_change(change)         the controller moved an engine
     control(record)             one control interval: observed roles, the decision, its forecast
+    merged(recorders, expected) -> RunRecorder   several of one run on one clock (cells: one a
+                                cell) as one, for the writers
 
 Counters are updated in place so the progress display reads them without copying.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prorsa.agent.loop import TrajectoryResult, TurnResult
@@ -109,3 +111,18 @@ class RunRecorder:
             return self.slots[load.engine_id] if isinstance(self.slots, dict) else self.slots
 
         return {role: sum(x.active for x in xs) / sum(map(slots, xs)) for role, xs in by_role.items()}
+
+
+def merged(recorders: Sequence[RunRecorder], expected: int | None) -> RunRecorder:
+    """Engines in the order first seen (an engine moved between cells is one engine), records in
+    time order, counters summed. The recorders must share a clock."""
+    engines = list(dict.fromkeys(e for r in recorders for e in r.engines))
+    slots = recorders[0].slots
+    out = RunRecorder(engines, slots, expected)
+    out.samples = sorted((s for r in recorders for s in r.samples), key=lambda s: s.t)
+    out.trajectories = sorted((t for r in recorders for t in r.trajectories), key=lambda t: t.end_s)
+    out.role_changes = sorted((c for r in recorders for c in r.role_changes), key=lambda c: c.t)
+    out.controls = sorted((c for r in recorders for c in r.controls), key=lambda c: c.t)
+    for k in ("turns", "prefill_tokens", "cached_tokens", "recomputed_tokens", "decode_tokens", "completed", "failed"):
+        setattr(out, k, sum(getattr(r, k) for r in recorders))
+    return out

@@ -12,6 +12,7 @@
                                   carried out is appended to `moves` as a MoveRecord
     plan_cells(cfg, cells) -> CellPlan   the step's trajectories placed on cells by GRPO group (both
                                   bodies place alike): each cell's engines, pipeline and trajectories
+    plan.describe()  -> str       one line of it, for `prorsa validate` and `prorsa run --dry-run`
     await leave_loop(loop, engine, drained) / join_loop(loop, engine, role)
                                   the router's and control loop's part of retire and admit, shared
                                   by both bodies: hold the cell's engines from role switches, close it,
@@ -47,6 +48,10 @@ class CellPlan:
     names: list[list[str]]         # each cell's engines, numbered across cells
     placed: list[set[str]]         # each cell's trajectories
     everyone: frozenset[str]
+
+    def describe(self) -> str:
+        return (f"{len(self.names)} cells: engines {'+'.join(str(len(n)) for n in self.names)}, "
+                f"trajectories {'+'.join(str(len(p)) for p in self.placed)}")
 
 
 def plan_cells(cfg: PipelineConfig, cells: int) -> CellPlan:
