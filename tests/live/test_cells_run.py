@@ -57,9 +57,9 @@ def test_run_writes_one_folder_from_both_cells(tmp_path):
 def test_the_cells_pipeline_moves_an_engine(tmp_path):
     summary = _run(REPO / "pipelines" / "cells.yaml", tmp_path / "out")
     ids, engines = _served_by(tmp_path / "out")
-    assert len(ids) == len(set(ids)) == 128 == summary["trajectories_completed"]
-    assert summary["cells"]["trajectories"] == [64, 64]
-    assert len(summary["moves"]) >= 1  # the first group runs longer: its cell takes an engine
+    assert len(ids) == len(set(ids)) == 192 == summary["trajectories_completed"]
+    assert summary["cells"]["trajectories"] == [128, 64]
+    assert len(summary["moves"]) >= 1  # cell 0 has twice the work: it takes an engine
     move = summary["moves"][0]
     assert move["engine"] in summary["cells"]["engines"][move["source"]]
     assert move["engine"] in summary["cells"]["engines_at_end"][move["target"]]
