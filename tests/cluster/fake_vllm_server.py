@@ -1,9 +1,12 @@
 """A stand-in for a vLLM server process, for tests of how engines are launched: it writes down
 its environment and arguments (RECORD_DIR/<port>.json), then answers what VllmServer.start asks
-(/health, /v1/models, the warm-up completion, /metrics)."""
+(/health, /v1/models, the warm-up completion, /metrics). With --headless (a further node of an
+engine spanning nodes) it serves nothing, as vLLM's headless node; FAKE_HEADLESS_EXIT=n makes
+that one exit with code n instead."""
 
 import json
 import os
+import signal
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -42,5 +45,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 with open(os.path.join(os.environ["RECORD_DIR"], f"{PORT}.json"), "w") as f:
-    json.dump({"env": dict(os.environ), "args": ARGS}, f)
+    json.dump({"env": dict(os.environ), "args": ARGS, "pid": os.getpid()}, f)
+if "--headless" in ARGS:
+    if os.environ.get("FAKE_HEADLESS_EXIT"):
+        sys.exit(int(os.environ["FAKE_HEADLESS_EXIT"]))
+    signal.pause()
 ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
