@@ -1,6 +1,6 @@
-"""An engine spanning nodes on a LocalCluster, each node's server a recording fake (the
-interpreter swapped as in test_devices.py): a leader worker and a headless follower worker that
-meet through the scheduler, start together, fail together and restart together."""
+"""An engine spanning nodes on a LocalCluster, each node's server a recording fake (fake_servers,
+conftest.py): a leader worker and a headless follower worker that meet through the scheduler,
+start together, fail together and restart together."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -18,21 +17,6 @@ from prorsa.cluster.local import EngineStartFailed, start_local_cluster
 from prorsa.cluster.nodes import follower_name
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.roles import Role
-
-FAKE = Path(__file__).parent / "fake_vllm_server.py"
-
-
-@pytest.fixture
-def record(tmp_path, monkeypatch):
-    d = tmp_path / "record"
-    d.mkdir()
-    wrapper = tmp_path / "fake-python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(wrapper))
-    monkeypatch.setenv("RECORD_DIR", str(d))
-    return d
-
 
 def _cfg(tmp_path) -> PipelineConfig:
     model = tmp_path / "model"
@@ -52,8 +36,6 @@ def _launches(record: Path) -> list[dict]:
 
 
 async def _wait_launches(record: Path, n: int, timeout_s: float = 60.0) -> list[dict]:
-    """The fake leader serves at once, without waiting for its follower's ranks as vLLM's does: the
-    follower's fake may not have written its record yet when the cluster is up."""
     deadline = time.monotonic() + timeout_s
     while len(_launches(record)) < n and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -64,13 +46,14 @@ def _arg(run: dict, name: str) -> str:
     return run["args"][run["args"].index(name) + 1]
 
 
-def test_the_leader_and_a_headless_follower_meet_on_the_leaders_port(tmp_path, record):
+def test_the_leader_and_a_headless_follower_meet_on_the_leaders_port(tmp_path, fake_servers):
+    record = fake_servers
+
     async def main():
         async with await start_local_cluster(_cfg(tmp_path), [Role.MIXED], tmp_path / "run") as cluster:
             workers = cluster.scheduler.workers.values()
             follower = next(w for w in workers if w.name == follower_name(0, 1))
             assert follower.resources == {"prefill": 0, "decode": 0, "env": 0}  # no leg lands there
-            await _wait_launches(record, 2)
 
     asyncio.run(main())
     leader, follower = _launches(record)
@@ -83,7 +66,7 @@ def test_the_leader_and_a_headless_follower_meet_on_the_leaders_port(tmp_path, r
     assert (leader["env"]["VLLM_CPU_OMP_THREADS_BIND"], follower["env"]["VLLM_CPU_OMP_THREADS_BIND"]) == ("0", "1")
 
 
-def test_a_follower_that_dies_starting_fails_the_run_in_one_line(tmp_path, record, monkeypatch):
+def test_a_follower_that_dies_starting_fails_the_run_in_one_line(tmp_path, fake_servers, monkeypatch):
     monkeypatch.setenv("FAKE_HEADLESS_EXIT", "3")
 
     async def main():
@@ -96,7 +79,9 @@ def test_a_follower_that_dies_starting_fails_the_run_in_one_line(tmp_path, recor
     assert "\n" not in message and "node 1 of engine-0" in message and "exited with code 3" in message, message
 
 
-def test_a_follower_that_dies_running_brings_the_engine_back_with_it(tmp_path, record):
+def test_a_follower_that_dies_running_brings_the_engine_back_with_it(tmp_path, fake_servers):
+    record = fake_servers
+
     async def main():
         async with await start_local_cluster(_cfg(tmp_path), [Role.MIXED], tmp_path / "run"):
             _, follower = await _wait_launches(record, 2)
