@@ -52,10 +52,13 @@ def meeting_host(worker, local: bool) -> str:
 
 
 class SpanPeers:
-    def __init__(self, worker, engine: str, span: NodeSpan, node: int, host: str, poll_s: float = 0.5) -> None:
+    def __init__(self, worker, engine: str, span: NodeSpan, node: int, host: str, wait_s: float = 300.0,
+                 poll_s: float = 0.5) -> None:
+        """`wait_s`: how long a follower waits for the leader's next launch."""
         self.worker, self.engine, self.span, self.node, self.host = worker, engine, span, node, host
         self.nodes, self.local_dp = span.nodes, span.local_dp
-        self.poll_s = poll_s
+        self.wait_s, self.poll_s = wait_s, poll_s
+        self.closed = False  # the worker is going: a follower's wait ends (its thread holds the exit)
         self.loop = asyncio.get_running_loop()
         self.leader: dict | None = None  # the last record read
         self.failure: dict | None = None
@@ -92,7 +95,11 @@ class SpanPeers:
             self.leader = {"launch": self.launch, "host": self.host, "rpc_port": free_port(), "serving": False}
             self._call(self._set("leader", self.leader))
         else:
-            while not self.newer_launch():  # the leader launches (again): bounded by its start timeout
+            deadline = time.monotonic() + self.wait_s
+            while not self.newer_launch():
+                if self.closed or time.monotonic() > deadline:
+                    raise EngineUnavailable(f"node {self.node} of {self.engine}: no launch of its leader "
+                                            f"within {self.wait_s:.0f} s")
                 time.sleep(self.poll_s)
             self.launch = self.leader["launch"]
         return node_args(self.span, self.node, self.leader["host"], self.leader["rpc_port"])
@@ -125,7 +132,8 @@ class FollowerHost(WorkerPlugin):
     async def setup(self, worker) -> None:
         span = spanning_engines(self.cfg, None)[self.index]
         engine = engine_name(self.index)
-        self.peers = SpanPeers(worker, engine, span, self.node, meeting_host(worker, self.local))
+        self.peers = SpanPeers(worker, engine, span, self.node, meeting_host(worker, self.local),
+                               wait_s=self.cfg.engine_vllm(self.index).start_timeout_s)
         self._tasks.append(asyncio.create_task(self.peers.watch()))
         self.server = node_server(self.index, self.cfg, Path(self.run_dir), self.peers)
         await self._start()
@@ -157,6 +165,8 @@ class FollowerHost(WorkerPlugin):
                 log.exception("node %d of %s: relaunch failed", self.node, self.peers.engine)
 
     async def teardown(self, worker) -> None:
+        if self.peers is not None:
+            self.peers.closed = True
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -391,6 +391,8 @@ class VllmServer:
         )
 
     def _check_running(self) -> None:
+        if self._proc is None:  # stop() from another thread: the worker is going
+            raise EngineUnavailable("vLLM server stopped while starting")
         if self._proc.poll() is not None:
             raise EngineUnavailable(
                 f"vLLM server exited with code {self._proc.returncode} while starting; "
