@@ -96,11 +96,15 @@ def _check_devices(resolved, cluster, source: str, show: Console | None = None) 
         if show is None and not local:
             spans = spanning_engines(engines, node_gpus)
             if spans:
-                # planned, not launched: a headless node needs a job of its own started beside the
-                # leader's and told its host, which one Dask worker per engine does not do yet
+                # planned, not launched: the follower workers and the meeting on the scheduler
+                # (cluster/span_host.py) run on a LocalCluster; batch jobs do not submit a job per
+                # further node yet
                 i, span = next(iter(spans.items()))
-                raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of {node_gpus} GPUs (engines.gpus); "
-                                  "multi-node engines are planned but not launched yet: "
+                size = (f"{node_gpus} GPUs (engines.gpus)" if engines.vllm.device == "cuda"
+                        else f"{engines.vllm.node_ranks} ranks (engines.vllm.node_ranks)")
+                raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of {size}; "
+                                  "engines spanning nodes are launched on a local cluster only (CPU engines with "
+                                  "engines.vllm.node_ranks), not from batch jobs yet: "
                                   "`prorsa run --dry-run` prints each node's command")
             return
         if show is None and engines.backend != "vllm":

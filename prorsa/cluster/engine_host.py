@@ -6,6 +6,8 @@
                                   RUN_DIR/engines/<engine>.pid names the process hosting it
     EngineHost._watch_health()    every few seconds: restart the engine if it died or hangs
     EngineHost.teardown(worker)   stop it, so no server outlives the cluster
+                                  (an engine spanning nodes: its leader's, the server launched
+                                  with the DP arguments its followers join: span_host.py)
     engine_here(worker)           the engine of a worker (default: the one running this task)
 
 Tasks reach the engine through the worker, never through a global, so a process hosting several
@@ -22,11 +24,13 @@ from pathlib import Path
 from distributed import WorkerPlugin, get_worker
 
 from prorsa.cluster.devices import gpus_for_slot
+from prorsa.cluster.nodes import spanning_engines
 from prorsa.cluster.pid_files import write_pid
+from prorsa.cluster.span_host import SpanPeers, meeting_host
 from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import Engine
-from prorsa.engine.registry import make_engine
+from prorsa.engine.registry import engine_name, make_engine
 from prorsa.roles import Role
 from prorsa.train.weights import newest_version
 
@@ -50,11 +54,16 @@ class EngineHost(WorkerPlugin):
         self.health_misses = 3
         self.restarts = 0
         self._watch: asyncio.Task | None = None
+        self._peers_watch: asyncio.Task | None = None
 
     async def setup(self, worker) -> None:
         quiet_survived_faults()
         gpus = gpus_for_slot(self.cfg, *self.node_slot, index=self.index)
-        self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir), gpus)
+        peers = None
+        if span := spanning_engines(self.cfg, None).get(self.index):
+            peers = SpanPeers(worker, engine_name(self.index), span, 0, meeting_host(worker, local=True))
+            self._peers_watch = asyncio.create_task(peers.watch())
+        self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir), gpus, peers)
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0
         # of an RL run: it must serve the policy the others serve, not wait for the next push.
@@ -93,10 +102,11 @@ class EngineHost(WorkerPlugin):
                 log.exception("%s: restart failed", self.engine.engine_id)
 
     async def teardown(self, worker) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        for task in (self._watch, self._peers_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.engine is not None:
             await self.engine.stop()
 

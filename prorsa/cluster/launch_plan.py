@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -27,7 +27,7 @@ from rich.table import Table
 from prorsa.cluster.devices import node_plan, nvml_gpu_count
 from prorsa.cluster.nodes import node_args, spanning_engines
 from prorsa.config.pipeline import EnginesConfig
-from prorsa.engine.core_share import engine_cores
+from prorsa.engine.core_share import engine_cores, node_share
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role
 
@@ -48,11 +48,14 @@ class EngineLaunch:
     # an engine spanning nodes: the headless server of each node after the first (`command` is the
     # first node's, with the API server); () for an engine on one node
     followers: tuple[tuple[str, ...], ...] = ()
+    # ... and their placement variables where they differ from the first node's (CPU: their cores)
+    follower_env: tuple[tuple[tuple[str, str], ...], ...] = ()
 
     def shell(self, node: int = 0) -> str:
         """Node `node`'s command line as a shell would take it, its placement variables in front."""
         command = self.command if node == 0 else self.followers[node - 1]
-        return shlex.join([f"{k}={v}" for k, v in self.env] + list(command))
+        env = self.follower_env[node - 1] if node and self.follower_env else self.env
+        return shlex.join([f"{k}={v}" for k, v in env] + list(command))
 
 
 def _model_dir(cfg: EnginesConfig) -> Path:
@@ -78,10 +81,11 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         at = cfg.group_of_engine()
         return [EngineLaunch(engine_name(i), role, f"tp{groups[at[i]].tp} ep{groups[at[i]].ep}", "emulated", None, (), ())
                 for i, role in enumerate(roles)]
-    from prorsa.engine.vllm.server import ServerSpec, build_command, build_env
+    from prorsa.engine.vllm.server import ServerSpec, build_command
 
     plan = node_plan(cfg, len(roles), environ, count_gpus) if local else None
-    spans = {} if local else spanning_engines(cfg, node_gpus)
+    # a local run: CPU engines spanning "nodes" of engines.vllm.node_ranks, all on this machine
+    spans = spanning_engines(cfg, None if local else node_gpus)
     out = []
     for i, role in enumerate(roles):
         settings = cfg.engine_vllm(i)  # engine groups: each its own layout
@@ -89,16 +93,22 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         cores = engine_cores(i, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
         gpus = plan.for_slot(i) if plan is not None else None
         spec = ServerSpec.from_settings(settings, _model_dir(cfg), cores, gpus)
-        env = build_env(spec, side_channel_port=0, base={})
-        # where it runs, and whether the server patches vLLM for DP ranks on CPU (_launch.py)
-        shown = tuple((k, env[k]) for k in ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND", "PRORSA_CPU_DP")
-                      if k in env)
-        command, followers = build_command(spec, PORT), ()
-        if span := spans.get(i):
-            followers = tuple(tuple(command + node_args(span, k, LEADER_HOST, RPC_PORT)) for k in range(1, span.nodes))
-            command = command + node_args(span, 0, LEADER_HOST, RPC_PORT)
+        command, followers, follower_env = build_command(spec, PORT), (), ()
+        span = spans.get(i)
+        if span and cores:  # each node binds its own ranks to its share of the cores
+            follower_env = tuple(_shown(replace(spec, cores=tuple(node_share(cores, span.nodes, k)),
+                                                local_dp=span.local_dp)) for k in range(1, span.nodes))
+            spec = replace(spec, cores=tuple(node_share(cores, span.nodes, 0)), local_dp=span.local_dp)
+        shown = _shown(spec)
+        if span:
+            leader = "127.0.0.1" if local else LEADER_HOST
+            followers = tuple(tuple(command + node_args(span, k, leader, RPC_PORT)) for k in range(1, span.nodes))
+            command = command + node_args(span, 0, leader, RPC_PORT)
         if gpus is not None:
             runs_on = "GPU " + ",".join(gpus)
+        elif span and cfg.vllm.device == "cpu":
+            shares = (",".join(map(str, node_share(cores, span.nodes, k))) for k in range(span.nodes))
+            runs_on = f"{span.nodes} workers: cores " + ("|".join(shares) if cores else "any")
         elif span:
             runs_on = f"{span.nodes} jobs of {span.local_dp * layout.tp} GPUs"
         elif cfg.vllm.device == "cuda":
@@ -106,8 +116,17 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         else:
             runs_on = "cores " + ",".join(map(str, cores)) if cores else "any core"
         out.append(EngineLaunch(engine_name(i), role, layout.describe(), runs_on, gpus,
-                                tuple(command), shown, followers))
+                                tuple(command), shown, followers, follower_env))
     return out
+
+
+def _shown(spec) -> tuple[tuple[str, str], ...]:
+    """Where a server runs, and whether it patches vLLM for DP ranks on CPU (_launch.py)."""
+    from prorsa.engine.vllm.server import build_env
+
+    env = build_env(spec, side_channel_port=0, base={})
+    keys = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND", "PRORSA_CPU_DP")
+    return tuple((k, env[k]) for k in keys if k in env)
 
 
 def plan_table(plans: list[EngineLaunch]) -> Table:

@@ -1,6 +1,7 @@
 """One place turns a pipeline into a running Dask cluster.
 
-    start_local_cluster(cfg, roles, run_dir[, host, security])   SpecCluster: one worker per engine,
+    start_local_cluster(cfg, roles, run_dir[, host, security])   SpecCluster: one worker per engine
+                                               (and per further node of one spanning nodes),
                                                tool workers, the trainer worker under
                                                train.placement: worker (batch jobs and running
                                                schedulers: cluster/)
@@ -26,6 +27,8 @@ import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 
 from prorsa.cluster.engine_host import EngineHost
+from prorsa.cluster.nodes import follower_name, spanning_engines
+from prorsa.cluster.span_host import FollowerHost
 from prorsa.cluster.tool_host import ToolHost
 from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
 from prorsa.config.pipeline import PipelineConfig
@@ -96,6 +99,12 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
         specs[name] = {"cls": cls, "options": {
             "name": name, "nthreads": cfg.engines.slots_of(i), "resources": engine_resources(role, cfg.engines.slots_of(i)),
             "plugins": {EngineHost(i, role, engines, str(run_dir))}, **common}}
+    for i, span in spanning_engines(engines, None).items():
+        for k in range(1, span.nodes):  # one worker per further node: no legs, a headless server
+            name = follower_name(i, k)
+            specs[name] = {"cls": cls, "options": {
+                "name": name, "nthreads": 1, "resources": {"prefill": 0, "decode": 0, "env": 0},
+                "plugins": {FollowerHost(i, k, engines, str(run_dir))}, **common}}
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)
         specs[name] = {"cls": cls, "options": {

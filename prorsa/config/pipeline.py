@@ -71,6 +71,10 @@ class VllmSettings(_Section):
     data_parallel_size: int = Field(1, ge=1, le=MAX_ENGINE_GPUS)
     enable_expert_parallel: bool = False  # experts sharded over tensor x data parallel GPUs
     cores_per_engine: int = Field(1, ge=0)  # CPU pinning; 0 = no pinning
+    # CPU: the ranks (tensor x data parallel) one "node" holds. An engine with more spans nodes as on
+    # a GPU cluster (cluster/nodes.py): a worker runs its API server and first ranks, a worker per
+    # further node a headless server of the rest, all on this machine. None: every engine in one server
+    node_ranks: int | None = Field(None, ge=1)
     start_timeout_s: float = Field(300.0, gt=0)
     extra_args: tuple[str, ...] = ()  # passed through to the vLLM server
     dtype: str = "auto"  # vLLM --dtype; "float32" makes greedy outputs robust to batching noise
@@ -105,6 +109,9 @@ class VllmSettings(_Section):
                              f"{self.tensor_parallel_size} x data_parallel_size {self.data_parallel_size} "
                              f"runs {layout.gpus} ranks, each on cores of its own; give it {layout.gpus} or "
                              "more, or 0 (not pinned)")
+        if self.node_ranks is not None and self.device != "cpu":
+            # a GPU node's size is the GPUs its batch job books: the cluster file's engines.gpus
+            raise ValueError("node_ranks: CPU engines only; on GPUs a node is the cluster file's engines.gpus")
         return self
 
 

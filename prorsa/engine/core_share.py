@@ -38,6 +38,15 @@ def engine_cores(index: int, per_engine: int, n_cpus: int | None = None) -> list
     return sorted({(index * per_engine + j) % n for j in range(per_engine)})
 
 
+def node_share(cores: list[int] | None, nodes: int, node: int) -> list[int] | None:
+    """Node `node`'s slice of an engine spanning `nodes` nodes (cluster/nodes.py): its ranks'
+    cores, as one server would bind them; None: not pinned."""
+    if not cores:
+        return None
+    per_node = len(cores) // nodes
+    return cores[node * per_node:(node + 1) * per_node]
+
+
 class CoreShare:
     def __init__(self, cores: Mapping[str, frozenset[int]], n_cores: int, load: float = 0.0):
         self.cores = dict(cores)

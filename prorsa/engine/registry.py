@@ -2,6 +2,9 @@
 
     make_engine(index, role, cfg, run_dir, gpus) -> Engine   called once per engine, where it will live;
                                                             gpus: a CUDA engine's own (cluster/devices.py)
+                                                            peers: the other nodes of an engine spanning
+                                                            nodes, when this is its leader
+    node_server(index, cfg, run_dir, peers) -> VllmServer   a further node's headless server of that engine
     hosted_engines(pipeline) -> EnginesConfig           the engines section the engine hosts get
 
 Imports are lazy so a machine without vLLM runs emulated engines.
@@ -9,12 +12,13 @@ Imports are lazy so a machine without vLLM runs emulated engines.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.base import Engine
-from prorsa.engine.core_share import engine_cores
+from prorsa.engine.core_share import engine_cores, node_share
 from prorsa.roles import Role
 
 
@@ -23,7 +27,7 @@ def engine_name(index: int) -> str:
 
 
 def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
-                gpus: tuple[str, ...] | None = None) -> Engine:
+                gpus: tuple[str, ...] | None = None, peers=None) -> Engine:
     if cfg.backend == "emulated":
         if cfg.parallelism is not None:  # the live controller has no relayout step (sim/controller.py has)
             raise ValueError("engines.parallelism: per-role parallelism is simulated only (prorsa sim); "
@@ -38,7 +42,7 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
         return EmulatedEngine(engine_name(index), role, cost, slots=slots, time_scale=cfg.time_scale,
                               prefix_cache=cfg.prefix_cache)
     if cfg.backend == "vllm":
-        return _vllm_engine(index, role, cfg, run_dir, gpus)
+        return _vllm_engine(index, role, cfg, run_dir, gpus, peers)
     raise ValueError(f"engines.backend: unknown backend {cfg.backend!r}")
 
 
@@ -69,11 +73,28 @@ def resolve_model_dir(cfg: EnginesConfig) -> Path:
     return model_dir
 
 
-def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path, gpus: tuple[str, ...] | None) -> Engine:
+def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path, gpus: tuple[str, ...] | None,
+                 peers=None) -> Engine:
     from prorsa.engine.vllm import VllmEngine
 
     model_dir = resolve_model_dir(cfg)
     cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
-    engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, cores, run_dir / "engines", gpus)
+    server = node_server(index, cfg, run_dir, peers, gpus) if peers is not None else None
+    engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, cores, run_dir / "engines", gpus,
+                        server)
     engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     return engine
+
+
+def node_server(index: int, cfg: EnginesConfig, run_dir: Path, peers, gpus: tuple[str, ...] | None = None):
+    """Node `peers.node`'s server of engine `index`, an engine spanning nodes (cluster/span_host.py):
+    its ranks on its share of the engine's cores (CPU), its DP arguments from `peers` at each launch.
+    Node 0's is the leader's, with the API server; the others' are headless."""
+    from prorsa.engine.vllm.server import ServerSpec, VllmServer
+
+    cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
+    spec = ServerSpec.from_settings(cfg.engine_vllm(index), resolve_model_dir(cfg),
+                                    node_share(cores, peers.nodes, peers.node), gpus)
+    spec = dataclasses.replace(spec, local_dp=peers.local_dp)
+    name = engine_name(index) if peers.node == 0 else f"{engine_name(index)}-node-{peers.node}"
+    return VllmServer(spec, Path(run_dir) / "engines" / f"{name}.log", peers)

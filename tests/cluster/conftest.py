@@ -1,11 +1,14 @@
 """A batch system on this machine (fakebatch/fakebatch.py on PATH as sbatch, squeue, scancel, qsub,
-qstat, qdel: each job script runs at once, in its own process group), and TLS certificates."""
+qstat, qdel: each job script runs at once, in its own process group), TLS certificates, and vLLM
+servers faked (fake_servers: the interpreter the engine workers launch runs fake_vllm_server.py,
+which records each launch in the directory returned)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +117,15 @@ def _certs_with_openssl(where: Path, ca: Path, cert: Path, key: Path) -> None:
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=prorsa")
     run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
         "-out", str(cert), "-days", "1")
+
+
+@pytest.fixture
+def fake_servers(tmp_path, monkeypatch) -> Path:
+    record = tmp_path / "record"
+    record.mkdir()
+    wrapper = tmp_path / "fake-python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fake_vllm_server.py"}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(wrapper))
+    monkeypatch.setenv("RECORD_DIR", str(record))
+    return record

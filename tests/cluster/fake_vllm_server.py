@@ -1,10 +1,15 @@
 """A stand-in for a vLLM server process, for tests of how engines are launched: it writes down
 its environment and arguments (RECORD_DIR/<port>.json), then answers what VllmServer.start asks
-(/health, /v1/models, the warm-up completion, /metrics)."""
+(/health, /v1/models, the warm-up completion, /metrics). With --headless (a further node of an
+engine spanning nodes) it serves nothing, as vLLM's headless node, and the leader serves only
+once a headless node meets it; FAKE_HEADLESS_EXIT=n makes a headless one exit with code n
+instead."""
 
 import json
 import os
+import signal
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = sys.argv[1:]
@@ -41,6 +46,24 @@ class Handler(BaseHTTPRequestHandler):
         self._send(json.dumps(COMPLETION))
 
 
-with open(os.path.join(os.environ["RECORD_DIR"], f"{PORT}.json"), "w") as f:
-    json.dump({"env": dict(os.environ), "args": ARGS}, f)
+def _joined(rpc_port: str) -> bool:
+    """A headless node has been launched to meet us on rpc_port (as vLLM's API server waits for it)."""
+    for name in os.listdir(RECORD):
+        args = json.load(open(os.path.join(RECORD, name)))["args"]
+        if "--headless" in args and args[args.index("--data-parallel-rpc-port") + 1] == rpc_port:
+            return True
+    return False
+
+
+RECORD = os.environ["RECORD_DIR"]
+if "--headless" in ARGS and os.environ.get("FAKE_HEADLESS_EXIT"):
+    sys.exit(int(os.environ["FAKE_HEADLESS_EXIT"]))
+with open(os.path.join(RECORD, f"{PORT}.json.part"), "w") as f:
+    json.dump({"env": dict(os.environ), "args": ARGS, "pid": os.getpid()}, f)
+os.replace(os.path.join(RECORD, f"{PORT}.json.part"), os.path.join(RECORD, f"{PORT}.json"))
+if "--headless" in ARGS:
+    signal.pause()
+if "--data-parallel-rpc-port" in ARGS:
+    while not _joined(ARGS[ARGS.index("--data-parallel-rpc-port") + 1]):
+        time.sleep(0.1)
 ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()

@@ -135,20 +135,14 @@ def test_a_cpu_engine_worker_sets_no_gpus(tmp_path, monkeypatch, model_dir):
     assert "--kv-cache-memory-bytes" in args
 
 
-def test_a_local_cluster_starts_each_engine_server_on_its_own_gpus(tmp_path, monkeypatch, model_dir):
+def test_a_local_cluster_starts_each_engine_server_on_its_own_gpus(tmp_path, monkeypatch, model_dir, fake_servers):
     """Two 2-GPU engines of a local run on a node listing four GPUs: the engine workers launch
     their servers (the interpreter swapped for one that runs a recording fake server) with
     CUDA_VISIBLE_DEVICES 0,1 and 2,3."""
     from prorsa.cluster.local import start_local_cluster
     from prorsa.config.pipeline import PipelineConfig
 
-    record = tmp_path / "record"
-    record.mkdir()
-    wrapper = tmp_path / "fake-python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fake_vllm_server.py"}" "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(wrapper))
-    monkeypatch.setenv("RECORD_DIR", str(record))
+    record = fake_servers
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cfg = PipelineConfig.model_validate({
         "name": "gpus", "policy": "static:1:1", "runtime": {"dashboard_address": None},

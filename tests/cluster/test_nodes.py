@@ -133,8 +133,8 @@ def _one_error_line(r, message):
 def test_launching_a_multi_node_engine_is_refused_in_one_line(files, tmp_path):
     pipeline, cluster = files
     r = CliRunner().invoke(main, ["run", str(pipeline), "--cluster", str(cluster), f"output_dir={tmp_path / 'runs'}"])
-    _one_error_line(r, "engine-2 spans 2 nodes of 8 GPUs (engines.gpus); multi-node engines are planned but "
-                       "not launched yet")
+    _one_error_line(r, "engine-2 spans 2 nodes of 8 GPUs (engines.gpus); engines spanning nodes are launched on "
+                       "a local cluster only (CPU engines with engines.vllm.node_ranks), not from batch jobs yet")
     assert not (tmp_path / "runs").exists()
 
 
@@ -175,3 +175,46 @@ def test_a_pbs_cluster_file_plans_over_nodes_the_same(files, tmp_path):
     assert r.exit_code == 0, r.output
     assert [ln.split(":")[0] for ln in r.output.splitlines() if ln.startswith("engine-2")] == ["engine-2",
                                                                                               "engine-2 node 1"]
+
+
+SPAN = REPO / "pipelines" / "cpu-moe-span.yaml"
+
+
+def test_a_cpu_engine_spans_nodes_of_node_ranks_on_one_machine(tmp_path):
+    r = CliRunner().invoke(main, ["run", str(SPAN), "--dry-run", f"output_dir={tmp_path / 'runs'}"])
+    assert r.exit_code == 0, r.output
+    lines = {ln.split(":")[0]: ln for ln in r.output.splitlines() if ln.startswith("engine-")}
+    assert list(lines) == ["engine-0", "engine-1", "engine-1 node 1"]
+    leader, follower = lines["engine-1"], lines["engine-1 node 1"]
+    assert "VLLM_CPU_OMP_THREADS_BIND=0 PRORSA_CPU_DP=1" in leader and "--headless" not in leader
+    assert "VLLM_CPU_OMP_THREADS_BIND=1 PRORSA_CPU_DP=1" in follower
+    assert ("--headless --data-parallel-size-local 1 --data-parallel-start-rank 1 --data-parallel-address 127.0.0.1"
+            in follower)
+    assert "2 workers: cores 0|1" in r.output
+    assert "--data-parallel-size-local" not in lines["engine-0"]  # the DP=1 engine fits a node
+
+
+@pytest.mark.parametrize(("edits", "message"), [
+    ([("    device: cpu", "    device: cuda")],
+     "node_ranks: CPU engines only; on GPUs a node is the cluster file's engines.gpus"),
+    ([("      data_parallel_size: 2 ", "      data_parallel_size: 3 "), ("node_ranks: 1 ", "node_ranks: 2 "),
+      ("cores_per_engine: 2 ", "cores_per_engine: 0 ")],
+     "engines.groups: data_parallel_size 3 does not divide evenly over the 2 nodes of 2 ranks that tp 1 x dp 3 = 3 "
+     "ranks takes (engines.vllm.node_ranks)"),
+])
+def test_a_cpu_span_that_cannot_run_is_refused_in_one_line(tmp_path, edits, message):
+    text = SPAN.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    pipeline = tmp_path / "span.yaml"
+    pipeline.write_text(text)
+    r = CliRunner().invoke(main, ["run", str(pipeline), "--dry-run"])
+    _one_error_line(r, message)
+
+
+def test_a_cpu_span_from_batch_jobs_is_refused_in_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["run", str(SPAN), "--cluster", str(REPO / "cluster" / "slurm.yaml"),
+                                  f"output_dir={tmp_path / 'runs'}"])
+    _one_error_line(r, "engine-1 spans 2 nodes of 1 ranks (engines.vllm.node_ranks); engines spanning nodes are "
+                       "launched on a local cluster only")

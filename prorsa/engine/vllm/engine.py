@@ -77,11 +77,13 @@ class VllmEngine:
         cores: list[int] | None,
         log_dir: Path,
         gpus: tuple[str, ...] | None = None,
+        server: VllmServer | None = None,
     ):
         self.engine_id = engine_id
         self.role = role
         self.settings = settings
-        self.server = VllmServer(
+        # `server`: one made by the caller (an engine spanning nodes: its leader's, registry.py)
+        self.server = server or VllmServer(
             ServerSpec.from_settings(settings, model_dir, cores, gpus), Path(log_dir) / f"{engine_id}.log"
         )
         self._client: httpx.AsyncClient | None = None

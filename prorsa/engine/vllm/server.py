@@ -3,7 +3,7 @@
     ServerSpec.from_settings(settings, model_dir, cores, gpus)  what to launch (frozen)
     build_command(spec, port)                   argv of the server
     build_env(spec, side_channel_port, base)    its environment
-    VllmServer(spec, log_path)
+    VllmServer(spec, log_path[, peers])          peers: the other nodes of an engine spanning nodes
     serves_us(url)                              the server at url is a vLLM serving our model
       .start()      launch on fresh local ports, wait until it serves us, warm up (blocking: seconds to
                     a minute on CPU, so call it from a thread, not an event loop)
@@ -11,6 +11,11 @@
       .healthy()    GET /health answers 200
       .stop()       SIGTERM to the API server, SIGKILL to its group after a grace period, wait
       .restart()    stop, then start again (fresh ports, so a half-dead old socket never answers)
+    Peers                                       what a server spanning nodes asks of its other nodes
+
+An engine spanning nodes (cluster/nodes.py) is one server per node: the leader's has the API server
+and starts as any other, its launch waiting on its followers' ranks; a follower's is headless (no
+HTTP: no health, no warm-up): its start returns once the leader serves with its ranks in.
 
 Every engine is a server of its own: an HTTP port, a NIXL side-channel port (how decode engines
 reach it to pull KV), its own cores on CPU. The connector role is kv_both, so any engine serves
@@ -32,6 +37,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -68,6 +74,9 @@ class ServerSpec:
     scheduling_policy: str = "fcfs"
     extra_args: tuple[str, ...] = ()
     start_timeout_s: float = 300.0
+    # an engine spanning nodes: the DP ranks this node's server runs (the layout counts all of them,
+    # and `cores` are this node's); None: all of them
+    local_dp: int | None = None
 
     @classmethod
     def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None,
@@ -90,6 +99,11 @@ class ServerSpec:
             extra_args=tuple(settings.extra_args),
             start_timeout_s=settings.start_timeout_s,
         )
+
+    @property
+    def ranks(self) -> int:
+        """The ranks this server runs on this node, each on cores of its own."""
+        return self.layout.tp * (self.local_dp or self.layout.dp)
 
 
 def kv_transfer_config(spec: ServerSpec) -> dict:
@@ -169,7 +183,7 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
         env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpus)
     if spec.device == "cpu":
         if spec.cores:  # unpinned, two engines both bind core 0 and each runs at half speed
-            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.layout.gpus)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind(spec.cores, spec.ranks)
         if spec.nice > 0:
             env["PRORSA_ENGINE_NICE"] = str(spec.nice)
         if spec.nixl_progress_nice > 0:
@@ -242,10 +256,34 @@ class PortClash(EngineUnavailable):
     pass
 
 
+class Peers(Protocol):
+    """The other nodes of an engine spanning nodes, as one node's server sees them
+    (cluster/span_host.py). Called from the thread that starts the server."""
+
+    node: int  # this server's node: 0 the leader, the API server's
+    nodes: int  # nodes the engine spans
+    local_dp: int  # DP ranks on each node
+
+    def args(self) -> list[str]:
+        """This launch's DP arguments (nodes.node_args): the leader picks where the ranks meet and
+        tells its followers; a follower waits until the leader has (a new launch of it)."""
+
+    def failed(self) -> str | None:
+        """Why another node's server of this launch failed; None while none has."""
+
+    def serving(self) -> None:
+        """The leader's server serves: every follower's ranks joined."""
+
+    def served(self) -> bool:
+        """A follower: the leader serves on this launch."""
+
+
 class VllmServer:
-    def __init__(self, spec: ServerSpec, log_path: Path):
+    def __init__(self, spec: ServerSpec, log_path: Path, peers: Peers | None = None):
         self.spec = spec
         self.log_path = Path(log_path)
+        self.peers = peers
+        self.headless = False  # this launch is a further node of an engine spanning nodes
         self.port: int | None = None
         self.side_channel_port: int | None = None
         self.start_s = 0.0  # launch to healthy, last start
@@ -264,11 +302,16 @@ class VllmServer:
         return self._proc.pid if self._proc else None
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        """Running, and (an engine spanning nodes) no other node's server of it has failed: the
+        ranks step in lockstep, so one node gone stalls or kills them all."""
+        running = self._proc is not None and self._proc.poll() is None
+        return running and (self.peers is None or self.peers.failed() is None)
 
     def healthy(self, timeout_s: float = 5.0) -> bool:
         if not self.alive():
             return False
+        if self.headless:  # no HTTP: the leader's health answers for its ranks
+            return True
         try:
             return httpx.get(f"{self.url}/health", timeout=timeout_s).status_code == 200
         except httpx.HTTPError:
@@ -290,7 +333,8 @@ class VllmServer:
         if self.alive():
             raise RuntimeError("server already running; stop() or restart() it")
         self.port, self.side_channel_port = free_port(), free_ports(self.spec.layout.dp)
-        cmd = build_command(self.spec, self.port)
+        cmd = build_command(self.spec, self.port) + (self.peers.args() if self.peers is not None else [])
+        self.headless = "--headless" in cmd
         env = build_env(self.spec, self.side_channel_port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -310,10 +354,16 @@ class VllmServer:
         self._reaper = weakref.finalize(self, _kill_group, self._proc.pid)
         t0 = time.monotonic()
         try:
+            if self.headless:
+                self._wait_served(t0 + self.spec.start_timeout_s)
+                self.start_s = time.monotonic() - t0
+                return
             self._wait_healthy(t0 + self.spec.start_timeout_s)
             self.start_s = time.monotonic() - t0
             self._warm_up()
             self.kv_capacity_tokens = self._read_kv_capacity()
+            if self.peers is not None:
+                self.peers.serving()
         except BaseException:
             self.stop()
             raise
@@ -331,16 +381,34 @@ class VllmServer:
         while time.monotonic() < deadline:
             if self._port_clash():
                 raise PortClash(f"vLLM server lost a port race on start; see {self.log_path}")
-            if not self.alive():
-                raise EngineUnavailable(
-                    f"vLLM server exited with code {self._proc.returncode} while starting; "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
-                )
+            self._check_running()
             if self.healthy(timeout_s=2.0) and serves_us(self.url):
                 return  # another server on the port: vLLM's bind fails and the log shows the clash
             time.sleep(0.5)
         raise EngineUnavailable(
             f"vLLM server not healthy after {self.spec.start_timeout_s:.0f} s; "
+            f"last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def _check_running(self) -> None:
+        if self._proc is None:  # stop() from another thread: the worker is going
+            raise EngineUnavailable("vLLM server stopped while starting")
+        if self._proc.poll() is not None:
+            raise EngineUnavailable(
+                f"vLLM server exited with code {self._proc.returncode} while starting; "
+                f"last lines of {self.log_path}:\n{self.log_tail()}"
+            )
+        if self.peers is not None and (why := self.peers.failed()):
+            raise EngineUnavailable(f"vLLM server spanning nodes: {why}")
+
+    def _wait_served(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_running()
+            if self.peers.served():
+                return
+            time.sleep(0.5)
+        raise EngineUnavailable(
+            f"the leader of this headless vLLM node did not serve within {self.spec.start_timeout_s:.0f} s; "
             f"last lines of {self.log_path}:\n{self.log_tail()}"
         )
 
