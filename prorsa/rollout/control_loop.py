@@ -72,6 +72,7 @@ class ControlLoop:
         self._switching: dict[str, asyncio.Task] = {}
         # engine -> (role, reason, forecast) a decision asked for while a switch or hold was under way on it
         self._deferred: dict[str, tuple[Role, str, ForecastSummary | None]] = {}
+        self._heading: dict[str, Role] = {}  # engine -> the role a switch started on it is taking it to
         self._ended: list[LifecycleEvent] = []  # DONE/FAILED seen by the driver, for the next step
         self.step_s: list[float] = []  # wall time of each control step, for its cost
         self.step_cpu_s: list[float] = []  # and the CPU it took, wherever it ran
@@ -136,6 +137,7 @@ class ControlLoop:
                 await self.step()
         finally:
             self._deferred.clear()
+            self._heading.clear()
             for task in self._switching.values():
                 task.cancel()
             await asyncio.gather(*self._switching.values(), return_exceptions=True)
@@ -219,11 +221,39 @@ class ControlLoop:
         return decision
 
     def _start(self, engine: str, role: Role, reason: str, forecast: ForecastSummary | None) -> None:
+        if self._strands(engine, role):  # it waits for another engine of that phase to open
+            self._deferred[engine] = (role, reason, forecast)
+            return
+        self._heading[engine] = role
         self._switching[engine] = asyncio.create_task(self.switch(engine, role, reason, forecast))
 
+    def _closes(self, engine: str, old: Role, new: Role) -> bool:
+        return (old.serves_decode and not new.serves_decode) or self.empties(engine, old, new)
+
+    def _serving(self, engine: str) -> Role | None:
+        """What `engine` serves once the switches started so far have begun (None: closed); a
+        switch task started this interval has not closed its engine yet."""
+        if engine in self.router.closed:
+            return None
+        old, new = self.router.roles[engine], self._heading.get(engine)
+        if new is None:
+            return old
+        return None if self._closes(engine, old, new) else new
+
+    def _strands(self, engine: str, role: Role) -> bool:
+        """Whether switching `engine` to `role` now would leave a phase some open engine serves
+        with none: a turn of that phase would find no engine and fail. Seen live: two switches away
+        from decode asked in consecutive intervals closed a cell's only two decode engines at once."""
+        others = [r for e in self.router.roles if e != engine and (r := self._serving(e)) is not None]
+        now = self._serving(engine)
+        before = others if now is None else [*others, now]
+        after = others if self._closes(engine, self.router.roles[engine], role) else [*others, role]
+        return any(any(map(serves, before)) and not any(map(serves, after))
+                   for serves in (lambda r: r.serves_prefill, lambda r: r.serves_decode))
+
     def _start_deferred(self) -> None:
-        """The targets that found their engine switching (or held), for engines free again: the
-        latest one asked for each."""
+        """The targets that found their engine switching (or held), or that would have left a phase
+        no open engine, for engines free again: the latest one asked for each."""
         for engine in [e for e in self._deferred if e not in self._switching]:
             role, reason, forecast = self._deferred.pop(engine)
             if engine in self.router.roles and role is not self.router.roles[engine]:
@@ -236,7 +266,7 @@ class ControlLoop:
         # An engine giving up decode takes no new work until its decodes are done: prefill
         # chunks co-batched with them (at an MoE group's barrier, on every rank) would stretch
         # them many times over. One giving up prefill takes new decodes at once.
-        closing = (old.serves_decode and not role.serves_decode) or self.empties(engine, old, role)
+        closing = self._closes(engine, old, role)
         try:
             if closing:
                 self.router.close(engine)
@@ -253,6 +283,7 @@ class ControlLoop:
         finally:
             self.router.reopen(engine)
             self._switching.pop(engine, None)
+            self._heading.pop(engine, None)
         change = RoleChange(t_req, engine, old, role, reason, self.now() - t_req, forecast=forecast)
         self.rec.role_change(change)
         log.info("%s: %s -> %s in %.2fs: %s", engine, old.value, role.value, change.drain_s, reason)

@@ -81,8 +81,8 @@ def test_a_target_on_an_engine_mid_switch_is_carried_out_after_it_not_dropped():
     that switch and then runs (the latest target winning), rather than vanishing behind the policy's back."""
     async def main():
         policy = Asks({"e0": Role.DECODE}, {"e0": Role.MIXED}, {"e0": Role.PREFILL})
-        loop = Gated(policy, Router({"e0": Role.PREFILL, "e1": Role.PREFILL}), RunRecorder(["e0", "e1"], 4, None),
-                     1.0, lambda: 0.0)
+        loop = Gated(policy, Router({"e0": Role.PREFILL, "e1": Role.PREFILL, "e2": Role.DECODE}),
+                     RunRecorder(["e0", "e1", "e2"], 4, None), 1.0, lambda: 0.0)
         await loop.step()  # P -> D starts and waits at the gate
         await loop.step()  # MIXED asked mid-switch
         await loop.step()  # PREFILL asked mid-switch: the latest wins
@@ -116,3 +116,44 @@ def test_a_target_for_a_held_engine_waits_for_its_release():
         return loop
     loop = asyncio.run(main())
     assert loop.done == [("e0", Role.PREFILL, Role.DECODE)]
+
+
+def test_no_switch_closes_the_last_open_engine_of_a_phase():
+    """Two switches away from decode asked in one interval, or in consecutive ones: the second
+    waits until an engine that serves decode is open again, and a split with no decode at all
+    never starts."""
+    async def main():
+        policy = Asks({"d0": Role.PREFILL}, {"d1": Role.PREFILL}, {}, {"d0": Role.DECODE})
+        loop = Gated(policy, Router({"p": Role.PREFILL, "d0": Role.DECODE, "d1": Role.DECODE}),
+                     RunRecorder(["p", "d0", "d1"], 4, None), 1.0, lambda: 0.0)
+        await loop.step()  # d0 closes to drain its decodes: d1 still serves decode
+        await loop.step()  # d1 would close the last open decode engine: it waits
+        await asyncio.sleep(0)
+        assert loop.switching == {"d0"} and loop.router.closed == {"d0"}
+        loop.gate.set()
+        while loop.switching:
+            await asyncio.sleep(0)
+        await loop.step()  # d0 is prefill now: d1 would leave no decode engine at all: still waits
+        assert loop.switching == set() and loop.router.roles["d1"] is Role.DECODE
+        await loop.step()  # d0 back to decode (prefill -> decode closes nothing)
+        while loop.switching:
+            await asyncio.sleep(0)
+        await loop.step()  # d1's wait is over: d0 serves decode
+        while loop.switching:
+            await asyncio.sleep(0)
+        return loop
+    loop = asyncio.run(main())
+    assert loop.done == [("d0", Role.DECODE, Role.PREFILL), ("d0", Role.PREFILL, Role.DECODE),
+                         ("d1", Role.DECODE, Role.PREFILL)]
+
+
+def test_two_switches_asked_at_once_do_not_close_both_decode_engines():
+    async def main():
+        loop = Gated(Asks({"d0": Role.PREFILL, "d1": Role.PREFILL}),
+                     Router({"p": Role.PREFILL, "d0": Role.DECODE, "d1": Role.DECODE}),
+                     RunRecorder(["p", "d0", "d1"], 4, None), 1.0, lambda: 0.0)
+        await loop.step()
+        await asyncio.sleep(0)
+        assert loop.switching == {"d0"} and loop.router.closed == {"d0"} and set(loop._deferred) == {"d1"}
+        loop.gate.set()
+    asyncio.run(main())
