@@ -155,16 +155,9 @@ class LiveCell:
         left = in_flight / (len(recent) / 30.0) if recent else None
         names = tuple(sorted(self.router.roles))
         busy = self.leaving | self.controller.switching
-        movable = tuple(n for n in names if n not in busy and self._covered_without(n))
+        movable = tuple(n for n in names if n not in busy and self.controller.spares(n))
         legs = {n: self.router.load.get(n, 0) for n in names}  # turns routed there and not yet back
         return CellView(self.index, names, movable, self.cfg.engines.slots, in_flight, legs, left)
-
-    def _covered_without(self, engine: str) -> bool:
-        """Whether the cell's other engines still serve both phases (a prefill or mixed one, a
-        decode or mixed one): a turn finds no engine for a phase otherwise, and fails."""
-        left = [r for n, r in self.router.roles.items() if n != engine]
-        return (any(r in (Role.PREFILL, Role.MIXED) for r in left)
-                and any(r in (Role.DECODE, Role.MIXED) for r in left))
 
     async def _drained(self, engine: str) -> None:
         # A turn routed before the close may not have reached the scheduler yet (the driver batches
@@ -175,14 +168,16 @@ class LiveCell:
         while self.router.load.get(engine, 0) > 0 or await self.client.run_on_scheduler(_legs_on, address, ALL_LEGS):
             await asyncio.sleep(0.05)
 
-    async def retire(self, engine: str) -> None:
+    async def retire(self, engine: str) -> bool:
         self.leaving.add(engine)
         try:
-            await leave_loop(self.controller, engine, self._drained)
+            if not await leave_loop(self.controller, engine, self._drained):
+                return False
             self.addresses.pop(engine)  # the runner and controller hold this same dict
             self.roles.pop(engine, None)
             self.cluster.worker_spec.pop(engine)
             await self.cluster  # the worker closes; its EngineHost stops the engine
+            return True
         finally:
             self.leaving.discard(engine)
 

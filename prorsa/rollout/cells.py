@@ -2,8 +2,9 @@
 
     CellBody                      one cell, up: its view, and the two halves of a move
       view(now)      -> CellView  every coordinator interval (control/cells.py)
-      retire(engine) -> None      no new work for the engine here, no role switch on it, its legs
-                                  drain; then it stops and is no longer this cell's
+      retire(engine) -> bool      no new work for the engine here, no role switch on it, its legs
+                                  drain; then it stops and is no longer this cell's (False: it
+                                  stays, the last open engine of a phase once switches ended)
       admit(engine, role) -> None the engine starts here (the restart: a worker and engine up)
                                   and its router sends it work from then on
       done()         -> bool      every trajectory placed on the cell has finished
@@ -89,7 +90,7 @@ class CellBody(Protocol):
 
     def view(self, now: float) -> CellView: ...
 
-    async def retire(self, engine: str) -> None: ...
+    async def retire(self, engine: str) -> bool: ...
 
     async def admit(self, engine: str, role: Role) -> None: ...
 
@@ -107,7 +108,9 @@ async def coordinate(coordinator: Coordinator, cells: Sequence[CellBody], now: C
         move = coordinator.decide(t, [c.view(t) for c in cells])
         if move is None:
             continue
-        await cells[move.source].retire(move.engine)
+        if not await cells[move.source].retire(move.engine):
+            log.info("%s stays in cell %d: it is the last open engine of a phase there", move.engine, move.source)
+            continue
         t_drained = now()
         await cells[move.target].admit(move.engine, role)
         moves.append(MoveRecord(t, move.engine, move.source, move.target, move.reason,
@@ -116,17 +119,23 @@ async def coordinate(coordinator: Coordinator, cells: Sequence[CellBody], now: C
                  moves[-1].drain_s, moves[-1].restart_s, move.reason)
 
 
-async def leave_loop(loop: ControlLoop, engine: str, drained: Callable[[str], Awaitable[None]]) -> None:
+async def leave_loop(loop: ControlLoop, engine: str, drained: Callable[[str], Awaitable[None]]) -> bool:
+    """False, and the engine stays, if once the switches under way have ended it is the last open
+    engine of a phase (it was not when the coordinator chose it: seen live, a cell's other decode
+    engine was switching to prefill)."""
     # Every engine of the cell is held, not just the one leaving: a switch drains its engine
     # closed, and a switch beside the move could leave no open engine of a role (seen live: both
     # decode engines of a cell closed at once, and the turns meanwhile failed).
     held = sorted(loop.router.roles)
     for e in held:
         await loop.hold(e)  # a switch under way ends first; no new one starts
-    loop.router.close(engine)  # no new leg: the trajectories it held go to the cell's others
     try:
+        if not loop.spares(engine):
+            return False
+        loop.router.close(engine)  # no new leg: the trajectories it held go to the cell's others
         await drained(engine)
         loop.router.leave(engine)
+        return True
     finally:
         for e in held:
             loop.release(e)

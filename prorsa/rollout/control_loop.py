@@ -10,6 +10,8 @@
     loop.switching                 the engines a switch (or a hold) is under way on
     loop.hold(engine) / release(engine)   no switch starts on the engine meanwhile (cells: it is
                                    leaving this loop's engines)
+    loop.spares(engine)            whether the engine could close for good and leave every phase
+                                   an open engine (no switch may close the last one either)
     loop.trajectory_done(result)   the driver saw a trajectory end: a DONE event for the next step
                                    (an answer before the turn cap ends it unannounced to the body)
     timed(fn, *args)               -> (result, CPU seconds this thread spent in it)
@@ -240,14 +242,21 @@ class ControlLoop:
             return old
         return None if self._closes(engine, old, new) else new
 
-    def _strands(self, engine: str, role: Role) -> bool:
-        """Whether switching `engine` to `role` now would leave a phase some open engine serves
-        with none: a turn of that phase would find no engine and fail. Seen live: two switches away
-        from decode asked in consecutive intervals closed a cell's only two decode engines at once."""
+    def spares(self, engine: str) -> bool:
+        """Whether `engine` could close for good now (cells: leave for another cell) and every phase
+        an open engine serves would still have one."""
+        return not self._strands(engine, None)
+
+    def _strands(self, engine: str, role: Role | None) -> bool:
+        """Whether switching `engine` to `role` (None: closing it for good) now would leave a phase
+        some open engine serves with none: a turn of that phase would find no engine and fail. Seen
+        live: two switches away from decode asked in consecutive intervals closed a cell's only two
+        decode engines at once."""
         others = [r for e in self.router.roles if e != engine and (r := self._serving(e)) is not None]
         now = self._serving(engine)
         before = others if now is None else [*others, now]
-        after = others if self._closes(engine, self.router.roles[engine], role) else [*others, role]
+        closing = role is None or self._closes(engine, self.router.roles[engine], role)
+        after = others if closing else [*others, role]
         return any(any(map(serves, before)) and not any(map(serves, after))
                    for serves in (lambda r: r.serves_prefill, lambda r: r.serves_decode))
 

@@ -90,17 +90,21 @@ class SimCell:
         left = in_flight / (len(recent) / 60.0) if recent else None
         names = tuple(sorted(self.engines))
         busy = self.leaving | self.controller.switching
-        movable = tuple(n for n in names if n not in busy)
+        movable = tuple(n for n in names if n not in busy and self.controller.spares(n))
         return CellView(self.index, names, movable, self.run.cfg.engines.slots, in_flight,
                         {n: self.runner.legs_on(n, ALL_LEGS) for n in names}, left)
 
-    async def retire(self, engine: str) -> None:
+    async def retire(self, engine: str) -> bool:
         self.leaving.add(engine)
-        await leave_loop(self.controller, engine, lambda e: self.runner.drained(e, ALL_LEGS))
+        try:
+            if not await leave_loop(self.controller, engine, lambda e: self.runner.drained(e, ALL_LEGS)):
+                return False
+        finally:
+            self.leaving.discard(engine)
         gone = self.engines.pop(engine)  # the runner and the controller hold this same dict
         self.controller.engines_changed()
-        self.leaving.discard(engine)
         await gone.stop()
+        return True
 
     async def admit(self, engine: str, role: Role) -> None:
         await asyncio.sleep(self.restart_s)

@@ -157,3 +157,31 @@ def test_two_switches_asked_at_once_do_not_close_both_decode_engines():
         assert loop.switching == {"d0"} and loop.router.closed == {"d0"} and set(loop._deferred) == {"d1"}
         loop.gate.set()
     asyncio.run(main())
+
+
+def test_an_engine_does_not_leave_its_cell_as_the_last_open_engine_of_a_phase():
+    """Cells: the coordinator chose d0 while d1 also served decode; d1's switch to prefill, under
+    way, ends first, and then d0 stays (leave_loop says False) rather than closing the cell's
+    decode."""
+    from prorsa.rollout.cells import leave_loop
+
+    async def main():
+        loop = Gated(Asks({"d1": Role.PREFILL}), Router({"p": Role.PREFILL, "d0": Role.DECODE, "d1": Role.DECODE}),
+                     RunRecorder(["p", "d0", "d1"], 4, None), 1.0, lambda: 0.0)
+        await loop.step()
+        await asyncio.sleep(0)
+        assert loop.spares("d0") is False  # d1 is closed, draining to prefill
+        drained = []
+
+        async def drain(e):
+            drained.append(e)
+        leaving = asyncio.ensure_future(leave_loop(loop, "d0", drain))
+        await asyncio.sleep(0)
+        loop.gate.set()
+        left = await leaving
+        assert left is False and drained == [] and loop.switching == set()
+        assert loop.router.roles == {"p": Role.PREFILL, "d0": Role.DECODE, "d1": Role.PREFILL}
+        assert not loop.router.closed
+        loop.router.set_role("p", Role.MIXED)  # now another engine serves decode: d0 may go
+        assert await leave_loop(loop, "d0", drain) is True and drained == ["d0"] and "d0" not in loop.router.roles
+    asyncio.run(main())
