@@ -12,8 +12,10 @@ from click.testing import CliRunner
 
 from prorsa.cli import main
 from prorsa.cluster.devices import DevicePlanError
+from prorsa.cluster.jobs import run_jobs
 from prorsa.cluster.launch_plan import LEADER_HOST, PORT, RPC_PORT, launch_plan
 from prorsa.cluster.nodes import node_args, span_nodes
+from prorsa.config.cluster import load_cluster
 from prorsa.config.layout import EngineLayout
 from prorsa.config.load import load_pipeline
 from prorsa.engine.registry import hosted_engines
@@ -130,12 +132,16 @@ def _one_error_line(r, message):
     assert r.output.count("\n") == 1 and r.output.startswith("error: ") and message in r.output, r.output
 
 
-def test_launching_a_multi_node_engine_is_refused_in_one_line(files, tmp_path):
+def test_a_multi_node_engine_gets_a_job_per_further_node_with_no_role(files):
     pipeline, cluster = files
-    r = CliRunner().invoke(main, ["run", str(pipeline), "--cluster", str(cluster), f"output_dir={tmp_path / 'runs'}"])
-    _one_error_line(r, "engine-2 spans 2 nodes of 8 GPUs (engines.gpus); engines spanning nodes are launched on "
-                       "a local cluster only (CPU engines with engines.vllm.node_ranks), not from batch jobs yet")
-    assert not (tmp_path / "runs").exists()
+    cfg, spec = load_pipeline(pipeline), load_cluster(cluster)
+    jobs = run_jobs(spec, cfg, [Role.PREFILL, Role.PREFILL, Role.DECODE])
+    assert list(jobs) == ["engine-0", "engine-1", "engine-2", "node-1-of-engine-2", "tools-0"]
+    follower = jobs["node-1-of-engine-2"]
+    assert "--gres=gpu:8" in follower["job_extra_directives"]  # a node of engines.gpus, as its leader's
+    assert "--gres=gpu:8" in jobs["engine-2"]["job_extra_directives"]
+    assert follower["worker_extra_args"] == ["--resources", "prefill=0,decode=0,env=0"]
+    assert (follower["cores"], follower["job_name"]) == (1, "prorsa-node-1-of-engine-2")
 
 
 @pytest.mark.parametrize(("layout", "message"), [
@@ -213,8 +219,9 @@ def test_a_cpu_span_that_cannot_run_is_refused_in_one_line(tmp_path, edits, mess
     _one_error_line(r, message)
 
 
-def test_a_cpu_span_from_batch_jobs_is_refused_in_one_line(tmp_path):
-    r = CliRunner().invoke(main, ["run", str(SPAN), "--cluster", str(REPO / "cluster" / "slurm.yaml"),
+def test_a_cpu_span_on_a_running_scheduler_is_refused_in_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["run", str(SPAN), "--cluster", str(REPO / "cluster" / "scheduler.yaml"),
                                   f"output_dir={tmp_path / 'runs'}"])
     _one_error_line(r, "engine-1 spans 2 nodes of 1 ranks (engines.vllm.node_ranks); engines spanning nodes are "
-                       "launched on a local cluster only")
+                       "launched on a local cluster or batch jobs, not on a running scheduler")
+    assert not (tmp_path / "runs").exists()
