@@ -3,15 +3,19 @@ followers whose command lines vLLM's own parser accepts; refusals in one line.""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from prorsa.cli import main
+from prorsa.cluster import engine_host
 from prorsa.cluster.devices import DevicePlanError
+from prorsa.cluster.hosts import WorkerEngineHost
 from prorsa.cluster.jobs import run_jobs
 from prorsa.cluster.launch_plan import LEADER_HOST, PORT, RPC_PORT, launch_plan
 from prorsa.cluster.nodes import node_args, span_nodes
@@ -225,3 +229,31 @@ def test_a_cpu_span_on_a_running_scheduler_is_refused_in_one_line(tmp_path):
     _one_error_line(r, "engine-1 spans 2 nodes of 1 ranks (engines.vllm.node_ranks); engines spanning nodes are "
                        "launched on a local cluster or batch jobs, not on a running scheduler")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_gpu_leader_on_a_batch_job_takes_its_jobs_gpus_and_meets_on_its_host(files, tmp_path, monkeypatch):
+    made = {}
+
+    def make_engine(index, role, cfg, run_dir, gpus, peers):
+        made.update(index=index, gpus=gpus, peers=peers)
+        raise RuntimeError("made")
+
+    async def get_metadata(keys, default=None):
+        return default
+
+    monkeypatch.setattr(engine_host, "make_engine", make_engine)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT_GPUS["CUDA_VISIBLE_DEVICES"])
+    cfg = hosted_engines(load_pipeline(files[0]))
+    host = WorkerEngineHost([Role.PREFILL, Role.PREFILL, Role.DECODE], cfg, str(tmp_path), node_gpus=8)
+    worker = SimpleNamespace(name="engine-2", address="tcp://10.1.2.3:4567",
+                             scheduler=SimpleNamespace(get_metadata=get_metadata))
+
+    async def main():
+        with pytest.raises(RuntimeError, match="made"):
+            await host.setup(worker)
+        await host.teardown(worker)
+
+    asyncio.run(main())
+    peers = made["peers"]
+    assert made["index"] == 2 and made["gpus"] is None  # the job's CUDA_VISIBLE_DEVICES as given: a node
+    assert (peers.host, peers.node, peers.nodes, peers.local_dp) == ("10.1.2.3", 0, 2, 8)
