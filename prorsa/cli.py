@@ -86,26 +86,21 @@ def _check_devices(resolved, cluster, source: str, show: Console | None = None) 
     from prorsa.cluster.devices import DevicePlanError
     from prorsa.cluster.launch_plan import launch_plan, print_plan
     from prorsa.cluster.nodes import spanning_engines
-    from prorsa.config.cluster import LocalSpec, PbsSpec, SlurmSpec
+    from prorsa.config.cluster import AddressSpec, LocalSpec, PbsSpec, SlurmSpec
     from prorsa.engine.registry import hosted_engines
 
     local = cluster is None or isinstance(cluster, LocalSpec)
     node_gpus = cluster.job("engines").gpus if isinstance(cluster, SlurmSpec | PbsSpec) else None
     engines = hosted_engines(resolved.cfg)
     try:
-        if show is None and not local:
+        if show is None and not local:  # batch jobs: one per node of an engine spanning nodes
             spans = spanning_engines(engines, node_gpus)
-            if spans:
-                # planned, not launched: the follower workers and the meeting on the scheduler
-                # (cluster/span_host.py) run on a LocalCluster; batch jobs do not submit a job per
-                # further node yet
+            if spans and isinstance(cluster, AddressSpec):
+                # a running scheduler's workers are engines, tools and the trainer: none is a further node
                 i, span = next(iter(spans.items()))
-                size = (f"{node_gpus} GPUs (engines.gpus)" if engines.vllm.device == "cuda"
-                        else f"{engines.vllm.node_ranks} ranks (engines.vllm.node_ranks)")
-                raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of {size}; "
-                                  "engines spanning nodes are launched on a local cluster only (CPU engines with "
-                                  "engines.vllm.node_ranks), not from batch jobs yet: "
-                                  "`prorsa run --dry-run` prints each node's command")
+                raise ConfigError(f"{source}: engine-{i} spans {span.nodes} nodes of "
+                                  f"{engines.vllm.node_ranks} ranks (engines.vllm.node_ranks); engines spanning "
+                                  "nodes are launched on a local cluster or batch jobs, not on a running scheduler")
             return
         if show is None and engines.backend != "vllm":
             return

@@ -48,6 +48,10 @@ class EngineHost(WorkerPlugin):
         self.run_dir = run_dir
         # (slot, engines on the node): a local run puts every engine on this machine
         self.node_slot = (index, cfg.count)
+        # an engine spanning nodes: the node's GPUs (a batch job's engines.gpus; None: GPU engines
+        # span none), and whether its nodes meet on the loopback (a run on one machine)
+        self.node_gpus: int | None = None
+        self.local = True
         self.engine: Engine | None = None
         self.health_interval_s = 5.0
         self.health_timeout_s = 30.0
@@ -58,11 +62,12 @@ class EngineHost(WorkerPlugin):
 
     async def setup(self, worker) -> None:
         quiet_survived_faults()
-        gpus = gpus_for_slot(self.cfg, *self.node_slot, index=self.index)
         peers = None
-        if span := spanning_engines(self.cfg, None).get(self.index):
-            peers = SpanPeers(worker, engine_name(self.index), span, 0, meeting_host(worker, local=True))
+        if span := spanning_engines(self.cfg, self.node_gpus).get(self.index):
+            peers = SpanPeers(worker, engine_name(self.index), span, 0, meeting_host(worker, self.local))
             self._peers_watch = asyncio.create_task(peers.watch())
+        # a leader's node is its job's GPUs, as a follower's (no plan of whole engines holds it)
+        gpus = None if span else gpus_for_slot(self.cfg, *self.node_slot, index=self.index)
         self.engine = make_engine(self.index, self.role, self.cfg, Path(self.run_dir), gpus, peers)
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0

@@ -1,7 +1,9 @@
 """Batch jobs through dask-jobqueue: one job per engine, one per tool worker, or sweep jobs.
 
-    run_jobs(spec, cfg, roles) -> {worker name: job options}   engine-<i>, tools-<j>, and trainer
-                                                                under train.placement: worker
+    run_jobs(spec, cfg, roles) -> {worker name: job options}   engine-<i>, node-<k>-of-engine-<i> per
+                                                                further node of an engine spanning
+                                                                nodes, tools-<j>, and trainer under
+                                                                train.placement: worker
     sweep_job_options(spec) -> job options                     `sweep.cpus` single-threaded workers
     job_scripts(spec, jobs, address) -> {name: script}         the scripts as they are submitted
     job_cluster(spec, name, security, dashboard, job) -> JobQueueCluster   the scheduler here, no jobs
@@ -48,10 +50,11 @@ def ctrl_c_interrupts() -> None:
 
 from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
-from prorsa.engine.registry import engine_name
+from prorsa.engine.registry import engine_name, hosted_engines
 from prorsa.roles import Role
-from prorsa.cluster.local import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, tool_name, tool_resources,
-                                    trainer_resources, wants_trainer_worker)
+from prorsa.cluster.local import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, follower_resources, tool_name,
+                                    tool_resources, trainer_resources, wants_trainer_worker)
+from prorsa.cluster.nodes import follower_name, spanning_engines
 
 BatchSpec = SlurmSpec | PbsSpec
 _CLUSTERS = {"slurm": SLURMCluster, "pbs": PBSCluster}
@@ -114,6 +117,11 @@ def run_jobs(spec: BatchSpec, cfg: PipelineConfig, roles: list[Role]) -> dict[st
         slots = cfg.engines.slots_of(i)  # engine groups: each engine's own
         jobs[name] = job_options(spec, engines, threads=slots, gpus=engine_gpus(engines, cfg.engines, i),
                                  job_name=f"prorsa-{name}", resources=engine_resources(role, slots))
+    for i, span in spanning_engines(hosted_engines(cfg), engines.gpus).items():
+        for k in range(1, span.nodes):  # a job per further node: a headless server, no legs
+            name = follower_name(i, k)
+            jobs[name] = job_options(spec, engines, threads=1, gpus=engine_gpus(engines, cfg.engines, i),
+                                     job_name=f"prorsa-{name}", resources=follower_resources())
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)
         jobs[name] = job_options(spec, tools, threads=cfg.runtime.tool_threads, job_name=f"prorsa-{name}",

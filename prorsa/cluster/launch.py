@@ -8,7 +8,8 @@
 
     local     SpecCluster in this process (cluster/local.py), bound to localhost; TLS if the file says so
     slurm/pbs the scheduler here (a login node), one job per engine (its GPUs, its initial role's
-              resources), per tool worker and for the trainer (train.placement: worker); waits
+              resources), per further node of an engine spanning nodes (node-<k>-of-engine-<i>: its
+              GPUs, no role), per tool worker and for the trainer (train.placement: worker); waits
               until each has joined; cancels every job on the way out, whether the run finished,
               failed or was interrupted
     address   a running scheduler whose workers are named engine-<i>, tools-<j> (and trainer under
@@ -16,7 +17,8 @@
               resources, its engine or toolbox (plugins), and work stealing is paused
 
 A cluster that cannot be had (no sbatch, jobs that never start, an address that does not answer)
-raises ClusterError with one line saying so.
+raises ClusterError with one line saying so; an engine that does not start on a worker that joined
+by itself, EngineStartFailed.
 """
 
 from __future__ import annotations
@@ -35,14 +37,16 @@ from distributed import Client
 from distributed.core import Status
 from rich.console import Console
 
-from prorsa.cluster.hosts import WorkerEngineHost, WorkerToolHost
+from prorsa.cluster.hosts import WorkerEngineHost, WorkerFollowerHost, WorkerToolHost
+from prorsa.cluster.nodes import spanning_engines
 from prorsa.cluster.security import exposure, make_security
 from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
 from prorsa.config.pipeline import EnginesConfig, PipelineConfig
 from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
 from prorsa.roles import Role
-from prorsa.cluster.local import (TRAINER_NAME, engine_resources, start_local_cluster, tool_name, tool_resources,
-                                    trainer_resources, wants_trainer_worker)
+from prorsa.cluster.local import (TRAINER_NAME, EngineStartFailed, engine_resources, start_local_cluster, tool_name,
+                                    tool_resources, trainer_resources, wants_trainer_worker)
+from prorsa.engine.vllm.errors import EngineUnavailable
 
 
 class ClusterError(Exception):
@@ -102,7 +106,7 @@ async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles:
                            console: Console | None = None,
                            on_scheduler: Callable[[object], None] = lambda cluster: None) -> AsyncIterator[RunCluster]:
     with _teardown_noise_filtered() as noise:
-        async with _open_run_cluster(spec, cfg, roles, run_dir, console, on_scheduler) as run:
+        async with _open_run_cluster(spec, cfg, roles, run_dir, console, on_scheduler, noise) as run:
             try:
                 yield run
             finally:
@@ -111,7 +115,8 @@ async def open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles:
 
 @contextlib.asynccontextmanager
 async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
-                            console: Console | None, on_scheduler: Callable[[object], None]) -> AsyncIterator[RunCluster]:
+                            console: Console | None, on_scheduler: Callable[[object], None],
+                            noise: _TeardownNoise) -> AsyncIterator[RunCluster]:
     spec, say = spec or LocalSpec(), _teller(console)
     security = make_security(spec.tls)
     if (warning := _exposure(spec, security)) is not None:
@@ -130,7 +135,7 @@ async def _open_run_cluster(spec: ClusterSpec | None, cfg: PipelineConfig, roles
             async with _adopt_workers(client, spec, cfg, roles, run_dir):
                 yield RunCluster(client, dashboard)
     else:
-        async with _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler) as run:
+        async with _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler, noise) as run:
             yield run
 
 
@@ -145,7 +150,7 @@ def _exposure(spec: ClusterSpec, security) -> str | None:
 # --- batch systems -------------------------------------------------------------------------------
 
 @contextlib.asynccontextmanager
-async def _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler) -> AsyncIterator[RunCluster]:
+async def _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler, noise) -> AsyncIterator[RunCluster]:
     from prorsa.cluster.jobs import run_jobs, start_job_cluster, submit
 
     _check_commands(spec)
@@ -162,9 +167,12 @@ async def _batch_cluster(spec, cfg, roles, run_dir, security, say, on_scheduler)
             say(f"submitted {len(jobs)} {spec.kind} jobs: "
                 + ", ".join(f"{name} ({job})" for name, job in jobs.items()))
             await wait_for_named(client, list(jobs), spec.start_timeout_s, jobs)
-            await _host(client, cfg, roles, run_dir)
+            await _host(client, cfg, roles, run_dir, spec.job("engines").gpus)
             yield RunCluster(client, cluster, jobs)
     finally:
+        # a start that failed goes as a finished run does: a leader's plugin broadcast still in
+        # flight when its follower's failed is cut off by the close
+        noise.armed = True
         await _close_batch(cluster, say)
 
 
@@ -288,13 +296,23 @@ def portable_engines(cfg: EnginesConfig) -> EnginesConfig:
     return cfg.model_copy(update={"vllm": vllm})
 
 
-async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir: Path) -> None:
-    """Engines (and the toolbox) on workers that joined by themselves; returns once all are up."""
-    await client.register_plugin(WorkerEngineHost(roles, portable_engines(hosted_engines(cfg)), str(run_dir.resolve())))
+async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
+                node_gpus: int | None = None) -> None:
+    """Engines (and the toolbox) on workers that joined by themselves; returns once all are up.
+    The further nodes of engines spanning nodes of `node_gpus` GPUs (batch jobs) start with their
+    leaders, which wait for them: both plugins at once. A failed start: EngineStartFailed."""
+    engines, where = portable_engines(hosted_engines(cfg)), str(run_dir.resolve())
+    hosts = [WorkerEngineHost(roles, engines, where, node_gpus)]
+    if spanning_engines(engines, node_gpus):
+        hosts.append(WorkerFollowerHost(engines, where, node_gpus))
+    try:
+        await asyncio.gather(*(client.register_plugin(host) for host in hosts))
+    except EngineUnavailable as e:
+        raise EngineStartFailed(str(e).splitlines()[0]) from None
     if cfg.environment is not None:
         live = cfg.environment.mode == "live"
         model_dir = str(resolve_model_dir(cfg.engines).resolve()) if live else None
-        await client.register_plugin(WorkerToolHost(cfg.environment, cfg.seed, model_dir, str(run_dir.resolve())))
+        await client.register_plugin(WorkerToolHost(cfg.environment, cfg.seed, model_dir, where))
 
 
 # --- sweeps --------------------------------------------------------------------------------------

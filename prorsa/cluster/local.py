@@ -6,7 +6,7 @@
                                                train.placement: worker (batch jobs and running
                                                schedulers: cluster/)
     engine_addresses(client)                   engine id -> worker address, read from the scheduler
-    engine_resources(role, slots), tool_resources(threads), trainer_resources()
+    engine_resources(role, slots), tool_resources(threads), trainer_resources(), follower_resources()
                                                what each kind of worker declares
 
 Every engine worker declares both role resources (0 where absent) and hosts its engine through
@@ -43,6 +43,11 @@ def engine_resources(role: Role, slots: int) -> dict[str, float]:
 
 def tool_resources(threads: int) -> dict[str, float]:
     return {"prefill": 0, "decode": 0, "env": threads}
+
+
+def follower_resources() -> dict[str, float]:
+    """A further node of an engine spanning nodes: no role, so no leg or tool call lands there."""
+    return {"prefill": 0, "decode": 0, "env": 0}
 
 
 def tool_name(index: int) -> str:
@@ -103,7 +108,7 @@ def worker_specs(cfg: PipelineConfig, roles: list[Role], run_dir: Path, security
         for k in range(1, span.nodes):  # one worker per further node: no legs, a headless server
             name = follower_name(i, k)
             specs[name] = {"cls": cls, "options": {
-                "name": name, "nthreads": 1, "resources": {"prefill": 0, "decode": 0, "env": 0},
+                "name": name, "nthreads": 1, "resources": follower_resources(),
                 "plugins": {FollowerHost(i, k, engines, str(run_dir))}, **common}}
     for j in range(cfg.runtime.tool_workers):
         name = tool_name(j)

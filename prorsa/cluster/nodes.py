@@ -7,6 +7,7 @@
     node_args(span, k, address, rpc_port) -> [str]            the DP arguments node k's server adds
     spanning_engines(cfg, node_gpus) -> {index: NodeSpan}     the engines of a run that span nodes
     follower_name(index, k)                                   the Dask worker of engine index's node k
+    follower_of(name) -> (index, k) | None                    the engine and node of a follower's name
 
 vLLM runs DP attention across nodes with its mp backend: the first node (the leader) runs the
 API server and its own local ranks, each further node runs `--headless` (engine cores only, no
@@ -98,3 +99,12 @@ def follower_name(index: int, node: int) -> str:
     legs to, and a follower serves none (its ranks are reached through the leader's API)."""
     return f"node-{node}-of-engine-{index}"
 
+
+
+def follower_of(name) -> tuple[int, int] | None:
+    """(engine index, node) of a worker named by follower_name; None for any other name."""
+    parts = str(name).split("-")
+    if len(parts) != 5 or parts[0] != "node" or parts[2:4] != ["of", "engine"] \
+            or not (parts[1].isdigit() and parts[4].isdigit()):
+        return None
+    return int(parts[4]), int(parts[1])

@@ -122,15 +122,18 @@ class SpanPeers:
 class FollowerHost(WorkerPlugin):
     name = FOLLOWER_PLUGIN
 
-    def __init__(self, index: int, node: int, cfg: EnginesConfig, run_dir: str, local: bool = True) -> None:
+    def __init__(self, index: int, node: int, cfg: EnginesConfig, run_dir: str, local: bool = True,
+                 node_gpus: int | None = None) -> None:
+        """`node_gpus`: a node's GPUs (a batch job's engines.gpus), which GPU engines span."""
         self.index, self.node, self.cfg, self.run_dir, self.local = index, node, cfg, run_dir, local
+        self.node_gpus = node_gpus
         self.check_s = 2.0
         self.server = None
         self.peers: SpanPeers | None = None
         self._tasks: list[asyncio.Task] = []
 
     async def setup(self, worker) -> None:
-        span = spanning_engines(self.cfg, None)[self.index]
+        span = spanning_engines(self.cfg, self.node_gpus)[self.index]
         engine = engine_name(self.index)
         self.peers = SpanPeers(worker, engine, span, self.node, meeting_host(worker, self.local),
                                wait_s=self.cfg.engine_vllm(self.index).start_timeout_s)

@@ -119,13 +119,38 @@ def _certs_with_openssl(where: Path, ca: Path, cert: Path, key: Path) -> None:
         "-out", str(cert), "-days", "1")
 
 
-@pytest.fixture
-def fake_servers(tmp_path, monkeypatch) -> Path:
+FAKE_SERVER = Path(__file__).parent / "fake_vllm_server.py"
+
+
+def _record(tmp_path: Path, monkeypatch) -> Path:
     record = tmp_path / "record"
     record.mkdir()
+    monkeypatch.setenv("RECORD_DIR", str(record))
+    return record
+
+
+@pytest.fixture
+def fake_servers(tmp_path, monkeypatch) -> Path:
+    record = _record(tmp_path, monkeypatch)
     wrapper = tmp_path / "fake-python"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fake_vllm_server.py"}" "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SERVER}" "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(wrapper))
-    monkeypatch.setenv("RECORD_DIR", str(record))
+    return record
+
+
+@pytest.fixture
+def job_fake_servers(tmp_path, monkeypatch) -> Path:
+    """fake_servers for the workers of batch jobs (fake_batch), processes of their own: there a
+    sitecustomize makes sys.executable a Python that runs the fake for a vLLM server's command line
+    and itself for anything else (the nanny's worker process)."""
+    record = _record(tmp_path, monkeypatch)
+    site = tmp_path / "fake-site"
+    site.mkdir()
+    wrapper = site / "fake-python"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m prorsa.engine.vllm._launch" ]; then shift 2; '
+                       f'exec "{sys.executable}" "{FAKE_SERVER}" "$@"; fi\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    (site / "sitecustomize.py").write_text(f"import sys\nsys.executable = {str(wrapper)!r}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     return record

@@ -3,17 +3,23 @@ followers whose command lines vLLM's own parser accepts; refusals in one line.""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from prorsa.cli import main
+from prorsa.cluster import engine_host
 from prorsa.cluster.devices import DevicePlanError
+from prorsa.cluster.hosts import WorkerEngineHost
+from prorsa.cluster.jobs import run_jobs
 from prorsa.cluster.launch_plan import LEADER_HOST, PORT, RPC_PORT, launch_plan
 from prorsa.cluster.nodes import node_args, span_nodes
+from prorsa.config.cluster import load_cluster
 from prorsa.config.layout import EngineLayout
 from prorsa.config.load import load_pipeline
 from prorsa.engine.registry import hosted_engines
@@ -130,12 +136,16 @@ def _one_error_line(r, message):
     assert r.output.count("\n") == 1 and r.output.startswith("error: ") and message in r.output, r.output
 
 
-def test_launching_a_multi_node_engine_is_refused_in_one_line(files, tmp_path):
+def test_a_multi_node_engine_gets_a_job_per_further_node_with_no_role(files):
     pipeline, cluster = files
-    r = CliRunner().invoke(main, ["run", str(pipeline), "--cluster", str(cluster), f"output_dir={tmp_path / 'runs'}"])
-    _one_error_line(r, "engine-2 spans 2 nodes of 8 GPUs (engines.gpus); engines spanning nodes are launched on "
-                       "a local cluster only (CPU engines with engines.vllm.node_ranks), not from batch jobs yet")
-    assert not (tmp_path / "runs").exists()
+    cfg, spec = load_pipeline(pipeline), load_cluster(cluster)
+    jobs = run_jobs(spec, cfg, [Role.PREFILL, Role.PREFILL, Role.DECODE])
+    assert list(jobs) == ["engine-0", "engine-1", "engine-2", "node-1-of-engine-2", "tools-0"]
+    follower = jobs["node-1-of-engine-2"]
+    assert "--gres=gpu:8" in follower["job_extra_directives"]  # a node of engines.gpus, as its leader's
+    assert "--gres=gpu:8" in jobs["engine-2"]["job_extra_directives"]
+    assert follower["worker_extra_args"] == ["--resources", "prefill=0,decode=0,env=0"]
+    assert (follower["cores"], follower["job_name"]) == (1, "prorsa-node-1-of-engine-2")
 
 
 @pytest.mark.parametrize(("layout", "message"), [
@@ -213,8 +223,37 @@ def test_a_cpu_span_that_cannot_run_is_refused_in_one_line(tmp_path, edits, mess
     _one_error_line(r, message)
 
 
-def test_a_cpu_span_from_batch_jobs_is_refused_in_one_line(tmp_path):
-    r = CliRunner().invoke(main, ["run", str(SPAN), "--cluster", str(REPO / "cluster" / "slurm.yaml"),
+def test_a_cpu_span_on_a_running_scheduler_is_refused_in_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["run", str(SPAN), "--cluster", str(REPO / "cluster" / "scheduler.yaml"),
                                   f"output_dir={tmp_path / 'runs'}"])
     _one_error_line(r, "engine-1 spans 2 nodes of 1 ranks (engines.vllm.node_ranks); engines spanning nodes are "
-                       "launched on a local cluster only")
+                       "launched on a local cluster or batch jobs, not on a running scheduler")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_gpu_leader_on_a_batch_job_takes_its_jobs_gpus_and_meets_on_its_host(files, tmp_path, monkeypatch):
+    made = {}
+
+    def make_engine(index, role, cfg, run_dir, gpus, peers):
+        made.update(index=index, gpus=gpus, peers=peers)
+        raise RuntimeError("made")
+
+    async def get_metadata(keys, default=None):
+        return default
+
+    monkeypatch.setattr(engine_host, "make_engine", make_engine)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", EIGHT_GPUS["CUDA_VISIBLE_DEVICES"])
+    cfg = hosted_engines(load_pipeline(files[0]))
+    host = WorkerEngineHost([Role.PREFILL, Role.PREFILL, Role.DECODE], cfg, str(tmp_path), node_gpus=8)
+    worker = SimpleNamespace(name="engine-2", address="tcp://10.1.2.3:4567",
+                             scheduler=SimpleNamespace(get_metadata=get_metadata))
+
+    async def main():
+        with pytest.raises(RuntimeError, match="made"):
+            await host.setup(worker)
+        await host.teardown(worker)
+
+    asyncio.run(main())
+    peers = made["peers"]
+    assert made["index"] == 2 and made["gpus"] is None  # the job's CUDA_VISIBLE_DEVICES as given: a node
+    assert (peers.host, peers.node, peers.nodes, peers.local_dp) == ("10.1.2.3", 0, 2, 8)
