@@ -73,15 +73,19 @@ def resolve_model_dir(cfg: EnginesConfig) -> Path:
     return model_dir
 
 
+def _cores(index: int, cfg: EnginesConfig) -> list[int] | None:
+    """The cores engine `index` pins on CPU (all its nodes' together); None on GPUs."""
+    return engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
+
+
 def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path, gpus: tuple[str, ...] | None,
                  peers=None) -> Engine:
     from prorsa.engine.vllm import VllmEngine
 
     model_dir = resolve_model_dir(cfg)
-    cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
     server = node_server(index, cfg, run_dir, peers, gpus) if peers is not None else None
-    engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, cores, run_dir / "engines", gpus,
-                        server)
+    engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, _cores(index, cfg),
+                        run_dir / "engines", gpus, server)
     engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     return engine
 
@@ -92,9 +96,8 @@ def node_server(index: int, cfg: EnginesConfig, run_dir: Path, peers, gpus: tupl
     Node 0's is the leader's, with the API server; the others' are headless."""
     from prorsa.engine.vllm.server import ServerSpec, VllmServer
 
-    cores = engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
     spec = ServerSpec.from_settings(cfg.engine_vllm(index), resolve_model_dir(cfg),
-                                    node_share(cores, peers.nodes, peers.node), gpus)
+                                    node_share(_cores(index, cfg), peers.nodes, peers.node), gpus)
     spec = dataclasses.replace(spec, local_dp=peers.local_dp)
     name = engine_name(index) if peers.node == 0 else f"{engine_name(index)}-node-{peers.node}"
     return VllmServer(spec, Path(run_dir) / "engines" / f"{name}.log", peers)
