@@ -820,6 +820,31 @@ def serve_overhead_table(file: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def t_tail_reserve(d: dict) -> list[str]:
+    """Isolating the longest trajectories on reserved engines: the oracle's ceiling, and what a run could know."""
+    doc = d["tail-reserve.json"]
+    names = {"oracle-traj": "oracle, trajectories", "oracle-groups": "oracle, whole groups",
+             "oracle-late": "oracle, after turn 1", "predicted": "predicted groups, after turn 1",
+             "predicted-traj": "predicted trajectories, after turn 1"}
+    rows = []
+    for r in doc["rows"]:
+        cells = [f"{r[v]['median']:.3f} ({min(r[v]['seeds']):.3f}-{max(r[v]['seeds']):.3f})" for v in names]
+        seed0 = r["seed0_s"]
+        hits = [f"{r[v]['hits']} of {r[v]['k']}" for v in ("predicted", "predicted-traj")]
+        rows.append([r["label"], f"{r['bound_s']:.1f} s", f3(r["colocated"]), *cells,
+                     f3(r["best_fixed_s"] / seed0["oracle-traj"]), f3(r["best_fixed_s"] / seed0["predicted-traj"]),
+                     " / ".join(hits)])
+    seeds = doc["seeds"]
+    return table(["cell", "bound (seed 0)", "colocated", *names.values(),
+                  "seed 0: oracle / best fixed", "seed 0: predicted trajectories / best fixed", "seed 0: picked right (groups / trajectories)"],
+                 rows) + [
+        "", f"Makespan over the lower bound, median over seeds {seeds[0]}-{seeds[-1]} (range in brackets), each "
+            "variant at the best point of its grid for each seed, chosen in hindsight. `/ best fixed`: the better of "
+            "colocated and every P:D of `tail.py` on seed 0 over the variant's makespan (> 1: faster than every fixed "
+            "split). `picked right`: of the k groups or trajectories the run picked on seed 0, how many are among the "
+            "k longest."]
+
+
 TABLES: dict[str, Table] = {
     "paper": Table(["paper.json"], t_paper),
     "groups": Table(["groups.json"], groups_table("groups.json")),
@@ -836,6 +861,7 @@ TABLES: dict[str, Table] = {
     "forecast-skill": Table(["forecast-skill.json"], t_forecast_skill),
     "tail": Table(["tail.json"], t_tail),
     "tail-live": Table(["tail-live.json"], t_tail_live),
+    "tail-reserve": Table(["tail-reserve.json"], t_tail_reserve),
     "migrate": Table(["migrate.json"], t_migrate),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),

@@ -9,6 +9,8 @@
     close(engine) / reopen(engine)   no new work at all meanwhile (an engine draining its decodes)
     pin(traj_id, engine)        the trajectory's next turn goes to `engine` (a wide engine of the
                                 tail's layout, control/tail_layout.py); the sticky rule keeps it there
+    reserve(homes)              each trajectory of `homes` runs every leg on its engine from its next
+                                turn on, and no other trajectory goes there (benchmarks/tail_reserve.py)
     join(engine, role) / leave(engine)   an engine starts or stops being one of this router's (cells:
                                 a move between cells; leave once it holds no leg)
 
@@ -120,6 +122,9 @@ class Router:
         self._sticky: dict[str, dict[str, str]] = {"prefill": {}, "decode": {}}  # leg -> traj -> engine
         self.closed: set[str] = set()
         self._pools: _Pools | None = None
+        self._homes: dict[str, str] = {}  # reserve(): trajectory -> its engine
+        self._reserved: set[str] = set()  # engines reserve() gave away: no other trajectory goes there
+        self._shut: dict[int, tuple[_Pool, _Pool]] = {}  # pool's id -> (pool, pool less the reserved)
 
     def set_role(self, engine: str, role: Role) -> None:
         self.roles[engine] = role
@@ -136,6 +141,19 @@ class Router:
     def pin(self, traj_id: str, engine: str) -> None:
         for leg in self._sticky.values():
             leg[traj_id] = engine
+
+    def reserve(self, homes: dict[str, str]) -> None:
+        self._homes.update(homes)
+        self._reserved.update(homes.values())
+        self._shut.clear()
+
+    def _unreserved(self, eligible: _Pool) -> _Pool:
+        # a pool lives until a role or a closure changes, so its filtered copy is kept beside it
+        kept = self._shut.get(id(eligible))
+        if kept is None or kept[0] is not eligible:
+            kept = eligible, _Pool([e for e in eligible if e not in self._reserved] or list(eligible))
+            self._shut[id(eligible)] = kept
+        return kept[1]
 
     def join(self, engine: str, role: Role, slots: int | None = None) -> None:
         self.roles[engine] = role
@@ -190,6 +208,11 @@ class Router:
         if not eligible:
             raise RuntimeError(f"no engine serves {leg}; roles are {self.roles}, closed {sorted(self.closed)}")
         prev = self._sticky[leg].get(traj_id)
+        if self._reserved:
+            home = self._homes.get(traj_id)
+            if home in eligible.members:
+                return home, home == prev
+            eligible = self._unreserved(eligible)
         sticky = prev in eligible.members
         if sticky and self.move_cost is not None and turn is not None:
             return self._cost_choice(prev, eligible, turn, kind)
@@ -373,5 +396,6 @@ class Router:
             price.learn(tokens)
 
     def forget(self, traj_id: str) -> None:
+        self._homes.pop(traj_id, None)
         self._sticky["prefill"].pop(traj_id, None)
         self._sticky["decode"].pop(traj_id, None)

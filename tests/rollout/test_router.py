@@ -384,3 +384,23 @@ def test_an_engine_that_leaves_gets_no_turn_and_one_that_joins_does():
     r.join("d9", Role.DECODE)
     assert "d9" in {r.route(f"n{i}").decode for i in range(4)}
     assert held.decode not in r.load and r.load["p0"] == 8
+
+
+def test_a_reserved_trajectory_runs_on_its_engine_and_no_other_trajectory_goes_there():
+    r = Router(roles(0, 0, 4), overload=2.0)
+    # t0 starts on engine-0, then is reserved engine-3: it moves there at its next turn, however
+    # loaded, and every other trajectory (new ones, and ones sticky to engine-3) keeps off it
+    first = {t: r.route(t, colocated=True) for t in ("t0", "t1", "t2", "t3")}
+    assert [first[t].decode for t in ("t0", "t3")] == ["engine-0", "engine-3"]
+    for route in first.values():
+        r.finished(route)
+    r.reserve({"t0": "engine-3"})
+    r.load["engine-3"] += 10  # beyond what the ratio rule would stay for
+    assert r.route("t0", colocated=True).decode == "engine-3"
+    assert r.route("t3", colocated=True).decode != "engine-3"
+    assert {r.route(f"n{i}", colocated=True).decode for i in range(9)} == {"engine-0", "engine-1", "engine-2"}
+    # a role change rebuilds the pools: the reservation holds in the new ones, and after its
+    # trajectory ended the engine stays its (a reservation is for the step)
+    r.set_role("engine-1", Role.MIXED)
+    r.forget("t0")
+    assert "engine-3" not in {r.route(f"m{i}", colocated=True).decode for i in range(9)}
