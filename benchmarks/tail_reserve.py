@@ -75,8 +75,8 @@ def oracle_homes(specs, k: int, r: int, engines: list[str], by_group: bool) -> d
 
 class LateReserve:
     """Wraps a router's route(): once LATE_SHARE of the trajectories have begun their second turn,
-    reserves engines, either for a fixed set of trajectories (oracle-late) or for the groups that
-    decoded most a turn so far, from what the routes showed (predicted)."""
+    reserves engines, either for a fixed set of trajectories (oracle-late) or for the groups or
+    trajectories that decoded most a turn so far, from what the routes showed (predicted)."""
 
     def __init__(self, router, engines: list[str], r: int, homes: dict[str, str] | None = None, groups: int = 0,
                  trajectories: int = 0):
