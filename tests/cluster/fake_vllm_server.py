@@ -49,6 +49,8 @@ class Handler(BaseHTTPRequestHandler):
 def _joined(rpc_port: str) -> bool:
     """A headless node has been launched to meet us on rpc_port (as vLLM's API server waits for it)."""
     for name in os.listdir(RECORD):
+        if not name.endswith(".json"):  # a launch still writing its record (.part): not met yet
+            continue
         args = json.load(open(os.path.join(RECORD, name)))["args"]
         if "--headless" in args and args[args.index("--data-parallel-rpc-port") + 1] == rpc_port:
             return True
