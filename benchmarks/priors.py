@@ -1,5 +1,5 @@
 """What prorsa is told, and what it costs: cells of the paper table, of drivers.py's factors and
-of phases.py under three priors, against every fixed split and the oracle.
+of phases.py under four priors, against every fixed split and the oracle.
 
     none     prorsa starts all-mixed and learns the workload from its own turns; in a multi-step
              run each step after the first opens on what the steps before observed
@@ -7,6 +7,9 @@ of phases.py under three priors, against every fixed split and the oracle.
              `prorsa run --prior RUN_DIR` gives
     wrong    `prior:` an earlier run of another family (swe <- math-tir, search <- swe,
              math-tir <- search): a prior that misleads
+    declared `prior: {prompt_tokens, observation_tokens, decode_tokens, tool_s, turns}`: the
+             earlier run's five means written into the pipeline, as a user copies them from
+             the logs of an earlier training run (no trajectories to rehearse)
 
 The oracle replays the run itself under every split (the simulator alone can give it its future),
 holds the fastest and moves only where the replayed run gains. Fixed splits: colocated, every P:D and every P beside mixed engines of 8 (phases: every
@@ -43,7 +46,7 @@ from paper import ENGINES, STATICS, save  # noqa: E402
 from progress import each_done
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
-PRIORS = ("none", "earlier", "wrong")
+PRIORS = ("none", "earlier", "wrong", "declared")
 DRIVER_FACTORS = ("ep", "tokens", "prefix-cache", "turns", "weight-update", "parallelism")
 PHASES_FIXED = ["colocated"] + [f"static:{p}:{d}" + (f":{m}" if m else "")
                                 for p in range(ENGINES + 1) for d in range(ENGINES + 1 - p)
@@ -53,7 +56,7 @@ BESIDE_MIXED = [f"static:{p}:0:{ENGINES - p}" for p in range(1, ENGINES)]
 # ("phases", "ep", ep, "async"). Its workload kind: a family, or "phases" (the alternating trace).
 
 
-def cell_config(cell: tuple, seed: int, steps: int, prior: str | None = None, kind: str | None = None,
+def cell_config(cell: tuple, seed: int, steps: int, prior: str | dict | None = None, kind: str | None = None,
                 trace_dir: str = ""):
     """The cell's pipeline; `kind` replaces its workload (a family, "phases" or "phases-reversed")."""
     table, a, b, mode = cell
@@ -113,7 +116,12 @@ def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
     cell, seed, steps, policy, prior_name, prior_dir, trace_dir = job
-    s = simulate(cell_config(cell, seed, steps, prior_dir, trace_dir=trace_dir), policy).summary
+    prior = prior_dir
+    if prior_name == "declared":  # the earlier run's means alone, as a pipeline declares them
+        from prorsa.metrics.prior import read_prior
+
+        prior = read_prior(prior_dir).model_dump()
+    s = simulate(cell_config(cell, seed, steps, prior, trace_dir=trace_dir), policy).summary
     return {**cell_keys(cell), "steps": steps, "policy": policy, "prior": prior_name,
             "figure": s["makespan_s"] if cell[3] == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"]}
@@ -135,9 +143,10 @@ def cell_summary(points: list[dict]) -> dict:
         return fixed[best] / fig if sync else fig / fixed[best]
 
     adaptive = {(p["policy"], p["prior"]): p for p in points if p["prior"] != "-"}
+    told = [pr for pr in PRIORS if ("prorsa", pr) in adaptive]
     return {"best_fixed": best, "best_fixed_figure": fixed[best], "colocated_vs_best": vs_best(fixed["colocated"]),
-            "prorsa_vs_best": {pr: vs_best(adaptive["prorsa", pr]["figure"]) for pr in PRIORS},
-            "prorsa_switches": {pr: adaptive["prorsa", pr]["switches"] for pr in PRIORS},
+            "prorsa_vs_best": {pr: vs_best(adaptive["prorsa", pr]["figure"]) for pr in told},
+            "prorsa_switches": {pr: adaptive["prorsa", pr]["switches"] for pr in told},
             "oracle_vs_best": vs_best(adaptive["oracle", "own"]["figure"])}
 
 
@@ -179,7 +188,8 @@ def main() -> None:
             jobs += [(*base, p, "-", None, tmp) for p in fixed_splits(c)]
             jobs.append((*base, "oracle", "own", None, tmp))
             jobs += [(*base, "prorsa", "none", None, tmp), (*base, "prorsa", "earlier", folder[c, earlier_kind(c)], tmp),
-                     (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp)]
+                     (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp),
+                     (*base, "prorsa", "declared", folder[c, earlier_kind(c)], tmp)]
         kept = reused(args.reuse, set(filter(None, args.rerun.split(","))))
         points = [kept[key] for key in map(job_key, jobs) if key in kept]
         jobs = [j for j in jobs if job_key(j) not in kept]
@@ -195,9 +205,9 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"prorsa / the best fixed split under three priors ({ENGINES} engines, {args.steps} step(s); "
+    table = Table(title=f"prorsa / the best fixed split under four priors ({ENGINES} engines, {args.steps} step(s); "
                         "> 1 beats every fixed split)")
-    for col in ("cell", "best fixed", "none", "earlier", "wrong", "oracle", "switches n/e/w"):
+    for col in ("cell", "best fixed", *PRIORS, "oracle", "switches n/e/w/d"):
         table.add_column(col, justify="left" if col == "cell" else "right")
     for r in results:
         v = r["prorsa_vs_best"]

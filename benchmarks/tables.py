@@ -138,24 +138,27 @@ def t_paper_rules(d: dict) -> list[str]:
             f"(single cells in brackets): {means}."]
 
 
+PRIOR_NAMES = ("none", "earlier", "wrong", "declared")  # priors.py's PRIORS
+PRIOR_COLUMNS = ("prorsa: none", "prorsa: earlier run", "prorsa: wrong family", "prorsa: declared means")
+
+
 def t_priors(d: dict) -> list[str]:
-    """prorsa / the best fixed split under three priors, single steps and multi-step runs."""
+    """prorsa / the best fixed split under four priors, single steps and multi-step runs."""
     rows, lows = [], {}
     for file in ("priors.json", "priors-steps3.json"):
         for c in d[file]["cells"]:
             v = c["prorsa_vs_best"]
             rows.append([c["family"], MODEL.get(c["model"], c["model"]), c["mode"], str(c["steps"]),
-                         split(c["best_fixed"]), *(f3(v[p]) for p in ("none", "earlier", "wrong")),
-                         f3(c["oracle_vs_best"]), "/".join(str(c["prorsa_switches"][p]) for p in ("none", "earlier", "wrong"))])
-            for p in ("none", "earlier", "wrong"):
+                         split(c["best_fixed"]), *(f3(v.get(p)) for p in PRIOR_NAMES),
+                         f3(c["oracle_vs_best"]), "/".join(str(c["prorsa_switches"].get(p, "-")) for p in PRIOR_NAMES)])
+            for p in PRIOR_NAMES:
                 key = (p, c["steps"] > 1)
-                if key not in lows or v[p] < lows[key][0]:
+                if p in v and (key not in lows or v[p] < lows[key][0]):
                     lows[key] = (v[p], f"{c['family']} {MODEL.get(c['model'], c['model'])} {c['mode']}")
     low = "; ".join(f"{p}{' (multi-step)' if multi else ''} {x:.3f} ({where})"
                     for (p, multi), (x, where) in sorted(lows.items(), key=lambda kv: (kv[0][1], kv[0][0])))
-    return table(["family", "model", "mode", "steps", "best fixed", "prorsa: none", "prorsa: earlier run",
-                  "prorsa: wrong family", "oracle", "switches n/e/w"], rows) + [
-        "", f"Lowest prorsa / best fixed per prior: {low}."]
+    return table(["family", "model", "mode", "steps", "best fixed", *PRIOR_COLUMNS, "oracle", "switches n/e/w/d"],
+                 rows) + ["", f"Lowest prorsa / best fixed per prior: {low}."]
 
 
 def t_tuned_once(d: dict) -> list[str]:
@@ -189,7 +192,7 @@ def t_tuned_once(d: dict) -> list[str]:
 
 
 def priors_cells_table(file: str) -> Callable[[dict], list[str]]:
-    """priors.py --table drivers|phases: a row per cell (factor=value, mode), the three priors."""
+    """priors.py --table drivers|phases: a row per cell (factor=value, mode), the four priors."""
 
     def render(d: dict) -> list[str]:
         rows, lows = [], {}
@@ -197,16 +200,16 @@ def priors_cells_table(file: str) -> Callable[[dict], list[str]]:
             v = c["prorsa_vs_best"]
             where = f"{c['factor']}={c['value']} {c['mode']}"
             rows.append([where, split(c["best_fixed"]), f3(c["colocated_vs_best"]),
-                         *(f3(v[p]) for p in ("none", "earlier", "wrong")), f3(c["oracle_vs_best"]),
-                         "/".join(str(c["prorsa_switches"][p]) for p in ("none", "earlier", "wrong"))])
-            for p in ("none", "earlier", "wrong"):
-                if p not in lows or v[p] < lows[p][0]:
+                         *(f3(v.get(p)) for p in PRIOR_NAMES), f3(c["oracle_vs_best"]),
+                         "/".join(str(c["prorsa_switches"].get(p, "-")) for p in PRIOR_NAMES)])
+            for p in PRIOR_NAMES:
+                if p in v and (p not in lows or v[p] < lows[p][0]):
                     lows[p] = (v[p], where)
             if "oracle" not in lows or c["oracle_vs_best"] < lows["oracle"][0]:
                 lows["oracle"] = (c["oracle_vs_best"], where)
         low = "; ".join(f"{p} {x:.3f} ({where})" for p, (x, where) in lows.items())
-        return table(["cell", "best fixed", "colocated", "prorsa: none", "prorsa: earlier run", "prorsa: wrong family",
-                      "oracle", "switches n/e/w"], rows) + ["", f"Lowest / best fixed: {low}."]
+        return table(["cell", "best fixed", "colocated", *PRIOR_COLUMNS, "oracle", "switches n/e/w/d"],
+                     rows) + ["", f"Lowest / best fixed: {low}."]
 
     return render
 
