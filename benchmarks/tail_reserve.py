@@ -60,16 +60,21 @@ def decode_tokens(spec) -> int:
     return sum(t.decode_tokens for t in spec.turns)
 
 
+def longest_groups(specs, n: int) -> list[str]:
+    """The n GRPO groups whose members decode the most tokens together, longest first."""
+    totals: dict[str, int] = {}
+    for s in specs:
+        totals[group_of(s.traj_id)] = totals.get(group_of(s.traj_id), 0) + decode_tokens(s)
+    return sorted(totals, key=lambda g: -totals[g])[:n]
+
+
 def oracle_homes(specs, k: int, r: int, engines: list[str], by_group: bool) -> dict[str, str]:
     """The k longest trajectories (or k/8 longest groups) dealt over the last r engines."""
     reserved = engines[-r:]
     if not by_group:
         longest = sorted(specs, key=lambda s: -decode_tokens(s))[:k]
         return {s.traj_id: reserved[i % r] for i, s in enumerate(longest)}
-    totals: dict[str, int] = {}
-    for s in specs:
-        totals[group_of(s.traj_id)] = totals.get(group_of(s.traj_id), 0) + decode_tokens(s)
-    top = sorted(totals, key=lambda g: -totals[g])[:k // GROUP]
+    top = longest_groups(specs, k // GROUP)
     return {s.traj_id: reserved[top.index(group_of(s.traj_id)) % r] for s in specs if group_of(s.traj_id) in top}
 
 
@@ -160,10 +165,7 @@ def run(job: tuple) -> dict:
         s = simulate(cfg, "colocated").summary
     out = {"cell": list(cell), "variant": variant, "k": k, "r": r, "seed": seed, "makespan_s": s["makespan_s"]}
     if variant == "predicted":
-        truth: dict[str, int] = {}
-        for sp in specs:
-            truth[group_of(sp.traj_id)] = truth.get(group_of(sp.traj_id), 0) + decode_tokens(sp)
-        longest = sorted(truth, key=lambda g: -truth[g])[:k]
+        longest = longest_groups(specs, k)
         out |= {"picked": late[0].picked, "longest": longest, "hits": len(set(late[0].picked) & set(longest))}
     elif variant == "predicted-traj":
         longest = [sp.traj_id for sp in sorted(specs, key=lambda sp: -decode_tokens(sp))[:k]]
