@@ -1,7 +1,8 @@
 """Multi-step runs whose workload drifts as a policy learns: can switching roles between steps
 beat every fixed split, and by how much could it at best?
 
-Each cell is run under colocated, every P:D split, prorsa with no prior and the oracle. Kinds:
+Each cell is run under colocated, every P:D split, every P beside mixed engines, prorsa and the
+oracle. Kinds:
     growth   a synchronous run of --steps steps of SWE trajectories whose decodes grow (or shrink)
              geometrically to `decode_growth` times step 0's by the last step (--growths; none: no cell)
     shift    a synchronous run of --steps steps whose task mix moves from one family to another
@@ -15,20 +16,31 @@ release cells: one asynchronous run has no steps to choose between).
 Engines: the paper table's MoE ones (8 engines of EP4, 256 trajectories a step) and drivers.py's
 EP8 ones (8 engines of EP8, 256 a step).
 
+--priors runs prorsa under each of priors.py's priors as well as none: `earlier`, a run of the
+cell's first step (its first family, its step-0 decodes; release cells: every trajectory at once)
+on the same engines under another seed, colocated; `wrong`, the same of another family (swe <-
+math-tir, math-tir <- search, search <- swe); `declared`, the earlier run's five means. --reuse
+FILE keeps the points an earlier results file holds and simulates the rest, less the policies
+--rerun names (after a change to the policy, say: --rerun prorsa,oracle).
+
     .venv/bin/python benchmarks/drift.py [--growths 0.25,4,8|none] [--shifts swe:math-tir] [--releases 60]
                                          [--waves 4] [--steps 4] [--engines ...] [--workers 2] [--out FILE]
+                                         [--priors none,earlier,wrong,declared] [--reuse FILE [--rerun prorsa]]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper import ENGINES, STATICS, save  # noqa: E402
+from priors import BESIDE_MIXED, PRIORS, WRONG  # noqa: E402
 from progress import each_done
 
 ENGINE_SETS = ("paper-moe-ep4", "drivers-ep8")
@@ -70,18 +82,48 @@ def released(cfg, period_s: float, waves: int):
     return Workload(w, cfg.seed, family=None, trace=specs)
 
 
+def prior_config(engines: str, kind: str, value, seed: int, wrong: bool):
+    """An earlier run for the cell: its first step (release cells: every trajectory at once) of its
+    first family, or of the family WRONG names for that one, under `seed`."""
+    cfg = base_config(engines, "async" if kind == "release" else "sync")
+    family = value.split(":")[0] if kind == "shift" else "swe"
+    w = cfg.workload.model_copy(update={"family": WRONG[family] if wrong else family})
+    return cfg.model_copy(update={"workload": w, "seed": seed})
+
+
+def make_prior(job: tuple) -> tuple:
+    """Runs prior_config's earlier run under colocated and writes it to its folder."""
+    from prorsa.sim.run import simulate, write_run
+
+    engines, kind, value, seed, wrong, folder = job
+    write_run(simulate(prior_config(engines, kind, value, seed, wrong), "colocated"), Path(folder))
+    return job
+
+
+def with_prior(cfg, prior_name: str, folder: str | None):
+    """`cfg` told the prior: the earlier run's folder, or its five means as the pipeline declares them."""
+    if prior_name == "none":
+        return cfg
+    from prorsa.config.pipeline import PipelineConfig
+    from prorsa.metrics.prior import read_prior
+
+    data = cfg.model_dump()
+    data["prior"] = read_prior(folder).model_dump() if prior_name == "declared" else folder
+    return PipelineConfig.model_validate(data)
+
+
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
-    engines, kind, value, steps, waves, policy = job
+    engines, kind, value, steps, waves, policy, prior_name, folder = job
     cfg, workload = cell_config(engines, kind, value, steps, waves)
-    sim = simulate(cfg, policy, workload)
+    sim = simulate(with_prior(cfg, prior_name, folder), policy, workload)
     steps = cfg.workload.steps if cfg.workload.mode == "sync" else 1
     ends = [0.0] * steps
     for r in sim.recorder.trajectories:
         ends[r.spec.step] = max(ends[r.spec.step], r.end_s)
     return cell_key(engines, kind, value, steps) | {
-        "policy": policy, "figure": sim.makespan_s, "switches": sim.summary["role_switches"],
+        "policy": policy, "prior": prior_name, "figure": sim.makespan_s, "switches": sim.summary["role_switches"],
         "per_step": [ends[0]] + [ends[k] - ends[k - 1] for k in range(1, steps)]}
 
 
@@ -93,12 +135,15 @@ def cell_key(engines: str, kind: str, value, steps: int) -> dict:
 
 def cell_summary(points: list[dict]) -> dict:
     fixed = {p["policy"]: p for p in points if p["policy"] not in ("prorsa", "oracle")}
-    by = {p["policy"]: p for p in points}
+    by = {p["policy"]: p for p in points if p.get("prior", "-") in ("none", "-")}
+    mine = {p["prior"]: p for p in points if p["policy"] == "prorsa" and "prior" in p}
     best = min(fixed, key=lambda k: fixed[k]["figure"])
     steps = points[0]["steps"]
     ref = fixed[best]["figure"]
     summary = {"best_fixed": best, "best_fixed_s": ref, "prorsa_vs_best": ref / by["prorsa"]["figure"],
-               "oracle_vs_best": ref / by["oracle"]["figure"], "prorsa_switches": by["prorsa"]["switches"]}
+               "oracle_vs_best": ref / by["oracle"]["figure"], "prorsa_switches": by["prorsa"]["switches"],
+               "prorsa_vs_best_by_prior": {k: ref / p["figure"] for k, p in mine.items()},
+               "prorsa_switches_by_prior": {k: p["switches"] for k, p in mine.items()}}
     if steps < 2:
         return summary | {"hindsight_splits": None, "hindsight_vs_best": None}
     hindsight = [min(fixed, key=lambda k: fixed[k]["per_step"][s]) for s in range(steps)]
@@ -116,19 +161,37 @@ def main() -> None:
     ap.add_argument("--engines", default=",".join(ENGINE_SETS))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/drift.json")
+    ap.add_argument("--priors", default="none", help=f"prorsa's priors, comma-separated, of {','.join(PRIORS)}")
+    ap.add_argument("--seed", type=int, default=0, help="the earlier runs' seed is this + 1")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
+    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them")
     args = ap.parse_args()
+    priors = args.priors.split(",")
+    if any(p not in PRIORS for p in priors) or "none" not in priors:
+        sys.exit(f"error: --priors: of {list(PRIORS)}, comma-separated, none among them; got {args.priors!r}")
     kinds = parse_cells(args)
     engine_sets = args.engines.split(",")
     if unknown := [e for e in engine_sets if e not in ENGINE_SETS]:
         sys.exit(f"error: --engines: unknown {unknown}; known: {list(ENGINE_SETS)}")
     cells = [(e, kind, v) for e in engine_sets for kind, values in kinds.items() for v in values]
-    jobs = [(e, kind, v, args.steps, args.waves, p) for e, kind, v in cells
-            for p in ["colocated", *STATICS, "prorsa", "oracle"]]
     t0 = time.perf_counter()
-    points = []
-    with Pool(args.workers) as pool:
-        points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['engines']} {label(p)} {p['policy']}: "
-                  f"{p['figure']:.1f} s"))
+    with tempfile.TemporaryDirectory() as tmp, Pool(args.workers) as pool:
+        # an earlier run of each cell's first step, and of the family that misleads it
+        folder = {(c, wrong): str(Path(tmp) / f"prior-{i}-{int(wrong)}") for i, c in enumerate(cells)
+                  for wrong in (False, True)}
+        prior_dir = {"none": None, "earlier": False, "wrong": True, "declared": False}
+        jobs = [(e, kind, v, args.steps, args.waves, p, "none" if p == "prorsa" else "-", None) for e, kind, v in cells
+                for p in ["colocated", *STATICS, *BESIDE_MIXED, "prorsa", "oracle"]]
+        jobs += [(e, kind, v, args.steps, args.waves, "prorsa", pr, folder[(e, kind, v), prior_dir[pr]])
+                 for e, kind, v in cells for pr in priors if pr != "none"]
+        kept = reused(args.reuse, set(filter(None, args.rerun.split(","))))
+        points = [kept[job_key(j)] for j in jobs if job_key(j) in kept]
+        jobs = [j for j in jobs if job_key(j) not in kept]
+        needed = {j[7] for j in jobs if j[7] is not None}
+        list(pool.imap_unordered(make_prior, [(*c, args.seed + 1, wrong, f) for (c, wrong), f in folder.items()
+                                              if f in needed]))
+        points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['engines']} {label(p)} {p['policy']} "
+                                f"({p['prior']}): {p['figure']:.1f} s"))
     results = []
     for e, kind, v in cells:
         key = cell_key(e, kind, v, 1 if kind == "release" else args.steps)
@@ -147,6 +210,31 @@ def main() -> None:
                       f"{r['prorsa_vs_best']:.3f}", f"{r['oracle_vs_best']:.3f}", str(r["prorsa_switches"]))
     Console(width=160).print(table)
     save("drift.py", t0, results, points, args.out)
+
+
+def job_key(job: tuple) -> tuple:
+    engines, kind, value, steps, _, policy, prior_name, _ = job
+    key = cell_key(engines, kind, value, 1 if kind == "release" else steps)
+    return (*key.items(), policy, prior_name)
+
+
+def reused(path: str | None, rerun: set[str]) -> dict[tuple, dict]:
+    """job key -> point, from an earlier results file (--reuse), less the `rerun` policies'. Points
+    from before --priors have no prior: prorsa's was none."""
+    if not path:
+        return {}
+    try:
+        points = json.loads(Path(path).read_text())["points"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: --reuse {path}: not a drift.py results file ({e})")
+    out = {}
+    for p in points:
+        if p["policy"] in rerun:
+            continue
+        p = p | {"prior": p.get("prior", "none" if p["policy"] == "prorsa" else "-")}
+        key = {k: p[k] for k in ("engines", "steps", "growth", "kind", "value") if k in p}
+        out[(*key.items(), p["policy"], p["prior"])] = p
+    return out
 
 
 def parse_cells(args) -> dict[str, list]:

@@ -15,6 +15,8 @@ oracle (prorsa's allocator fed the true future).
                            the longer the tail of a synchronous step, where few trajectories are left
     --factor weight-update 0 or 10 s weight updates (sync: between 3 steps; async: every 32 finished
                            trajectories, rollout going on) that invalidate every prefix cache, MoE EP4
+    --factor weight-update-clock  async only: a 10 s weight update every 30 or 60 wall seconds
+                           (`weight_update_every_s`: a trainer publishing on a clock, not per batch), MoE EP4
     --factor parallelism   stage-specific parallelism on 8 engines of 8 H200s each (64 GPUs in every
                            row), Qwen3-30B-A3B: every role EP8 (DP attention, 8 ranks), every role
                            TP8 (one rank, no barrier), or prefill TP8 with decode and mixed EP8
@@ -43,9 +45,12 @@ FACTORS = {
     "tokens": [0.5, 1.0, 2.0, 4.0],
     "prefix-cache": ["ideal", "lru"],
     "weight-update": [0.0, 10.0],
+    "weight-update-clock": [30.0, 60.0],
     "turns": [4, 8, 16, 24],
     "parallelism": ["ep8", "tp8", "p-tp8/d-ep8"],
 }
+# factors whose workload exists in one mode only (updates on a clock need a rollout going on)
+ONLY_MODES = {"weight-update-clock": ("async",)}
 # --factor parallelism: the engines' layout; tp x ep = 8 GPUs an engine in every row and role
 LAYOUTS = {
     "ep8": {"tp": 1, "ep": 8},
@@ -58,11 +63,13 @@ def config(factor: str, value, mode: str):
     from prorsa.config.pipeline import PipelineConfig
 
     ep, model, gpu, scale, cache, slots, update, steps = 4, "qwen3-30b-a3b", "h200", 1.0, "ideal", 32, 0.0, 1
-    turns = 12
+    turns, every = 12, None
     if factor == "turns":
         ep, turns = 16, value
     elif factor == "weight-update":
         update, steps = value, 3
+    elif factor == "weight-update-clock":
+        update, every = 10.0, value
     elif factor in ("ep", "ep-wide"):
         ep = value
     elif factor == "tokens":
@@ -80,8 +87,13 @@ def config(factor: str, value, mode: str):
         "engines": engines,
         "workload": {"family": "swe", "mode": mode, "prompts": 4 * ep, "group_size": 8, "steps": steps,
                      "concurrency": 16 * ep, "trajectories": 32 * ep * steps, "max_turns": turns, "token_scale": scale,
-                     "weight_update_s": update},
+                     "weight_update_s": update, "weight_update_every_s": every},
     })  # fmt: skip
+
+
+def modes_of(factor: str, modes: list[str]) -> list[str]:
+    """Of `modes`, those `factor`'s workload exists in."""
+    return [m for m in modes if m in ONLY_MODES.get(factor, modes)]
 
 
 def run(job: tuple) -> tuple:
@@ -105,7 +117,9 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    modes = args.modes.split(",")
+    modes = modes_of(args.factor, args.modes.split(","))
+    if not modes:
+        sys.exit(f"error: --modes {args.modes}: --factor {args.factor} runs {', '.join(ONLY_MODES[args.factor])} only")
     policies = WIDE_POLICIES if args.factor == "ep-wide" else POLICIES
     values = [v for v in FACTORS[args.factor] if args.values is None or str(v) in args.values.split(",")]
     if not values:

@@ -18,7 +18,8 @@ the policies --rerun names (after a change to the oracle, say: --rerun oracle).
 
     --table paper     benchmarks/paper.py's cells (--families, --models, --modes)
     --table drivers   benchmarks/drivers.py's SWE cells, one per value of each --factors
-                      (ep, tokens, prefix-cache, turns, weight-update, parallelism, ep-wide);
+                      (ep, tokens, prefix-cache, turns, weight-update, weight-update-clock,
+                      parallelism, ep-wide);
                       the wrong prior is a math-tir run on the same engines
     --table phases    benchmarks/phases.py's alternating trace (async, EP --ep); the earlier run
                       is the same trace with its blocks in the other order (the same data seen in
@@ -47,7 +48,7 @@ from progress import each_done
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
 PRIORS = ("none", "earlier", "wrong", "declared")
-DRIVER_FACTORS = ("ep", "tokens", "prefix-cache", "turns", "weight-update", "parallelism")
+DRIVER_FACTORS = ("ep", "tokens", "prefix-cache", "turns", "weight-update", "weight-update-clock", "parallelism")
 PHASES_FIXED = ["colocated"] + [f"static:{p}:{d}" + (f":{m}" if m else "")
                                 for p in range(ENGINES + 1) for d in range(ENGINES + 1 - p)
                                 for m in [ENGINES - p - d] if 0 < m < ENGINES or (m == 0 and p and d)]
@@ -243,12 +244,12 @@ def chosen_cells(args: argparse.Namespace) -> list[tuple]:
             sys.exit(f"error: --families: unknown {unknown}; known: {sorted(WRONG)}")
         return [("paper", f, m, md) for f in families for m in args.models.split(",") for md in modes]
     if args.table == "drivers":
-        from drivers import FACTORS
+        from drivers import FACTORS, modes_of
 
         factors = args.factors.split(",")
         if unknown := [f for f in factors if f not in FACTORS]:
             sys.exit(f"error: --factors: unknown {unknown}; known: {sorted(FACTORS)}")
-        return [("drivers", f, v, md) for f in factors for v in FACTORS[f] for md in modes]
+        return [("drivers", f, v, md) for f in factors for v in FACTORS[f] for md in modes_of(f, modes)]
     return [("phases", "ep", int(ep), "async") for ep in args.ep.split(",")] if "async" in modes else []
 
 

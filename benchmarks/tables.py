@@ -214,18 +214,24 @@ def priors_cells_table(file: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def drift_priors(c: dict) -> list[str]:
+    """A drift.py cell's prorsa / best fixed under each prior (none alone before --priors), and its switches."""
+    v = c.get("prorsa_vs_best_by_prior") or {"none": c["prorsa_vs_best"]}
+    n = c.get("prorsa_switches_by_prior") or {"none": c["prorsa_switches"]}
+    return [*(f3(v.get(p)) for p in PRIOR_NAMES), "/".join(str(n.get(p, "-")) for p in PRIOR_NAMES)]
+
+
 def t_drift(d: dict) -> list[str]:
     """Decode lengths drifting across steps: prorsa and the per-step hindsight against the best single split."""
     rows = []
     for c in d["drift.json"]["cells"]:
         rows.append([c["engines"], f"{c['growth']:g}", str(c["steps"]), split(c["best_fixed"]),
                      f"{c['best_fixed_s']:.1f} s", " ".join(split(h) for h in c["hindsight_splits"]),
-                     f3(c["hindsight_vs_best"]), f3(c["prorsa_vs_best"]), f3(c["oracle_vs_best"]),
-                     str(c["prorsa_switches"])])
+                     f3(c["hindsight_vs_best"]), *drift_priors(c), f3(c["oracle_vs_best"])])
     cells = d["drift.json"]["cells"]
     most = max(c["hindsight_vs_best"] for c in cells)
     return table(["engines", "decode growth", "steps", "best fixed", "its makespan", "best per step (hindsight)",
-                  "hindsight / best", "prorsa / best", "oracle / best", "prorsa switches"], rows) + [
+                  "hindsight / best", *PRIOR_COLUMNS, "switches n/e/w/d", "oracle / best"], rows) + [
         "", f"The most a split chosen afresh for every step could gain over the best single split here: "
             f"{most:.3f}x; prorsa {min(c['prorsa_vs_best'] for c in cells):.3f}-"
             f"{max(c['prorsa_vs_best'] for c in cells):.3f} of the best single split."]
@@ -242,7 +248,7 @@ def t_drift_mix(d: dict) -> list[str]:
         hind = c["hindsight_splits"]
         rows.append([c["engines"], what, split(c["best_fixed"]), f"{c['best_fixed_s']:.1f} s",
                      "-" if hind is None else " ".join(split(h) for h in hind), f3(c["hindsight_vs_best"]),
-                     f3(c["prorsa_vs_best"]), f3(c["oracle_vs_best"]), str(c["prorsa_switches"])])
+                     *drift_priors(c), f3(c["oracle_vs_best"])])
     shifts = [c for c in cells if c["kind"] == "shift"]
     waves = [c for c in cells if c["kind"] == "release"]
 
@@ -250,7 +256,7 @@ def t_drift_mix(d: dict) -> list[str]:
         return f"{min(xs):.3f}-{max(xs):.3f}"
 
     return table(["engines", "workload", "best fixed", "its makespan", "best per step (hindsight)",
-                  "hindsight / best", "prorsa / best", "oracle / best", "prorsa switches"], rows) + [
+                  "hindsight / best", *PRIOR_COLUMNS, "switches n/e/w/d", "oracle / best"], rows) + [
         "", f"Shifting mixes: a split chosen afresh for every step gains at most "
             f"{max(c['hindsight_vs_best'] for c in shifts):.3f}x over the best single split; prorsa "
             f"{span([c['prorsa_vs_best'] for c in shifts])}, the oracle {span([c['oracle_vs_best'] for c in shifts])}. "
@@ -857,6 +863,7 @@ TABLES: dict[str, Table] = {
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),
+    "priors-drivers-steps3": Table(["priors-drivers-steps3.json"], priors_cells_table("priors-drivers-steps3.json")),
     "priors-phases": Table(["priors-phases.json"], priors_cells_table("priors-phases.json")),
     "drift": Table(["drift.json"], t_drift),
     "drift-mix": Table(["drift-mix.json"], t_drift_mix),
@@ -878,6 +885,8 @@ TABLES: dict[str, Table] = {
                                   drivers_table("drivers-prefix-cache.json", "prefix cache", hits=True)),
     "drivers-weight-update": Table(["drivers-weight-update.json"],
                                    drivers_table("drivers-weight-update.json", "weight update (s)")),
+    "drivers-weight-update-clock": Table(["drivers-weight-update-clock.json"],
+                                         drivers_table("drivers-weight-update-clock.json", "update every (s)")),
     "phases": Table(PHASES, t_phases),
     "moe-step": Table(["policies_live-moe-step.json"], t_moe_step),
     "live-grid": Table(["policies_live.json"], grid_table("policies_live.json")),

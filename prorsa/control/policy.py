@@ -53,6 +53,9 @@ class Snapshot:
     # between_steps, the step that just ended; to decide, the most recent to have completed
     # (up to RECENT_FINISHED, oldest first)
     finished: tuple[TrajectorySpec, ...] = ()
+    # switches under way: engine -> the role it is becoming. A draining engine reports the role it
+    # serves meanwhile (mixed), for as long as its decodes take to finish.
+    heading: dict[str, Role] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

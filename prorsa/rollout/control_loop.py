@@ -201,7 +201,7 @@ class ControlLoop:
         c = time.thread_time()
         snap = self._with_ended(snap)
         self._learn(snap)
-        snap = replace(snap, finished=self._recent_finished())
+        snap = replace(snap, finished=self._recent_finished(), heading=dict(self._heading))
         self.spent(time.thread_time() - c)
         decision = await self.decide(snap)
         c = time.thread_time()

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from prorsa.control.adaptive import Prorsa, Reactive
+from prorsa.control.adaptive import Prorsa, Reactive, Requests
 from prorsa.control.lifecycle import LifecycleEvent as E
 from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import Decision, Snapshot, make_policy
@@ -155,6 +155,24 @@ def test_a_new_goal_needs_votes_and_is_not_requested_twice():
     # The body never carried the switches out: each engine is asked once (the request stands).
     asked = [e for _, d in two for e in d.targets]
     assert len(asked) == len(set(asked)) >= 2
+
+
+def test_a_request_the_body_is_still_carrying_out_does_not_time_out():
+    """A mixed engine turning prefill drains its decodes first and reports mixed meanwhile, for
+    longer than a lost request is waited for: planned as mixed, the split on the way to the goal
+    priced as a bad one and the move was undone."""
+    req = Requests(timeout_s=30.0)
+    req.ask({"e0": P}, 0.0)
+    loads = (EngineLoad("e0", M), EngineLoad("e1", D))
+
+    def planned(t: float, heading: dict) -> list[Role]:
+        return [e.role for e in req.engines(Snapshot(time_s=t, engines=loads, heading=heading))]
+
+    assert planned(100.0, {"e0": P}) == [P, D]  # still draining, 100 s on
+    assert planned(101.0, {}) == [M, D]  # the body gave it up: past the timeout, as observed
+    assert planned(102.0, {"e1": M}) == [M, M]  # a switch under way that no request stands for
+    req.ask({"e1": P}, 103.0)
+    assert planned(104.0, {"e1": M}) == [M, P]  # the latest request wins over the switch under way
 
 
 # -- reactive ---------------------------------------------------------------------------------

@@ -185,3 +185,31 @@ def test_an_engine_does_not_leave_its_cell_as_the_last_open_engine_of_a_phase():
         loop.router.set_role("p", Role.MIXED)  # now another engine serves decode: d0 may go
         assert await leave_loop(loop, "d0", drain) is True and drained == ["d0"] and "d0" not in loop.router.roles
     asyncio.run(main())
+
+
+class AsksAndSees(Asks):
+    def __init__(self, *targets):
+        super().__init__(*targets)
+        self.snaps: list[Snapshot] = []
+
+    def decide(self, snap):
+        self.snaps.append(snap)
+        return super().decide(snap)
+
+
+def test_the_policy_sees_which_switches_are_under_way():
+    """A draining engine reports the role it serves meanwhile; the snapshot names where it is going,
+    for as long as the switch lasts and no longer."""
+    async def main():
+        policy = AsksAndSees({"e0": Role.DECODE})
+        loop = Gated(policy, Router({"e0": Role.PREFILL, "e1": Role.PREFILL, "e2": Role.DECODE}),
+                     RunRecorder(["e0", "e1", "e2"], 4, None), 1.0, lambda: 0.0)
+        await loop.step()  # P -> D starts and waits at the gate
+        await loop.step()
+        loop.gate.set()
+        while loop.switching:
+            await asyncio.sleep(0)
+        await loop.step()
+        return policy.snaps
+    first, during, after = asyncio.run(main())
+    assert first.heading == {} and during.heading == {"e0": Role.DECODE} and after.heading == {}
