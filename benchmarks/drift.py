@@ -31,7 +31,6 @@ FILE keeps the points an earlier results file holds and simulates the rest, less
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, STATICS, save  # noqa: E402
+from paper import ENGINES, STATICS, save, saved_points  # noqa: E402
 from priors import BESIDE_MIXED, PRIORS, WRONG  # noqa: E402
 from progress import each_done
 
@@ -223,12 +222,8 @@ def reused(path: str | None, rerun: set[str]) -> dict[tuple, dict]:
     from before --priors have no prior: prorsa's was none."""
     if not path:
         return {}
-    try:
-        points = json.loads(Path(path).read_text())["points"]
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"error: --reuse {path}: not a drift.py results file ({e})")
     out = {}
-    for p in points:
+    for p in saved_points(path, "drift.py"):
         if p["policy"] in rerun:
             continue
         p = p | {"prior": p.get("prior", "none" if p["policy"] == "prorsa" else "-")}

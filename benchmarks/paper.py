@@ -165,5 +165,13 @@ def save(script: str, t0: float, cells: list[dict], points: list[dict], out: str
     path.write_text(json.dumps({"command": command, "cells": cells, "points": points}, indent=1) + "\n")
 
 
+def saved_points(path: str, script: str) -> list:
+    """The points of an earlier results file (--reuse); exits with one line naming it if it is not one."""
+    try:
+        return json.loads(Path(path).read_text())["points"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: --reuse {path}: not a {script} results file ({e})")
+
+
 if __name__ == "__main__":
     main()

@@ -35,7 +35,6 @@ With --steps N every synchronous cell is a run of N steps (async cells are left 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, STATICS, save  # noqa: E402
+from paper import ENGINES, STATICS, save, saved_points  # noqa: E402
 from progress import each_done
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
@@ -227,10 +226,7 @@ def reused(path: str | None, rerun: set[str] = frozenset()) -> dict[tuple, dict]
     """job key -> point, from an earlier results file (--reuse), less the `rerun` policies'."""
     if not path:
         return {}
-    try:
-        points = json.loads(Path(path).read_text())["points"]
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"error: --reuse {path}: not a priors.py results file ({e})")
+    points = saved_points(path, "priors.py")
     keys = ("family", "model") if points and "family" in points[0] else ("table", "factor", "value")
     return {(*(p[k] for k in keys), p["mode"], p["steps"], p["policy"], p["prior"]): p for p in points
             if p["policy"] not in rerun}
