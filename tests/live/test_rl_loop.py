@@ -34,12 +34,16 @@ def _updates(run_dir: Path) -> list[dict]:
 
 
 # What the test asks of learning, from pipelines/rl-toy.yaml as shipped (fixed seed; the engines'
-# batching still varies the samples run to run). Two runs: mean reward per step 0.032 and 0.037
-# over the first four steps, 0.101 and 0.081 over the last four; first turns calling the
-# calculator 0.31 -> 0.88 and 0.36 -> 0.80.
+# batching still varies the samples run to run). Four runs: mean reward per step 0.032, 0.037,
+# 0.044 and 0.038 over the first four steps, 0.101, 0.081, 0.069 and 0.085 over the last four;
+# first turns calling the calculator 0.31 -> 0.88, 0.36 -> 0.80, 0.43 -> 0.65 and 0.38 -> 0.80.
+# The bars sit under the slowest of them and well above what a policy that does not learn shows:
+# a four-step mean over 256 samples varies by about 0.03 in the call share (binomial, p ~ 0.4)
+# and about 0.004 in the reward: two such means of an unchanged policy differ by 0.15 (3.4 standard
+# deviations of their difference) or 0.015 (2.7) rarely, and by both more rarely still.
 FIRST_LAST = 4
-MIN_REWARD_GAIN = 0.025
-MIN_CALL_GAIN = 0.25
+MIN_REWARD_GAIN = 0.015
+MIN_CALL_GAIN = 0.15
 
 
 def test_rl_toy_learns_to_call_the_calculator(tmp_path):
