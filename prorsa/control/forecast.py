@@ -26,9 +26,10 @@ A decode or tool that has outlasted every remembered one is expected to last as 
 first decodes of a step to end are its short ones, so outlasting them says little about a cap.
 
 The prefill tokens/s a Forecast carries are not the model's alone: ErrorBook.blend corrects the
-model's level per bin by what arrived over what it forecast, and mixes in the last interval and
-the EWMA by the weights whose recent scored forecasts erred least (forecast_stats.py). Turns follow
-the blended tokens at the model's tokens per turn. Decode sequences are the model's.
+model's level per bin by what arrived over what it forecast, and mixes that, the model as it is,
+the last interval and the EWMA by the weights whose recent scored forecasts erred least
+(forecast_stats.py). Turns follow the blended tokens at the model's tokens per turn. Decode
+sequences are the model's.
 The decode rate (tokens/s per sequence) is measured from DECODE -> TOOL durations: that includes
 batching and the engines as they are, which a cost model of some other machine does not; the
 injected `decode_tps` only stands in until the first decode has finished.

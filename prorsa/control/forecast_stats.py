@@ -174,13 +174,16 @@ METRICS = ("prefill_tps", "decode_seqs")
 BASELINES = ("", "_persistence", "_ewma")  # the forecast's own error, then its two baselines'
 LIFECYCLE = "_lifecycle"  # the lifecycle model's forecast before the blend, scored beside them
 EWMA_ALPHA = 0.3
-# The blend: weights on (calibrated lifecycle, persistence, EWMA) in steps of 1/BLEND_STEPS, chosen
-# afresh each forecast once MIN_FIT have been scored, from all scored so far (up to FIT_WINDOW), a
-# forecast counting half as much every FIT_HALF_LIFE newer ones: which predictor is right drifts
-# over a run (the model's statistics start thin; a step's tail is not its middle). The level
-# correction forgets more slowly (LEVEL_HALF_LIFE): one burst of 10k-token observations swings a
-# short window's sums. One weighting serves every bin: chosen per bin, it chased each bin's noise
-# (SWE async prefill: 0.77 of the better baseline's MAPE with one, 0.96 per bin).
+# The blend: weights on (calibrated lifecycle, lifecycle as it is, persistence, EWMA) in steps of
+# 1/BLEND_STEPS, chosen afresh each forecast once MIN_FIT have been scored, from all scored so far
+# (up to FIT_WINDOW), a forecast counting half as much every FIT_HALF_LIFE newer ones: which
+# predictor is right drifts over a run (the model's statistics start thin; a step's tail is not
+# its middle). The level correction forgets more slowly (LEVEL_HALF_LIFE): one burst of 10k-token
+# observations swings a short window's sums; so slowly that it went on scaling the model down
+# after the bias it corrected had gone, hence the model uncorrected beside it (SWE async prefill
+# 0.88-0.94 of the better baseline's MAPE -> 0.78-0.79). One weighting serves every bin: chosen per bin, it
+# chased each bin's noise (SWE async prefill: 0.77 of the better baseline's MAPE with one, 0.96
+# per bin).
 BLEND_STEPS = 10
 MIN_FIT = 8
 FIT_WINDOW = 256
@@ -190,10 +193,10 @@ CALIBRATION = (0.2, 5.0)  # bounds on the lifecycle forecast's level correction
 
 
 def _simplex(steps: int) -> np.ndarray:
-    """Every (w_lifecycle, w_persistence, w_ewma) >= 0 summing to 1 in steps of 1/steps, the
-    lifecycle-heavy first (argmin keeps the first of equals)."""
-    return np.array([(steps - p - e, p, e) for p in range(steps + 1) for e in range(steps + 1 - p)],
-                    dtype=float) / steps
+    """Every (w_corrected, w_lifecycle, w_persistence, w_ewma) >= 0 summing to 1 in steps of
+    1/steps, the lifecycle-heavy first (argmin keeps the first of equals)."""
+    return np.array([(steps - r - p - e, r, p, e) for r in range(steps + 1) for p in range(steps + 1 - r)
+                     for e in range(steps + 1 - r - p)], dtype=float) / steps
 
 
 _WEIGHTS = _simplex(BLEND_STEPS)
@@ -230,12 +233,12 @@ class ErrorBook:
     The book also makes the forecast it scores for prefill (blend): the lifecycle model's forecast
     times its level correction per bin (what arrived over what it forecast, summed over recent
     scored forecasts: its error has a sign, e.g. while the first decodes to end are the short
-    ones), mixed with the two baselines by the convex weights whose recent forecasts had the least
-    MAPE. Each predictor is right somewhere else (the model on returns it sees coming, the last
-    interval on a level that moves slowly), and which is right when is learned from this run's
-    scored errors, never its future. The model's own forecast keeps its error under
-    "..._lifecycle@...". Decode sequences are not blended: mixing in the baselines there made the
-    forecast worse (search 0.50 -> 0.71 of the better baseline's MAPE).
+    ones), mixed with the model's forecast as it is and the two baselines by the convex weights
+    whose recent forecasts had the least MAPE. Each predictor is right somewhere else (the model
+    on returns it sees coming, the last interval on a level that moves slowly), and which is right
+    when is learned from this run's scored errors, never its future. The model's own forecast
+    keeps its error under "..._lifecycle@...". Decode sequences are not blended: mixing in the
+    baselines there made the forecast worse (search 0.50 -> 0.71 of the better baseline's MAPE).
     """
 
     def __init__(self, n_bins: int, bin_s: float, window: int):
@@ -285,7 +288,7 @@ class ErrorBook:
         d, dl = 0.5 ** (age / FIT_HALF_LIFE), 0.5 ** (age / LEVEL_HALF_LIFE)
         made, actual = (dl * h[..., 0]).sum(0), (dl * h[..., 3]).sum(0)
         level = np.clip(np.divide(actual, made, out=np.ones_like(made), where=made > 0), *CALIBRATION)
-        comps = np.concatenate([h[..., :1] * level[None, :, None], h[..., 1:3]], axis=2)
+        comps = np.concatenate([h[..., :1] * level[None, :, None], h[..., :3]], axis=2)
         past = np.einsum("wk,fbk->wfb", _WEIGHTS, comps)  # what every weighting would have said
         seen = h[..., 3] > 0  # MAPE skips what was 0, as errors() does
         ape = np.abs(past - h[None, ..., 3]) / np.where(seen, h[..., 3], 1.0)[None]
@@ -294,7 +297,7 @@ class ErrorBook:
         if not (wsum > 0).any():  # nothing came in yet: nothing to tell the weightings apart
             return out * level
         w = _WEIGHTS[int(np.argmin(per_bin[:, wsum > 0].mean(1)))]
-        return w[0] * out * level + w[1] * persistence + w[2] * ewma
+        return w[0] * out * level + w[1] * out + w[2] * persistence + w[3] * ewma
 
     def remember(self, start: float, prefill_tps: np.ndarray, decode_seqs: np.ndarray,
                  lifecycle: tuple[np.ndarray, np.ndarray] | None = None,

@@ -421,6 +421,25 @@ def test_the_blend_weighs_the_predictor_whose_scored_error_was_least():
     assert book.blend("prefill_tps", np.array([999.0, 999.0]), 120.0, 300.0) == pytest.approx([120.0, 120.0])
 
 
+def test_the_blend_drops_a_level_correction_the_model_has_outgrown():
+    """The model said twice what came for 8 forecasts, then exactly what came for 24: the level
+    correction, which forgets slowly, still scales it by 0.8; the model as it is scored best of
+    late, so the blend is the model's forecast uncorrected (the baselines, 50 and 60, were off by
+    40% or more, and so is any mix of them)."""
+    from prorsa.control.forecast_stats import LEVEL_HALF_LIFE
+
+    assert LEVEL_HALF_LIFE > 32
+    book = _scored_book([[200.0, 200.0]] * 8, [100.0, 100.0], 50.0, 60.0)
+    for k in range(8, 32):
+        book.remember(10.0 * k, np.array([100.0, 100.0]), np.zeros(2),
+                      lifecycle=(np.array([100.0, 100.0]), np.zeros(2)),
+                      baselines={"prefill_tps": (50.0, 60.0), "decode_seqs": (0.0, 0.0)})
+        book.arrival(10.0 * k + 0.5, 100)
+        book.arrival(10.0 * k + 1.5, 100)
+        book.score(10.0 * k + 3.0)
+    assert book.blend("prefill_tps", np.array([60.0, 20.0]), 50.0, 60.0) == pytest.approx([60.0, 20.0])
+
+
 def test_the_blend_follows_the_ewma_where_it_was_the_one_right():
     """The model off both ways (60 and 140 alternately where 100 came), persistence 2x, the EWMA
     exact: the blend is the EWMA's value now, whatever the model says."""
