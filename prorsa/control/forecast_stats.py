@@ -181,9 +181,9 @@ EWMA_ALPHA = 0.3
 # its middle). The level correction forgets more slowly (LEVEL_HALF_LIFE): one burst of 10k-token
 # observations swings a short window's sums; so slowly that it went on scaling the model down
 # after the bias it corrected had gone, hence the model uncorrected beside it (SWE async prefill
-# 0.88-0.94 of the better baseline's MAPE -> 0.78-0.79). One weighting serves every bin: chosen per bin, it
-# chased each bin's noise (SWE async prefill: 0.77 of the better baseline's MAPE with one, 0.96
-# per bin).
+# 0.88-0.94 of the better baseline's MAPE -> 0.78-0.79). One weighting serves every bin: chosen
+# per bin, it chased each bin's noise (SWE async prefill: 0.77 of the better baseline's MAPE with
+# one, 0.96 per bin).
 BLEND_STEPS = 10
 MIN_FIT = 8
 FIT_WINDOW = 256
