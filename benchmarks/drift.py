@@ -163,7 +163,8 @@ def main() -> None:
     ap.add_argument("--priors", default="none", help=f"prorsa's priors, comma-separated, of {','.join(PRIORS)}")
     ap.add_argument("--seed", type=int, default=0, help="the earlier runs' seed is this + 1")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
-    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them")
+    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them "
+                    "(POLICY:PRIOR for one prior's points, e.g. prorsa:none)")
     args = ap.parse_args()
     priors = args.priors.split(",")
     if any(p not in PRIORS for p in priors) or "none" not in priors:
@@ -218,15 +219,16 @@ def job_key(job: tuple) -> tuple:
 
 
 def reused(path: str | None, rerun: set[str]) -> dict[tuple, dict]:
-    """job key -> point, from an earlier results file (--reuse), less the `rerun` policies'. Points
+    """job key -> point, from an earlier results file (--reuse), less the `rerun` policies' (a
+    policy, or POLICY:PRIOR for one prior's points: prorsa:none). Points
     from before --priors have no prior: prorsa's was none."""
     if not path:
         return {}
     out = {}
     for p in saved_points(path, "drift.py"):
-        if p["policy"] in rerun:
-            continue
         p = p | {"prior": p.get("prior", "none" if p["policy"] == "prorsa" else "-")}
+        if p["policy"] in rerun or f"{p['policy']}:{p['prior']}" in rerun:
+            continue
         key = {k: p[k] for k in ("engines", "steps", "growth", "kind", "value") if k in p}
         out[(*key.items(), p["policy"], p["prior"])] = p
     return out

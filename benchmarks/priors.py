@@ -163,7 +163,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="default: benchmarks/results/priors.json (paper), priors-TABLE.json")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same table: its points are kept")
-    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them")
+    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them "
+                    "(POLICY:PRIOR for one prior's points, e.g. prorsa:none)")
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
@@ -223,13 +224,14 @@ def job_key(job: tuple) -> tuple:
 
 
 def reused(path: str | None, rerun: set[str] = frozenset()) -> dict[tuple, dict]:
-    """job key -> point, from an earlier results file (--reuse), less the `rerun` policies'."""
+    """job key -> point, from an earlier results file (--reuse), less the `rerun` policies' (a
+    policy, or POLICY:PRIOR for one prior's points: prorsa:none)."""
     if not path:
         return {}
     points = saved_points(path, "priors.py")
     keys = ("family", "model") if points and "family" in points[0] else ("table", "factor", "value")
     return {(*(p[k] for k in keys), p["mode"], p["steps"], p["policy"], p["prior"]): p for p in points
-            if p["policy"] not in rerun}
+            if p["policy"] not in rerun and f"{p['policy']}:{p['prior']}" not in rerun}
 
 
 def chosen_cells(args: argparse.Namespace) -> list[tuple]:

@@ -6,11 +6,14 @@
     prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]
         lifecycle events -> Forecaster -> Allocator each interval; a new goal split must win
         `votes` intervals in a row by more than min_gain of the goal being carried out (or of
-        the current split), and an engine that switched stays put for `horizon_s`.
+        the current split), and an engine that switched stays put for `horizon_s`. With no
+        prior it opens on the engines alone (unprimed_opening: on an MoE under DP attention, a
+        quarter prefill beside mixed engines, which it gives back without a drain).
         Where it has a run to replay and the body lends it the simulator (PolicyContext.rehearse):
         model-predictive on a step's horizon instead. It opens on the split whose rehearsal of an
         earlier run's trajectories ends soonest, and between synchronous steps rehearses the step
-        that just ran; a rehearsed split is held (a sync step's length; an async run's whole).
+        that just ran and the one before it; a rehearsed split is held (a sync step's length; an
+        async run's whole).
         With engine groups (PolicyContext.groups) `prorsa` builds adaptive_groups.ProrsaGroups:
         the same policy over role counts per group.
 
@@ -48,6 +51,11 @@ MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate c
 PRIOR_SAMPLES = 16  # observations of a mean before it is held against the prior's
 PRIOR_TOLERANCE = 2.0  # an observed mean this many times off the prior's (either way) drops it
 VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
+# With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
+# ones (at least one of each). Chosen on the 32 single-step cells of benchmarks/priors.py's paper
+# and drivers tables whose engines have several ranks, of the shares 0, 1/4, 3/8 and 1/2: a quarter
+# lost least (lowest 0.937 of the best fixed split, 2 cells below 0.97; all mixed: 0.820 and 13).
+UNPRIMED_PREFILL_SHARE = 0.25
 
 
 class Requests:
@@ -181,6 +189,11 @@ class Prorsa:
         self.opening_reason = ""  # why initial_roles chose its split, in words
         self._held_on_prior = False  # ... rehearsed on the prior's trajectories: dropped if they prove wrong
         self._decode_mean: float | None = None  # the last step's mean decode, for the drift
+        # The step before the last, as it ran: rehearsed beside the last one, since one step's
+        # replay ranks splits within a few percent by its own seed (drivers.py's EP4 cell, three
+        # steps: the second step's replay put all mixed 1.1% ahead of P2 D6, the third step then
+        # ran 161 s all mixed against ~141 s on a split; both steps replayed: 413.4 s against 427.5)
+        self._step_before: list[TrajectorySpec] = []
         # (current, goal) -> the last trajectory completed when its replay refused the move
         self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
 
@@ -188,17 +201,17 @@ class Prorsa:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
         them ends soonest, held through the first step. Else the split the allocator scores best
         for the steady state the prior implies (an earlier run's means, or the pipeline's declared
-        ones; with none: all mixed), unless all-mixed is within min_gain of it. Mixed is the
-        default: it serves either
-        phase at once, leaves MIXED cheaply, and a rollout opens with a burst of prompts that
-        every engine can help prefill. But the roles a run opens with are the ones its first
-        turns settle on (their prefixes stay where they ran), and moving there later costs
-        drains: on an MoE model the opening decides most of the gain.
+        ones), unless all-mixed is within min_gain of it; with no prior, unprimed_opening. Mixed
+        is the default: it serves either phase at once, leaves MIXED cheaply, and a rollout
+        opens with a burst of prompts that every engine can help prefill. But the roles a run
+        opens with are the ones its first turns settle on (their prefixes stay where they ran),
+        and moving there later costs drains: on an MoE model the opening decides most of the gain.
 
         Of the splits the steady state scores alike, the one with the most mixed engines: where
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
-        goal = self._steady_split(self.prior, n_engines)
+        goal = self._steady_split(self.prior, n_engines) if self.prior is not None else \
+            unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
         p, d, m = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
         self._held_on_prior = self._held is not None
         self.opening_reason = self._why_opening((p, d, m), n_engines)
@@ -209,6 +222,10 @@ class Prorsa:
         if self._held_on_prior:
             return (f"of the splits rehearsed on {len(self.prior_trajectories)} earlier trajectories, the one that "
                     "ended soonest; held through the first step")
+        if self.prior is None and split != (0, 0, n_engines):
+            return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
+                    "given back without a drain if the run shows them idle (an earlier run as --prior "
+                    "picks a split from the start)")
         if self.prior is None:
             return ("no prior: every engine serves both phases until the run has shown its workload "
                     "(an earlier run as --prior picks a split from the start)")
@@ -234,20 +251,30 @@ class Prorsa:
                 return f"prior dropped: {key} {mine:.0f} observed against its {told:.0f}; "
         return ""
 
-    def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int]) -> tuple[int, int, int]:
-        """The split whose rehearsal (the body's simulator replaying `specs` as one step) ends
-        soonest, of: all mixed, every P:D, every P prefill beside mixed ones, and the fluid model's
-        pick; all mixed unless the best beats it by REHEARSAL_GAIN. `fluid` where nothing can be
-        rehearsed (no simulator lent, nothing observed, or more trajectories than is worth it)."""
+    def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int],
+                   older: Sequence[TrajectorySpec] = ()) -> tuple[int, int, int]:
+        """The split whose rehearsal (the body's simulator replaying `specs` as one step, and
+        `older` as another: their makespans summed) ends soonest, of: all mixed, every P:D, every
+        P prefill beside mixed ones, and the fluid model's pick; all mixed unless the best beats it
+        by REHEARSAL_GAIN. `fluid` where nothing can be rehearsed (no simulator lent, nothing
+        observed, or more trajectories than is worth it)."""
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         mixed = (0, 0, n_engines)
         cands = [mixed, fluid, *((p, n_engines - p, 0) for p in range(1, n_engines)),
                  *((p, 0, n_engines - p) for p in range(1, n_engines))]
-        times = self._replay(specs, cands)
+        times = self._rehearsal_times(specs, older, cands)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[mixed] else mixed
         return self._held
+
+    def _rehearsal_times(self, specs, older: Sequence[TrajectorySpec], cands: list) -> dict:
+        """Each candidate's makespan replaying `specs`, plus replaying `older` where given."""
+        times = self._replay(specs, cands)
+        if older and len(older) <= MAX_REHEARSED:
+            more = self._replay(older, cands)
+            times = {c: t + more[c] for c, t in times.items()}
+        return times
 
     def _replay(self, specs, splits: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], float]:
         """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the record."""
@@ -283,8 +310,9 @@ class Prorsa:
 
     def between_steps(self, snapshot: Snapshot) -> Decision:
         """Between synchronous steps nothing is in flight, so a switch drains nothing: the next
-        step opens on the split a rehearsal of the step that just ran ends soonest (its decodes
-        carried forward by the step-over-step trend: response lengths drift as a policy learns),
+        step opens on the split a rehearsal of the step that just ran, and of the one before it,
+        ends soonest (their decodes carried forward by the step-over-step trend: response lengths
+        drift as a policy learns),
         else on the steady split of what the steps so far observed (a prior until then)."""
         engines, goal, why = self._next_step(snapshot)
         targets = reassign(engines, goal)
@@ -299,9 +327,13 @@ class Prorsa:
         engines = self._requests.engines(snapshot)
         before, self._held, self._held_on_prior = len(self.rehearsals), None, False
         ahead, trend = self._carried_forward(snapshot.finished)
-        goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)))
+        older = _decodes_as(ahead, self._step_before)
+        self._step_before = list(snapshot.finished)
+        goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)), older)
         how = "steady state" if len(self.rehearsals) == before else (
-            f"rehearsed on {len(ahead)} trajectories" + (f", decodes x{trend:.2f}" if trend != 1.0 else ""))
+            f"rehearsed on {len(ahead)} trajectories"
+            + (f" and the {len(older)} of the step before" if older else "")
+            + (f", decodes x{trend:.2f}" if trend != 1.0 else ""))
         self._committed, self._streak = None, (None, 0)
         what = "no workload observed yet" if hint is None else (
             f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
@@ -319,8 +351,7 @@ class Prorsa:
         trend = min(max(mean / previous, 1 / TREND_BOUND), TREND_BOUND)
         if abs(trend - 1.0) < 0.02:  # no drift to speak of: replay the step as it ran
             return list(finished), 1.0
-        return [replace(s, turns=tuple(replace(t, decode_tokens=max(1, round(t.decode_tokens * trend)))
-                                       for t in s.turns)) for s in finished], trend
+        return _scaled_decodes(finished, trend), trend
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
@@ -389,6 +420,21 @@ class Prorsa:
                 f"{times[goal]:.1f} s under it, {times[current]:.1f} s as now: ")
 
 
+def _decodes_as(ahead: Sequence[TrajectorySpec], older: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
+    """`older` with its decodes scaled to `ahead`'s mean decode: an earlier step as the next one
+    is expected to decode (responses drift as a policy learns)."""
+    if not ahead or not older:
+        return []
+    have = float(np.mean([t.decode_tokens for s in older for t in s.turns]))
+    want = float(np.mean([t.decode_tokens for s in ahead for t in s.turns]))
+    return _scaled_decodes(older, want / have if have > 0 else 1.0)
+
+
+def _scaled_decodes(specs: Sequence[TrajectorySpec], factor: float) -> list[TrajectorySpec]:
+    return [replace(s, turns=tuple(replace(t, decode_tokens=max(1, round(t.decode_tokens * factor)))
+                                   for t in s.turns)) for s in specs]
+
+
 def _completed_since(finished: Sequence[TrajectorySpec], traj_id: str) -> int:
     """How many of `finished` (oldest first) completed after `traj_id`; all of them when it has
     left the window."""
@@ -403,6 +449,22 @@ def _split_name(split) -> str:
     if split and isinstance(split[0], tuple):
         return " | ".join(map(_split_name, split))
     return "P{} D{} M{}".format(*split)
+
+
+def unprimed_opening(ranks: int, n_engines: int) -> tuple[int, int, int]:
+    """The opening split with nothing known of the workload: all mixed on engines of one rank;
+    on engines of several DP-attention ranks, UNPRIMED_PREFILL_SHARE of them prefill beside mixed
+    ones. There a mixed engine steps at its slowest rank, so a prefill chunk on one rank stalls
+    every rank's decodes, and the splits that pay are made in the run's first seconds, before
+    any decode has ended for the forecast to learn from (opened all mixed on drivers.py's turns-8
+    cell, the allocator reached its best split between 6 and 24 s, through drains of 11-23 s, and
+    ended at 0.820 of it). The error is made on the side that is cheap to undo: a prefill
+    engine holds no decodes, so turning it mixed or decode drains nothing, while a mixed engine
+    turned prefill drains its decodes first."""
+    if ranks <= 1 or n_engines < 2:
+        return 0, 0, n_engines
+    p = min(max(round(n_engines * UNPRIMED_PREFILL_SHARE), 1), n_engines - 1)
+    return p, 0, n_engines - p
 
 
 def fill(specs: Sequence[TrajectorySpec], n: int) -> list[TrajectorySpec]:

@@ -209,7 +209,8 @@ def test_reactive_keeps_a_role_alive_and_holds_when_both_press():
 
 
 def test_the_opening_split_follows_the_prior_not_a_told_split():
-    """Without a prior prorsa opens all mixed. With a prior (an earlier run's means) it opens with the
+    """Without a prior prorsa opens all mixed on a dense model and a quarter prefill beside mixed
+    engines on an MoE under DP attention. With a prior (an earlier run's means) it opens with the
     split the cost model scores best for that workload's steady state: mixed for a dense model
     with small appends, dedicated roles for long SWE contexts on an MoE under DP attention."""
     from dataclasses import replace
@@ -225,6 +226,7 @@ def test_the_opening_split_follows_the_prior_not_a_told_split():
     moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
     moe = PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4, interval_s=1.0)
     assert make_policy("prorsa", dense).initial_roles(8) == [M] * 8  # no prior
+    assert make_policy("prorsa", moe).initial_roles(8) == [P, P] + [M] * 6  # no prior, 4 ranks an engine
     assert make_policy("prorsa", replace(dense, prior=small)).initial_roles(8) == [M] * 8
     opening = make_policy("prorsa", replace(moe, prior=swe)).initial_roles(8)
     assert Role.PREFILL in opening and len(opening) == 8
@@ -281,13 +283,13 @@ def _trajectory_events(n: int, turns: int, prompt: int, obs: int, dec: int, tool
 
 
 def test_prorsa_learns_the_workload_from_what_it_observes_and_opens_the_next_step_on_it():
-    """No prior: the first step opens all mixed; between steps the policy's means are the ones
+    """No prior: the first step opens on no workload's means; between steps the policy's means are the ones
     the trajectories showed (not a sample of the run's future), and the next step opens on the
     split they score best, moving the fewest engines."""
     from prorsa.control.policy import Snapshot
 
     p = make_policy("prorsa", _swe_moe_context())
-    assert p.initial_roles(8) == [M] * 8
+    assert p.initial_roles(8) == [P, P] + [M] * 6 and "no prior" in p.opening_reason
     assert p.learned() is None  # nothing ended yet: no means, and no prior to fall back on
     events = _trajectory_events(16, turns=11, prompt=1750, obs=1560, dec=465, tool_s=0.9)
     snap = Snapshot(200.0, tuple(eng(f"e{i}", M) for i in range(8)), events=tuple(events))
@@ -366,7 +368,7 @@ def test_between_steps_rehearses_the_step_that_just_ran():
         return 80.0 if split == (1, 0, 7) else 100.0
 
     p = make_policy("prorsa", replace(_swe_moe_context(), rehearse=rehearse))
-    assert p.initial_roles(8) == [M] * 8  # no prior: nothing to rehearse, all mixed
+    assert p.initial_roles(8) == [P, P] + [M] * 6  # no prior: nothing to rehearse, the unprimed opening
     finished = tuple(_spec(i) for i in range(3))
     d = p.between_steps(Snapshot(50.0, tuple(eng(f"e{i}", M) for i in range(8)), finished=finished))
     assert set(seen) == {("t0", "t1", "t2")}
@@ -472,3 +474,31 @@ def test_decodes_shorter_than_the_prior_do_not_drop_it():
     assert _decide_on(_held_on(prior), short).reason.startswith("hold P2 D6 M0")
     long = _trajectory_events(20, turns=1, prompt=2000, obs=0, dec=1100, tool_s=0.0)
     assert _decide_on(_held_on(prior), long).reason.startswith("prior dropped: decode_tokens 1100 observed against its 500")
+
+
+@pytest.mark.parametrize("ranks,n,split", [(1, 8, (0, 0, 8)), (4, 8, (2, 0, 6)), (16, 8, (2, 0, 6)),
+                                           (2, 16, (4, 0, 12)), (4, 3, (1, 0, 2)), (4, 2, (1, 0, 1)),
+                                           (4, 1, (0, 0, 1))])
+def test_with_nothing_known_engines_of_several_ranks_open_a_quarter_prefill_beside_mixed(ranks, n, split):
+    """The unprimed opening is a function of the engines alone: mixed where one rank steps alone,
+    a quarter prefill (at least one, never all) where a mixed engine steps at its slowest rank."""
+    from prorsa.control.adaptive import unprimed_opening
+
+    assert unprimed_opening(ranks, n) == split
+
+
+def test_the_unprimed_opening_is_undone_without_a_drain():
+    """Giving the opening's prefill engines back costs no drain (they hold no decodes), where
+    taking mixed engines into prefill later does: the allocator prices the first at nothing."""
+    from prorsa.control.allocator import Allocator, Capacity, _Movers
+    from prorsa.costmodel import CostModel
+
+    cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
+    cap = Capacity.from_cost(cost, 128)
+    roles = [P, P] + [M] * 6
+    busy = [EngineLoad(f"e{i}", r, active=0 if r is P else 100, kv_tokens=0 if r is P else 400_000,
+                       kv_capacity=700_000) for i, r in enumerate(roles)]
+    movers = _Movers(cap, busy, (), 400.0)
+    assert movers.slowest((2, 0, 6), (0, 0, 8)) == 0.0  # prefill -> mixed
+    assert movers.slowest((2, 0, 6), (0, 2, 6)) < 0.5  # prefill -> decode: the prefill step in flight
+    assert movers.slowest((2, 0, 6), (4, 0, 4)) > 10 * movers.slowest((2, 0, 6), (0, 2, 6))  # mixed -> prefill

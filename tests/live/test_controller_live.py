@@ -208,5 +208,8 @@ def test_live_prorsa_rehearses_the_step_that_ran_before_the_next(tmp_path):
     assert len(between) == 1 and "rehearsed on 64 trajectories" in between[0]
     first_step_end = max(r["end_s"] for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist() if r["step"] == 0)
     assert ds.attrs["time_scale"] == 0.05 and ds.attrs["clock"] == "wall"  # control_t and end_s: one clock
-    roles = {int(x) for x in ds.control_role.values[ds.control_t.values < first_step_end].ravel()}
-    assert len(roles) == 1  # the first step, with no prior, all mixed
+    codes = json.loads(ds.attrs["role_codes"])
+    opening = sorted(int(x) for x in ds.control_role.values[0])
+    # the first step, with no prior, on engines of 4 DP-attention ranks: one prefill beside mixed
+    assert ds.control_t.values[0] < first_step_end
+    assert opening == sorted([codes["prefill"]] + [codes["mixed"]] * 3)

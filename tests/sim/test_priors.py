@@ -1,9 +1,12 @@
 """What a run may assume: nothing of its own future. A prior is an earlier run's means (or the
-pipeline's declared ones); without one prorsa starts all mixed and learns from its turns."""
+pipeline's declared ones); without one prorsa opens on the engines alone (all mixed, or a
+quarter prefill beside mixed ones on engines of several DP-attention ranks) and learns from its
+turns."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -53,22 +56,23 @@ def test_a_prior_is_the_means_of_what_the_earlier_run_did(earlier):
     assert read_prior(run_dir.parent) == got
 
 
-def test_without_a_prior_prorsa_opens_all_mixed_and_with_one_on_its_split(earlier):
+def test_without_a_prior_prorsa_opens_on_the_engines_alone_and_with_one_on_its_split(earlier):
     run_dir, _ = earlier
     bare, told = resolve(cfg()), resolve(cfg(prior=str(run_dir)))
     assert bare.policy.prior is None and told.policy.prior.concurrency == 128
     from prorsa.control.policy import make_policy
 
-    assert make_policy("prorsa", bare.policy).initial_roles(8) == [Role.MIXED] * 8
-    assert Role.PREFILL in make_policy("prorsa", told.policy).initial_roles(8)
+    assert make_policy("prorsa", bare.policy).initial_roles(8) == [Role.PREFILL] * 2 + [Role.MIXED] * 6
+    assert make_policy("prorsa", told.policy).initial_roles(8) != [Role.PREFILL] * 2 + [Role.MIXED] * 6
     declared = cfg(prior=read_prior(run_dir).model_dump())
     assert resolve(declared).policy.prior == told.policy.prior
 
 
 def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soonest():
-    """Three steps, no prior: the first opens all mixed; between steps (no drain: nothing is in
-    flight) prorsa replays the step that ran under every candidate split in the simulator and
-    opens the next step on the fastest, which it holds through the step."""
+    """Three steps, no prior: the first opens on the engines alone; between steps (no drain: nothing is in
+    flight) prorsa replays the step that ran (and from the third step on the one before it too)
+    under every candidate split in the simulator and opens the next step on the fastest, which it
+    holds through the step."""
     from prorsa.control.policy import make_policy
     from prorsa.sim.rehearse import rehearser
     from prorsa.sim.run import simulate_async
@@ -79,24 +83,33 @@ def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soones
     assert len(between) == 2 and all("rehearsed on 128 trajectories" in c.reason for c in between)
     first_step_end = max(r.end_s for r in sim.recorder.trajectories if r.spec.step == 0)
     assert between[0].t == pytest.approx(first_step_end)
-    assert all(set(c.roles.values()) == {Role.MIXED} for c in sim.recorder.controls if c.t < first_step_end)
+    first = list(sim.recorder.controls[0].roles.values())
+    assert sorted(r.value for r in first) == sorted(["prefill"] * 2 + ["mixed"] * 6)
     opened = [ch for ch in sim.recorder.role_changes if ch.reason.startswith("next step")]
     assert opened and all(ch.drain_s == 0 for ch in opened)
     assert len(opened) == sim.summary["role_switches"]  # held: no switch inside a step
     # the split step 2 opened on is the one a rehearsal of step 1 ranks first (here not all mixed)
     from dataclasses import replace
 
+    from prorsa.control.adaptive import _decodes_as
     from prorsa.rollout.control_loop import as_ran
 
     run = resolve(three)
     step1 = [as_ran(r) for r in sim.recorder.trajectories if r.spec.step == 1]
     p = make_policy("prorsa", replace(run.policy, rehearse=rehearser(run, simulate_async)))
-    p._rehearsed(step1, 8, (0, 0, 8))
-    times = p.rehearsals[-1]
-    roles = next(c.roles for c in sim.recorder.controls if c.t > between[1].t)
-    count = tuple(sum(1 for r in roles.values() if r is want) for want in (Role.PREFILL, Role.DECODE, Role.MIXED))
+    step0 = [as_ran(r) for r in sim.recorder.trajectories if r.spec.step == 0]
+    p._carried_forward(step0)  # the policy carries the step-over-step drift of decodes forward
+    ahead, trend = p._carried_forward(step1)
+    assert f"decodes x{trend:.2f}" in between[1].reason or trend == 1.0
+    older = _decodes_as(ahead, step0)  # the step before, rehearsed beside it
+    assert f"and the {len(older)} of the step before" in between[1].reason
+    p._rehearsed(ahead, 8, (0, 0, 8), older)
+    times = {c: t + p.rehearsals[-1][c] for c, t in p.rehearsals[-2].items()}
+    count = tuple(int(x) for x in re.match(r"next step: P(\d+) D(\d+) M(\d+)", between[1].reason).groups())
     assert count != (0, 0, 8) and times[count] == min(times.values()) < times[0, 0, 8] / 1.01
-    assert "next step: P{} D{} M{}".format(*count) in between[1].reason
+    # and the step ran on it: its engines, once the switches asked for then were seen through
+    step2 = [c.roles for c in sim.recorder.controls if c.t > between[1].t + 5]
+    assert tuple(sum(1 for r in step2[0].values() if r is want) for want in (Role.PREFILL, Role.DECODE, Role.MIXED)) == count
 
 
 def test_an_earlier_run_is_read_back_as_it_ran(earlier):
