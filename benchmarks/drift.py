@@ -38,7 +38,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, STATICS, save, saved_points  # noqa: E402
+from paper import ENGINES, RERUN_HELP, STATICS, rerun_asks, save, saved_points  # noqa: E402
 from priors import BESIDE_MIXED, PRIORS, WRONG  # noqa: E402
 from progress import each_done
 
@@ -163,8 +163,7 @@ def main() -> None:
     ap.add_argument("--priors", default="none", help=f"prorsa's priors, comma-separated, of {','.join(PRIORS)}")
     ap.add_argument("--seed", type=int, default=0, help="the earlier runs' seed is this + 1")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
-    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them "
-                    "(POLICY:PRIOR for one prior's points, e.g. prorsa:none)")
+    ap.add_argument("--rerun", default="", help=RERUN_HELP)
     args = ap.parse_args()
     priors = args.priors.split(",")
     if any(p not in PRIORS for p in priors) or "none" not in priors:
@@ -227,7 +226,7 @@ def reused(path: str | None, rerun: set[str]) -> dict[tuple, dict]:
     out = {}
     for p in saved_points(path, "drift.py"):
         p = p | {"prior": p.get("prior", "none" if p["policy"] == "prorsa" else "-")}
-        if p["policy"] in rerun or f"{p['policy']}:{p['prior']}" in rerun:
+        if rerun_asks(p, rerun):
             continue
         key = {k: p[k] for k in ("engines", "steps", "growth", "kind", "value") if k in p}
         out[(*key.items(), p["policy"], p["prior"])] = p

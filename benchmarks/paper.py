@@ -173,5 +173,14 @@ def saved_points(path: str, script: str) -> list:
         sys.exit(f"error: --reuse {path}: not a {script} results file ({e})")
 
 
+RERUN_HELP = ("with --reuse: policies simulated again although FILE holds them "
+              "(POLICY:PRIOR for one prior's points, e.g. prorsa:none)")
+
+
+def rerun_asks(point: dict, rerun) -> bool:
+    """Whether --rerun names this saved point's policy, or its POLICY:PRIOR."""
+    return point["policy"] in rerun or f"{point['policy']}:{point.get('prior', '-')}" in rerun
+
+
 if __name__ == "__main__":
     main()

@@ -42,7 +42,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, STATICS, save, saved_points  # noqa: E402
+from paper import ENGINES, RERUN_HELP, STATICS, rerun_asks, save, saved_points  # noqa: E402
 from progress import each_done
 
 WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
@@ -163,8 +163,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", help="default: benchmarks/results/priors.json (paper), priors-TABLE.json")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same table: its points are kept")
-    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again although FILE holds them "
-                    "(POLICY:PRIOR for one prior's points, e.g. prorsa:none)")
+    ap.add_argument("--rerun", default="", help=RERUN_HELP)
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
@@ -231,7 +230,7 @@ def reused(path: str | None, rerun: set[str] = frozenset()) -> dict[tuple, dict]
     points = saved_points(path, "priors.py")
     keys = ("family", "model") if points and "family" in points[0] else ("table", "factor", "value")
     return {(*(p[k] for k in keys), p["mode"], p["steps"], p["policy"], p["prior"]): p for p in points
-            if p["policy"] not in rerun and f"{p['policy']}:{p['prior']}" not in rerun}
+            if not rerun_asks(p, rerun)}
 
 
 def chosen_cells(args: argparse.Namespace) -> list[tuple]:
