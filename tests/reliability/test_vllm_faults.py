@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,32 @@ def _server_pids(run_dir: Path, engine: str) -> list[int]:
         return [int(p) for p in _PID.findall((run_dir / "engines" / f"{engine}.log").read_text(errors="replace"))]
     except OSError:
         return []
+
+
+def _launches(run_dir: Path, engine: str) -> str:
+    """The engine log's own lines and its errors, for a failure message."""
+    try:
+        text = (run_dir / "engines" / f"{engine}.log").read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(line for line in text.splitlines() if "# prorsa:" in line or "rror" in line)[-4000:]
+
+
+def _all_stopped(pids: list[int], within_s: float = 30.0) -> bool:
+    """No process group of these servers is left once the run has ended (an orphaned server
+    notices its owner is gone within a second and stops itself after a grace period)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for pid in pids:
+            try:
+                os.killpg(pid, 0)
+                left.append(pid)
+            except ProcessLookupError:
+                pass
+        if not left or time.monotonic() > deadline:
+            return not left
+        time.sleep(1.0)
 
 
 def _worker_pid(run_dir: Path, engine: str) -> int | None:
@@ -94,9 +121,10 @@ def test_killing_a_vllm_server_mid_rollout_loses_no_trajectory(tmp_path):
 
     run_dir, summary, pid = _run_and_kill(tmp_path, False, server)
     pids = _server_pids(run_dir, victim)
-    assert len(pids) == 2 and pids[0] == pid != pids[1], pids  # killed once, restarted once
-    with pytest.raises(ProcessLookupError):  # nothing of the killed server is left running
-        os.killpg(pid, 0)
+    # killed once, then served by a new server; a launch that lost a port race or a restart by the
+    # health watch on a loaded machine may come between, and nothing of any of them outlives the run
+    assert len(pids) >= 2 and pids[0] == pid not in pids[1:], _launches(run_dir, victim)
+    assert _all_stopped(pids), _launches(run_dir, victim)
     print(f"{victim}'s server killed after 4 trajectories: {summary['turns_retried']} turns retried, "
           f"makespan {summary['makespan_s']:.1f} s")
 
@@ -113,8 +141,9 @@ def test_killing_a_vllm_engine_worker_process_mid_rollout_loses_no_trajectory(tm
     assert _worker_pid(run_dir, victim) not in (None, pid)  # a new worker process hosts the engine
     (old,) = servers
     pids = _server_pids(run_dir, victim)
-    assert len(pids) == 2 and pids[0] == old != pids[1], pids  # the new worker started a new server
-    with pytest.raises(ProcessLookupError):  # the orphaned server stopped itself and all it started
-        os.killpg(old, 0)
+    # the new worker started a new server (see the server test for why there may be more than one);
+    # the orphaned one stopped itself and all it started
+    assert len(pids) >= 2 and pids[0] == old not in pids[1:], _launches(run_dir, victim)
+    assert _all_stopped(pids), _launches(run_dir, victim)
     print(f"{victim}'s worker killed after 4 trajectories: {summary['turns_retried']} turns retried, "
           f"{summary['legs_rescued']} legs re-bound, makespan {summary['makespan_s']:.1f} s")
