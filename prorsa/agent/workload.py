@@ -13,7 +13,7 @@ Operations:
     prompt_hardness(step, prompt)      the factor a GRPO group shares (1.0 for traces)
     family_of(step, prompt)            the family a prompt is drawn from (None for traces)
     mix_weights(step)                  a mix's weights at a step, normalised (None without a mix)
-    context_cap(cfg)                   a workload's family context cap (a mix: its largest)
+    context_budget(cfg)                the most context a trajectory reaches, in scaled tokens
 
 Mixes: each prompt's family is drawn from the step's weights (cfg.mix, moving linearly to
 cfg.mix_end by the last sync step) on a stream of its own, so every member of a group shares it and
@@ -41,6 +41,7 @@ release (stable: a trace without releases keeps its order), and a repeat is rele
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -210,10 +211,19 @@ class Workload:
         )
 
 
-def context_cap(cfg: WorkloadConfig) -> int | None:
-    """The family's context cap (a mix: the largest of its families'); None without a family."""
+def context_budget(cfg: WorkloadConfig) -> int | None:
+    """The most context a trajectory of this workload reaches, in the tokens its engines see:
+    the family's cap (a mix: the largest), which bounds it in the family's own units, times
+    token_scale, plus (scaled) a token for each count rounded up, two a turn; max_context where
+    tighter. None without either. The cap itself misstates a scaled run: at token_scale 4, SWE
+    trajectories reach 233k tokens against its 65,536."""
     names = list(cfg.mix or {}) or ([cfg.family] if cfg.family else [])
-    return max((get_family(name).context_cap for name in names), default=None)
+    ts = cfg.token_scale
+    scaled = [f.context_cap if ts == 1.0 else
+              math.ceil(f.context_cap * ts) + 2 * min(f.max_turns, cfg.max_turns or f.max_turns)
+              for f in map(get_family, names)]
+    budgets = [b for b in (max(scaled, default=None), cfg.max_context) if b is not None]
+    return min(budgets, default=None)
 
 
 def _mix_arrays(cfg: WorkloadConfig) -> tuple[list[str], np.ndarray, np.ndarray]:

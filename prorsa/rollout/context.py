@@ -37,7 +37,7 @@ from prorsa.agent.environment import dataset_tasks
 from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
-from prorsa.agent.workload import context_cap
+from prorsa.agent.workload import context_budget
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.forecast_stats import Priors
@@ -316,11 +316,10 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
 def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | None = None) -> TurnScheduler:
     """Its decode mean starts from the prior's, as the router's does, and an earlier run's
     trajectories (a prior run directory) give it their turn counts; max_turns and the context
-    budget (the task family's, or max_context if tighter) are declared."""
+    budget (the task family's cap in the tokens the run scales to, or max_context if tighter) are declared."""
     prior, w = ctx.policy.prior, ctx.cfg.workload
-    budgets = [c for c in (context_cap(w), w.max_context) if c is not None]
     work = RemainingWork(w.max_turns, prior.decode_tokens if prior else Priors().decode_tokens,
-                         max_context=min(budgets) if budgets else None)
+                         max_context=context_budget(w))
     work.learn_from(ctx.policy.prior_trajectories)
     s = ctx.cfg.scheduling
     if s.oracle and future is None:

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from prorsa.agent.trace import TrajectorySpec
-from prorsa.agent.workload import Workload, context_cap
+from prorsa.agent.workload import Workload, context_budget
 from prorsa.control.policy import Decision, FutureRun, Move, Rehearse, Replay
 from prorsa.roles import Role
 from prorsa.rollout.drivers import expected_trajectories
@@ -42,9 +42,9 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
     base = run.cfg
     w0 = base.workload
     # the trajectories as they ran: nothing of the pipeline's shaping is applied to them again but
-    # its context bound (the family's, or the pipeline's), which a trajectory carried forward with
-    # longer decodes would meet sooner
-    cap = min(x for x in (w0.max_context, context_cap(w0), 2**30) if x)
+    # its context bound (in the tokens they ran with: the family's cap scaled, or the pipeline's),
+    # which a trajectory carried forward with longer decodes would meet sooner
+    cap = context_budget(w0) or 2**30
     wcfg = w0.model_copy(update={
         "mode": "sync", "steps": 1, "group_size": 1, "token_scale": 1.0, "tool_time_scale": 1.0,
         "decode_growth": 1.0, "max_turns": None, "max_context": cap, "weight_update_s": 0.0, "duration_s": None})

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prorsa.agent.families import FAMILIES, get_family
 from prorsa.agent.trace import write_trace
-from prorsa.agent.workload import TraceError, TrajectorySpec, TurnSpec, Workload
+from prorsa.agent.workload import TraceError, TrajectorySpec, TurnSpec, Workload, context_budget
 from prorsa.config.pipeline import WorkloadConfig
 
 SMALL = Path(__file__).resolve().parents[1] / "data" / "small_trace.jsonl"
@@ -189,6 +191,30 @@ def test_token_scale_then_max_context_in_engine_units():
     specs = make(8, prompts=10, group_size=2, token_scale=0.05, max_context=512).trajectories_for_step(0)
     assert all(s.context_tokens <= 512 for s in specs)
     assert max(len(s.turns) for s in specs) > 3  # scaled down, several turns still fit
+
+
+@settings(max_examples=25, deadline=None)
+@given(family=st.sampled_from(["swe", "terminal", "math-tir", "search"]), scale=st.sampled_from([0.3, 1.0, 2.0, 4.0]),
+       max_turns=st.sampled_from([None, 3]), seed=st.integers(0, 2**16))
+def test_context_budget_bounds_every_scaled_trajectory(family, scale, max_turns, seed):
+    cfg = WorkloadConfig(family=family, prompts=6, group_size=2, token_scale=scale, max_turns=max_turns)
+    specs = Workload.from_config(cfg, seed).trajectories_for_step(0)
+    assert max(s.context_tokens for s in specs) <= context_budget(cfg)
+
+
+def test_context_budget_known_answers():
+    swe = get_family("swe")
+    # SWE's 65,536 in its own units, x4, and a token for each of two counts a turn, up to 128 turns
+    assert context_budget(WorkloadConfig(family="swe", token_scale=4.0)) == 4 * swe.context_cap + 2 * swe.max_turns
+    assert context_budget(WorkloadConfig(family="swe", token_scale=4.0, max_turns=12)) == 4 * 65536 + 24
+    assert context_budget(WorkloadConfig(family="swe", token_scale=4.0, max_context=8192)) == 8192
+    assert context_budget(WorkloadConfig(family="swe")) == swe.context_cap  # unscaled: nothing rounds
+    assert context_budget(WorkloadConfig(trace="t.jsonl", max_context=4096)) == 4096
+    assert context_budget(WorkloadConfig(mix={"search": 1, "swe": 1}, token_scale=0.5, max_turns=2)) == 32768 + 4
+    # the scaled cap is reached: at x4, the longest of 128 SWE trajectories is past 3.5x the unscaled cap
+    longest = max(s.context_tokens for s in make(0, prompts=16, group_size=8, token_scale=4.0, max_turns=12)
+                  .trajectories_for_step(0))
+    assert 3.5 * swe.context_cap < longest <= context_budget(WorkloadConfig(family="swe", token_scale=4.0, max_turns=12))
 
 
 # --- trace replay -------------------------------------------------------------------------------
