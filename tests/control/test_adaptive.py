@@ -502,3 +502,65 @@ def test_the_unprimed_opening_is_undone_without_a_drain():
     assert movers.slowest((2, 0, 6), (0, 0, 8)) == 0.0  # prefill -> mixed
     assert movers.slowest((2, 0, 6), (0, 2, 6)) < 0.5  # prefill -> decode: the prefill step in flight
     assert movers.slowest((2, 0, 6), (4, 0, 4)) > 10 * movers.slowest((2, 0, 6), (0, 2, 6))  # mixed -> prefill
+
+
+def _giving_back(times: dict, asked: list, concurrency: int = 64):
+    """prorsa on MoE engines with no prior (it opens P2 beside M6), a simulator lent whose replay
+    of a split takes times[split] (else 95 s)."""
+    from dataclasses import replace
+
+    def rehearse(specs, split):
+        asked.append((len(specs), split))
+        return times.get(split, 95.0)
+
+    return make_policy("prorsa", replace(_swe_moe_context(), concurrency=concurrency, rehearse=rehearse))
+
+
+def test_the_unprimed_prefill_engines_are_given_back_when_their_replay_ends_sooner_all_mixed():
+    """The opening's prefill engines go back to mixed (no drain) once a quarter of `concurrency`
+    has completed and a replay of the last `concurrency` ends sooner all mixed than as now and than
+    the fluid model's best split; a refusal is not replayed again until another quarter completes."""
+    events = stream(64, 10.0, dec=300, rate=200.0)  # light: the fluid model asks for no move
+    done = tuple(_spec(i) for i in range(16))
+    asked: list = []
+    res = drive(_giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0}, asked), events, t_end=10, finished=done)
+    moves = [(t, d) for t, d in res if d.targets]
+    assert len(moves) == 1 and sorted(moves[0][1].targets.values()) == [M, M]
+    assert "give the prefill engines back: the last 16 trajectories replayed end in 90.0 s all mixed, 100.0 s as now" \
+        in moves[0][1].reason
+    assert {split for _, split in asked} >= {(2, 0, 6), (0, 0, 8)} and {n for n, _ in asked} == {16}
+
+    # all mixed within REHEARSAL_GAIN of now: kept, and not replayed again with nothing more completed
+    asked.clear()
+    kept = drive(_giving_back({(2, 0, 6): 100.0, (0, 0, 8): 99.5}, asked), events, t_end=10, finished=done)
+    assert not any(d.targets for _, d in kept) and not any("give the prefill" in d.reason for _, d in kept)
+    assert sum(split == (2, 0, 6) for _, split in asked) <= 2  # the give-back's replay, and the veto's of a goal
+    # a quarter of concurrency not yet completed: nothing replayed
+    asked.clear()
+    early = drive(_giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0}, asked), events, t_end=10, finished=done[:15])
+    assert not asked and not any("give the prefill" in d.reason for _, d in early)
+
+
+def test_no_give_back_where_the_fluid_model_s_best_split_replays_sooner_still():
+    from dataclasses import replace
+
+    from prorsa.control.allocator import Plan
+    from prorsa.control.policy import WorkloadHint
+
+    engines = [eng("e0", P), eng("e1", P)] + [eng(f"e{i}", M) for i in range(2, 8)]
+    done = tuple(_spec(i) for i in range(16))
+    plan = Plan(targets={}, current=(2, 0, 6), goal=(2, 0, 6), next=(2, 0, 6), best=(1, 7, 0),
+                cost_now=1.0, cost_goal=1.0, switch_cost=0.0, reason="")
+    asked: list = []
+    p = _giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0, (1, 7, 0): 85.0}, asked)
+    assert p._given_back(plan, engines, done) is None and {s for _, s in asked} == {(2, 0, 6), (0, 0, 8), (1, 7, 0)}
+    p = _giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0, (1, 7, 0): 91.0}, asked)
+    targets, why = p._given_back(plan, engines, done)
+    assert targets == {"e0": M, "e1": M} and "90.0 s all mixed, 100.0 s as now" in why
+    # a split with decode engines is not the opening's hedge, nor one a prior's steady state chose:
+    # nothing is replayed for them
+    asked.clear()
+    assert p._given_back(replace(plan, current=(2, 2, 4)), engines, done) is None and not asked
+    p.prior = WorkloadHint(concurrency=64, prompt_tokens=300, observation_tokens=100, decode_tokens=200,
+                           turns=4.0, tool_s=1.0)
+    assert p._given_back(plan, engines, done) is None and not asked
