@@ -8,7 +8,8 @@
         `votes` intervals in a row by more than min_gain of the goal being carried out (or of
         the current split), and an engine that switched stays put for `horizon_s`. With no
         prior it opens on the engines alone (unprimed_opening: on an MoE under DP attention, a
-        quarter prefill beside mixed engines, which it gives back without a drain).
+        quarter prefill beside mixed engines, given back without a drain where a replay of the
+        trajectories completed so far ends sooner all mixed).
         Where it has a run to replay and the body lends it the simulator (PolicyContext.rehearse):
         model-predictive on a step's horizon instead. It opens on the split whose rehearsal of an
         earlier run's trajectories ends soonest, and between synchronous steps rehearses the step
