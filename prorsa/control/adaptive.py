@@ -226,8 +226,8 @@ class Prorsa:
                     "ended soonest; held through the first step")
         if self.prior is None and split != (0, 0, n_engines):
             return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
-                    "given back without a drain if the run shows them idle (an earlier run as --prior "
-                    "picks a split from the start)")
+                    "given back without a drain if the run shows them idle or its completed trajectories "
+                    "replay sooner all mixed (an earlier run as --prior picks a split from the start)")
         if self.prior is None:
             return ("no prior: every engine serves both phases until the run has shown its workload "
                     "(an earlier run as --prior picks a split from the start)")
