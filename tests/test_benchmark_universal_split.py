@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def us():
     sys.path.insert(0, str(REPO / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("benchmark_universal_split", REPO / "benchmarks" / "universal_split.py")
+    path = REPO / "benchmarks" / "universal_split.py"
+    spec = importlib.util.spec_from_file_location("benchmark_universal_split", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

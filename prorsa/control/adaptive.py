@@ -404,8 +404,8 @@ class Prorsa:
         """With no prior, prefill engines beside mixed ones (the unprimed opening's) back to mixed,
         where the last `concurrency` trajectories to complete replay sooner all mixed by
         REHEARSAL_GAIN than as now and than under the fluid model's best split; asked once a
-        quarter of `concurrency` has completed, and again after each further quarter. Such a move drains
-        nothing, yet the fluid model rarely finds it worth min_gain: on math-tir's MoE cells,
+        quarter of `concurrency` has completed, and again after each further quarter. Such a move
+        drains nothing, yet the fluid model rarely finds it worth min_gain: on math-tir's MoE cells,
         where colocated is best, it priced all mixed 5-11% better and kept the two prefill
         engines to the tail (0.937-0.943 of colocated)."""
         current = plan.current

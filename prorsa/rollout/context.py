@@ -316,7 +316,8 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
 def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | None = None) -> TurnScheduler:
     """Its decode mean starts from the prior's, as the router's does, and an earlier run's
     trajectories (a prior run directory) give it their turn counts; max_turns and the context
-    budget (the task family's cap in the tokens the run scales to, or max_context if tighter) are declared."""
+    budget (the task family's cap in the tokens the run scales to, or max_context if tighter) are
+    declared."""
     prior, w = ctx.policy.prior, ctx.cfg.workload
     work = RemainingWork(w.max_turns, prior.decode_tokens if prior else Priors().decode_tokens,
                          max_context=context_budget(w))

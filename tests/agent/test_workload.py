@@ -212,9 +212,9 @@ def test_context_budget_known_answers():
     assert context_budget(WorkloadConfig(trace="t.jsonl", max_context=4096)) == 4096
     assert context_budget(WorkloadConfig(mix={"search": 1, "swe": 1}, token_scale=0.5, max_turns=2)) == 32768 + 4
     # the scaled cap is reached: at x4, the longest of 128 SWE trajectories is past 3.5x the unscaled cap
-    longest = max(s.context_tokens for s in make(0, prompts=16, group_size=8, token_scale=4.0, max_turns=12)
-                  .trajectories_for_step(0))
-    assert 3.5 * swe.context_cap < longest <= context_budget(WorkloadConfig(family="swe", token_scale=4.0, max_turns=12))
+    x4 = dict(family="swe", prompts=16, group_size=8, token_scale=4.0, max_turns=12)
+    longest = max(s.context_tokens for s in make(0, **x4).trajectories_for_step(0))
+    assert 3.5 * swe.context_cap < longest <= context_budget(WorkloadConfig(**x4))
 
 
 # --- trace replay -------------------------------------------------------------------------------
