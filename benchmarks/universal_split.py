@@ -14,10 +14,10 @@ under a grid of workloads (every task family, synchronous with its own turn cap 
 Async figures are trajectories/s, taken as time per trajectory. The bound treats each phase as its
 own run; demand that mixes within a step is itself a workload (drift.py measures those runs whole).
 
-Engines: the paper table's MoE ones (8 engines of EP4) and drivers.py's EP8 and EP16 ones (8
-engines each). --reuse FILE keeps the points an earlier results file holds.
+Engines: the paper table's MoE ones (8 engines of EP4) and drivers.py's EP8, EP16 and EP32 ones
+(8 engines each). --reuse FILE keeps the points an earlier results file holds.
 
-    .venv/bin/python benchmarks/universal_split.py [--engines paper-moe-ep4,drivers-ep8,drivers-ep16]
+    .venv/bin/python benchmarks/universal_split.py [--engines paper-moe-ep4,drivers-ep8,drivers-ep16,drivers-ep32]
                                                    [--families swe,search,math-tir,terminal]
                                                    [--workers 2] [--out FILE] [--reuse FILE]
 """
@@ -35,7 +35,7 @@ from paper import STATICS, save, saved_points  # noqa: E402
 from priors import BESIDE_MIXED  # noqa: E402
 from progress import each_done  # noqa: E402
 
-ENGINE_SETS = ("paper-moe-ep4", "drivers-ep8", "drivers-ep16")
+ENGINE_SETS = ("paper-moe-ep4", "drivers-ep8", "drivers-ep16", "drivers-ep32")
 FAMILIES = ("swe", "search", "math-tir", "terminal")
 # (mode, max_turns): the engine set's own turn cap (None), and two turns, where prompts dominate
 SHAPES = (("sync", None), ("sync", 2), ("async", None))
