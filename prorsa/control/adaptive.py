@@ -416,12 +416,11 @@ class Prorsa:
         if self.prior is not None or not p or d or not m or self.rehearse is None \
                 or len(finished) < max(VETO_EVIDENCE, self.concurrency // 4):
             return None
-        last = self._give_back_checked
-        if last is not None and _completed_since(finished, last) < max(self.concurrency // 4, 1):
+        if self._too_few_since(finished, self._give_back_checked):
             return None
         self._give_back_checked = finished[-1].traj_id
         mixed = (0, 0, p + m)
-        specs = list(finished[-self.concurrency:]) if self.concurrency else list(finished)
+        specs = self._window(finished)
         times = self._replay(specs, [current, mixed, plan.best])
         if times[mixed] * (1 + REHEARSAL_GAIN) >= min(t for c, t in times.items() if c != mixed):
             return None
@@ -442,16 +441,23 @@ class Prorsa:
         A goal refused stays refused until another quarter of `concurrency` has completed."""
         if self.rehearse is None or len(finished) < VETO_EVIDENCE:
             return ""
-        refused = self._refused.get((current, goal))
-        if refused is not None and _completed_since(finished, refused) < max(self.concurrency // 4, 1):
+        if self._too_few_since(finished, self._refused.get((current, goal))):
             return f"{_split_name(goal)} refused by its replay, too few completed since: "
-        specs = list(finished[-self.concurrency:]) if self.concurrency else list(finished)
+        specs = self._window(finished)
         times = self._replay(specs, [current, goal])
         if times[goal] * (1 + REHEARSAL_GAIN) < times[current]:
             return ""
         self._refused[current, goal] = finished[-1].traj_id
         return (f"{_split_name(goal)} refused: the last {len(specs)} trajectories replayed end in "
                 f"{times[goal]:.1f} s under it, {times[current]:.1f} s as now: ")
+
+    def _window(self, finished: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
+        """What a mid-run replay replays: the last `concurrency` trajectories to complete."""
+        return list(finished[-self.concurrency:]) if self.concurrency else list(finished)
+
+    def _too_few_since(self, finished: Sequence[TrajectorySpec], last: str | None) -> bool:
+        """Fewer than a quarter of `concurrency` completed since `last` (None: never replayed)."""
+        return last is not None and _completed_since(finished, last) < max(self.concurrency // 4, 1)
 
 
 def _decodes_as(ahead: Sequence[TrajectorySpec], older: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
