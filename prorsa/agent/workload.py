@@ -117,6 +117,18 @@ class Workload:
         g = self.cfg.group_size
         return self._slot(f"a{index}", 0, index // g, index % g, slot=index)
 
+    def opening_prompts(self) -> list[int]:
+        """The prompt tokens of the trajectories a run starts at once (sync: the first step's
+        batch; async: the first `concurrency`, those released at the start): what a rollout holds,
+        counted, before its first prefill."""
+        w = self.cfg
+        if w.mode == "sync":
+            specs = self.trajectories_for_step(0)
+        else:
+            n = w.concurrency if w.trajectories is None else min(w.concurrency, w.trajectories)
+            specs = [self.trajectory(i) for i in range(n)]
+        return [s.turns[0].appended_tokens for s in specs if not s.start_s]
+
     def prompt_hardness(self, step: int, prompt: int) -> float:
         if self.trace is not None:
             return 1.0

@@ -182,6 +182,7 @@ class Prorsa:
         self.concurrency = ctx.concurrency
         self.rehearse = ctx.rehearse
         self.prior_trajectories = ctx.prior_trajectories
+        self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
         self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
@@ -216,7 +217,7 @@ class Prorsa:
             unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
         p, d, m = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
         self._held_on_prior = self._held is not None
-        self.opening_reason = self._why_opening((p, d, m), n_engines)
+        self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
     def _why_opening(self, split: tuple[int, int, int], n_engines: int) -> str:
@@ -237,21 +238,13 @@ class Prorsa:
                 f"{self.prior.decode_tokens:.0f} decoded tokens)")
 
     def _prior_contradicted(self) -> str:
-        """Why the prior is not this run's workload ("" while it may be): a mean the run has
-        observed PRIOR_SAMPLES times is off the prior's by more than PRIOR_TOLERANCE either way.
-        Appends are known as they are queued; decodes only as they end, the short ones first, so
-        a decode mean is held against the prior's only when it is longer. A wrong family's
-        rehearsed split, held through the run, cost EP16 SWE up to 0.58 of the best fixed split
-        against 0.90 with no prior at all (benchmarks/priors.py --table drivers)."""
+        """Why the prior is not this run's workload ("" while it may be), by the means the run
+        has observed PRIOR_SAMPLES times (appends as they are queued, decodes as they end). A
+        wrong family's rehearsed split, held through the run, cost EP16 SWE up to 0.58 of the best
+        fixed split against 0.90 with no prior at all (benchmarks/priors.py --table drivers)."""
         if self.prior is None:
             return ""
-        seen = self.forecaster.observed(PRIOR_SAMPLES)
-        for key, low in (("prompt_tokens", 1 / PRIOR_TOLERANCE), ("observation_tokens", 1 / PRIOR_TOLERANCE),
-                         ("decode_tokens", 0.0)):
-            mine, told = seen.get(key), getattr(self.prior, key)
-            if mine is not None and told > 0 and not low <= mine / told <= PRIOR_TOLERANCE:
-                return f"prior dropped: {key} {mine:.0f} observed against its {told:.0f}; "
-        return ""
+        return contradiction(self.prior, self.forecaster.observed(PRIOR_SAMPLES))
 
     def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int],
                    older: Sequence[TrajectorySpec] = ()) -> tuple[int, int, int]:
@@ -458,6 +451,30 @@ class Prorsa:
     def _too_few_since(self, finished: Sequence[TrajectorySpec], last: str | None) -> bool:
         """Fewer than a quarter of `concurrency` completed since `last` (None: never replayed)."""
         return last is not None and _completed_since(finished, last) < max(self.concurrency // 4, 1)
+
+
+def contradiction(prior: WorkloadHint, seen: dict[str, float]) -> str:
+    """Why the means `seen` say `prior` is not this run's workload, "" while it may be: one is off
+    the prior's by more than PRIOR_TOLERANCE either way. Decodes are observed as they end, the
+    short ones first, so a decode mean counts against the prior only when it is the longer."""
+    for key, low in (("prompt_tokens", 1 / PRIOR_TOLERANCE), ("observation_tokens", 1 / PRIOR_TOLERANCE),
+                     ("decode_tokens", 0.0)):
+        mine, told = seen.get(key), getattr(prior, key)
+        if mine is not None and told > 0 and not low <= mine / told <= PRIOR_TOLERANCE:
+            return f"prior dropped: {key} {mine:.0f} observed against its {told:.0f}; "
+    return ""
+
+
+def opening_contradiction(prior: WorkloadHint, prompts: Sequence[int]) -> str:
+    """Why the prompts a run opens with (the batch in hand, their tokens counted before any
+    prefill) say `prior` is not this run's workload, "" while it may be. A wrong family's prior
+    otherwise opens the run on its own split and is dropped only a second in, once the engines it
+    set up hold the first decodes: drivers.py's synchronous turns and EP16 SWE cells, run on
+    math-tir's prior, opened all mixed and ended at 0.85-0.92 of the best fixed split, and at
+    0.99-1.00 set aside here (benchmarks/priors.py --table drivers)."""
+    if len(prompts) < PRIOR_SAMPLES:
+        return ""
+    return contradiction(prior, {"prompt_tokens": sum(prompts) / len(prompts)})
 
 
 def _decodes_as(ahead: Sequence[TrajectorySpec], older: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:

@@ -132,6 +132,7 @@ class PolicyContext:
     # traj_id -> the trajectory's whole spec: the future, which only a simulator can give (oracle)
     future: Callable[[str], TrajectorySpec] | None = None
     prior: WorkloadHint | None = None  # what the run may assume before it observes (pipeline `prior:`)
+    prior_dropped: str = ""  # why the pipeline's prior was set aside before the run opened ("": it was not)
     future_means: WorkloadHint | None = None  # the run's own means: the oracle's alone, like `future`
     concurrency: int = 0  # trajectories in flight as the pipeline declares them (sync: B x G)
     prior_trajectories: tuple[TrajectorySpec, ...] = ()  # an earlier run's, as they ran (a prior run dir)

@@ -22,6 +22,7 @@ from pathlib import Path
 from distributed import Client
 from rich.console import Console
 
+from prorsa.agent.workload import Workload
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.launch import open_run_cluster
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
@@ -48,7 +49,7 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, Drive, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.rehearse import rehearser
 from prorsa.sim.run import simulate_async
@@ -232,6 +233,9 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     timer beside the rollout); None: nothing is written as trajectories finish (the Python API).
     `open_ended`: a driver of its own (prorsa serve) starts as many trajectories as its clients ask for."""
     cfg, unit = run.cfg, run.unit
+    if not open_ended and (cfg.environment is None or cfg.environment.mode == "replay"):
+        # the batch the run opens with is in hand, its prompts counted: a prior they contradict goes
+        run = prior_checked(run, Workload.from_config(cfg.workload, cfg.seed).opening_prompts())
     # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
     # in the policy's thread, while the weights update)
     context = replace(run.policy, rehearse=rehearser(run, simulate_async))

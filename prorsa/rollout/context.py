@@ -6,6 +6,7 @@ trace's content) is checked here, and the values derived from the pipeline are c
     resolve(cfg[, source]) -> RunContext      the cross-checks (one ConfigError line naming the field),
                                               then the clock, engine costs and policy context
     check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
+    prior_checked(run, prompts)      the run, its prior set aside if the prompts it opens with contradict it
     make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
     make_scheduler(ctx[, future])             the TurnScheduler of a run (its scheduling: options;
                                               `future`: the simulator's, for scheduling.oracle)
@@ -27,7 +28,7 @@ and starts from the prior, if the pipeline gives one (the oracle's future is the
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
 from prorsa.agent.workload import context_budget
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.adaptive import opening_contradiction
 from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import GroupShape, PolicyContext, WorkloadHint, make_policy
 from prorsa.control.tail import RemainingWork, TurnScheduler
@@ -292,6 +294,18 @@ def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:
         return None
     means = read_prior(prior) if isinstance(prior, str) else prior
     return WorkloadHint(concurrency=concurrency(cfg), **means.model_dump())
+
+
+def prior_checked(run: RunContext, prompts: Sequence[int]) -> RunContext:
+    """`run`, its prior set aside (for the policy, the router and the scheduler alike) when the
+    prompts it opens with contradict it (control/adaptive.py opening_contradiction); the run then
+    opens as it would with no prior, and PolicyContext.prior_dropped says why."""
+    prior = run.policy.prior
+    why = opening_contradiction(prior, prompts) if prior is not None else ""
+    if not why:
+        return run
+    why = f"{why.removesuffix('; ')} in the {len(prompts)} prompts the run opens with"
+    return replace(run, policy=replace(run.policy, prior=None, prior_trajectories=(), prior_dropped=why))
 
 
 def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], float]) -> Router:

@@ -43,7 +43,7 @@ from prorsa.engine.registry import engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -110,6 +110,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
 
     cfg, unit = run.cfg, run.unit
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
+    run = prior_checked(run, workload.opening_prompts())
     context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload),
                       rehearse=rehearser(run, simulate_async), future_run=future_run(run, workload, simulate_async))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy

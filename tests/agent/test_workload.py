@@ -235,6 +235,20 @@ def test_trace_replay_reproduces_the_specs(tmp_path):
     assert replay.prompt_hardness(0, 0) == 1.0
 
 
+def test_the_opening_prompts_are_the_first_turns_a_run_starts_at_once(tmp_path):
+    """Sync: the first step's B x G prompts; async: the first `concurrency` (fewer if the run has
+    fewer), less any a trace releases later."""
+    sync = make(1, prompts=3, group_size=2)
+    assert sync.opening_prompts() == [s.turns[0].appended_tokens for s in sync.trajectories_for_step(0)]
+    a = make(1, mode="async", concurrency=5, group_size=2, trajectories=50)
+    assert a.opening_prompts() == [a.trajectory(i).turns[0].appended_tokens for i in range(5)]
+    assert len(make(1, mode="async", concurrency=5, trajectories=3).opening_prompts()) == 3
+    specs = [replace(s, start_s=[None, 0.0, 2.0, 0.0][i]) for i, s in enumerate(sync.trajectories_for_step(0)[:4])]
+    write_trace(tmp_path / "t.jsonl", specs)
+    staggered = make(1, trace=str(tmp_path / "t.jsonl"), mode="async", concurrency=4, trajectories=8)
+    assert staggered.opening_prompts() == [specs[i].turns[0].appended_tokens for i in (0, 1, 3)]
+
+
 def test_trace_replay_async_cycles_the_fixture():
     w = make(0, trace=str(SMALL), mode="async", trajectories=10, group_size=2)
     specs = [w.trajectory(i) for i in range(9)]

@@ -476,6 +476,23 @@ def test_decodes_shorter_than_the_prior_do_not_drop_it():
     assert _decide_on(_held_on(prior), long).reason.startswith("prior dropped: decode_tokens 1100 observed against its 500")
 
 
+def test_prompts_in_hand_at_the_opening_drop_a_prior_they_contradict():
+    """The batch a run opens with is counted before any prefill: 16 prompts or more whose mean is
+    more than twice the prior's, or under half of it, say the prior is not this run's."""
+    from prorsa.control.adaptive import opening_contradiction
+    from prorsa.control.policy import WorkloadHint
+
+    prior = WorkloadHint(16, prompt_tokens=477, observation_tokens=306, decode_tokens=2045, tool_s=0.5, turns=5.6)
+    assert opening_contradiction(prior, [2208] * 16) == "prior dropped: prompt_tokens 2208 observed against its 477; "
+    assert opening_contradiction(prior, [2208] * 15) == ""  # too few to hold against it
+    assert opening_contradiction(prior, [954] * 8 + [954] * 8) == ""  # twice: still the prior's
+    assert opening_contradiction(prior, [955] * 16).startswith("prior dropped: prompt_tokens 955 ")
+    assert opening_contradiction(prior, [238] * 16).startswith("prior dropped: prompt_tokens 238 ")
+    assert opening_contradiction(prior, [239] * 16) == ""
+    # the mean of the batch, not its largest prompts
+    assert opening_contradiction(prior, [100] * 8 + [1800] * 8) == ""  # mean 950
+
+
 @pytest.mark.parametrize("ranks,n,split", [(1, 8, (0, 0, 8)), (4, 8, (2, 0, 6)), (16, 8, (2, 0, 6)),
                                            (2, 16, (4, 0, 12)), (4, 3, (1, 0, 2)), (4, 2, (1, 0, 1)),
                                            (4, 1, (0, 0, 1))])

@@ -70,6 +70,21 @@ def test_colocated_and_async(tmp_path):
     assert (ds.role.isel(time=-1).values == 2).all()
 
 
+def test_a_prior_the_opening_prompts_contradict_is_set_aside_live(tmp_path):
+    """The live body checks the batch it opens with against the prior as the simulator does, and
+    the console says so in the opening line (SWE prompts against a declared 50 tokens)."""
+    f = tmp_path / "p.yaml"
+    f.write_text(PIPELINE.format(policy="prorsa", mode="sync", shape="in_task", runtime="",
+                                 extra="prior: {prompt_tokens: 50, observation_tokens: 300, decode_tokens: 500, "
+                                       "tool_s: 0.5, turns: 3}"))
+    proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={tmp_path / 'runs'}",
+                           "workload.prompts=8", "workload.steps=1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    opening = next(line for line in proc.stdout.splitlines() if line.startswith("policy prorsa opens on"))
+    assert "prior dropped: prompt_tokens " in opening and "against its 50 in the 16 prompts the run opens with; " \
+        "no prior" in opening, opening
+
+
 def test_decode_local_prefill_keeps_later_turns_on_the_decode_engine(tmp_path):
     run_dir = run(tmp_path, shape="driver", runtime=", local_prefill_tokens: 1000000")
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -68,6 +68,38 @@ def test_without_a_prior_prorsa_opens_on_the_engines_alone_and_with_one_on_its_s
     assert resolve(declared).policy.prior == told.policy.prior
 
 
+def test_a_prior_the_opening_batch_contradicts_is_set_aside_and_the_run_opens_as_with_none(earlier):
+    """A wrong family's prior (declared math-tir-like prompts on a SWE run): the batch in hand
+    already shows prompts five times as long, so the policy, the router and the scheduler start as
+    they would with no prior at all, and the run is the no-prior run to the event."""
+    from prorsa.agent.workload import Workload
+    from prorsa.rollout.context import prior_checked
+
+    run_dir, _ = earlier
+    wrong = read_prior(run_dir).model_dump() | {"prompt_tokens": 400.0}
+    told = resolve(cfg(prior=wrong))
+    prompts = Workload.from_config(told.cfg.workload, told.cfg.seed).opening_prompts()
+    assert len(prompts) == 128 and sum(prompts) / 128 > 2 * 400
+    dropped = prior_checked(told, prompts)
+    assert dropped.policy.prior is None and dropped.policy.prior_trajectories == ()
+    assert dropped.policy.prior_dropped.startswith("prior dropped: prompt_tokens ")
+    assert dropped.policy.prior_dropped.endswith("against its 400 in the 128 prompts the run opens with")
+    same_family = resolve(cfg(prior=str(run_dir)))
+    assert prior_checked(same_family, prompts) is same_family
+    from prorsa.control.policy import make_policy
+
+    policy = make_policy("prorsa", dropped.policy)
+    assert policy.initial_roles(8) == [Role.PREFILL] * 2 + [Role.MIXED] * 6  # the engines alone
+    assert policy.opening_reason.startswith(dropped.policy.prior_dropped + "; no prior, ")
+
+    none, wrong_run = simulate(cfg(), "prorsa"), simulate(cfg(prior=wrong), "prorsa")
+    assert wrong_run.summary["makespan_s"] == none.summary["makespan_s"]
+    assert wrong_run.summary["role_switches"] == none.summary["role_switches"]
+    # kept as told (it opens on its own split, not the engines alone) when its prompts fit
+    kept = simulate(cfg(prior=read_prior(run_dir).model_dump()), "prorsa")
+    assert kept.summary["makespan_s"] != none.summary["makespan_s"]
+
+
 def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soonest():
     """Three steps, no prior: the first opens on the engines alone; between steps (no drain: nothing is in
     flight) prorsa replays the step that ran (and from the third step on the one before it too)
