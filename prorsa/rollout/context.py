@@ -6,7 +6,8 @@ trace's content) is checked here, and the values derived from the pipeline are c
     resolve(cfg[, source]) -> RunContext      the cross-checks (one ConfigError line naming the field),
                                               then the clock, engine costs and policy context
     check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
-    prior_checked(run, prompts)      the run, its prior set aside if the prompts it opens with contradict it
+    prior_checked(run, prompts)               the run, its prior set aside if the prompts it opens
+                                              with contradict it (the batch in hand, counted)
     make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
     make_scheduler(ctx[, future])             the TurnScheduler of a run (its scheduling: options;
                                               `future`: the simulator's, for scheduling.oracle)

@@ -485,7 +485,7 @@ def test_prompts_in_hand_at_the_opening_drop_a_prior_they_contradict():
     prior = WorkloadHint(16, prompt_tokens=477, observation_tokens=306, decode_tokens=2045, tool_s=0.5, turns=5.6)
     assert opening_contradiction(prior, [2208] * 16) == "prior dropped: prompt_tokens 2208 observed against its 477; "
     assert opening_contradiction(prior, [2208] * 15) == ""  # too few to hold against it
-    assert opening_contradiction(prior, [954] * 8 + [954] * 8) == ""  # twice: still the prior's
+    assert opening_contradiction(prior, [954] * 16) == ""  # twice: still the prior's
     assert opening_contradiction(prior, [955] * 16).startswith("prior dropped: prompt_tokens 955 ")
     assert opening_contradiction(prior, [238] * 16).startswith("prior dropped: prompt_tokens 238 ")
     assert opening_contradiction(prior, [239] * 16) == ""
