@@ -33,9 +33,10 @@ policy: prorsa:4:1:2:1:0.02  # a low bar: this test is about the switches, not t
 engines: {backend: emulated, count: 4, slots: 128, time_scale: 0.1, model: qwen3-30b-a3b, ep: 8}
 workload: {family: swe, mode: async, concurrency: 128, trajectories: 128, tool_time_scale: 0.1, max_turns: 3}
 runtime: {turn_shape: driver, metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: null}
-# declared means of a light workload: their steady split is all mixed, so the run opens there and
-# its SWE turns move it (with no prior these engines would open on the split it moves to)
-prior: {prompt_tokens: 100, observation_tokens: 50, decode_tokens: 50, tool_s: 0.1, turns: 2}
+# declared means of a light workload with SWE's prompts (shorter ones would be set aside before
+# the run opens): their steady split is all mixed, so the run opens there and its SWE turns move it
+# (with no prior these engines would open on the split it moves to)
+prior: {prompt_tokens: 2000, observation_tokens: 50, decode_tokens: 50, tool_s: 0.1, turns: 2}
 """
 
 
