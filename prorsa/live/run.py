@@ -235,7 +235,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     cfg, unit = run.cfg, run.unit
     if not open_ended and (cfg.environment is None or cfg.environment.mode == "replay"):
         # the batch the run opens with is in hand, its prompts counted: a prior they contradict goes
-        run = prior_checked(run, Workload.from_config(cfg.workload, cfg.seed).opening_prompts())
+        run = prior_checked(run, Workload.from_config(cfg.workload, cfg.seed))
     # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
     # in the policy's thread, while the weights update)
     context = replace(run.policy, rehearse=rehearser(run, simulate_async))

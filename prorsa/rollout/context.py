@@ -6,7 +6,7 @@ trace's content) is checked here, and the values derived from the pipeline are c
     resolve(cfg[, source]) -> RunContext      the cross-checks (one ConfigError line naming the field),
                                               then the clock, engine costs and policy context
     check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
-    prior_checked(run, prompts)               the run, its prior set aside if the prompts it opens
+    prior_checked(run, workload)              the run, its prior set aside if the prompts it opens
                                               with contradict it (the batch in hand, counted)
     make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
     make_scheduler(ctx[, future])             the TurnScheduler of a run (its scheduling: options;
@@ -29,7 +29,7 @@ and starts from the prior, if the pipeline gives one (the oracle's future is the
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from prorsa.agent.environment import dataset_tasks
 from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
-from prorsa.agent.workload import context_budget
+from prorsa.agent.workload import Workload, context_budget
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.adaptive import opening_contradiction
@@ -297,12 +297,15 @@ def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:
     return WorkloadHint(concurrency=concurrency(cfg), **means.model_dump())
 
 
-def prior_checked(run: RunContext, prompts: Sequence[int]) -> RunContext:
+def prior_checked(run: RunContext, workload: Workload) -> RunContext:
     """`run`, its prior set aside (for the policy, the router and the scheduler alike) when the
-    prompts it opens with contradict it (control/adaptive.py opening_contradiction); the run then
-    opens as it would with no prior, and PolicyContext.prior_dropped says why."""
-    prior = run.policy.prior
-    why = opening_contradiction(prior, prompts) if prior is not None else ""
+    prompts `workload` opens with contradict it (control/adaptive.py opening_contradiction); the
+    run then opens as it would with no prior, and PolicyContext.prior_dropped says why. Without a
+    prior nothing is drawn: every rehearsal and replay is a run of its own, told none."""
+    if run.policy.prior is None:
+        return run
+    prompts = workload.opening_prompts()
+    why = opening_contradiction(run.policy.prior, prompts)
     if not why:
         return run
     why = f"{why.removesuffix('; ')} in the {len(prompts)} prompts the run opens with"

@@ -110,7 +110,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
 
     cfg, unit = run.cfg, run.unit
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
-    run = prior_checked(run, workload.opening_prompts())
+    run = prior_checked(run, workload)
     context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload),
                       rehearse=rehearser(run, simulate_async), future_run=future_run(run, workload, simulate_async))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy

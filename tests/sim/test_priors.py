@@ -78,14 +78,15 @@ def test_a_prior_the_opening_batch_contradicts_is_set_aside_and_the_run_opens_as
     run_dir, _ = earlier
     wrong = read_prior(run_dir).model_dump() | {"prompt_tokens": 400.0}
     told = resolve(cfg(prior=wrong))
-    prompts = Workload.from_config(told.cfg.workload, told.cfg.seed).opening_prompts()
+    workload = Workload.from_config(told.cfg.workload, told.cfg.seed)
+    prompts = workload.opening_prompts()
     assert len(prompts) == 128 and sum(prompts) / 128 > 2 * 400
-    dropped = prior_checked(told, prompts)
+    dropped = prior_checked(told, workload)
     assert dropped.policy.prior is None and dropped.policy.prior_trajectories == ()
     assert dropped.policy.prior_dropped.startswith("prior dropped: prompt_tokens ")
     assert dropped.policy.prior_dropped.endswith("against its 400 in the 128 prompts the run opens with")
     same_family = resolve(cfg(prior=str(run_dir)))
-    assert prior_checked(same_family, prompts) is same_family
+    assert prior_checked(same_family, workload) is same_family
     from prorsa.control.policy import make_policy
 
     policy = make_policy("prorsa", dropped.policy)
