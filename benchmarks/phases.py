@@ -18,7 +18,11 @@ hindsight (marked); the table lists colocated, the five best splits, prorsa and 
 results file every split.
 
     .venv/bin/python benchmarks/phases.py [--blocks 4] [--block 128] [--long 8192] [--decode 2048]
-                                          [--ep 4] [--sticky-overload cost|2|none] [--workers 2]
+                                          [--ep 4] [--jitter 0] [--sticky-overload cost|2|none]
+                                          [--workers 2]
+
+--jitter F draws each turn's decode within F of its kind's either side: with 0 every trajectory of
+a block is the same, and colocated runs each block in lockstep (see priors.py --jitter).
 
 --sticky-overload picks the router's rule for leaving a trajectory's engines (a turn that leaves
 recomputes its whole context): cost, the default, moves a turn only when the cost model prices
@@ -44,7 +48,12 @@ POLICIES = [*FIXED, "prorsa", "oracle"]
 
 
 def write_phase_trace(path: Path, blocks: int, block: int, long: int, decode: int, tool_s: float,
-                      first: str = "prefill-heavy") -> None:
+                      first: str = "prefill-heavy", jitter: float = 0.0) -> None:
+    """`jitter` > 0: each turn decodes a count drawn uniformly within that share either side of
+    its kind's (seeded by the trajectory's place in the trace). With none, every trajectory of a
+    block is the same, so a policy that treats them alike runs each block in lockstep."""
+    import random
+
     from prorsa.agent.trace import TrajectorySpec, TurnSpec, write_trace
 
     kinds = {"prefill-heavy": (long, 64), "decode-heavy": (256, decode)}
@@ -55,7 +64,9 @@ def write_phase_trace(path: Path, blocks: int, block: int, long: int, decode: in
         appended, decoded = kinds[family]
         for i in range(block):
             n = b * block + i
-            turns = tuple(TurnSpec(appended, decoded, tool_s if t < 3 else 0.0, t == 3) for t in range(4))
+            draw = random.Random(n)
+            turns = tuple(TurnSpec(appended, max(1, round(decoded * (1 + jitter * draw.uniform(-1, 1)))),
+                                   tool_s if t < 3 else 0.0, t == 3) for t in range(4))
             trajectories.append(TrajectorySpec(f"b{b}-t{i}", family, n, 0, 0, turns, seed=n))
     write_trace(path, trajectories)
 
@@ -88,6 +99,8 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=8192, help="tokens a prefill-heavy turn appends")
     ap.add_argument("--decode", type=int, default=2048, help="tokens a decode-heavy turn decodes")
     ap.add_argument("--tool-s", type=float, default=1.0, help="seconds a tool call takes")
+    ap.add_argument("--jitter", type=float, default=0.0,
+                    help="each turn's decode drawn within this share either side of its kind's (0: all alike)")
     ap.add_argument("--ep", type=int, default=4, help="expert-parallel ranks an engine")
     ap.add_argument("--concurrency", type=int, default=64, help="trajectories in flight")
     ap.add_argument("--workers", type=int, default=2)
@@ -100,6 +113,8 @@ def main() -> None:
     for name in ("blocks", "block", "long", "decode", "ep", "concurrency", "workers"):
         if getattr(args, name) < 1:
             sys.exit(f"error: --{name} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.jitter < 1:
+        sys.exit(f"error: --jitter must be at least 0 and under 1, got {args.jitter}")
     from prorsa.config.pipeline import sticky_overload_from
 
     try:
@@ -111,7 +126,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "phases.jsonl"
-        write_phase_trace(trace, args.blocks, args.block, args.long, args.decode, args.tool_s)
+        write_phase_trace(trace, args.blocks, args.block, args.long, args.decode, args.tool_s, jitter=args.jitter)
         n = args.blocks * args.block
         jobs = [(str(trace), args.ep, args.concurrency, n, overload, p) for p in POLICIES]
         print(f"{len(jobs)} simulations of {n} trajectories", file=sys.stderr)

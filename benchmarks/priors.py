@@ -23,7 +23,9 @@ the policies --rerun names (after a change to the oracle, say: --rerun oracle).
                       the wrong prior is a math-tir run on the same engines
     --table phases    benchmarks/phases.py's alternating trace (async, EP --ep); the earlier run
                       is the same trace with its blocks in the other order (the same data seen in
-                      another order), the wrong prior a SWE run on the same engines
+                      another order), the wrong prior a SWE run on the same engines; --jitter F
+                      draws each turn's decode within F of its kind's either side (default 0:
+                      every trajectory of a block alike; results in priors-phases-jitter.json)
 
 With --steps N every synchronous cell is a run of N steps (async cells are left out).
 
@@ -157,6 +159,8 @@ def main() -> None:
     ap.add_argument("--models", default="dense,moe", help="--table paper")
     ap.add_argument("--factors", default=",".join(DRIVER_FACTORS), help="--table drivers")
     ap.add_argument("--ep", default="4,16", help="--table phases: EP ranks an engine, one cell each")
+    ap.add_argument("--jitter", type=float, default=0.0,
+                    help="--table phases: each turn's decode drawn within this share either side of its kind's")
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--steps", type=int, default=1, help="synchronous steps per run (> 1: sync cells only)")
     ap.add_argument("--seed", type=int, default=0)
@@ -167,18 +171,21 @@ def main() -> None:
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("error: --steps: at least 1")
+    if not 0 <= args.jitter < 1 or (args.jitter and args.table != "phases"):
+        sys.exit(f"error: --jitter: at least 0 and under 1, and for --table phases only; got {args.jitter}")
     cells = chosen_cells(args)
     if not cells:
         sys.exit("error: no cells: phases cells are asynchronous, --steps > 1 keeps synchronous cells only")
     out = args.out or ("benchmarks/results/priors.json" if args.table == "paper"
-                       else f"benchmarks/results/priors-{args.table}.json")
+                       else f"benchmarks/results/priors-{args.table}{'-jitter' if args.jitter else ''}.json")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, Pool(args.workers) as pool:
         if args.table == "phases":
             from phases import write_phase_trace
 
-            write_phase_trace(Path(tmp) / "phases.jsonl", 4, 128, 8192, 2048, 1.0)
-            write_phase_trace(Path(tmp) / "phases-reversed.jsonl", 4, 128, 8192, 2048, 1.0, first="decode-heavy")
+            write_phase_trace(Path(tmp) / "phases.jsonl", 4, 128, 8192, 2048, 1.0, jitter=args.jitter)
+            write_phase_trace(Path(tmp) / "phases-reversed.jsonl", 4, 128, 8192, 2048, 1.0, first="decode-heavy",
+                              jitter=args.jitter)
         # an earlier run of each cell's workload, and of the one that misleads it
         wanted = {(c, earlier_kind(c)) for c in cells} | {(c, wrong_kind(c)) for c in cells}
         folder = {key: str(Path(tmp) / f"prior-{i}") for i, key in enumerate(sorted(wanted, key=str))}

@@ -27,6 +27,19 @@ def test_the_trace_alternates_prefill_heavy_and_decode_heavy_blocks(tmp_path):
     assert [t.done for t in heavy] == [False, False, False, True] and heavy[-1].tool_latency_s == 0.0
 
 
+def test_jitter_spreads_each_turns_decode_within_its_share_the_same_way_every_time(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path in (a, b):
+        phases.write_phase_trace(path, blocks=2, block=16, long=1000, decode=500, tool_s=0.5, jitter=0.2)
+    specs = read_trace(a)
+    assert [(s.traj_id, s.turns) for s in specs] == [(s.traj_id, s.turns) for s in read_trace(b)]
+    light = [t.decode_tokens for s in specs if s.family == "decode-heavy" for t in s.turns]
+    heavy = [t.decode_tokens for s in specs if s.family == "prefill-heavy" for t in s.turns]
+    assert all(400 <= d <= 600 for d in light) and all(51 <= d <= 77 for d in heavy)
+    assert len(set(light)) > 30 and min(light) < 430 and max(light) > 570  # spread over the share, not a few values
+    assert {t.appended_tokens for s in specs for t in s.turns} == {1000, 256}  # appends are left as they are
+
+
 def test_every_fixed_split_of_eight_engines_once():
     assert len(phases.FIXED) == len(set(phases.FIXED)) == 43  # colocated and 42 splits P:D:M
     assert "static:4:4" in phases.FIXED and "static:0:2:6" in phases.FIXED and "static:0:8" not in phases.FIXED
@@ -71,3 +84,13 @@ def test_a_bad_sticky_overload_is_refused_by_name():
                           cwd=REPO)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "--sticky-overload: a number of at least 1, cost, or none; got '0.5'" in proc.stderr
+
+
+def test_a_bad_jitter_is_refused_by_name():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--jitter", "1.5"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--jitter must be at least 0 and under 1, got 1.5" in proc.stderr
+    priors = subprocess.run([sys.executable, str(SCRIPT.parent / "priors.py"), "--table", "paper", "--jitter", "0.1"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert priors.returncode != 0 and "Traceback" not in priors.stderr
+    assert "--jitter: at least 0 and under 1, and for --table phases only; got 0.1" in priors.stderr
