@@ -161,11 +161,11 @@ def t_priors(d: dict) -> list[str]:
                  rows) + ["", f"Lowest prorsa / best fixed per prior: {low}."]
 
 
-SEED_FILES = {  # the cells short of the bar at seed 0, again at seeds 1 and 2: (file, seed, steps)
-    "prefix-cache": [("priors-drivers.json", 0, 1), ("priors-drivers-prefix-cache-seed1.json", 1, 1),
-                     ("priors-drivers-prefix-cache-seed2.json", 2, 1)],
-    "tokens": [("priors-drivers-steps3.json", 0, 3), ("priors-drivers-steps3-tokens-seed1.json", 1, 3),
-               ("priors-drivers-steps3-tokens-seed2.json", 2, 3)],
+SEED_FILES = {  # the cells short of the bar at seed 0, again at seeds 1 and 2: (file, seed)
+    "prefix-cache": [("priors-drivers.json", 0), ("priors-drivers-prefix-cache-seed1.json", 1),
+                     ("priors-drivers-prefix-cache-seed2.json", 2)],
+    "tokens": [("priors-drivers-steps3.json", 0), ("priors-drivers-steps3-tokens-seed1.json", 1),
+               ("priors-drivers-steps3-tokens-seed2.json", 2)],
 }
 SEED_CELLS = {"prefix-cache": "ideal", "tokens": 4.0}
 
@@ -174,12 +174,12 @@ def t_priors_seeds(d: dict) -> list[str]:
     """The cells short of the bar at seed 0, at seeds 1 and 2: how much of the shortfall is the seed's."""
     rows = []
     for factor, files in SEED_FILES.items():
-        for file, seed, steps in files:
+        for file, seed in files:
             for c in d[file]["cells"]:
                 if c["factor"] != factor or c["value"] != SEED_CELLS[factor] or c["mode"] != "sync":
                     continue
                 v = c["prorsa_vs_best"]
-                rows.append([f"{factor}={c['value']} sync", str(steps), str(seed), split(c["best_fixed"]),
+                rows.append([f"{factor}={c['value']} sync", str(c["steps"]), str(seed), split(c["best_fixed"]),
                              f"{c['best_fixed_figure']:.1f} s", f3(c["colocated_vs_best"]),
                              *(f3(v.get(p)) for p in PRIOR_NAMES), f3(c["oracle_vs_best"]),
                              "/".join(str(c["prorsa_switches"].get(p, "-")) for p in PRIOR_NAMES)])
@@ -908,7 +908,7 @@ TABLES: dict[str, Table] = {
     "priors-drivers-steps3": Table(["priors-drivers-steps3.json"], priors_cells_table("priors-drivers-steps3.json")),
     "priors-phases": Table(["priors-phases.json"], priors_cells_table("priors-phases.json")),
     "priors-phases-jitter": Table(["priors-phases-jitter.json"], priors_cells_table("priors-phases-jitter.json")),
-    "priors-seeds": Table(sorted({f for files in SEED_FILES.values() for f, _, _ in files}), t_priors_seeds),
+    "priors-seeds": Table(sorted({f for files in SEED_FILES.values() for f, _ in files}), t_priors_seeds),
     "drift": Table(["drift.json"], t_drift),
     "drift-mix": Table(["drift-mix.json"], t_drift_mix),
     "universal-split": Table(["universal-split.json"], t_universal_split),
