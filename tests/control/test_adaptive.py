@@ -416,9 +416,31 @@ def test_a_fluid_move_is_made_only_when_its_replay_ends_sooner():
     why = next(d.reason for _, d in refused if "refused" in d.reason)
     assert "refused: the last 32 trajectories replayed end in 100.0 s under it, 90.0 s as now" in why
     # a refused goal is not replayed again until another quarter of `concurrency` has completed
-    pairs = [split for _, split in asked]
-    assert len(pairs) == 2 * len(set(pairs) - {(0, 0, 8)})
+    named = [d.reason[:d.reason.index(" refused: the last")] for _, d in refused if " refused: the last" in d.reason]
+    assert len(named) >= 2 and len(named) == len(set(named)), named
     assert any("refused by its replay, too few completed since" in d.reason for _, d in refused)
+
+
+def test_a_fluid_move_is_refused_where_the_best_split_replays_sooner_still():
+    """The goal is the split cheapest to reach, the fluid model's best may be another: a goal
+    that beats the current split in the replay is still refused where the best beats it by more
+    than REHEARSAL_GAIN (1%), and the refusal names the best and both times."""
+    from dataclasses import replace
+
+    from prorsa.control.policy import PolicyContext
+
+    now, goal, best = (0, 0, 8), (0, 7, 1), (2, 0, 6)
+    done = tuple(_spec(i) for i in range(40))
+
+    def replayed(prices: dict, fluid_best: tuple = best) -> str:
+        ctx = replace(PolicyContext.default(), rehearse=lambda specs, split: prices[split], concurrency=32)
+        return make_policy("prorsa:4:2:1:1", ctx)._replayed(now, goal, fluid_best, done)
+
+    why = replayed({now: 57.0, goal: 53.7, best: 51.6})
+    assert why == "P0 D7 M1 refused: the last 32 trajectories replayed end in 53.7 s under it, 51.6 s under P2 D0 M6: "
+    assert replayed({now: 57.0, goal: 53.7, best: 53.2}) == ""  # the best ahead by under 1%: move
+    assert replayed({now: 57.0, goal: 56.8, best: 51.6}).endswith("56.8 s under it, 57.0 s as now: ")
+    assert replayed({now: 57.0, goal: 53.7}, fluid_best=goal) == ""  # the goal is the best
 
 
 def test_with_too_little_to_replay_the_fluid_model_decides_alone():
