@@ -51,6 +51,7 @@ TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most 
 MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
 PRIOR_SAMPLES = 16  # observations of a mean before it is held against the prior's
 PRIOR_TOLERANCE = 2.0  # an observed mean this many times off the prior's (either way) drops it
+OPENING_WINDOWS = 4  # an asynchronous run's opening rehearses this many `concurrency` of an earlier run
 VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
 # With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
 # ones (at least one of each). Chosen on the 32 single-step cells of benchmarks/priors.py's paper
@@ -180,6 +181,7 @@ class Prorsa:
         self.name = _name("prorsa", args)
         self.prior = ctx.prior
         self.concurrency = ctx.concurrency
+        self.asynchronous = ctx.asynchronous
         self.rehearse = ctx.rehearse
         self.prior_trajectories = ctx.prior_trajectories
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
@@ -215,10 +217,22 @@ class Prorsa:
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
         goal = self._steady_split(self.prior, n_engines) if self.prior is not None else \
             unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
-        p, d, m = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
+        p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
         self._held_on_prior = self._held is not None
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def _opening_specs(self) -> list[TrajectorySpec]:
+        """What the opening rehearses of an earlier run: its first `concurrency` trajectories (a
+        step's worth), or in an asynchronous run its first OPENING_WINDOWS x `concurrency`, which
+        the rehearsal keeps `concurrency` in flight as the run will. A held split stays for the
+        whole of an asynchronous run, and its first window alone is the opening burst: on the
+        phases trace at EP16 with decodes spread 10%, the first 64 (one block's kind) rehearsed
+        all mixed first and 4:0:4 1% behind, held all mixed (0.963 of 4:0:4); the first 256 at 64
+        in flight put 4:0:4 5% ahead of all mixed."""
+        if self.asynchronous and self.concurrency and len(self.prior_trajectories) > self.concurrency:
+            return list(self.prior_trajectories[:OPENING_WINDOWS * self.concurrency])
+        return fill(self.prior_trajectories, self.concurrency)
 
     def _why_opening(self, split: tuple[int, int, int], n_engines: int) -> str:
         """initial_roles' choice in words, for the run's console."""

@@ -135,6 +135,7 @@ class PolicyContext:
     prior_dropped: str = ""  # why the pipeline's prior was set aside before the run opened ("": it was not)
     future_means: WorkloadHint | None = None  # the run's own means: the oracle's alone, like `future`
     concurrency: int = 0  # trajectories in flight as the pipeline declares them (sync: B x G)
+    asynchronous: bool = False  # workload.mode async: `concurrency` kept in flight, one started as one ends
     prior_trajectories: tuple[TrajectorySpec, ...] = ()  # an earlier run's, as they ran (a prior run dir)
     rehearse: Rehearse | None = None  # None: the body lends no simulator; plan with the fluid model alone
     layouts: RoleCosts | None = None  # per-role cost models (engines.parallelism); None: `cost` in every role

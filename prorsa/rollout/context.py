@@ -266,7 +266,8 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
     # an MoE engine under expert parallelism is a DP-attention group: KV of every rank
     return PolicyContext(cost=cost, slots=engine_slots(cfg)[0], kv_capacity_tokens=cost.kv_capacity_tokens() * cost.ep,
                          interval_s=cfg.runtime.control_interval_s / time_unit(cfg), prior=prior_hint(cfg),
-                         concurrency=concurrency(cfg), layouts=None if layouts.is_uniform else layouts,
+                         concurrency=concurrency(cfg), asynchronous=cfg.workload.mode == "async",
+                         layouts=None if layouts.is_uniform else layouts,
                          prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else (),
                          engine_roles=engine_roles(cfg), groups=group_shapes(cfg))
 

@@ -3,8 +3,10 @@
     rehearser(run, simulate) -> Rehearse
                                  rehearse(specs, (p, d, m)) -> makespan, body seconds, of `specs`
                                  (tool times in body seconds) replayed at once on `run`'s engines
-                                 under static:p:d:m (colocated when p = d = 0); `simulate`:
-                                 sim/run.py's coroutine (run, policy, workload) -> SimRun
+                                 under static:p:d:m (colocated when p = d = 0); in an asynchronous
+                                 run, more of them than its `concurrency` are replayed as it runs
+                                 them, that many in flight; `simulate`: sim/run.py's coroutine
+                                 (run, policy, workload) -> SimRun
     future_run(run, workload, simulate) -> FutureRun
                                  the run itself, from its start, opening in a split and making
                                  given moves (control/policy.py Replay): the oracle's alone, as it
@@ -56,6 +58,8 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
             p, d, m = split
             policy = opening = "colocated" if p == d == 0 else f"static:{p}:{d}:{m}"
         w = wcfg.model_copy(update={"prompts": len(specs)})
+        if w0.mode == "async" and len(specs) > w0.concurrency:  # as the run keeps them in flight
+            w = wcfg.model_copy(update={"mode": "async", "concurrency": w0.concurrency, "trajectories": len(specs)})
         ctx = replace(run, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
         wall = tuple(replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
                      for s in specs)

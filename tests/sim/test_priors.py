@@ -185,3 +185,39 @@ def test_prior_on_the_command_line(earlier, tmp_path):
     bad = subprocess.run([*cli, "--prior", str(tmp_path / "missing")], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and bad.stderr.strip().startswith("error:") and "prior:" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+ASYNC = {"family": "swe", "mode": "async", "concurrency": 8, "trajectories": 48, "max_turns": 4}
+
+
+def test_an_asynchronous_opening_rehearses_the_earlier_runs_first_windows_as_the_run_keeps_them(tmp_path):
+    """An asynchronous run holds its rehearsed opening to its end, so prorsa rehearses the earlier
+    run's first OPENING_WINDOWS x `concurrency` trajectories, not its opening burst alone, and the
+    rehearsal keeps `concurrency` of them in flight, one started as one ends, as the run will."""
+    from dataclasses import replace
+
+    from prorsa.control.adaptive import OPENING_WINDOWS
+    from prorsa.control.policy import make_policy
+    from prorsa.metrics.prior import prior_trajectories
+    from prorsa.sim.rehearse import rehearser
+    from prorsa.sim.run import simulate_async
+
+    write_run(simulate(cfg(seed=4, workload=ASYNC), "colocated"), tmp_path / "run")
+    run = resolve(cfg(workload=ASYNC, prior=str(tmp_path / "run")))
+    assert run.policy.asynchronous and run.policy.concurrency == 8
+    real, asked = rehearser(run, simulate_async), []
+
+    def rehearse(specs, split):
+        asked.append(tuple(s.traj_id for s in specs))
+        return real(specs, split)
+
+    make_policy("prorsa", replace(run.policy, rehearse=rehearse)).initial_roles(8)
+    earlier = prior_trajectories(tmp_path / "run")
+    assert len(earlier) > OPENING_WINDOWS * 8 and set(asked) == {tuple(s.traj_id for s in earlier[:OPENING_WINDOWS * 8])}
+
+    # one in flight: each trajectory runs alone, after the one before it ended
+    serial = rehearser(resolve(cfg(workload=ASYNC | {"concurrency": 1})), simulate_async)
+    three, alone = list(earlier[:3]), [serial([s], (0, 0, 8)) for s in earlier[:3]]
+    assert serial(three, (0, 0, 8)) == pytest.approx(sum(alone), rel=0.01)
+    # no more than the run keeps in flight: replayed at once, as a step
+    assert real(three, (0, 0, 8)) < 0.8 * sum(alone)
