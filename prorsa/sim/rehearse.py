@@ -57,9 +57,10 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
         else:
             p, d, m = split
             policy = opening = "colocated" if p == d == 0 else f"static:{p}:{d}:{m}"
-        w = wcfg.model_copy(update={"prompts": len(specs)})
+        shape = {"prompts": len(specs)}
         if w0.mode == "async" and len(specs) > w0.concurrency:  # as the run keeps them in flight
-            w = wcfg.model_copy(update={"mode": "async", "concurrency": w0.concurrency, "trajectories": len(specs)})
+            shape = {"mode": "async", "concurrency": w0.concurrency, "trajectories": len(specs)}
+        w = wcfg.model_copy(update=shape)
         ctx = replace(run, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
         wall = tuple(replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
                      for s in specs)
