@@ -30,6 +30,7 @@ Requests.timeout_s and planned afresh).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -53,6 +54,8 @@ PRIOR_SAMPLES = 16  # observations of a mean before it is held against the prior
 PRIOR_TOLERANCE = 2.0  # an observed mean this many times off the prior's (either way) drops it
 OPENING_WINDOWS = 4  # an asynchronous run's opening rehearses this many `concurrency` of an earlier run
 VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
+RESAMPLES = 3  # between steps, the finalists are rehearsed again on this many resamples of the step
+FINALIST_BAND = 0.05  # a split rehearsed within this of the fastest is a finalist
 # With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
 # ones (at least one of each). Chosen on the 32 single-step cells of benchmarks/priors.py's paper
 # and drivers tables whose engines have several ranks, of the shares 0, 1/4, 3/8 and 1/2: a quarter
@@ -261,18 +264,19 @@ class Prorsa:
         return contradiction(self.prior, self.forecaster.observed(PRIOR_SAMPLES))
 
     def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int],
-                   older: Sequence[TrajectorySpec] = ()) -> tuple[int, int, int]:
+                   older: Sequence[TrajectorySpec] = (), resamples: int = 0) -> tuple[int, int, int]:
         """The split whose rehearsal (the body's simulator replaying `specs` as one step, and
         `older` as another: their makespans summed) ends soonest, of: all mixed, every P:D, every
         P prefill beside mixed ones, and the fluid model's pick; all mixed unless the best beats it
-        by REHEARSAL_GAIN. `fluid` where nothing can be rehearsed (no simulator lent, nothing
-        observed, or more trajectories than is worth it)."""
+        by REHEARSAL_GAIN. With `resamples`, the finalists are ranked by their mean over the
+        rehearsal and that many resamples of it (`_over_resamples`). `fluid` where nothing can be
+        rehearsed (no simulator lent, nothing observed, or more trajectories than is worth it)."""
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         mixed = (0, 0, n_engines)
         cands = [mixed, fluid, *((p, n_engines - p, 0) for p in range(1, n_engines)),
                  *((p, 0, n_engines - p) for p in range(1, n_engines))]
-        times = self._rehearsal_times(specs, older, cands)
+        times = self._over_resamples(self._rehearsal_times(specs, older, cands), mixed, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[mixed] else mixed
         return self._held
@@ -284,6 +288,24 @@ class Prorsa:
             more = self._replay(older, cands)
             times = {c: t + more[c] for c, t in times.items()}
         return times
+
+    def _over_resamples(self, times: dict, base, specs: Sequence[TrajectorySpec],
+                        older: Sequence[TrajectorySpec], n: int) -> dict:
+        """The finalists of `times` (the splits within FINALIST_BAND of the fastest, and `base`,
+        the split kept unless beaten) at their mean over `times` and `n` rehearsals of resampled
+        steps. A step's replay ranks splits a few percent apart by its own draw of lengths, and the
+        next step is another draw: on tokens x4, three steps, the step that ran on 2:6 replayed all
+        mixed 816.6 s and 2:6 828.2 s, over three resamples all mixed averaged 879.7 s and 2:6
+        835.3 s; ranked by the one draw, prorsa ran 0.948 of the best fixed split, by the mean 1.000."""
+        lead = min(times.values())
+        finalists = [c for c in times if c == base or times[c] <= (1 + FINALIST_BAND) * lead]
+        if n < 1 or len(finalists) < 2:
+            return times
+        total = {c: times[c] for c in finalists}
+        for r in range(n):
+            more = self._rehearsal_times(resampled(specs, r), resampled(older, r), finalists)
+            total = {c: t + more[c] for c, t in total.items()}
+        return {c: t / (n + 1) for c, t in total.items()}
 
     def _replay(self, specs, splits: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], float]:
         """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the record."""
@@ -338,7 +360,7 @@ class Prorsa:
         ahead, trend = self._carried_forward(snapshot.finished)
         older = _decodes_as(ahead, self._step_before)
         self._step_before = list(snapshot.finished)
-        goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)), older)
+        goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)), older, RESAMPLES)
         how = "steady state" if len(self.rehearsals) == before else (
             f"rehearsed on {len(ahead)} trajectories"
             + (f" and the {len(older)} of the step before" if older else "")
@@ -545,6 +567,20 @@ def unprimed_opening(ranks: int, n_engines: int) -> tuple[int, int, int]:
         return 0, 0, n_engines
     p = min(max(round(n_engines * UNPRIMED_PREFILL_SHARE), 1), n_engines - 1)
     return p, 0, n_engines - p
+
+
+def resampled(specs: Sequence[TrajectorySpec], r: int) -> list[TrajectorySpec]:
+    """The `r`th resample of a step: as many GRPO groups (trajectories of one step and prompt) as
+    it ran, drawn from its own with replacement. Each copy is a prompt of its own with seeds of its
+    own, so copies share no cached prefix (shared token ids would hit a cache no real step has)."""
+    groups: dict[tuple[int, int], list[TrajectorySpec]] = {}
+    for s in specs:
+        groups.setdefault((s.step, s.prompt_index), []).append(s)
+    keys = list(groups)
+    draw = random.Random(7919 * (r + 1) + len(specs))
+    return [replace(s, traj_id=f"{s.traj_id}~{r}.{j}", prompt_index=j,
+                    seed=(s.seed + 2654435761 * (r + 1) + 40503 * j) % 2**32)
+            for j in range(len(keys)) for s in groups[keys[draw.randrange(len(keys))]]]
 
 
 def fill(specs: Sequence[TrajectorySpec], n: int) -> list[TrajectorySpec]:

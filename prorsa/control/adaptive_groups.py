@@ -84,13 +84,13 @@ class ProrsaGroups(Prorsa):
         tot = tied.sum(axis=1)
         return _key(tied[np.lexsort((tot[:, 0], -tot[:, 2]))[0]])
 
-    def _rehearsed(self, specs, n_engines: int, fluid, older=()) -> GroupSplit:
+    def _rehearsed(self, specs, n_engines: int, fluid, older=(), resamples: int = 0) -> GroupSplit:
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         declared = openings(self.groups)
         cands = [declared, most_mixed(self.groups), fluid, *self._lines(fluid), *self._lines(declared)]
         cands = [c for c in dict.fromkeys(cands) if serves_both(np.array([c]))[0]]
-        times = self._rehearsal_times(specs, older, cands)
+        times = self._over_resamples(self._rehearsal_times(specs, older, cands), declared, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[declared] else declared
         return self._held

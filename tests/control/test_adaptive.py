@@ -371,8 +371,60 @@ def test_between_steps_rehearses_the_step_that_just_ran():
     assert p.initial_roles(8) == [P, P] + [M] * 6  # no prior: nothing to rehearse, the unprimed opening
     finished = tuple(_spec(i) for i in range(3))
     d = p.between_steps(Snapshot(50.0, tuple(eng(f"e{i}", M) for i in range(8)), finished=finished))
-    assert set(seen) == {("t0", "t1", "t2")}
+    assert ("t0", "t1", "t2") in seen  # the step as it ran; the rest are its resamples
+    assert all(t.startswith(("t0~", "t1~", "t2~")) for ids in seen if ids != ("t0", "t1", "t2") for t in ids)
     assert list(d.targets.values()) == [P] and "rehearsed on 3 trajectories" in d.reason
+
+
+def test_between_steps_the_finalists_are_ranked_over_resamples_of_the_step():
+    """The step as it ran favours 2:6 by 2% (inside FINALIST_BAND, beyond REHEARSAL_GAIN); its
+    three resamples favour all mixed by 10%: the mean over the four keeps all mixed. Splits
+    outside the band are not rehearsed again."""
+    from dataclasses import replace
+
+    asked = []
+
+    def rehearse(specs, split):
+        resample = "~" in specs[0].traj_id
+        asked.append((resample, split))
+        if split == (2, 6, 0):
+            return 110.0 if resample else 98.0
+        return 100.0 if split == (0, 0, 8) else 200.0
+
+    p = make_policy("prorsa", replace(_swe_moe_context(), rehearse=rehearse))
+    p.initial_roles(8)
+    finished = tuple(_spec(i) for i in range(6))
+    d = p.between_steps(Snapshot(50.0, tuple(eng(f"e{i}", M) for i in range(8)), finished=finished))
+    assert "next step: P0 D0 M8" in d.reason
+    assert sorted({s for again, s in asked if again}) == [(0, 0, 8), (2, 6, 0)]
+    assert sum(again for again, _ in asked) == 2 * 3
+    # one draw only (the step itself wins everywhere): 2:6 is taken as before
+    rehearse_one = lambda specs, split: 98.0 if split == (2, 6, 0) else (100.0 if split == (0, 0, 8) else 200.0)  # noqa: E731
+    p = make_policy("prorsa", replace(_swe_moe_context(), rehearse=rehearse_one))
+    p.initial_roles(8)
+    d = p.between_steps(Snapshot(50.0, tuple(eng(f"e{i}", M) for i in range(8)), finished=finished))
+    assert "next step: P2 D6 M0" in d.reason
+
+
+def test_a_resample_draws_whole_groups_with_replacement_as_prompts_of_their_own():
+    from dataclasses import replace
+
+    from prorsa.control.adaptive import resampled
+
+    step = [replace(_spec(4 * g + k), prompt_index=g) for g in range(5) for k in range(4)]
+    for r in range(3):
+        out = resampled(step, r)
+        assert len(out) == len(step)
+        by_prompt: dict = {}
+        for s in out:
+            by_prompt.setdefault(s.prompt_index, []).append(s)
+        assert sorted(by_prompt) == list(range(5))
+        sources = [tuple(s.traj_id.split("~")[0] for s in g) for g in by_prompt.values()]
+        assert all(src in {tuple(f"t{4 * g + k}" for k in range(4)) for g in range(5)} for src in sources)
+        assert len({s.seed for s in out}) == len(out) and len({s.traj_id for s in out}) == len(out)
+    draws = [tuple(s.traj_id.split("~")[0] for s in resampled(step, r)) for r in range(3)]
+    assert len(set(draws)) == 3 and resampled(step, 0) == resampled(step, 0)
+    assert resampled([], 0) == []
 
 
 def test_fill_cycles_with_seeds_of_their_own():
