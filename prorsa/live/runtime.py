@@ -68,7 +68,7 @@ class _Batch:
                 waiter.set_result(fut)
 
 
-RETRY_PAUSE_S = 0.5  # the first pause before a turn tries engines that were down again
+RETRY_PAUSE_S = 0.5  # the first pause before a turn is retried; it doubles with each retry
 RETRY_PAUSE_MAX_S = 15.0
 
 
@@ -106,7 +106,9 @@ class DaskTurnRunner:
         because a server is down (EngineUnavailable: its worker is restarting it) is not counted
         for `restart_wait_s` from the first one: the turn pauses, doubling up to RETRY_PAUSE_MAX_S,
         and goes again. Without that, a role whose only engine restarts (a vLLM server takes a
-        minute or more on CPU) burnt every retry in seconds and its trajectories failed."""
+        minute or more on CPU) burnt every retry in seconds and its trajectories failed.
+        Every retry pauses, so a fault that lasts a few seconds does not spend them all at once,
+        and a leg cancelled on its worker (not by this run) is retried like any other failure."""
         # one key per turn, in the clock its decode seconds are learned in, so a retry keeps its place
         priority = self.scheduler.key(turn, time.time() - self.started)
         attempt, failures, first_down = 0, 0, None
@@ -115,23 +117,28 @@ class DaskTurnRunner:
                 result = await self._attempt(turn, attempt, priority)
                 self.scheduler.ended(turn, result.decode_tokens, result.decode_s)
                 return result
-            except asyncio.CancelledError:
-                raise
+            except asyncio.CancelledError as e:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                error: BaseException = e
             except Exception as e:
-                down = isinstance(e, EngineUnavailable)
-                if down and first_down is None:
-                    first_down = time.monotonic()
-                waiting = down and time.monotonic() - first_down < self.restart_wait_s
-                if not waiting:
-                    failures += 1
-                    if failures > self.retries:
-                        raise
-                log.warning("turn %s-%d failed (%s: %s); retrying", turn.traj_id, turn.turn, type(e).__name__, e)
-                self.router.forget(turn.traj_id)
-                self.retried += 1
-                attempt += 1
-                if waiting:
-                    await asyncio.sleep(min(RETRY_PAUSE_S * 2 ** (attempt - 1), RETRY_PAUSE_MAX_S))
+                error = e
+            down = isinstance(error, EngineUnavailable)
+            if down and first_down is None:
+                first_down = time.monotonic()
+            waiting = down and time.monotonic() - first_down < self.restart_wait_s
+            if not waiting:
+                failures += 1
+                if failures > self.retries:
+                    if isinstance(error, asyncio.CancelledError):  # the turn failed, not its caller
+                        raise RuntimeError("a leg was cancelled on its worker") from error
+                    raise error
+            log.warning("turn %s-%d failed (%s: %s); retrying", turn.traj_id, turn.turn, type(error).__name__, error)
+            self.router.forget(turn.traj_id)
+            self.retried += 1
+            attempt += 1
+            await asyncio.sleep(min(RETRY_PAUSE_S * 2 ** (attempt - 1), RETRY_PAUSE_MAX_S))
 
     async def _attempt(self, turn: TurnRequest, attempt: int, priority: float) -> TurnResult:
         route = self.router.route(turn.traj_id, appended=turn.appended_tokens if turn.turn else None,

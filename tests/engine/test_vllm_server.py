@@ -366,3 +366,83 @@ def test_dp_ranks_get_consecutive_free_side_channel_ports(monkeypatch):
     with pytest.raises(EngineUnavailable, match="no 3 consecutive free local ports"):
         server.free_ports(3, attempts=4)
     assert server.free_ports(1) == 1000  # one rank: no neighbour to look at
+
+
+class _DeadServer:
+    """A server that is down until started; each check and start takes a moment, as a real one's
+    do. Its address refuses connections, so a request sent once it is up fails as unavailable."""
+
+    url = "http://127.0.0.1:9"
+    kv_capacity_tokens = 0
+
+    def __init__(self) -> None:
+        self.up, self.starts = False, 0
+
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        time.sleep(0.05)
+        return self.up
+
+    def alive(self) -> bool:
+        return self.up
+
+    def start(self) -> None:
+        time.sleep(0.2)
+        self.starts += 1
+        self.up = True
+
+    def stop(self) -> None:
+        self.up = False
+
+
+def _engine_on(server, tmp_path):
+    from prorsa.engine.vllm import VllmEngine
+    from prorsa.roles import Role
+
+    return VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), cores=None, log_dir=tmp_path, server=server)
+
+
+def test_the_health_watch_and_a_request_that_found_the_server_gone_share_one_restart(tmp_path):
+    """The health watch began a restart; a request then found the server gone and asked for its
+    own. The watch's stop cancelled the request's restart, and every leg waiting for it raised
+    CancelledError, which no turn retry catches: the trajectories failed. Now both join one
+    restart and the waiting legs go on to the new server (here one that refuses them)."""
+    import asyncio
+
+    from prorsa.roles import Role
+
+    server = _DeadServer()
+    engine = _engine_on(server, tmp_path)
+
+    async def go():
+        watch = asyncio.create_task(engine.ensure_healthy())
+        await asyncio.sleep(0.01)  # the watch holds the restart lock, checking /health
+        engine._server_lost()
+        legs = [asyncio.create_task(engine._complete({}, Role.MIXED, kv_tokens=0)) for _ in range(3)]
+        restarted = await watch
+        ended = await asyncio.gather(*legs, return_exceptions=True)
+        again = await engine.ensure_healthy()
+        await engine.stop()
+        return restarted, ended, again
+
+    restarted, ended, again = asyncio.run(go())
+    assert (restarted, again, server.starts) == (True, False, 1)
+    assert [type(e) for e in ended] == [EngineUnavailable] * 3, ended
+    assert all("ConnectError" in str(e) for e in ended), ended  # sent to the new server
+
+
+def test_a_leg_waiting_for_a_restart_the_engine_stopped_finds_no_server_not_a_cancellation(tmp_path):
+    import asyncio
+
+    from prorsa.roles import Role
+
+    engine = _engine_on(_DeadServer(), tmp_path)
+
+    async def go():
+        engine._server_lost()
+        leg = asyncio.create_task(engine._complete({}, Role.MIXED, kv_tokens=0))
+        await asyncio.sleep(0.01)
+        await engine.stop()  # shutting down while the restart is under way
+        return await leg
+
+    with pytest.raises(EngineUnavailable, match="not started"):
+        asyncio.run(go())

@@ -70,3 +70,25 @@ def test_other_failures_spend_retries_while_engines_are_waited_out():
     with pytest.raises(EngineError, match="500"):
         asyncio.run(runner.run_turn(TURN))
     assert attempts == [0, 1, 2, 3]
+
+
+def test_a_leg_cancelled_on_its_worker_is_retried_and_at_last_fails_the_turn_not_its_caller():
+    runner, attempts = _runner([asyncio.CancelledError()], retries=1, restart_wait_s=60.0)
+    assert asyncio.run(runner.run_turn(TURN)) is DONE and attempts == [0, 1]
+    runner, attempts = _runner([asyncio.CancelledError()] * 2, retries=1, restart_wait_s=60.0)
+    with pytest.raises(RuntimeError, match="cancelled on its worker"):
+        asyncio.run(runner.run_turn(TURN))
+    assert attempts == [0, 1]
+
+
+def test_every_retry_pauses_so_a_fault_of_a_few_seconds_does_not_spend_them_all(monkeypatch):
+    pauses: list[float] = []
+
+    async def sleep(s):
+        pauses.append(s)
+
+    monkeypatch.setattr(runtime.asyncio, "sleep", sleep)
+    runner, attempts = _runner([EngineError("HTTP 500")] * 2 + [EngineUnavailable("x")], retries=2,
+                               restart_wait_s=60.0)
+    assert asyncio.run(runner.run_turn(TURN)) is DONE
+    assert pauses == [0.001, 0.002, 0.004]  # doubling, up to RETRY_PAUSE_MAX_S, counted or not

@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from runs import assert_exactly_once, expected_specs, finish, kill_group, start, wait_for
@@ -85,6 +86,15 @@ def _committed(run_dir: Path) -> int:
         return 0
 
 
+def _why_failed(run_dir: Path) -> str:
+    """The errors the failed trajectories recorded (the output's tail may not reach them)."""
+    try:
+        rows = pq.read_table(run_dir / "trajectories.parquet", columns=["traj_id", "status", "error"]).to_pylist()
+    except (OSError, ValueError, KeyError):
+        return ""
+    return "".join(f"{r['traj_id']}: {r['error']}\n" for r in rows if r["status"] != "completed")
+
+
 def _run_and_kill(tmp_path: Path, processes: bool, victim_pid) -> tuple[Path, dict, int]:
     """`prorsa run` on 3 engines; once 4 trajectories are committed, SIGKILL victim_pid(run_dir)."""
     pipeline = tmp_path / "kill.yaml"
@@ -105,7 +115,7 @@ def _run_and_kill(tmp_path: Path, processes: bool, victim_pid) -> tuple[Path, di
     noise = [i for i, line in enumerate(lines) if "error:" in line or "Traceback" in line]
     # each traceback with what follows it, so a failure says where it came from
     shown = "\n---\n".join("\n".join(lines[i:i + 40]) for i in noise[:3])
-    assert proc.returncode == 0 and not noise, shown[-8000:] or output[-4000:]
+    assert proc.returncode == 0 and not noise, _why_failed(run_dir) + (shown[-8000:] or output[-4000:])
     assert_exactly_once(run_dir, specs)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trajectories_completed"] == len(specs) and summary["trajectories_failed"] == 0

@@ -25,9 +25,9 @@ into vLLM's int milliseconds); the server admits by it when launched with the pr
 policy (engines.vllm.scheduling_policy, which scheduling.priority sets: engine/registry.py).
 
 A request that fails because the server is down raises EngineUnavailable and starts a restart at
-once (not at the worker's next health check); requests sent meanwhile wait for it rather than
-fail. A decode whose KV pull failed raises KvTransferFailed; any other failed request raises
-EngineError.
+once (not at the worker's next health check), or joins the health check's under way; requests
+sent meanwhile wait for it rather than fail. A decode whose KV pull failed raises
+KvTransferFailed; any other failed request raises EngineError.
 """
 
 from __future__ import annotations
@@ -119,15 +119,31 @@ class VllmEngine:
         await asyncio.to_thread(self.server.stop)
 
     async def ensure_healthy(self) -> bool:
-        """Restart the server if it is dead or does not answer /health. True if it restarted."""
+        """Restart the server if it is dead or does not answer /health. True if it restarted.
+        One restart at a time, whoever asks (the worker's health watch, a request that found the
+        server gone) joins the one under way, and requests wait for it (_wait_for_restart)."""
+        return await asyncio.shield(self._restarting())
+
+    def _restarting(self) -> asyncio.Future:
+        if self._restart is None or self._restart.done():
+            self._restart = asyncio.ensure_future(self._restart_if_unhealthy())
+            self._restart.add_done_callback(self._restart_ended)
+        return self._restart
+
+    async def _restart_if_unhealthy(self) -> bool:
         async with self._guard():
             if await asyncio.to_thread(self.server.healthy):
                 return False
-            await self.stop()
+            await self.stop()  # from within the restart task: it does not cancel itself
             await self.start()
             if self._weights_dir is not None:
                 await self._reload(self._weights_dir)
             return True
+
+    def _restart_ended(self, task: asyncio.Future) -> None:
+        # retrieved here, so a failure nobody awaited is one line, not asyncio's traceback at exit
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s: restart failed: %s", self.engine_id, task.exception())
 
     async def load_weights(self, model_dir: str | Path, timeout_s: float = 600.0) -> None:
         """New weights in place, from a model directory in the checkpoint format the server
@@ -219,15 +235,27 @@ class VllmEngine:
     def _server_lost(self) -> None:
         """Restart now and hold new requests until it is done: failing them fast would spend each
         turn's retries in the seconds before the health check notices, on an engine that may
-        have no stand-in (the only decode engine), and fail the trajectories."""
-        if self._restart is None or self._restart.done():
-            self._restart = asyncio.ensure_future(self._restart_now())
+        have no stand-in (the only decode engine), and fail the trajectories. A failed restart
+        is logged (_restart_ended); the worker's health watch tries again."""
+        self._restarting()
 
-    async def _restart_now(self) -> None:
+    async def _wait_for_restart(self) -> None:
+        """Wait out a restart under way; then the request goes to whatever server there is (none:
+        EngineUnavailable). Neither the restart's failure nor its cancellation (the engine
+        stopping) is the request's own: when the health watch's restart cancelled a request's,
+        its waiting legs raised CancelledError, which no retry catches, and their trajectories
+        failed."""
+        restart = self._restart
+        if restart is None or restart.done():
+            return
         try:
-            await self.ensure_healthy()
-        except Exception as e:  # the worker's health watch tries again
-            log.warning("%s: restart failed: %s", self.engine_id, e)
+            await asyncio.shield(restart)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not restart.cancelled() or (task is not None and task.cancelling()):
+                raise
+        except Exception:
+            pass
 
     async def _core_dead(self) -> bool:
         """The API server still answers but its engine core is gone (vLLM's EngineDeadError: HTTP
@@ -243,18 +271,22 @@ class VllmEngine:
         return r.status_code != 200
 
     async def _complete(self, body: dict[str, Any], leg: Role, kv_tokens: int) -> Reply:
-        if self._restart is not None and not self._restart.done():
-            await asyncio.shield(self._restart)
-        if self._client is None:
+        await self._wait_for_restart()
+        client = self._client
+        if client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         self._inflight[leg] += 1
         self._kv_inflight += kv_tokens
         t0 = time.monotonic()
         try:
-            r = await self._client.post("/v1/completions", json=body)
+            r = await client.post("/v1/completions", json=body)
         except httpx.TransportError as e:  # refused, reset, closed mid-response: the server is gone
             self._server_lost()
             raise EngineUnavailable(f"{self.engine_id}: {type(e).__name__}: {e}") from e
+        except RuntimeError as e:  # httpx: "the client has been closed", by a restart
+            if not client.is_closed:
+                raise
+            raise EngineUnavailable(f"{self.engine_id}: restarting ({e})") from e
         finally:
             self._inflight[leg] -= 1
             self._kv_inflight -= kv_tokens
