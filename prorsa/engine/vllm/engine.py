@@ -113,9 +113,9 @@ class VllmEngine:
             self._restart.cancel()  # shutting down: a restart must not bring a server back after it
             with contextlib.suppress(asyncio.CancelledError):
                 await self._restart
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        client, self._client = self._client, None  # before closing: no request picks up a closing client
+        if client is not None:
+            await client.aclose()
         await asyncio.to_thread(self.server.stop)
 
     async def ensure_healthy(self) -> bool:
@@ -272,21 +272,16 @@ class VllmEngine:
 
     async def _complete(self, body: dict[str, Any], leg: Role, kv_tokens: int) -> Reply:
         await self._wait_for_restart()
-        client = self._client
-        if client is None:
+        if self._client is None:
             raise EngineUnavailable(f"{self.engine_id}: not started")
         self._inflight[leg] += 1
         self._kv_inflight += kv_tokens
         t0 = time.monotonic()
         try:
-            r = await client.post("/v1/completions", json=body)
+            r = await self._client.post("/v1/completions", json=body)
         except httpx.TransportError as e:  # refused, reset, closed mid-response: the server is gone
             self._server_lost()
             raise EngineUnavailable(f"{self.engine_id}: {type(e).__name__}: {e}") from e
-        except RuntimeError as e:  # httpx: "the client has been closed", by a restart
-            if not client.is_closed:
-                raise
-            raise EngineUnavailable(f"{self.engine_id}: restarting ({e})") from e
         finally:
             self._inflight[leg] -= 1
             self._kv_inflight -= kv_tokens
