@@ -71,6 +71,12 @@ class Family:
     tool: ToolLatency
     context_cap: int  # the trajectory ends before its context exceeds this
     hardness_sigma: float  # per-prompt lognormal factor (median 1) on turns and decode
+    # Decode scales by hardness ** decode_hardness: 0 leaves decode lengths independent of how long
+    # the trajectory runs, as recorded coding agents show (a hard task is more turns, not longer ones).
+    decode_hardness: float = 1.0
+    # Turn 0's decode, when it has a shape of its own (the first plan of a fixed agent prompt varies
+    # little); None: drawn like every other turn's.
+    first_decode: LogNormal | None = None
 
     def draw_prompt(self, rng: np.random.Generator) -> tuple[float, int]:
         """(hardness, prompt tokens) for one prompt: every member of its group shares both."""
@@ -83,9 +89,12 @@ class Family:
         # Draw n of everything, then set turn 0 / the last turn, so turn k's values do not
         # depend on how the trajectory is later cut (caps keep a prefix of the same draw).
         appended = np.maximum(1, np.rint(self.appended.draw(rng, n))).astype(int)
-        decode = np.clip(np.rint(self.decode.draw(rng, n, hardness)), 1, self.max_decode).astype(int)
+        decode = np.clip(np.rint(self.decode.draw(rng, n, hardness ** self.decode_hardness)),
+                         1, self.max_decode).astype(int)
         tool = self.tool.draw(rng, n)
         appended[0], tool[-1] = prompt_tokens, 0.0
+        if self.first_decode is not None:  # drawn last, so every other draw stays where it was
+            decode[0] = int(np.clip(round(float(self.first_decode.draw(rng, 1)[0])), 1, self.max_decode))
         return RawTurns([int(a) for a in appended], [int(d) for d in decode], [float(t) for t in tool])
 
 
@@ -161,7 +170,29 @@ TERMINAL = Family(
     hardness_sigma=0.4,  # [E]
 )
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (SWE, SEARCH, MATH_TIR, TERMINAL)}
+# A recorded coding agent (mini-swe-agent on SWE-bench Verified, 500 runs with provider token counts;
+# ../shared/traces/README.md [S]): turns mean 40, p90 66, max 145; decode per turn median 89, mean
+# 276, p90 681; appended median 98, p90 901; first-turn decode uncorrelated with total decode.
+CODING_AGENT = Family(
+    name="coding-agent",
+    turns=LogNormal(median=35.6, sigma=0.4),  # [D] with hardness: sigma 0.48, mean 40, p90 66
+    max_turns=150,  # [S] max 145 in 500 runs
+    prompt=LogNormal(median=1400, sigma=0.35),  # [S] system + instance prompt 1.1-3.3k (20 sessions)
+    appended=LogNormal(median=98, sigma=1.73),  # [D] median 98, p90 98*exp(1.2816*1.73)=901
+    decode=LogNormal(median=89, sigma=1.53),  # [D] between mean 276 (sigma 1.50) and p90 681 (1.57)
+    max_decode=16384,  # [E] a provider's per-call cap
+    tool=ToolLatency(
+        body=LogNormal(median=1.0, sigma=1.0),  # [E] the start-to-start gap (median 4 s, p90 13 s)
+        tail_p=0.05, tail_min_s=10.0, tail_alpha=1.3,  # less the model's own time; test runs
+        timeout_s=300.0,  # [E] make the tail
+    ),
+    context_cap=131072,  # [E] a 128k model: long runs end here, as they would on one
+    hardness_sigma=0.27,  # [D] sqrt(0.4^2 + 0.27^2) = 0.48, the turn count's spread
+    decode_hardness=0.0,  # [S] first-turn vs total decode Spearman 0.01
+    first_decode=LogNormal(median=105, sigma=0.3),  # [S] 73-208 over 20 sessions
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (SWE, SEARCH, MATH_TIR, TERMINAL, CODING_AGENT)}
 
 
 def get_family(name: str) -> Family:

@@ -315,7 +315,7 @@ class EnginesConfig(_Section):
         return self
 
 
-FamilyName = Literal["swe", "search", "math-tir", "terminal"]  # agent/families.py FAMILIES
+FamilyName = Literal["swe", "search", "math-tir", "terminal", "coding-agent"]  # agent/families.py FAMILIES
 FAMILY_NAMES: tuple[str, ...] = get_args(FamilyName)
 
 
