@@ -10,6 +10,7 @@
     prorsa validate FILE... [--plan [--cluster FILE]]               check pipelines, sweeps, cluster files, traces
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
                                                                    plots and report.md of stored runs
+    prorsa trace import SOURCE --output FILE [--format F]          recorded agent runs as a Prorsa trace
     prorsa model make-tiny DIR                                      a tiny random Llama for vLLM on CPU
     prorsa sft --model tiny|DIR --task arith --steps N --output DIR  supervised warm-up for RL
     prorsa calibrate PIPELINE [--output FILE]                       fit a hardware profile to one engine
@@ -25,6 +26,7 @@ command. Bad input ends with one line on stderr and exit code 2; no traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -662,6 +664,71 @@ def _calibrate_from_runs(run_dirs: list[Path], output: str | None) -> None:
     click.echo(f"makespan: live {live:.2f} s{' (median)' if len(runs) > 1 else ''}; simulated with {base} "
                f"{before:.2f} s ({before / live:.3f}), corrected {after:.2f} s ({after / live:.3f})")
     click.echo(f"wrote {target} (use it as engines.gpu; check it on another run: benchmarks/fidelity_vllm.py)")
+
+
+@main.group()
+def trace() -> None:
+    """Traces: recorded agent runs to replay as a workload (workload.trace)."""
+
+
+_BIG = 8 << 20  # bytes: below this an import is done before a bar would draw
+
+
+def _importer_formats() -> dict:
+    from prorsa.agent.importers import FORMATS
+
+    return FORMATS
+
+
+
+@trace.command("import", epilog="Formats: " + "; ".join(f"{n}: {f.summary}" for n, f in _importer_formats().items()))
+@click.argument("source", type=click.Path(exists=True))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="The trace file to write (JSONL).")
+@click.option("--format", "fmt", type=click.Choice(["auto", *_importer_formats()]), default="auto", show_default=True,
+              help="The recording's format; auto tells it by content (a folder by its files).")
+@click.option("--family", default="trace", show_default=True, help="Task-family label of every trajectory.")
+@click.option("--decode-tps", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Gaps stamped start to start (or end to end) hold the model's own time as well as the tool's: "
+                   "with RATE > 0 subtract completion_tokens / RATE from each (floored at 0); 0 takes them as "
+                   "they are. Gaps a format measures as the tool's own time are never changed.")
+@click.option("--releases", type=click.Choice(["auto", "recorded", "none"]), default="auto", show_default=True,
+              help="Trajectory start times (start_s, from the first): recorded; none (all at once); auto: "
+                   "recorded unless they span over 30 days (unrelated clocks).")
+def trace_import(source: str, output: str, fmt: str, family: str, decode_tps: float, releases: str) -> None:
+    """Turn recorded agent runs (SOURCE: a file or a folder) into a Prorsa trace: per model call, the
+    tokens it appended (its prompt less the previous call's prompt and completion; a context reset
+    starts afresh), the tokens it decoded, and the gap to the next call as tool time."""
+    from prorsa.agent.importers import ImportOptions, detect, import_trace, work
+    from prorsa.agent.trace import TraceError, write_trace
+
+    path = Path(source)
+    options = ImportOptions(family=family, decode_tps=decode_tps, releases=releases)
+    try:
+        name = detect(path) if fmt == "auto" else fmt
+        total = work(path, name)
+        console = Console(stderr=True)
+        show = console.is_terminal and (total or 0) > (_BIG if path.is_file() else 100)
+        with _import_bar(console, total, show) as advance:
+            name, specs = import_trace(path, name, options, advance)
+    except TraceError as e:
+        _fail(str(e))
+    out = Path(output)
+    try:
+        write_trace(out, specs)
+    except OSError as e:
+        _fail(f"--output: cannot write {out} ({e.strerror or e})")
+    click.echo(f"wrote {out}: {len(specs)} trajectories, {sum(len(s.turns) for s in specs)} turns (read as {name})")
+
+
+@contextlib.contextmanager
+def _import_bar(console: Console, total: int | None, show: bool):
+    """A callback advancing a progress bar over the source, drawn only for long reads on a terminal."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("import"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                  console=console, disable=not show) as bar:
+        job = bar.add_task("import", total=total)
+        yield lambda n: bar.advance(job, n)
 
 
 @main.group()
