@@ -38,8 +38,11 @@ import numpy as np
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first, score, splits
+from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecast, Forecaster
+from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
+from prorsa.control.prior_check import PRIOR_SAMPLES, Censored, contradiction
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
@@ -50,8 +53,6 @@ _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a pr
 REHEARSAL_GAIN = 0.01
 TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
 MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
-PRIOR_SAMPLES = 16  # observations of a mean before it is held against the prior's
-PRIOR_TOLERANCE = 2.0  # an observed mean this many times off the prior's (either way) drops it
 OPENING_WINDOWS = 4  # an asynchronous run's opening rehearses this many `concurrency` of an earlier run
 VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
 RESAMPLES = 3  # between steps, the finalists are rehearsed again on this many resamples of the step
@@ -204,6 +205,8 @@ class Prorsa:
         # (current, goal) -> the last trajectory completed when its replay refused the move
         self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
         self._give_back_checked: str | None = None  # the last trajectory completed when _given_back replayed
+        # the model rehearsals run on, corrected step by step against what the engines did
+        self.calibration = Calibration()
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
@@ -222,6 +225,7 @@ class Prorsa:
             unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
         p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
         self._held_on_prior = self._held is not None
+        self.calibration.begin(0.0, (p, d, m))
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
@@ -254,14 +258,22 @@ class Prorsa:
         return (f"the steady state of the prior's means ({self.prior.turns:.1f} turns of "
                 f"{self.prior.decode_tokens:.0f} decoded tokens)")
 
-    def _prior_contradicted(self) -> str:
+    def _prior_contradicted(self, now_s: float) -> str:
         """Why the prior is not this run's workload ("" while it may be), by the means the run
         has observed PRIOR_SAMPLES times (appends as they are queued, decodes as they end). A
         wrong family's rehearsed split, held through the run, cost EP16 SWE up to 0.58 of the best
         fixed split against 0.90 with no prior at all (benchmarks/priors.py --table drivers)."""
         if self.prior is None:
             return ""
-        return contradiction(self.prior, self.forecaster.observed(PRIOR_SAMPLES))
+        return contradiction(self.prior, self.forecaster.observed(PRIOR_SAMPLES), self._censored(now_s))
+
+    def _censored(self, now_s: float) -> Censored:
+        """What the trajectories still running bound (control/prior_check.py)."""
+        live = self.forecaster.tracker.live()
+        tools = [now_s - t.since_s for t in live if t.phase is Phase.TOOL]
+        f = self.forecaster
+        return Censored(len(tools), sum(tools), *f.tally("tool_s"), len(live), sum(t.turn + 1 for t in live),
+                        *f.tally("turns"))
 
     def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int],
                    older: Sequence[TrajectorySpec] = (), resamples: int = 0) -> tuple[int, int, int]:
@@ -278,7 +290,7 @@ class Prorsa:
                  *((p, 0, n_engines - p) for p in range(1, n_engines))]
         times = self._over_resamples(self._rehearsal_times(specs, older, cands), mixed, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
-        self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[mixed] else mixed
+        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[mixed] else mixed
         return self._held
 
     def _rehearsal_times(self, specs, older: Sequence[TrajectorySpec], cands: list) -> dict:
@@ -310,7 +322,8 @@ class Prorsa:
     def _replay(self, specs, splits: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], float]:
         """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the record."""
         assert self.rehearse is not None
-        times = {c: self.rehearse(specs, c) for c in dict.fromkeys(splits)}
+        model = {} if self.calibration.scale.exact else {"scale": self.calibration.scale}
+        times = {c: self.rehearse(specs, c, **model) for c in dict.fromkeys(splits)}
         self.rehearsals.append(times)
         return times
 
@@ -354,6 +367,10 @@ class Prorsa:
         """between_steps' engines (in their requested roles), goal split and reason."""
         for ev in snapshot.events:
             self.forecaster.observe(ev)
+            self.calibration.observe(ev)
+        checked = ""
+        if self.rehearse is not None and not self.asynchronous and len(snapshot.finished) <= MAX_REHEARSED:
+            checked = self.calibration.end(snapshot.finished, self.rehearse)
         hint = self.learned()
         engines = self._requests.engines(snapshot)
         before, self._held, self._held_on_prior = len(self.rehearsals), None, False
@@ -368,7 +385,9 @@ class Prorsa:
         self._committed, self._streak = None, (None, 0)
         what = "no workload observed yet" if hint is None else (
             f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
-        return engines, goal, f"next step: {_split_name(goal)} ({how}) for {what}"
+        self.calibration.begin(snapshot.time_s, goal)
+        checked = f"; last {checked}" if checked else ""
+        return engines, goal, f"next step: {_split_name(goal)} ({how}) for {what}{checked}"
 
     def _carried_forward(self, finished: Sequence[TrajectorySpec]) -> tuple[list[TrajectorySpec], float]:
         """The step that ran, its decodes scaled by the last step-over-step change of their mean
@@ -387,9 +406,10 @@ class Prorsa:
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
             self.forecaster.observe(ev)  # folds the event into forecaster.tracker too
+            self.calibration.observe(ev)
         engines = self._requests.engines(snapshot)
         forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
-        dropped = self._prior_contradicted() if self._held_on_prior else ""
+        dropped = self._prior_contradicted(snapshot.time_s) if self._held_on_prior else ""
         if dropped:
             self._held, self._held_on_prior = None, False
         if self._held is not None:
@@ -403,6 +423,8 @@ class Prorsa:
         if not targets and not self._committed:
             targets, why = self._given_back(plan, engines, snapshot.finished) or (targets, why)
         self._requests.ask(targets, snapshot.time_s)
+        if targets:
+            self.calibration.moved()
         return Decision(targets, f"{dropped}{why}{plan.reason}", forecast=plan.summary(),
                         forecast_error=self.forecaster.errors())
 
@@ -451,7 +473,7 @@ class Prorsa:
         mixed = (0, 0, p + m)
         specs = self._window(finished)
         times = self._replay(specs, [current, mixed, plan.best])
-        if times[mixed] * (1 + REHEARSAL_GAIN) >= min(t for c, t in times.items() if c != mixed):
+        if times[mixed] * (1 + self.calibration.margin(REHEARSAL_GAIN)) >= min(t for c, t in times.items() if c != mixed):
             return None
         return reassign(engines, mixed), (f"give the prefill engines back: the last {len(specs)} trajectories "
                                           f"replayed end in {times[mixed]:.1f} s all mixed, "
@@ -480,9 +502,10 @@ class Prorsa:
             return f"{_split_name(goal)} refused by its replay, too few completed since: "
         specs = self._window(finished)
         times = self._replay(specs, [current, goal, best])
-        if times[goal] * (1 + REHEARSAL_GAIN) >= times[current]:
+        margin = self.calibration.margin(REHEARSAL_GAIN)
+        if times[goal] * (1 + margin) >= times[current]:
             why = f"{times[goal]:.1f} s under it, {times[current]:.1f} s as now"
-        elif times[best] * (1 + REHEARSAL_GAIN) < times[goal]:
+        elif times[best] * (1 + margin) < times[goal]:
             why = f"{times[goal]:.1f} s under it, {times[best]:.1f} s under {_split_name(best)}"
         else:
             return ""
@@ -496,30 +519,6 @@ class Prorsa:
     def _too_few_since(self, finished: Sequence[TrajectorySpec], last: str | None) -> bool:
         """Fewer than a quarter of `concurrency` completed since `last` (None: never replayed)."""
         return last is not None and _completed_since(finished, last) < max(self.concurrency // 4, 1)
-
-
-def contradiction(prior: WorkloadHint, seen: dict[str, float]) -> str:
-    """Why the means `seen` say `prior` is not this run's workload, "" while it may be: one is off
-    the prior's by more than PRIOR_TOLERANCE either way. Decodes are observed as they end, the
-    short ones first, so a decode mean counts against the prior only when it is the longer."""
-    for key, low in (("prompt_tokens", 1 / PRIOR_TOLERANCE), ("observation_tokens", 1 / PRIOR_TOLERANCE),
-                     ("decode_tokens", 0.0)):
-        mine, told = seen.get(key), getattr(prior, key)
-        if mine is not None and told > 0 and not low <= mine / told <= PRIOR_TOLERANCE:
-            return f"prior dropped: {key} {mine:.0f} observed against its {told:.0f}; "
-    return ""
-
-
-def opening_contradiction(prior: WorkloadHint, prompts: Sequence[int]) -> str:
-    """Why the prompts a run opens with (the batch in hand, their tokens counted before any
-    prefill) say `prior` is not this run's workload, "" while it may be. A wrong family's prior
-    otherwise opens the run on its own split and is dropped only a second in, once the engines it
-    set up hold the first decodes: drivers.py's synchronous turns and EP16 SWE cells, run on
-    math-tir's prior, opened all mixed and ended at 0.85-0.92 of the best fixed split, and at
-    0.99-1.00 set aside here (benchmarks/priors.py --table drivers)."""
-    if len(prompts) < PRIOR_SAMPLES:
-        return ""
-    return contradiction(prior, {"prompt_tokens": sum(prompts) / len(prompts)})
 
 
 def _decodes_as(ahead: Sequence[TrajectorySpec], older: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:

@@ -56,6 +56,7 @@ class ProrsaGroups(Prorsa):
         goal = self._steady_split(self.prior, n_engines)
         split = self._rehearsed(fill(self.prior_trajectories, self.concurrency), n_engines, goal)
         self._held_on_prior = self._held is not None
+        self.calibration.begin(0.0, split)
         self.opening_reason = self._why_opening(split, n_engines)
         return group_roles(self.groups, split)
 
@@ -92,7 +93,7 @@ class ProrsaGroups(Prorsa):
         cands = [c for c in dict.fromkeys(cands) if serves_both(np.array([c]))[0]]
         times = self._over_resamples(self._rehearsal_times(specs, older, cands), declared, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
-        self._held = best if times[best] * (1 + REHEARSAL_GAIN) < times[declared] else declared
+        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[declared] else declared
         return self._held
 
     def _lines(self, base: GroupSplit) -> list[GroupSplit]:

@@ -238,6 +238,10 @@ class Forecaster:
                    "decode_tokens": pr.decode_tokens, "tool_s": 0.0, "turns": 1.0}
         return {k: self._sums[k] / n if (n := self._counts[k]) else default[k] for k in self._sums}
 
+    def tally(self, key: str) -> tuple[int, float]:
+        """(count, sum) of one of WorkloadHint's means as observed so far."""
+        return self._counts.get(key, 0), self._sums.get(key, 0.0)
+
     def observed(self, min_count: int) -> dict[str, float]:
         """The run's means so far (WorkloadHint's keys) of those observed at least `min_count` times."""
         return {k: self._sums[k] / n for k, n in self._counts.items() if n >= min_count}

@@ -42,7 +42,7 @@ from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
 from prorsa.agent.workload import Workload, context_budget
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.adaptive import opening_contradiction
+from prorsa.control.prior_check import opening_contradiction
 from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import GroupShape, PolicyContext, WorkloadHint, make_policy
 from prorsa.control.tail import RemainingWork, TurnScheduler
@@ -300,7 +300,7 @@ def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:
 
 def prior_checked(run: RunContext, workload: Workload) -> RunContext:
     """`run`, its prior set aside (for the policy, the router and the scheduler alike) when the
-    prompts `workload` opens with contradict it (control/adaptive.py opening_contradiction); the
+    prompts `workload` opens with contradict it (control/prior_check.py opening_contradiction); the
     run then opens as it would with no prior, and PolicyContext.prior_dropped says why. Without a
     prior nothing is drawn: every rehearsal and replay is a run of its own, told none."""
     if run.policy.prior is None:

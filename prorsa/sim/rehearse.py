@@ -1,12 +1,17 @@
 """The simulator lent to a policy: replay trajectories as one step under a candidate split.
 
     rehearser(run, simulate) -> Rehearse
-                                 rehearse(specs, (p, d, m)) -> makespan, body seconds, of `specs`
-                                 (tool times in body seconds) replayed at once on `run`'s engines
-                                 under static:p:d:m (colocated when p = d = 0); in an asynchronous
-                                 run, more of them than its `concurrency` are replayed as it runs
-                                 them, that many in flight; `simulate`: sim/run.py's coroutine
-                                 (run, policy, workload) -> SimRun
+                                 rehearse(specs, (p, d, m)[, scale=, events=]) -> makespan, body
+                                 seconds, of `specs` (tool times in body seconds) replayed at once
+                                 on `run`'s engines under static:p:d:m (colocated when p = d = 0);
+                                 in an asynchronous run, more of them than its `concurrency` are
+                                 replayed as it runs them, that many in flight; `scale`: the model
+                                 corrected by it (the policy's calibration); `events`: a list the
+                                 replay's lifecycle events are appended to; `simulate`: sim/run.py's
+                                 coroutine (run, policy, workload) -> SimRun
+    misfit(run, scale) -> RunContext   `run` as a policy whose model is wrong by `scale` sees it:
+                                 its cost models (the fluid model's and every rehearsal's) scaled,
+                                 the engines' own untouched
     future_run(run, workload, simulate) -> FutureRun
                                  the run itself, from its start, opening in a split and making
                                  given moves (control/policy.py Replay): the oracle's alone, as it
@@ -30,7 +35,9 @@ from typing import Any
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload, context_budget
-from prorsa.control.policy import Decision, FutureRun, Move, Rehearse, Replay
+from prorsa.control.lifecycle import LifecycleEvent
+from prorsa.control.policy import Decision, FutureRun, Move, Rehearse, Replay, make_policy
+from prorsa.costmodel.misfit import ModelScale
 from prorsa.roles import Role
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.context import RunContext
@@ -51,7 +58,8 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
         "mode": "sync", "steps": 1, "group_size": 1, "token_scale": 1.0, "tool_time_scale": 1.0,
         "decode_growth": 1.0, "max_turns": None, "max_context": cap, "weight_update_s": 0.0, "duration_s": None})
 
-    def rehearse(specs: Sequence[TrajectorySpec], split) -> float:
+    def rehearse(specs: Sequence[TrajectorySpec], split, *, scale: ModelScale | None = None,
+                 events: list[LifecycleEvent] | None = None) -> float:
         if base.engines.groups is not None:  # a static opening per engine; "static" names it in the config
             policy, opening = "static", _Opening(_roles(split))
         else:
@@ -61,7 +69,10 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
         if w0.mode == "async" and len(specs) > w0.concurrency:  # as the run keeps them in flight
             shape = {"mode": "async", "concurrency": w0.concurrency, "trajectories": len(specs)}
         w = wcfg.model_copy(update=shape)
-        ctx = replace(run, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
+        seen = misfit(run, scale) if scale is not None else run
+        ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
+        if events is not None:
+            opening = _Watched(opening if not isinstance(opening, str) else make_policy(opening, ctx.policy), events)
         wall = tuple(replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
                      for s in specs)
         workload = Workload(w, base.seed, family=None, trace=wall)
@@ -69,6 +80,35 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
             return pool.submit(lambda: run_virtual(simulate(ctx, opening, workload=workload)).makespan_s).result()
 
     return rehearse
+
+
+def misfit(run: RunContext, scale: ModelScale | None) -> RunContext:
+    """`run` as a policy whose model is wrong by `scale` sees it (module docstring). The router's
+    move prices stay the run's: they are part of how the engines are driven, not of the split's
+    choice."""
+    if scale is None or scale.exact:
+        return run
+    pol = run.policy
+    shared: dict[int, object] = {}  # engines laid out alike keep sharing one model
+    each = tuple(shared.setdefault(id(c), scale.of_roles(c)) for c in run.engine_costs)
+    groups = None if pol.groups is None else tuple(replace(g, cost=scale.of(g.cost)) for g in pol.groups)
+    return replace(run, costs=scale.of_roles(run.costs), engine_costs=each, policy=replace(
+        pol, cost=scale.of(pol.cost), layouts=None if pol.layouts is None else scale.of_roles(pol.layouts),
+        groups=groups))
+
+
+class _Watched:
+    """A rehearsal's policy whose snapshots' lifecycle events are kept (calibration reads them)."""
+
+    def __init__(self, inner, sink: list[LifecycleEvent]) -> None:
+        self.inner, self.sink, self.name = inner, sink, inner.name
+
+    def initial_roles(self, n_engines: int) -> list[Role]:
+        return self.inner.initial_roles(n_engines)
+
+    def decide(self, snapshot) -> Decision:
+        self.sink.extend(snapshot.events)
+        return self.inner.decide(snapshot)
 
 
 def _roles(split) -> list[Role]:

@@ -37,6 +37,7 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, WorkloadHint, make_policy
 from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import load_gpu
+from prorsa.costmodel.misfit import ModelScale
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.engine.registry import engine_name
@@ -47,7 +48,7 @@ from prorsa.rollout.context import RunContext, make_router, make_scheduler, prio
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
-from prorsa.sim.rehearse import future_run, rehearser
+from prorsa.sim.rehearse import future_run, misfit, rehearser
 from prorsa.sim.runner import SimTurnRunner
 from prorsa.sim.tail_merge import TailMerge
 
@@ -63,11 +64,12 @@ class SimRun:
     events: int = 0  # timers the virtual clock fired: engine steps, transfers, tool calls, intervals
 
 
-def simulate(cfg: PipelineConfig, policy: str | Policy | None = None, workload: Workload | None = None) -> SimRun:
+def simulate(cfg: PipelineConfig, policy: str | Policy | None = None, workload: Workload | None = None,
+             model_error: ModelScale | None = None) -> SimRun:
     t0 = time.perf_counter()
     run = resolve(cfg)
     with _rare_collections():
-        sim = run_virtual(simulate_async(run, policy, workload))
+        sim = run_virtual(simulate_async(run, policy, workload, model_error))
     sim.wall_s = time.perf_counter() - t0
     sim.summary["sim_wall_s"] = round(sim.wall_s, 3)
     return sim
@@ -101,7 +103,10 @@ def _rare_collections():
                 gc.set_threshold(*_gc_saved)
 
 
-async def simulate_async(run: RunContext, policy: str | Policy | None, workload: Workload | None = None) -> SimRun:
+async def simulate_async(run: RunContext, policy: str | Policy | None, workload: Workload | None = None,
+                         model_error: ModelScale | None = None) -> SimRun:
+    """`model_error`: the policy plans (its fluid model, its rehearsals) with the engines' cost
+    model wrong by these factors, while the engines keep the true one (sim/rehearse.py misfit)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
 
@@ -111,8 +116,9 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     cfg, unit = run.cfg, run.unit
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
     run = prior_checked(run, workload)
-    context = replace(run.policy, future=future_of(workload, unit), future_means=future_means(run, workload),
-                      rehearse=rehearser(run, simulate_async), future_run=future_run(run, workload, simulate_async))
+    seen = misfit(run, model_error)
+    context = replace(seen.policy, future=future_of(workload, unit), future_means=future_means(run, workload),
+                      rehearse=rehearser(seen, simulate_async), future_run=future_run(run, workload, simulate_async))
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines

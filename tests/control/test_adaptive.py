@@ -553,7 +553,7 @@ def test_decodes_shorter_than_the_prior_do_not_drop_it():
 def test_prompts_in_hand_at_the_opening_drop_a_prior_they_contradict():
     """The batch a run opens with is counted before any prefill: 16 prompts or more whose mean is
     more than twice the prior's, or under half of it, say the prior is not this run's."""
-    from prorsa.control.adaptive import opening_contradiction
+    from prorsa.control.prior_check import opening_contradiction
     from prorsa.control.policy import WorkloadHint
 
     prior = WorkloadHint(16, prompt_tokens=477, observation_tokens=306, decode_tokens=2045, tool_s=0.5, turns=5.6)

@@ -1,0 +1,107 @@
+"""prorsa with a wrong model: the engines keep the true cost model, the policy plans (its fluid model
+and every rehearsal) with one whose prefill (compute) and decode (memory) throughputs are off by
+0.8x or 1.25x, each alone and crossed, against the best fixed split of the same cell.
+
+Cells: the paper table's MoE cells (benchmarks/paper.py: 8 engines of Qwen3-30B-A3B at EP4 on
+H200, one step of 32 x 8 or 256 trajectories 128 in flight, up to 12 turns), no prior. Fixed
+splits: colocated, every P:D and every P beside mixed engines; they do not depend on the policy's
+model, so each is simulated once. With --steps 3 a synchronous run has three steps, and the policy
+calibrates its model between them (control/calibration.py). Seed 0 is the tuning set's (the
+constants were chosen on it); other seeds are held out.
+
+    .venv/bin/python benchmarks/model_error.py [--families swe,search,math-tir,terminal]
+        [--modes sync,async] [--steps 1] [--seeds 0] [--errors default] [--workers 2] [--out FILE]
+
+Virtual-time results, deterministic; the figure is prorsa's over the best fixed split's (> 1:
+faster; sync: makespan, async: trajectories per second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from multiprocessing import Pool
+
+from paper import config, save
+from progress import each_done
+
+ENGINES = 8
+FIXED = ["colocated", *(f"static:{p}:{ENGINES - p}" for p in range(1, ENGINES)),
+         *(f"static:{p}:0:{ENGINES - p}" for p in range(1, ENGINES))]
+ERRORS = ["exact", "prefill=0.8", "prefill=1.25", "decode=0.8", "decode=1.25", "prefill=0.8,decode=0.8",
+          "prefill=0.8,decode=1.25", "prefill=1.25,decode=0.8", "prefill=1.25,decode=1.25"]
+
+
+def _config(family: str, mode: str, seed: int, steps: int):
+    cfg = config(family, "moe", mode, seed)
+    if mode == "sync" and steps > 1:
+        cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"steps": steps})})
+    return cfg
+
+
+def run_point(job: tuple) -> dict:
+    from prorsa.costmodel.misfit import ModelScale
+    from prorsa.sim.run import simulate
+
+    family, mode, seed, steps, policy, error = job
+    scale = None if error == "exact" else ModelScale.parse(error)
+    s = simulate(_config(family, mode, seed, steps), policy, model_error=scale).summary
+    return {"family": family, "mode": mode, "seed": seed, "steps": steps, "policy": policy, "error": error,
+            "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"],
+            "switches": s["role_switches"], "sim_wall_s": s["sim_wall_s"]}
+
+
+def cell_summary(points: list[dict]) -> dict:
+    sync = points[0]["mode"] == "sync"
+    fixed = {p["policy"]: p["figure"] for p in points if p["policy"] != "prorsa"}
+    best = (min if sync else max)(fixed, key=fixed.get)
+
+    def ratio(fig: float) -> float:  # > 1: better than the best fixed split
+        return fixed[best] / fig if sync else fig / fixed[best]
+
+    prorsa = {p["error"]: p for p in points if p["policy"] == "prorsa"}
+    return {"best_fixed": best, "best_figure": fixed[best], "colocated": fixed["colocated"],
+            "prorsa_vs_best": {e: round(ratio(p["figure"]), 4) for e, p in prorsa.items()},
+            "switches": {e: p["switches"] for e, p in prorsa.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--families", default="swe,search,math-tir,terminal")
+    ap.add_argument("--modes", default="sync,async")
+    ap.add_argument("--steps", type=int, default=1, help="synchronous steps per run (calibration acts between them)")
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--errors", default="default", help="';'-separated model scales, e.g. 'exact;decode=1.25'")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default="benchmarks/results/model-error.json")
+    args = ap.parse_args()
+    from prorsa.costmodel.misfit import ModelScale
+
+    errors = ERRORS if args.errors == "default" else args.errors.split(";")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        for e in errors:
+            e == "exact" or ModelScale.parse(e)
+    except ValueError as err:
+        sys.exit(f"error: {err}")
+    cells = [(f, m, s) for s in seeds for f in args.families.split(",") for m in args.modes.split(",")
+             if m == "sync" or args.steps == 1]
+    jobs = [(f, m, s, args.steps, p, "exact") for f, m, s in cells for p in FIXED]
+    jobs += [(f, m, s, args.steps, "prorsa", e) for f, m, s in cells for e in errors]
+    t0 = time.perf_counter()
+    with Pool(args.workers) as pool:
+        points = list(each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['mode']} seed {p['seed']} "
+                                f"{p['policy']} ({p['error']}): {p['figure']:.3f}"))
+    results = [{"family": f, "mode": m, "seed": s, "steps": args.steps}
+               | cell_summary([p for p in points if (p["family"], p["mode"], p["seed"]) == (f, m, s)])
+               for f, m, s in cells]
+    for e in errors:
+        low = min(results, key=lambda r: r["prorsa_vs_best"][e])
+        print(f"{e:>26}: lowest prorsa / best fixed {low['prorsa_vs_best'][e]:.3f} "
+              f"({low['family']} {low['mode']} seed {low['seed']})")
+    save("model_error.py", t0, results, points, args.out)
+
+
+if __name__ == "__main__":
+    main()
