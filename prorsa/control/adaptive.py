@@ -41,7 +41,6 @@ from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first, 
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecast, Forecaster
 from prorsa.control.lifecycle import Phase
-from prorsa.control.opening import Opening, regret_opening
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.prior_check import PRIOR_SAMPLES, Censored, contradiction
 from prorsa.loads import EngineLoad
@@ -189,8 +188,6 @@ class Prorsa:
         self.asynchronous = ctx.asynchronous
         self.rehearse = ctx.rehearse
         self.prior_trajectories = ctx.prior_trajectories
-        self.opening_prompts = ctx.opening_prompts
-        self.opening: Opening | None = None  # the no-prior opening's choice and its regrets
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
         self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
@@ -225,21 +222,12 @@ class Prorsa:
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
         goal = self._steady_split(self.prior, n_engines) if self.prior is not None else \
-            self._unprimed(n_engines)
+            unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
         p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
         self._held_on_prior = self._held is not None
         self.calibration.begin(0.0, (p, d, m))
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
-
-    def _unprimed(self, n_engines: int) -> tuple[int, int, int]:
-        """With nothing known of the workload: the split of least worst-case regret over the
-        plausible workloads the opening prompts leave (control/opening.py)."""
-        if n_engines < 2:
-            return 0, 0, n_engines
-        self.opening = regret_opening(self.capacity, n_engines, self.concurrency or self.capacity.slots * n_engines,
-                                      self.forecaster.n_bins, self.forecaster.bin_s, self.opening_prompts)
-        return self.opening.split
 
     def _opening_specs(self) -> list[TrajectorySpec]:
         """What the opening rehearses of an earlier run: its first `concurrency` trajectories (a
