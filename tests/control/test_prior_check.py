@@ -1,0 +1,46 @@
+"""The prior held against the run on all five means, with what is still running as a bound."""
+
+from prorsa.control.policy import WorkloadHint
+from prorsa.control.prior_check import PRIOR_SAMPLES, SETTLED, Censored, contradiction
+
+# a terminal run's means: tool calls of 22 s; SWE's appends, prompts and decodes look alike
+TERMINAL = WorkloadHint(concurrency=256, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480,
+                        tool_s=22.0, turns=12.0)
+SWE_SEEN = {"prompt_tokens": 2100.0, "observation_tokens": 1100.0, "decode_tokens": 450.0, "tool_s": 0.9}
+
+
+def test_short_tool_calls_count_against_the_prior_once_most_started_have_ended():
+    settled = Censored(tools_running=10, tool_elapsed_s=5.0, tools_ended=90, tool_ended_s=81.0)
+    assert contradiction(TERMINAL, SWE_SEEN, settled) == "prior dropped: tool_s 0.9 observed against its 22; "
+
+
+def test_short_tool_calls_do_not_count_while_many_are_still_running():
+    """The first calls to end are the short ones: 40 ended of 100 says little of the mean."""
+    early = Censored(tools_running=60, tool_elapsed_s=30.0, tools_ended=40, tool_ended_s=36.0)
+    assert early.tools_ended < SETTLED * (early.tools_ended + early.tools_running)
+    assert contradiction(TERMINAL, SWE_SEEN, early) == ""
+
+
+def test_long_tool_calls_still_running_are_a_lower_bound_that_drops_the_prior():
+    """SWE's prior (0.9 s tools) on a terminal run: nothing has ended, yet the calls under way have
+    already lasted more than twice its mean."""
+    swe = WorkloadHint(concurrency=256, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480,
+                       tool_s=0.9, turns=12.0)
+    running = Censored(tools_running=PRIOR_SAMPLES, tool_elapsed_s=PRIOR_SAMPLES * 3.0)
+    assert contradiction(swe, {}, running) == "prior dropped: tool_s at least 3 so far against its 0.9; "
+    assert contradiction(swe, {}, Censored(tools_running=PRIOR_SAMPLES - 1, tool_elapsed_s=99.0)) == ""
+
+
+def test_turns_count_when_longer_as_ended_or_as_reached():
+    assert contradiction(TERMINAL, {"turns": 30.0}).startswith("prior dropped: turns 30 ")
+    assert contradiction(TERMINAL, {"turns": 3.0}) == ""  # the short ones end first
+    reached = Censored(trajectories_running=20, turns_reached=20 * 25, trajectories_ended=0)
+    assert contradiction(TERMINAL, {}, reached) == "prior dropped: turns at least 25 so far against its 12; "
+
+
+def test_a_matching_run_keeps_its_prior():
+    seen = {"prompt_tokens": 1900.0, "observation_tokens": 950.0, "decode_tokens": 500.0, "tool_s": 20.0,
+            "turns": 11.0}
+    live = Censored(tools_running=5, tool_elapsed_s=50.0, tools_ended=95, tool_ended_s=1900.0,
+                    trajectories_running=100, turns_reached=600, trajectories_ended=20, turns_ended=220)
+    assert contradiction(TERMINAL, seen, live) == ""
