@@ -5,8 +5,9 @@ of phases.py under four priors, against every fixed split and the oracle.
              run each step after the first opens on what the steps before observed
     earlier  `prior:` an earlier run of the same cell (another seed, colocated): what
              `prorsa run --prior RUN_DIR` gives
-    wrong    `prior:` an earlier run of another family (swe <- math-tir, search <- swe,
-             math-tir <- search): a prior that misleads
+    wrong    `prior:` an earlier run of another family whose prompts look alike, so the opening's
+             prompt check passes it (swe <- terminal, terminal <- swe, search <- math-tir,
+             math-tir <- search): a prior that misleads and is plausible
     declared `prior: {prompt_tokens, observation_tokens, decode_tokens, tool_s, turns}`: the
              earlier run's five means written into the pipeline, as a user copies them from
              the logs of an earlier training run (no trajectories to rehearse)
@@ -20,7 +21,7 @@ the policies --rerun names (after a change to the oracle, say: --rerun oracle).
     --table drivers   benchmarks/drivers.py's SWE cells, one per value of each --factors
                       (ep, tokens, prefix-cache, turns, weight-update, weight-update-clock,
                       parallelism, ep-wide);
-                      the wrong prior is a math-tir run on the same engines
+                      the wrong prior is a terminal run on the same engines
     --table phases    benchmarks/phases.py's alternating trace (async, EP --ep); the earlier run
                       is the same trace with its blocks in the other order (the same data seen in
                       another order), the wrong prior a SWE run on the same engines; --jitter F
@@ -47,7 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper import ENGINES, RERUN_HELP, STATICS, rerun_asks, save, saved_points  # noqa: E402
 from progress import each_done
 
-WRONG = {"swe": "math-tir", "search": "swe", "math-tir": "search", "terminal": "swe"}
+# Each family's wrong prior has prompts within the opening check's factor of 2 of its own (swe 2k,
+# terminal 1.5k; search 0.3k, math-tir 0.4k), so the prior is not set aside before the run opens:
+# a wrong prior the opening discards is no prior at all, and tests nothing.
+WRONG = {"swe": "terminal", "search": "math-tir", "math-tir": "search", "terminal": "swe"}
 PRIORS = ("none", "earlier", "wrong", "declared")
 DRIVER_FACTORS = ("ep", "tokens", "prefix-cache", "turns", "weight-update", "weight-update-clock", "parallelism")
 PHASES_FIXED = ["colocated"] + [f"static:{p}:{d}" + (f":{m}" if m else "")

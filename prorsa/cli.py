@@ -417,10 +417,14 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
 @click.option("--seed", type=int, help="Override the pipeline's seed (the workload is drawn from it).")
 @click.option("--output", type=click.Path(),
               help="The results folder itself: results.nc and runs/<policy>/ (default: print only).")
+@click.option("--model-error", metavar="FACTORS",
+              help="The policies plan with a cost model wrong by these throughput factors while the engines "
+                   "keep the true one, e.g. prefill=0.8,decode=1.25 (prefill: compute, decode: memory, "
+                   "transfer: links).")
 @PRIOR
 def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | None, gpu: str | None,
         model: str | None, tp: int | None, ep: int | None, prefix_cache: str | None, seed: int | None,
-        output: str | None, prior: str | None) -> None:
+        output: str | None, model_error: str | None, prior: str | None) -> None:
     """Simulate PIPELINE's rollout in virtual time under each policy and compare them.
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
     overrides = _overrides(overrides, **{"engines.gpu": gpu, "engines.model": model, "engines.tp": tp,
@@ -444,6 +448,12 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
     from prorsa.sim.run import write_run
 
     specs = expand_policies([p.strip() for p in policies.split(",") if p.strip()], cfg.engines.count)
+    from prorsa.costmodel.misfit import ModelScale
+
+    try:
+        scale = ModelScale.parse(model_error) if model_error else None
+    except ValueError as err:
+        _fail(f"--model-error: {err}")
     from prorsa.control.policy import make_policy
 
     # only to check the specs: the oracle is given a future here that it never reads
@@ -470,7 +480,7 @@ def sim(pipeline: str, overrides: tuple[str, ...], policies: str, gpus: int | No
         if out is not None:
             write_run(run, out / "runs" / run.policy.replace(":", "_"))
 
-    ds, _ = compare(cfg, specs, done)
+    ds, _ = compare(cfg, specs, done, scale)
     console.print(comparison_table(ds))
     if out is not None:
         from prorsa.metrics.outputs import write_dataset

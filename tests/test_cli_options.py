@@ -85,3 +85,18 @@ def test_run_output_is_the_run_folder_itself(tmp_path):
     again = CliRunner().invoke(main, ["run", str(tmp_path / "p.yaml"), "--output", str(out)])
     assert again.exit_code == 2 and again.output.count("\n") == 1
     assert "exists and is not empty" in again.output and f"output_dir={out}" in again.output
+
+
+def test_sim_model_error_reaches_the_policies_and_a_bad_one_is_refused_in_one_line(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(BASE))
+    bad = CliRunner().invoke(main, ["sim", str(tmp_path / "tiny.yaml"), "--policy", "colocated",
+                                    "--model-error", "decode=fast"])
+    assert bad.exit_code == 2 and bad.output == "error: --model-error: model scale decode: got 'fast'; expected a number\n"
+    out = tmp_path / "out"
+    ok = CliRunner().invoke(main, ["sim", str(tmp_path / "tiny.yaml"), "--policy", "colocated",
+                                   "--model-error", "prefill=0.8,decode=1.25", "--output", str(out)])
+    assert ok.exit_code == 0, ok.output
+    import xarray as xr
+
+    with xr.open_dataset(out / "results.nc") as ds:
+        assert ds.attrs["model_error"] == "prefill=0.8,decode=1.25"

@@ -19,6 +19,7 @@ import xarray as xr
 from rich.table import Table
 
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.costmodel.misfit import ModelScale
 from prorsa.sim.bounds import lower_bound
 from prorsa.sim.run import SimRun, simulate
 
@@ -36,11 +37,13 @@ def expand_policies(specs: list[str], n_engines: int) -> list[str]:
     return out
 
 
-def compare(cfg: PipelineConfig, specs: list[str],
-            on_run: Callable[[SimRun], None] | None = None) -> tuple[xr.Dataset, list[SimRun]]:
+def compare(cfg: PipelineConfig, specs: list[str], on_run: Callable[[SimRun], None] | None = None,
+            model_error: ModelScale | None = None) -> tuple[xr.Dataset, list[SimRun]]:
+    """Each policy in `specs` simulated on `cfg`; `model_error`: the policies plan with a model
+    wrong by it (sim/rehearse.py misfit), the engines keep the true one."""
     runs = []
     for spec in specs:
-        run = simulate(cfg, spec)
+        run = simulate(cfg, spec, model_error=model_error)
         runs.append(run)
         if on_run is not None:
             on_run(run)
@@ -52,7 +55,8 @@ def compare(cfg: PipelineConfig, specs: list[str],
     ds = xr.Dataset(data, coords={"policy": np.array(specs, dtype=str)},
                     attrs={**bound, "name": cfg.name, "mode": cfg.workload.mode, "engines": cfg.engines.count,
                            "gpu": cfg.engines.gpu, "model": cfg.engines.model, "tp": cfg.engines.tp,
-                           "ep": cfg.engines.ep, "seed": cfg.seed, "clock": "body seconds"})
+                           "ep": cfg.engines.ep, "seed": cfg.seed, "clock": "body seconds",
+                           "model_error": str(model_error or ModelScale())})
     return ds, runs
 
 
