@@ -207,7 +207,7 @@ def test_event_skipping_plans_once_per_finish(cost, monkeypatch):
 def test_time_scale_zero_runs_1000_requests_without_waiting(cost, monkeypatch):
     # What the engine asks to wait is checked, not the wall clock: on a loaded host 1000
     # coroutines' scheduling alone can take over a second, which says nothing of the engine.
-    # (Their wall time is benchmarks/sim_speed.py --engine-calls.)
+    # (Their wall time is measured by benchmarks/sim_speed.py --calls.)
     waits: list[float] = []
     sleep = asyncio.sleep
 
