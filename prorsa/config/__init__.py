@@ -1,0 +1,1 @@
+"""The files a user writes, read and checked: pipelines, sweeps, cluster files and engine layouts."""

@@ -185,7 +185,8 @@ _sections = ["scheduler", "jobs", "engines", "tools", "sweep", "tls", "host", "w
              "start_timeout_s", "gpu_directive", "resource_spec", "log_directory", "death_timeout_s"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(kind=st.one_of(st.sampled_from(["local", "slurm", "pbs", "address"]), _values),
        fields=st.dictionaries(st.sampled_from(_sections + ["cpus", "gpus", "memory"]), _values, max_size=4))
 def test_any_cluster_file_is_ok_or_one_error_line(tmp_path, kind, fields):

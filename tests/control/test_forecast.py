@@ -1,12 +1,10 @@
-"""The forecaster: demand ahead of the events, decode occupancy, its error book, its speed.
+"""The forecaster: demand ahead of the events, decode occupancy, its error book, its caches.
 
 The streams here are built by hand so the right forecast is known: constant tool latencies and
 decode lengths make every empirical distribution a single point.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
@@ -180,24 +178,34 @@ def test_the_ewma_baseline_weighs_the_last_bins():
     assert {m: p for m, _, p in second}["prefill_tps_persistence"] == pytest.approx([100, 100])
 
 
-def test_predict_is_fast_at_1024_trajectories():
-    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
-    feed(fc, tr, train())
-    rng = np.random.default_rng(1)
-    phases = [Phase.QUEUED, Phase.PREFILL, Phase.DECODE, Phase.TOOL]
-    fams = ["swe", "search", "math-tir", "terminal", "f"]
-    feed(fc, tr, [E(float(rng.uniform(0, 10)), f"t{i}", fams[i % 5], int(rng.integers(0, 20)),
-                    phases[int(rng.integers(0, 4))], int(rng.integers(1, 3000)),
-                    int(rng.integers(0, 30000))) for i in range(1024)])
+def test_predict_at_1024_trajectories_with_warm_caches_says_what_a_fresh_forecaster_says():
+    # How long predict takes at this size is benchmarks/controller_cost.py --predict (CPU time
+    # against a 5 ms target); here, that what its caches keep between calls changes nothing.
+    def tracked() -> tuple[Forecaster, LifecycleTracker]:
+        fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+        feed(fc, tr, train())
+        rng = np.random.default_rng(1)
+        phases = [Phase.QUEUED, Phase.PREFILL, Phase.DECODE, Phase.TOOL]
+        fams = ["swe", "search", "math-tir", "terminal", "f"]
+        feed(fc, tr, [E(float(rng.uniform(0, 10)), f"t{i}", fams[i % 5], int(rng.integers(0, 20)),
+                        phases[int(rng.integers(0, 4))], int(rng.integers(1, 3000)),
+                        int(rng.integers(0, 30000))) for i in range(1024)])
+        return fc, tr
+
+    fc, tr = tracked()
     assert len(tr) == 1024
     fc.predict(10.0, tr)  # warm the caches once
-    times = []
     for k in range(9):
         tr.apply(E(10.0 + k, "t0", "swe", 99 + k, Phase.QUEUED, 10))
-        t0 = time.process_time()  # CPU time: a busy machine stretches wall time, not this
-        fc.predict(10.0 + k, tr)
-        times.append(time.process_time() - t0)
-    assert sorted(times)[len(times) // 2] < 0.020  # the target is < 5 ms (~2-3 ms here)
+        warm = fc.predict(10.0 + k, tr)
+    cold_fc, cold_tr = tracked()
+    for k in range(9):
+        cold_tr.apply(E(10.0 + k, "t0", "swe", 99 + k, Phase.QUEUED, 10))
+    cold = cold_fc.predict(18.0, cold_tr)
+    assert warm.live == cold.live == 1024 and warm.backlog_turns == cold.backlog_turns > 0
+    for name in ("prefill_tokens_per_s", "prefill_turns_per_s", "decode_seqs", "kv_tokens"):
+        assert np.isfinite(getattr(warm, name)).all()
+        np.testing.assert_array_equal(getattr(warm, name), getattr(cold, name), err_msg=name)
 
 
 @settings(max_examples=40, deadline=None)

@@ -9,8 +9,6 @@ still catching unit slips (bits vs bytes, GB vs GiB, a missing TP factor), which
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from prorsa.costmodel import CostModel, config_dir, load_gpu, load_model
@@ -163,14 +161,8 @@ def test_switch_time(h200_8b):
     assert 1.0 < long < 120.0  # FACTS: seconds
 
 
-def test_calls_are_cheap(h200_8b):
-    contexts, chunks = [4000] * 128, [(512, 4000)] * 8
-    start = time.perf_counter()
-    for _ in range(20_000):
-        h200_8b.decode_time(contexts)
-        h200_8b.mixed_time(chunks, contexts)
-    assert time.perf_counter() - start < 2.0  # ~0.4 s here; 1e6 calls must stay in seconds
-
+# How long these calls take is measured by benchmarks/sim_speed.py --calls, not asserted here: a
+# wall-clock bound in a test fails on a loaded host whatever the code does.
 
 # -- profiles -----------------------------------------------------------------------------------
 

@@ -180,10 +180,9 @@ def test_gauge_reads_prometheus_text():
 def test_failed_start_reports_the_log_fast(tmp_path):
     """A server that exits while starting fails start() at once with its last log lines."""
     server = VllmServer(ServerSpec(tmp_path / "no-such-model", cores=(0,)), tmp_path / "s.log")
-    t0 = time.monotonic()
+    # "exited with code", not the start timeout's "not healthy after 300 s": seen as it exited
     with pytest.raises(EngineUnavailable, match="exited with code"):
         server.start()
-    assert time.monotonic() - t0 < 120  # not the 300 s start timeout
     assert not server.alive()
 
 
@@ -213,7 +212,7 @@ def test_server_stops_itself_when_its_owner_dies():
     os.kill(pid, 0)  # the server runs while its owner lives
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 45  # a hang guard, under the server's own 60 s: not a speed bound
     while time.monotonic() < deadline:
         try:
             os.killpg(pid, 0)
@@ -223,7 +222,7 @@ def test_server_stops_itself_when_its_owner_dies():
             return  # dead, left as a zombie by an init that does not reap orphans
         time.sleep(0.05)
     os.killpg(pid, signal.SIGKILL)
-    pytest.fail("orphaned server still running 10 s after its owner died")
+    pytest.fail("orphaned server still running 45 s after its owner died")
 
 
 def _exited(pid: int) -> bool:
@@ -250,10 +249,10 @@ def test_lost_port_race_is_retried_on_fresh_ports(tmp_path, monkeypatch):
 
     monkeypatch.setattr(server_mod, "build_command", fake_command)
     server = VllmServer(ServerSpec(tmp_path, cores=(0,), start_timeout_s=120), tmp_path / "s.log")
-    t0 = time.monotonic()
+    # PortClash is raised only from the log; the start timeout, or the hung process ending after
+    # its 60 s, would raise a plain EngineUnavailable
     with pytest.raises(server_mod.PortClash):
         server.start()
-    assert time.monotonic() - t0 < 30
     assert len(ports) == server_mod.PORT_CLASH_ATTEMPTS and not server.alive()
     assert (tmp_path / "s.log").read_text().count(" starting: ") == server_mod.PORT_CLASH_ATTEMPTS
 

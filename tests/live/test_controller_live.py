@@ -20,10 +20,11 @@ from prorsa.cluster.local import engine_addresses, start_local_cluster
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
-from prorsa.live.controller import LiveController
+from prorsa.live.controller import LiveController, _legs_on
 from prorsa.live.runtime import DaskTurnRunner
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
+from prorsa.rollout.legs import DECODE_LEGS
 from prorsa.rollout.router import Router
 
 MOE = """\
@@ -93,15 +94,21 @@ def test_a_leg_bound_for_a_switching_engine_still_runs_there(tmp_path):
             rec = RunRecorder(engines=engines, slots=4, expected=None)
             ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, 4, 10**6, t0, 0.05)
             turn = asyncio.create_task(runner.run_turn(_turn("t0", 30_000, 8)))  # ~0.5 s of prefill
-            await asyncio.sleep(0.15)
-            assert router.load["engine-1"] == 1  # its decode leg is bound for engine-1
-            change = await ctl.switch("engine-1", Role.PREFILL, "test")
+            # its decode leg bound for engine-1 as the drain sees it: on the scheduler (the router
+            # counts it a loop tick before its graph gets there)
+            e1 = addresses["engine-1"]
+            while not cluster.scheduler.tasks or not _legs_on(e1, DECODE_LEGS, cluster.scheduler):
+                assert not turn.done(), "the turn ended before its decode leg was seen bound"
+                await asyncio.sleep(0.01)
+            assert router.load["engine-1"] == 1 and not turn.done()  # bound, and still in its prefill
+            await ctl.switch("engine-1", Role.PREFILL, "test")
             result = await asyncio.wait_for(turn, 30)
+            # The order, not the drain's length: the decode ran on engine-1, and engine-1 has no
+            # decode resource now, so the drain kept the role until the decode had run.
             assert result.decode_engine == "engine-1" and result.decode_tokens == 8
-            assert change.drain_s > 0.1  # it waited for the bound decode
             roles = await client.run(lambda dask_worker: dict(dask_worker.state.total_resources),
                                      workers=[addresses["engine-1"]])
-            assert roles[addresses["engine-1"]]["decode"] == 0  # and only then dropped the role
+            assert roles[addresses["engine-1"]]["decode"] == 0
 
     asyncio.run(main())
 
@@ -160,28 +167,41 @@ def test_a_dear_policy_waits_longer_between_steps_and_its_cpu_is_counted(tmp_pat
     cfg = _cfg()
     engines = [engine_name(i) for i in range(2)]
 
-    async def steps_in(client, addresses, share: float, seconds: float) -> LiveController:
+    async def steps_of(client, addresses, share: float, n: int) -> tuple[LiveController, list[float]]:
+        """n control steps, and each wait the loop took before one (read off pause(), which the
+        loop sleeps for: the steps are counted, not a wall-clock window)."""
         router = Router(dict(zip(engines, [Role.MIXED, Role.MIXED])))
         rec = RunRecorder(engines=engines, slots=4, expected=None)
         ctl = LiveController(client, _Dear(0.04), router, addresses, rec, 4, 10**6, time.time(), 0.05,
                              max_cpu_share=share)
+        waits, pause, enough = [], ctl.pause, asyncio.Event()
+
+        def recorded() -> float:
+            if len(ctl.step_s) >= n:
+                enough.set()
+            waits.append(pause())
+            return waits[-1]
+
+        ctl.pause = recorded
         loop = asyncio.create_task(ctl.run())
-        await asyncio.sleep(seconds)
+        await asyncio.wait_for(enough.wait(), 120)  # a hang guard
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
-        return ctl
+        return ctl, waits[:n]
 
     async def main():
         async with await start_local_cluster(cfg, [Role.MIXED, Role.MIXED], tmp_path) as cluster, \
                 Client(cluster, asynchronous=True) as client:
             addresses = await engine_addresses(client)
             await client.register_plugin(LifecyclePlugin(time.time()))
-            free = await steps_in(client, addresses, 1.0, 2.0)  # a share of 1: the interval alone
-            capped = await steps_in(client, addresses, 0.1, 2.0)
+            free, free_waits = await steps_of(client, addresses, 1.0, 4)  # a share of 1: the interval alone
+            capped, capped_waits = await steps_of(client, addresses, 0.1, 4)
             assert all(c >= 0.04 for c in free.step_cpu_s + capped.step_cpu_s)  # the plan's CPU counted
-            assert len(free.step_s) >= 12  # ~90 ms a step
-            assert 3 <= len(capped.step_s) <= 8  # ~0.4 s a step once the first has been priced
-            assert sum(capped.step_cpu_s) / 2.0 <= 0.15
+            assert free_waits[0] == capped_waits[0] == 0.05  # before the first step: the interval
+            # after a step of >= 40 ms of CPU a share of 0.1 waits >= 0.4 s; a share of 1 does not
+            assert max(free_waits) < 0.4 <= min(capped_waits[1:]), (free_waits, capped_waits)
+            # the steps' CPU over the waits after them: the share it was held to
+            assert sum(capped.step_cpu_s[:3]) / sum(capped_waits[1:]) <= 0.15
 
     asyncio.run(main())
 

@@ -34,7 +34,9 @@ def test_releases_and_a_mix_run_live(tmp_path):
     write_trace(tmp_path / "t.jsonl", [replace(s, start_s=r) for s, r in zip(specs, RELEASES)])
     rows = _run(tmp_path, {"trace": str(tmp_path / "t.jsonl"), "prompts": 4, "group_size": 1})
     starts = {r["prompt_index"]: r["start_s"] for r in rows}
-    assert all(RELEASES[i] <= starts[i] < RELEASES[i] + 1.0 for i in range(4)), starts
+    # none before its release, and in the order released (how late is the host's load, not the driver)
+    assert all(RELEASES[i] <= starts[i] for i in range(4)), starts
+    assert max(starts[0], starts[1]) < starts[2] < starts[3], starts
     assert max(r["end_s"] for r in rows) >= 2.5
 
     mix = {"mix": {"swe": 1}, "mix_end": {"search": 1}, "steps": 2, "prompts": 2, "group_size": 2, "max_turns": 2,

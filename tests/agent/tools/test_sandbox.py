@@ -25,7 +25,17 @@ from prorsa.agent.tools import SandboxLimits, ToolStatus, Truncation, call_tool,
 from prorsa.agent.tools.python_tool import PythonTool
 from prorsa.agent.tools.sandbox import LAUNCH, Probe, probe
 
-FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
+# The wall limit is far above what a sandbox start takes on a loaded host, so that only code that
+# hangs meets it; a test of the wall limit sets its own.
+FAST = SandboxLimits(wall_s=30.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
+HANG_S = 60.0  # how long a poll waits for what should happen at once: a guard against a hang
+
+
+def eventually(predicate, what: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
 
 
 def run(code: str, limits: SandboxLimits = FAST, **kw):
@@ -51,7 +61,7 @@ def test_happy_path_prints_and_reads_seeded_files():
               files={"data.json": '{"x": 21}'})
     assert res.status is ToolStatus.OK
     assert res.observation == "42\ndone"
-    assert 0 < res.elapsed_s < 2
+    assert res.elapsed_s > 0
 
 
 def test_exception_is_an_error_observation_with_only_the_user_traceback():
@@ -74,22 +84,25 @@ def test_wall_timeout_keeps_partial_output_and_returns_on_time():
     res = run("import time\nprint('started', flush=True)\ntime.sleep(60)", limits)
     assert res.status is ToolStatus.TIMEOUT
     assert res.observation.startswith("started") and "timed out after 1 s" in res.observation
-    assert time.perf_counter() - t0 < 3
+    # Generous on purpose: it only tells a killed payload (about 1 s) from one left to finish its
+    # 60 s sleep, which a loaded host cannot make it look like.
+    assert time.perf_counter() - t0 < 30
     assert sandbox_processes() == []
 
 
 def test_cpu_limit_stops_a_busy_loop():
-    res = run("while True:\n    pass", SandboxLimits(wall_s=10.0, cpu_s=1))
+    # the wall limit so far off that only the CPU limit can end the loop, however shared the CPU
+    res = run("while True:\n    pass", SandboxLimits(wall_s=600.0, cpu_s=1))
     assert res.status is ToolStatus.TIMEOUT
-    assert "CPU time limit of 1 s" in res.observation
-    assert res.elapsed_s < 5
+    assert "CPU time limit of 1 s" in res.observation and "timed out" not in res.observation
 
 
 def test_output_flood_is_stopped_early_and_truncated():
-    limits = SandboxLimits(wall_s=10.0, output_bytes=64 << 10)
+    limits = SandboxLimits(wall_s=600.0, output_bytes=64 << 10)
     res = run("while True:\n    print('x' * 1000)", limits, truncation=Truncation(2000))
-    assert res.status is ToolStatus.TRUNCATED
-    assert res.elapsed_s < 5  # stopped at the byte cap, not at the wall timeout
+    # stopped at the byte cap: the wall limit would have said TIMEOUT
+    assert res.status is ToolStatus.TRUNCATED and res.detail.startswith("overflow")
+    assert "the program was stopped" in res.observation
     assert len(res.observation) < 2200 and "cut" in res.observation
 
 
@@ -122,7 +135,7 @@ def test_no_network_even_to_a_local_server():
         assert accepted == []
         # Control: the same connection from outside the sandbox goes through.
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        time.sleep(0.2)
+        eventually(lambda: accepted, "the control connection was never accepted")
         assert len(accepted) == 1
     finally:
         server.close()
@@ -168,8 +181,8 @@ def test_process_limit_holds_and_fork_bomb_is_contained():
     bomb = run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
                SandboxLimits(wall_s=1.5, processes=16))
     assert bomb.status is ToolStatus.TIMEOUT
-    time.sleep(0.2)
-    assert sandbox_processes() == []  # the sleeps above and the bomb's children are all gone
+    # the sleeps above and the bomb's children are all gone
+    eventually(lambda: sandbox_processes() == [], "sandbox processes were left running")
 
 
 def test_memory_bomb_is_a_memory_error():
@@ -182,15 +195,17 @@ def test_memory_bomb_is_a_memory_error():
 
 def test_detached_child_dies_with_the_call():
     res = run("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')")
+    # OK, not TIMEOUT: a call that waited for the child's 60 s would meet FAST's wall limit first
     assert res.status is ToolStatus.OK and res.observation == "parent done"
-    assert res.elapsed_s < 2
     assert sandbox_processes() == []
 
 
 def test_caller_timeout_tightens_the_wall_limit():
+    # The tool's own call, not call_tool: call_tool's backstop would say "timed out after 0.5 s"
+    # too, and only the sandbox's note tells which limit ended it.
     tool = PythonTool(limits=SandboxLimits(wall_s=30.0))
-    res = asyncio.run(call_tool(tool, {"code": "import time\ntime.sleep(30)"}, timeout_s=0.5))
-    assert res.status is ToolStatus.TIMEOUT and res.elapsed_s < 2
+    res = asyncio.run(tool.call({"code": "import time\ntime.sleep(30)"}, timeout_s=0.5))
+    assert res.status is ToolStatus.TIMEOUT and res.observation.endswith("[timed out after 0.5 s]")
 
 
 def test_cancelled_call_kills_the_sandbox():
@@ -277,10 +292,8 @@ def test_proc_lists_only_the_sandbox():
         "    except OSError as e:\n        print('refused', e.errno)\n"
         "print(os.getpid(), os.getppid())")
     try:
-        deadline = time.monotonic() + 10
-        while marker.encode() not in Path(f"/proc/{host.pid}/cmdline").read_bytes():  # control
-            assert time.monotonic() < deadline, "the host process never showed its command line"
-            time.sleep(0.02)
+        eventually(lambda: marker.encode() in Path(f"/proc/{host.pid}/cmdline").read_bytes(),  # control
+                   "the host process never showed its command line")
         res = run(code)
     finally:
         host.kill()
@@ -394,18 +407,13 @@ def test_sandbox_dies_with_its_caller():
     try:
         # Launcher, init and payload all up; the payload writes nothing, so no broken pipe ends
         # it: only the tie to its caller can.
-        deadline = time.monotonic() + 10
-        while len(sandbox_processes()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(sandbox_processes()) == 3, "the sandbox never started"
+        eventually(lambda: len(sandbox_processes()) >= 3, "the sandbox never started")
+        assert len(sandbox_processes()) == 3
         time.sleep(0.3)
     finally:
         caller.kill()
         caller.wait()
-    deadline = time.monotonic() + 5
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == []
+    eventually(lambda: sandbox_processes() == [], "the sandbox outlived its caller")
 
 
 def test_payload_may_use_its_own_alarm():
@@ -414,11 +422,12 @@ def test_payload_may_use_its_own_alarm():
     assert res.status is ToolStatus.OK and res.observation == "rang\nafter"
 
 
+@pytest.mark.timeout(HANG_S)
 def test_a_burst_past_the_cap_ends_at_the_cap_not_at_the_wall_timeout():
     # megabytes in one write land in the reader's buffer before the cap is seen: the pipe is
-    # paused then, and a call that only waited for the killed process waited for good
-    limits = SandboxLimits(wall_s=30.0, output_bytes=4 << 10)
+    # paused then, and a call that only waited for the killed process waited for good (the
+    # timeout mark turns that hang into a failure)
+    limits = SandboxLimits(wall_s=600.0, output_bytes=4 << 10)
     res = run("import sys, time\nsys.stdout.write('x' * 4_000_000)\nsys.stdout.flush()\ntime.sleep(60)",
               limits, truncation=Truncation(2000))
-    assert res.status is ToolStatus.TRUNCATED
-    assert res.elapsed_s < 10
+    assert res.status is ToolStatus.TRUNCATED and res.detail.startswith("overflow")
