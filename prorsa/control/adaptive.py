@@ -1,8 +1,6 @@
-"""Adaptive policies: engine roles that follow the load.
+"""The prorsa policy: engine roles that follow the load (reactive, the threshold policy, is in
+control/reactive.py; the bookkeeping of asked-for switches in control/requests.py).
 
-    reactive[:queue_tokens[:kv_util[:cooldown_s[:prefill_share]]]]
-        thresholds, no forecast (the Dynamo-planner style): a deep prefill queue takes a decode
-        engine, a full decode KV takes a prefill engine; one engine at a time, then a cooldown
     prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]
         lifecycle events -> Forecaster -> Allocator each interval; a new goal split must win
         `votes` intervals in a row by more than min_gain of the goal being carried out (or of
@@ -30,18 +28,19 @@ Requests.timeout_s and planned afresh).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from prorsa.agent.trace import TrajectorySpec
-from prorsa.control.allocator import Allocator, Capacity, Plan, cheapest_first, score, splits
+from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecast, Forecaster
 from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
+from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
+from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
+from prorsa.control.requests import Requests, policy_name
 from prorsa.control.prior_check import PRIOR_SAMPLES, Censored, contradiction
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
@@ -62,100 +61,6 @@ FINALIST_BAND = 0.05  # a split rehearsed within this of the fastest is a finali
 # and drivers tables whose engines have several ranks, of the shares 0, 1/4, 3/8 and 1/2: a quarter
 # lost least (lowest 0.937 of the best fixed split, 2 cells below 0.97; all mixed: 0.820 and 13).
 UNPRIMED_PREFILL_SHARE = 0.25
-
-
-class Requests:
-    """Switches asked for and not yet observed, and when each engine last switched."""
-
-    def __init__(self, timeout_s: float = 30.0):
-        self.timeout_s = timeout_s
-        self._pending: dict[str, tuple[Role, float]] = {}
-        self._switched_at: dict[str, float] = {}
-
-    def engines(self, snap: Snapshot) -> list[EngineLoad]:
-        """The snapshot's engines in the roles requested for them, else in the roles the body is
-        switching them to. A request the body is still carrying out does not time out: a mixed
-        engine turning prefill drains its decodes first, 100 s and more when they are long, and
-        planned as mixed meanwhile the split on the way priced as a bad goal and was undone (drivers
-        tokens x4, one step: 820.7 s with it undone, 752.2 s without)."""
-        out = []
-        for e in snap.engines:
-            want = self._pending.get(e.engine_id)
-            heading = snap.heading.get(e.engine_id)
-            if want is not None and (e.role is want[0] or (
-                    heading is not want[0] and snap.time_s - want[1] > self.timeout_s)):
-                del self._pending[e.engine_id]
-                want = None
-            role = want[0] if want is not None else heading
-            out.append(e if role is None else replace(e, role=role))
-        return out
-
-    def ask(self, targets: dict[str, Role], now_s: float) -> None:
-        for engine_id, role in targets.items():
-            self._pending[engine_id] = (role, now_s)
-            self._switched_at[engine_id] = now_s
-
-    def locked(self, now_s: float, dwell_s: float) -> set[str]:
-        return {e for e, t in self._switched_at.items() if now_s - t < dwell_s}
-
-
-def _name(base: str, args: tuple[str, ...]) -> str:
-    return ":".join((base, *args))
-
-
-@register("reactive")
-class Reactive:
-    """reactive[:queue_tokens[:kv_util[:cooldown_s[:prefill_share]]]] (defaults 4096:0.8:5:0.5)."""
-
-    def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
-        if len(args) > 4:
-            raise ValueError("reactive takes at most 4 arguments")
-        q, kv, cool, share = (list(args) + ["4096", "0.8", "5", "0.5"][len(args):])
-        self.queue_tokens = float(q)  # prefill tokens waiting per prefill-serving engine
-        self.kv_util = float(kv)  # share of decode engines' KV in use
-        self.cooldown_s = float(cool)
-        self.prefill_share = float(share)  # of the engines that start as prefill
-        if self.queue_tokens <= 0 or not 0 < self.kv_util <= 1 or self.cooldown_s < 0 \
-                or not 0 <= self.prefill_share <= 1:
-            raise ValueError("reactive thresholds out of range")
-        self.name = _name("reactive", args)
-        self._requests = Requests()
-        self._last_move = float("-inf")
-
-    def initial_roles(self, n_engines: int) -> list[Role]:
-        if n_engines < 2:
-            return [Role.MIXED] * n_engines
-        p = min(max(round(n_engines * self.prefill_share), 1), n_engines - 1)
-        return [Role.PREFILL] * p + [Role.DECODE] * (n_engines - p)
-
-    def decide(self, snapshot: Snapshot) -> Decision:
-        engines = self._requests.engines(snapshot)
-        prefill = [e for e in engines if e.role.serves_prefill]
-        decode = [e for e in engines if e.role.serves_decode]
-        queue = sum(e.queued_prefill_tokens for e in prefill) / max(len(prefill), 1)
-        cap = sum(e.kv_capacity for e in decode)
-        kv = sum(e.kv_tokens for e in decode) / cap if cap else 0.0
-        state = f"prefill queue {queue:.0f} tok/engine, decode KV {kv:.0%}"
-        if snapshot.time_s - self._last_move < self.cooldown_s:
-            return Decision({}, f"cooldown; {state}")
-        move = None
-        if queue > self.queue_tokens and kv < self.kv_util:
-            move = self._pick(engines, Role.DECODE, Role.PREFILL)
-        elif kv > self.kv_util and queue < self.queue_tokens:
-            move = self._pick(engines, Role.PREFILL, Role.DECODE)
-        if move is None:
-            return Decision({}, f"hold; {state}")
-        self._last_move = snapshot.time_s
-        self._requests.ask(move, snapshot.time_s)
-        (engine_id, role), = move.items()
-        return Decision(move, f"{engine_id} -> {role.value}; {state}")
-
-    @staticmethod
-    def _pick(engines: list[EngineLoad], from_role: Role, to_role: Role) -> dict[str, Role] | None:
-        pool = [e for e in engines if e.role is from_role]
-        if len(pool) < 2:  # keep one engine in every role the split uses
-            return None
-        return {cheapest_first(pool)[0].engine_id: to_role}
 
 
 @register("prorsa")
@@ -182,7 +87,7 @@ class Prorsa:
         # An engine that switched stays until its gain has been seen (a horizon), and a switch
         # not seen through within ten intervals (or 30 s) is taken as lost and planned afresh.
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
-        self.name = _name("prorsa", args)
+        self.name = policy_name("prorsa", args)
         self.prior = ctx.prior
         self.concurrency = ctx.concurrency
         self.asynchronous = ctx.asynchronous
@@ -375,7 +280,7 @@ class Prorsa:
         engines = self._requests.engines(snapshot)
         before, self._held, self._held_on_prior = len(self.rehearsals), None, False
         ahead, trend = self._carried_forward(snapshot.finished)
-        older = _decodes_as(ahead, self._step_before)
+        older = decodes_as(ahead, self._step_before)
         self._step_before = list(snapshot.finished)
         goal = self._rehearsed(ahead, len(engines), self._steady_split(hint, len(engines)), older, RESAMPLES)
         how = "steady state" if len(self.rehearsals) == before else (
@@ -401,7 +306,7 @@ class Prorsa:
         trend = min(max(mean / previous, 1 / TREND_BOUND), TREND_BOUND)
         if abs(trend - 1.0) < 0.02:  # no drift to speak of: replay the step as it ran
             return list(finished), 1.0
-        return _scaled_decodes(finished, trend), trend
+        return scaled_decodes(finished, trend), trend
 
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
@@ -518,31 +423,7 @@ class Prorsa:
 
     def _too_few_since(self, finished: Sequence[TrajectorySpec], last: str | None) -> bool:
         """Fewer than a quarter of `concurrency` completed since `last` (None: never replayed)."""
-        return last is not None and _completed_since(finished, last) < max(self.concurrency // 4, 1)
-
-
-def _decodes_as(ahead: Sequence[TrajectorySpec], older: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
-    """`older` with its decodes scaled to `ahead`'s mean decode: an earlier step as the next one
-    is expected to decode (responses drift as a policy learns)."""
-    if not ahead or not older:
-        return []
-    have = float(np.mean([t.decode_tokens for s in older for t in s.turns]))
-    want = float(np.mean([t.decode_tokens for s in ahead for t in s.turns]))
-    return _scaled_decodes(older, want / have if have > 0 else 1.0)
-
-
-def _scaled_decodes(specs: Sequence[TrajectorySpec], factor: float) -> list[TrajectorySpec]:
-    return [replace(s, turns=tuple(replace(t, decode_tokens=max(1, round(t.decode_tokens * factor)))
-                                   for t in s.turns)) for s in specs]
-
-
-def _completed_since(finished: Sequence[TrajectorySpec], traj_id: str) -> int:
-    """How many of `finished` (oldest first) completed after `traj_id`; all of them when it has
-    left the window."""
-    for k, spec in enumerate(reversed(finished)):
-        if spec.traj_id == traj_id:
-            return k
-    return len(finished)
+        return last is not None and completed_since(finished, last) < max(self.concurrency // 4, 1)
 
 
 def _split_name(split) -> str:
@@ -566,29 +447,6 @@ def unprimed_opening(ranks: int, n_engines: int) -> tuple[int, int, int]:
         return 0, 0, n_engines
     p = min(max(round(n_engines * UNPRIMED_PREFILL_SHARE), 1), n_engines - 1)
     return p, 0, n_engines - p
-
-
-def resampled(specs: Sequence[TrajectorySpec], r: int) -> list[TrajectorySpec]:
-    """The `r`th resample of a step: as many GRPO groups (trajectories of one step and prompt) as
-    it ran, drawn from its own with replacement. Each copy is a prompt of its own with seeds of its
-    own, so copies share no cached prefix (shared token ids would hit a cache no real step has)."""
-    groups: dict[tuple[int, int], list[TrajectorySpec]] = {}
-    for s in specs:
-        groups.setdefault((s.step, s.prompt_index), []).append(s)
-    keys = list(groups)
-    draw = random.Random(7919 * (r + 1) + len(specs))
-    return [replace(s, traj_id=f"{s.traj_id}~{r}.{j}", prompt_index=j,
-                    seed=(s.seed + 2654435761 * (r + 1) + 40503 * j) % 2**32)
-            for j in range(len(keys)) for s in groups[keys[draw.randrange(len(keys))]]]
-
-
-def fill(specs: Sequence[TrajectorySpec], n: int) -> list[TrajectorySpec]:
-    """`n` trajectories from `specs` (all of them when n is 0): cycled when there are fewer, each
-    repeat with a seed of its own (shared seeds would share token ids, and prefix caches hit)."""
-    if not specs or not n:
-        return list(specs)
-    return [s if i < len(specs) else replace(s, seed=(s.seed + 2654435761 * (i // len(specs))) % 2**32)
-            for i in range(n) for s in (specs[i % len(specs)],)]
 
 
 def reassign(engines: list[EngineLoad], goal: tuple[int, int, int]) -> dict[str, Role]:

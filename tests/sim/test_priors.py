@@ -124,7 +124,7 @@ def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soones
     # the split step 2 opened on is the one a rehearsal of step 1 ranks first (here not all mixed)
     from dataclasses import replace
 
-    from prorsa.control.adaptive import _decodes_as
+    from prorsa.control.replayed import decodes_as as _decodes_as
     from prorsa.rollout.control_loop import as_ran
 
     run = resolve(three)
