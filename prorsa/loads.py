@@ -19,7 +19,9 @@ class EngineLoad:
     role: Role  # observed role
     queued: int = 0  # requests waiting for admission
     active: int = 0  # sequences admitted (prefilling or decoding)
-    kv_tokens: int = 0  # KV tokens held by admitted sequences
+    # KV tokens written by admitted sequences: their contexts and what they have decoded so far
+    # (never a reservation for tokens still to come: that would tell how long each turn decodes)
+    kv_tokens: int = 0
     kv_capacity: int = 0  # KV tokens the engine can hold
     queued_prefill_tokens: int = 0  # prompt tokens of the prefills waiting there
     prefill_legs: int = 0  # prefill legs sent to it and not yet finished (the scheduler's view)

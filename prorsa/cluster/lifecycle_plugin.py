@@ -10,8 +10,9 @@
                                          was observed handed to every scheduler plugin that folds
                                          it (a Subscriber: the dashboard's), in the same call
 
-A turn's tasks carry annotations (traj, turn, family, phase, append, max_tokens, context, done;
-see tasks.py), and their transitions are the lifecycle:
+A turn's tasks carry annotations (traj, turn, family, phase, append, max_tokens (the reply's cap),
+context, done; replay_tokens on a replayed decode leg; see tasks.py), and their transitions are
+the lifecycle:
 
     first leg released -> waiting         QUEUED   (tokens: the append)
     prefill  -> processing                PREFILL  (engine: the worker it was sent to)
@@ -19,8 +20,12 @@ see tasks.py), and their transitions are the lifecycle:
     decode / generate -> memory           TOOL     (tokens: the tokens the decode generated)
     tool (turn task) -> memory, done      DONE
 
-Replayed decodes generate exactly max_tokens (ignore_eos), so the annotation is the count; a
-decode that can stop early would report its count in an event instead.
+No future. A replayed decode generates exactly its replay_tokens (ignore_eos): the world's
+length, which a real run learns when the reply comes back. So the plugin reads it only off a
+decode leg that has finished (-> memory), as the count the result holds. A live model's decode
+carries none: its TOOL event counts the cap, the most it can have generated (the result's own
+length would need the result). What an engine holds (engine_loads) counts only what has been
+written by then that the scheduler can see: each decode leg's context.
 
 The hook runs inside the scheduler's transition engine on every transition, so it does a dict
 lookup and returns for every task that is not a turn leg, and appends a tuple for those that are.
@@ -85,7 +90,7 @@ class LifecyclePlugin(SchedulerPlugin):
                 self._emit(a, Phase.DECODE, 0, ts)
         elif finish == "memory":
             if leg in DECODE_LEGS:
-                self._emit(a, Phase.TOOL, a.get("max_tokens", 0))
+                self._emit(a, Phase.TOOL, a.get("replay_tokens") or a.get("max_tokens") or 0)
             elif leg == "tool" and a.get("done"):
                 self._emit(a, Phase.DONE, 0)
 
@@ -117,8 +122,9 @@ def worker_role(resources: dict[str, float]) -> Role:
 
 def engine_loads(dask_scheduler) -> dict[str, EngineLoad]:
     """engine name -> its EngineLoad as the scheduler sees it: its worker's role and the engine
-    legs sent there and not yet seen finish (their prompt tokens, and the KV the decodes will hold);
-    queued, active and kv_capacity are the engine's to say, 0 here."""
+    legs sent there and not yet seen finish (their prompt tokens, and the KV the decodes have
+    written: their contexts; what they have decoded so far the scheduler cannot see, and what
+    they will decode no one can); queued, active and kv_capacity are the engine's to say, 0 here."""
     out: dict[str, EngineLoad] = {}
     for ws in dask_scheduler.workers.values():
         if not str(ws.name).startswith("engine-"):
@@ -131,7 +137,7 @@ def engine_loads(dask_scheduler) -> dict[str, EngineLoad]:
                 prompt += a.get("append", 0)
             elif a.get("phase") in DECODE_LEGS:
                 decodes += 1
-                kv += a.get("context", 0) + a.get("append", 0) + a.get("max_tokens", 0)
+                kv += a.get("context", 0) + a.get("append", 0)
         out[str(ws.name)] = EngineLoad(str(ws.name), worker_role(ws.resources), kv_tokens=kv,
                                        queued_prefill_tokens=prompt, prefill_legs=prefills, decode_legs=decodes)
     return out

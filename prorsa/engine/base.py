@@ -55,14 +55,30 @@ class DecodeRequest:
     traj_id: str
     turn: int
     context_tokens: int  # tokens in the context before generation
-    max_tokens: int  # tokens to generate (replay: exactly this many)
+    # the response cap a real run sets (None: none, the engine's context limit bounds the reply);
+    # a turn may end sooner, so nothing that plans may read it as the reply's length
+    max_tokens: int | None
     token_ids: tuple[int, ...] | None = None
     kv: dict[str, Any] | None = None  # from PrefillResult; None = prefill here (colocated/local)
     new_tokens: int = 0  # when kv is None: tokens to prefill here before decoding
     temperature: float = 1.0
     seed: int | None = None
-    ignore_eos: bool = True  # replay wants exact lengths; a live agent sets False
+    ignore_eos: bool = True  # decode to the end whatever the model writes; a live agent sets False
+    # The world's alone: where a replayed turn ends (the workload's drawn length, standing in for
+    # the model's EOS). Only the engine reads it, as the world decoding; None for a live model,
+    # which ends its own turn. What a run can know of it comes back in DecodeResult.n_tokens.
+    replay_tokens: int | None = None
     priority: float = 0.0  # lower is admitted sooner; equal ones first come first (control/tail.py)
+
+
+def decode_length(req: DecodeRequest) -> int:
+    """How many tokens an engine with no model of EOS (the emulated one) generates for `req`: the
+    replayed length, else the cap. An engine's own business, as the world; never a policy's."""
+    n = req.replay_tokens if req.replay_tokens is not None else req.max_tokens
+    if n is None or n < 1:
+        raise ValueError(f"decode of trajectory {req.traj_id} turn {req.turn}: no replayed length and no "
+                         f"cap ({req.max_tokens}); an engine that never meets an EOS needs one")
+    return n
 
 
 @dataclass(frozen=True)

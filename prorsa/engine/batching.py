@@ -14,6 +14,9 @@ it between sleeps, passing the time; the simulator may reuse it directly.
     plan_prefill(max_tokens)     the next prefill step: chunks of waiting prefills + all decodes
     apply_prefill(plan, now)     account one prefill (or mixed) step -> finished sequences
     plan_decode()                the decode segment: batch, sum of contexts, steps to next finish
+    kv_written(steps)            KV tokens the admitted sequences have written, `steps` decode
+                                 steps past the clock (what the engine reports; kv_used is what
+                                 admission reserves)
     rank_loads() / rank_batches()  decodes and their context sum per DP-attention rank
     advance(steps, now)          account `steps` decode steps -> finished sequences
     remove(seq)                  a cancelled request leaves, releasing its slot and KV
@@ -55,6 +58,7 @@ class SeqState:
     decode_start: float | None = None
     finished: float | None = None
     priority: float = 0.0  # its place in the waiting queue: lower first (vLLM's priority policy)
+    context: int = 0  # context tokens it brings, set at admission: written from then (the prompt is in hand)
     removed: bool = False  # cancelled: skipped by plans made before the removal
     waiter: Any = field(default=None, repr=False)  # the engine's future for this sequence
 
@@ -83,7 +87,11 @@ class Batcher:
         self._tie = itertools.count()
         self._n_dec = [0] * ranks  # decoding sequences per rank
         self._base = [0] * ranks  # per rank: sum of (prefix - joined); context sum = base + n clock
-        self.kv_used = 0  # KV tokens reserved by admitted sequences
+        # What admission reserves: a sequence's whole final KV (context + its decode) from the
+        # start, so the emulator never preempts. That is the world's own rule and reads the
+        # replayed length; what the engine reports is kv_written(), which a real engine could count.
+        self.kv_used = 0
+        self._context_kv = 0  # context tokens of admitted sequences not (yet) decoding
         self.prefill_tokens = 0  # counters since start
         self.decode_tokens = 0
         self.steps = 0
@@ -128,6 +136,8 @@ class Batcher:
             seq = self.waiting.popleft()
             seq.admitted = now
             self.kv_used += seq.reserve
+            seq.context = seq.prefix + seq.prefill_left
+            self._context_kv += seq.context
             if self.ranks > 1:
                 seq.rank = min(range(self.ranks), key=self._on_rank.__getitem__)
             self._on_rank[seq.rank] += 1
@@ -184,6 +194,12 @@ class Batcher:
                     self._finish(seq, now)
                     finished.append(seq)
         return finished
+
+    def kv_written(self, steps: int = 0) -> int:
+        """Context tokens of every admitted sequence, and the tokens each decoding one has
+        generated, `steps` decode steps past the clock (a stretch in flight)."""
+        n = sum(self._n_dec)
+        return self._context_kv + sum(self._base) + n * (self.clock + steps)
 
     def plan_decode(self) -> tuple[int, int, int]:
         """(batch, sum of contexts, decode steps until the first sequence finishes)."""
@@ -243,10 +259,12 @@ class Batcher:
             if seq in held:  # admitted here (not into an earlier batcher): give its KV back
                 held.remove(seq)
                 self.kv_used -= seq.reserve
+                self._context_kv -= seq.context
                 self._on_rank[seq.rank] -= 1
                 return
 
     def _start_decode(self, seq: SeqState, now: float) -> None:
+        self._context_kv -= seq.context  # counted from here on among the decodes' contexts
         seq.ctx = seq.prefix  # as of `joined`; current: prefix + clock - joined
         seq.decode_start = now
         seq.joined, seq.end = self.clock, self.clock + seq.decode_left
@@ -258,4 +276,6 @@ class Batcher:
     def _finish(self, seq: SeqState, now: float) -> None:
         seq.finished = now
         self.kv_used -= seq.reserve
+        if seq.decode_start is None:  # a decode's context left the count when it began decoding
+            self._context_kv -= seq.context
         self._on_rank[seq.rank] -= 1

@@ -7,20 +7,21 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
     stop()                  cancel it; requests still pending fail with RuntimeError
     prefill(req)            compute the context's KV here (minus this engine's cached prefix)
     decode(req)             pull req.kv from its engine (only the part not cached here), or prefill
-                            locally when req.kv is None, then generate req.max_tokens tokens
+                            locally when req.kv is None, then generate req.replay_tokens tokens
+                            (the replayed length), else req.max_tokens (no EOS is modelled)
     generate(req)           local prefill + decode (colocated)
     warm(req)               prefill into the prefix cache for a later turn (a migration)
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
     reshards(role)          whether serving `role` needs another layout (engines.parallelism)
     relayout(role)          an empty engine takes `role`'s layout: weights move, the prefix cache goes
-    stats()                 queue, batch, KV and counters; no I/O
+    stats()                 queue, batch, KV written and counters; no I/O
     queued, active, kv_tokens   the first of them alone, read without building stats()
     reset_prefix_cache()    forget every cached prefix (after a weight update)
     update_weights(s)       stall s seconds (new weights loading) and forget every cached prefix
 
 The step loop, one iteration per step or per skipped stretch of decode steps:
 
-    admit FIFO while slots and KV allow     (a request reserves context + max_tokens KV tokens)
+    admit FIFO while slots and KV allow     (a request reserves context + its decode length)
     prefills pending -> one step: prefill chunks up to max_batched_tokens, co-batched with every
                         running decode (vLLM-style chunked prefill), sleep cost.mixed_time(...)
     only decodes     -> sleep until the first sequence finishes, in one timer (event skipping);
@@ -41,6 +42,13 @@ Every sleep is multiplied by time_scale; at 0 the engine only yields (sleep(0)) 
 Given a CoreShare (engine/core_share.py: simulated vLLM CPU engines on one host), a step is also
 stretched by the demand on the engine's cores when it starts.
 Reported times are loop-time differences ("engine time"). Token ids are not produced.
+
+KV, reserved and reported. Admission reserves a sequence's final KV (its context and the length it
+will decode) from the start, so the emulator never preempts: that is the world's rule, and it
+reads the replayed length, which only the world knows. What the engine reports (`kv_tokens` of
+load() and stats()) is what has been written: every admitted sequence's context, and the tokens
+each has decoded so far, counted to the step in flight. A real engine can count that; a policy
+reading the reservation would learn how long each turn will decode before it ends.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ import numpy as np
 
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.engine.base import (DecodeRequest, DecodeResult, EngineStats, PrefillRequest,
-                                PrefillResult)
+                                PrefillResult, decode_length)
 from prorsa.engine.batching import Batcher, SeqState
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.prefix_cache import make_prefix_cache
@@ -86,6 +94,7 @@ class EmulatedEngine:
         self._task: asyncio.Task | None = None
         self._wake: _Wake | None = None  # set when the step loop should re-plan
         self._held_until = 0.0  # loop time before which no step starts (a weight update)
+        self._stretch: tuple[float, np.ndarray] | None = None  # decode stretch in flight: start, step ends
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -157,14 +166,14 @@ class EmulatedEngine:
         """What the simulator's sampler and controller read of every engine each interval: cheap,
         where stats() builds a record with every counter."""
         b = self._batch
-        return EngineLoad(self.engine_id, self.role, len(b.waiting), b.active, b.kv_used, self.kv_capacity,
+        return EngineLoad(self.engine_id, self.role, len(b.waiting), b.active, self._kv_written(), self.kv_capacity,
                           queued_prefill_tokens)
 
     def stats(self) -> EngineStats:
         b, c = self._batch, self._counters
         return EngineStats(
             engine_id=self.engine_id, role=self.role, queued=len(b.waiting), active=b.active,
-            kv_tokens=b.kv_used, kv_capacity=self.kv_capacity,
+            kv_tokens=self._kv_written(), kv_capacity=self.kv_capacity,
             prefill_tokens_total=b.prefill_tokens, decode_tokens_total=b.decode_tokens,
             cached_tokens_total=c["cached_tokens"],
             extra={"steps": float(b.steps), "busy_s": c["busy_s"],
@@ -173,6 +182,16 @@ class EmulatedEngine:
                    "prefix_cached_tokens": float(self._prefix.tokens),
                    "prefix_evicted_tokens_total": float(self._prefix.evicted_tokens),
                    "decoding": float(len(b.decoding)), "prefilling": float(len(b.prefilling))})
+
+    def _kv_written(self) -> int:
+        """KV the admitted sequences have written by now, decode steps of a stretch in flight
+        included (the batch's clock moves only when the stretch ends)."""
+        steps = 0
+        if self._stretch is not None:
+            start, ends = self._stretch
+            with contextlib.suppress(RuntimeError):  # read off the loop: as of the last step boundary
+                steps = int(ends.searchsorted(asyncio.get_running_loop().time() - start, side="right"))
+        return self._batch.kv_written(steps)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -196,22 +215,23 @@ class EmulatedEngine:
         # Our own KV handle: the context is in our cache, nothing new to prefill.
         cached = self._reusable(req.traj_id, req.context_tokens,
                                 req.new_tokens if req.kv is None else 0)
-        reserve = req.context_tokens + req.max_tokens
+        n = decode_length(req)  # the world decoding: where the replayed turn ends
+        reserve = req.context_tokens + n
         if remote:  # pull only what is not cached here (vLLM's connector does the same)
             seq = SeqState(req.traj_id, reserve=reserve, prefill_left=0,
-                           prefix=req.context_tokens, decode_left=req.max_tokens, transfer=True,
+                           prefix=req.context_tokens, decode_left=n, transfer=True,
                            priority=req.priority)
             transfer = (req.context_tokens - cached, req.kv.get("link", "net"))
         else:
             seq = SeqState(req.traj_id, reserve=reserve,
                            prefill_left=req.context_tokens - cached, prefix=cached,
-                           decode_left=req.max_tokens, priority=req.priority)
+                           decode_left=n, priority=req.priority)
             transfer = None
         transfer_s = await self._serve(seq, transfer)
-        self._prefix.put(req.traj_id, req.context_tokens + req.max_tokens, self._batch.kv_used)
+        self._prefix.put(req.traj_id, req.context_tokens + n, self._batch.kv_used)
         start = seq.decode_start if seq.decode_start is not None else seq.finished
         return DecodeResult(
-            engine_id=self.engine_id, n_tokens=req.max_tokens, cached_tokens=cached,
+            engine_id=self.engine_id, n_tokens=n, cached_tokens=cached,
             queue_s=seq.admitted - seq.arrived, transfer_s=transfer_s,
             prefill_s=0.0 if seq.prefill_end is None else seq.prefill_end - seq.admitted,
             decode_s=seq.finished - start)
@@ -327,14 +347,18 @@ class EmulatedEngine:
             if self.time_scale * factor != 1.0:
                 ends *= self.time_scale * factor
             start = loop.time()
-            if not await self._wake.wait(timeout=float(ends[-1])):
+            self._stretch = (start, ends)
+            try:
+                if not await self._wake.wait(timeout=float(ends[-1])):
+                    self._counters["busy_s"] += loop.time() - start
+                    return steps
+                done = int(ends.searchsorted(loop.time() - start, side="right"))
+                if done < steps:  # the step in flight completes; the arrival joins the next one
+                    await asyncio.sleep(float(ends[done]) - (loop.time() - start))
+                    done += 1
                 self._counters["busy_s"] += loop.time() - start
-                return steps
-            done = int(ends.searchsorted(loop.time() - start, side="right"))
-            if done < steps:  # the step in flight completes; the arrival joins the next one
-                await asyncio.sleep(float(ends[done]) - (loop.time() - start))
-                done += 1
-            self._counters["busy_s"] += loop.time() - start
+            finally:
+                self._stretch = None
         return done
 
     async def _sleep(self, seconds: float, busy: bool = True) -> None:

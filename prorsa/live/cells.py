@@ -42,7 +42,7 @@ from distributed.deploy.subprocess import SubprocessScheduler
 from rich.console import Console
 
 from prorsa.agent.loop import TrajectoryResult
-from prorsa.agent.workload import Workload
+from prorsa.agent.workload import Workload, context_budget
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
 from prorsa.cluster.local import SCHEDULER_CONFIG, engine_addresses, tool_name, worker_specs
@@ -123,7 +123,8 @@ class LiveCell:
         run, cfg = self.run, self.run.cfg
         self.router = make_router(run, dict(self.roles), lambda: self.now() / run.unit)
         self.runner = DaskTurnRunner(client, self.router, self.addresses, cfg.runtime.turn_shape, False, 0, self.t0,
-                                     cfg.runtime.turn_retries, scheduler=make_scheduler(run))
+                                     cfg.runtime.turn_retries, scheduler=make_scheduler(run),
+                                     context_budget=context_budget(cfg.workload))
         self.controller = LiveController(client, self.policy, self.router, self.addresses, self.rec,
                                          cfg.engines.slots, run.policy.kv_capacity_tokens, self.t0,
                                          cfg.runtime.control_interval_s, run.unit,

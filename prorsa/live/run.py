@@ -22,7 +22,7 @@ from pathlib import Path
 from distributed import Client
 from rich.console import Console
 
-from prorsa.agent.workload import Workload
+from prorsa.agent.workload import Workload, context_budget
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.launch import open_run_cluster
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
@@ -292,7 +292,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run),
-                                restart_wait_s=restart_wait_s(cfg.engines))
+                                restart_wait_s=restart_wait_s(cfg.engines), context_budget=context_budget(cfg.workload))
         slots, kv = cfg.engines.slots, context.kv_capacity_tokens
         if cfg.engines.groups is not None:  # each engine its own group's slots and KV
             slots = dict(zip(engines, run.engine_slots))

@@ -85,7 +85,9 @@ class DaskTurnRunner:
         retries: int = 2,
         scheduler: TurnScheduler | None = None,
         restart_wait_s: float = 0.0,
+        context_budget: int | None = None,
     ) -> None:
+        self.context_budget = context_budget  # the run's, in tokens: replies are capped at what it leaves
         self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.retries = retries
         self.restart_wait_s = restart_wait_s  # how long a turn waits out engines that are restarting
@@ -151,11 +153,11 @@ class DaskTurnRunner:
                 with dask.annotate(phase="tool", tokens=0, done=turn.done, **turn_annotations(turn),
                                    **dask_priority(priority)):
                     fut = self.client.submit(  # positional: submit takes priority= for itself
-                        turn_task, turn, route, self.addresses, self.started, attempt, priority,
+                        turn_task, turn, route, self.addresses, self.started, attempt, priority, self.context_budget,
                         key=key, resources={"env": 1}, pure=False,
                     )
             else:
-                pf, df = leg_graph(turn, route, self.addresses, attempt, priority)
+                pf, df = leg_graph(turn, route, self.addresses, attempt, priority, self.context_budget)
                 tool = self._batch.submit(tool_graph(turn, pf, df, key, time.time(), self.started, priority))
                 decode = self._batch.submit(df) if self.scheduler.migrate and not turn.done else None
                 fut = await tool  # one graph with `decode`: the same leg, the same key

@@ -101,33 +101,41 @@ def tool_task(
 
 
 def leg_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], attempt: int = 0,
-              priority: float = 0.0):
+              priority: float = 0.0, budget: int | None = None):
     """The engine legs of a turn as delayed tasks (keys, annotations, loose worker restrictions),
     not yet submitted: (prefill or None, decode). Submitting several turns' legs as one graph
-    costs the scheduler one update-graph instead of one per task."""
-    pre_req, dec_req = leg_requests(turn, route, priority)
+    costs the scheduler one update-graph instead of one per task. `budget`: the run's context
+    budget, which caps the reply (rollout/legs.py response_cap).
+
+    The scheduler sees every annotation, so none carries the replayed length (the world's,
+    rollout/legs.py) but `replay_tokens` on a decode leg, which the lifecycle plugin reads only
+    once the leg has finished, when the run holds the reply and its length."""
+    pre_req, dec_req = leg_requests(turn, route, priority, budget)
     tag = f"{turn.traj_id}-{turn.turn}" + (f"-r{attempt}" if attempt else "")
-    common = dict(allow_other_workers=True, **dask_priority(priority), **turn_annotations(turn))
+    common = dict(allow_other_workers=True, **dask_priority(priority), **turn_annotations(turn, dec_req.max_tokens))
+    replay = {} if dec_req.replay_tokens is None else {"replay_tokens": dec_req.replay_tokens}
     if pre_req is None:
         # colocated: one generate request; decode-local: a decode that prefills the append first
         phase, fn = ("local", decode_task) if route.local_prefill else ("generate", generate_task)
         args = (None, dec_req) if route.local_prefill else (dec_req,)
-        with dask.annotate(phase=phase, tokens=turn.appended_tokens + turn.decode_tokens,
+        with dask.annotate(phase=phase, tokens=turn.appended_tokens, **replay,
                            resources={"decode": 1}, workers=[addresses[route.decode]], **common):
             return None, delayed(fn, pure=False)(*args, dask_key_name=f"{phase}-{tag}")
     with dask.annotate(phase="prefill", tokens=turn.appended_tokens,
                        resources={"prefill": 1}, workers=[addresses[route.prefill]], **common):
         pf = delayed(prefill_task, pure=False)(pre_req, dask_key_name=f"prefill-{tag}")
-    with dask.annotate(phase="decode", tokens=turn.decode_tokens,
+    with dask.annotate(phase="decode", tokens=0, **replay,
                        resources={"decode": 1}, workers=[addresses[route.decode]], **common):
         df = delayed(decode_task, pure=False)(pf, dec_req, dask_key_name=f"decode-{tag}")
     return pf, df
 
 
-def turn_annotations(turn: TurnRequest) -> dict:
-    """What the scheduler plugin reads off every task of a turn (lifecycle_plugin.py)."""
-    return dict(traj=turn.traj_id, turn=turn.turn, family=turn.family, context=turn.context_tokens - turn.appended_tokens,
-                append=turn.appended_tokens, max_tokens=turn.decode_tokens)
+def turn_annotations(turn: TurnRequest, max_tokens: int | None = None) -> dict:
+    """What the scheduler plugin reads off every task of a turn (lifecycle_plugin.py);
+    `max_tokens`: the reply's cap, on its legs (None: none set, or a tool task)."""
+    a = dict(traj=turn.traj_id, turn=turn.turn, family=turn.family, context=turn.context_tokens - turn.appended_tokens,
+             append=turn.appended_tokens)
+    return a if max_tokens is None else a | {"max_tokens": max_tokens}
 
 
 def dask_priority(priority: float) -> dict:
@@ -137,9 +145,10 @@ def dask_priority(priority: float) -> dict:
 
 
 def turn_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], key: str,
-               submitted: float, started: float, attempt: int = 0, priority: float = 0.0):
+               submitted: float, started: float, attempt: int = 0, priority: float = 0.0,
+               budget: int | None = None):
     """The driver shape's task group: the legs plus the tool task `key` on a tool worker."""
-    pf, df = leg_graph(turn, route, addresses, attempt, priority)
+    pf, df = leg_graph(turn, route, addresses, attempt, priority, budget)
     return tool_graph(turn, pf, df, key, submitted, started, priority)
 
 
@@ -152,13 +161,13 @@ def tool_graph(turn: TurnRequest, pf, df, key: str, submitted: float, started: f
 
 def turn_task(
     turn: TurnRequest, route: Route, addresses: dict[str, str], started: float, attempt: int = 0,
-    priority: float = 0.0,
+    priority: float = 0.0, budget: int | None = None,
 ) -> TurnResult:
     """The design card's shape: the turn task owns its legs and runs its tool where it stands.
     Submit it with `priority` positional: Client.submit takes a `priority=` keyword for itself."""
     t_submit = time.time()
     client = get_client()
-    pf, df = leg_graph(turn, route, addresses, attempt, priority)
+    pf, df = leg_graph(turn, route, addresses, attempt, priority, budget)
     futures = client.compute([df] if pf is None else [pf, df], optimize_graph=False)
     secede()  # waiting on engines must not hold one of the tool worker's threads
     pre, dec = client.gather(futures) if pf is not None else (None, futures[0].result())

@@ -178,7 +178,7 @@ _UNITS: dict[str, tuple[str, str]] = {
     "role": ("1", "each engine's role (flag_meanings; -1: not sampled)"),
     "queued": ("requests", "requests waiting for admission"),
     "active": ("sequences", "sequences admitted (prefilling or decoding)"),
-    "kv_tokens": ("tokens", "KV tokens held by admitted sequences"),
+    "kv_tokens": ("tokens", "KV tokens written by admitted sequences (contexts and tokens decoded so far)"),
     "kv_capacity": ("tokens", "KV tokens the engine can hold"),
     "traj_start_s": ("s", "when the trajectory started: {clock} since the rollout began"),
     "traj_end_s": ("s", "when the trajectory ended: {clock} since the rollout began"),

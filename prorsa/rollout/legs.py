@@ -2,13 +2,20 @@
 
     PREFILL_LEGS, DECODE_LEGS    the leg phases (task annotations) that need each role
     legs_to_drain(new_role)      the leg phases an engine gives up when it switches to new_role
-    leg_requests(turn, route, priority)   -> (PrefillRequest or None, DecodeRequest) for the routed
-                                engines, both admitted at `priority` (control/tail.py; 0: first come)
+    leg_requests(turn, route, priority, budget)   -> (PrefillRequest or None, DecodeRequest) for the
+                                routed engines, both admitted at `priority` (control/tail.py; 0:
+                                first come); `budget`: the run's context budget, which caps replies
+    response_cap(turn, budget)  the max_tokens a real run sets on the turn's decode
     warm_request(turn, decoded, generated, priority)   -> the PrefillRequest that warms another
                                 engine with the context after the turn's decode (scheduling.migrate)
     turn_result(turn, pre, dec, start_s, end_s, tool_s)   -> the TurnResult the agent loop gets
 
 No transport here: the Dask runtime wraps the requests in tasks, the simulator awaits the engines.
+
+A decode request carries the cap a real run would set (`max_tokens`) and, apart from it, where a
+replayed turn ends (`replay_tokens`, the workload's drawn length: the stand-in for the model's
+EOS), which only the engine reads. A real run cannot know a turn's length before its decode
+returns, so nothing that plans, routes or estimates KV may read it.
 """
 
 from __future__ import annotations
@@ -28,7 +35,27 @@ def legs_to_drain(new: Role) -> tuple[str, ...]:
     return (() if new.serves_prefill else PREFILL_LEGS) + (() if new.serves_decode else DECODE_LEGS)
 
 
-def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0) -> tuple[PrefillRequest | None, DecodeRequest]:
+def response_cap(turn: TurnRequest, budget: int | None) -> int | None:
+    """A live or served turn's decode_tokens is its cap already (the environment's
+    max_response_tokens, or the request's max_tokens, within the context left). A replayed turn's
+    is the context budget it has left (workload.py context_budget: the task family's context cap
+    in the run's scaled tokens, or max_context where tighter), which every replayed decode fits
+    in; the pipeline declares no per-turn response limit of its own. None where the run declares
+    no budget (a trace with no max_context): the engine's context limit caps it, as vLLM's does
+    when a request sets no max_tokens."""
+    if turn.live or turn.to_eos:
+        return turn.decode_tokens
+    return None if budget is None else max(budget - turn.context_tokens, 1)
+
+
+def replaying(turn: TurnRequest) -> bool:
+    """Whether the turn's decode length is the workload's to say (a replay, or a served request
+    that asks exactly its max_tokens) rather than the model's EOS."""
+    return not (turn.live or turn.to_eos)
+
+
+def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0,
+                 budget: int | None = None) -> tuple[PrefillRequest | None, DecodeRequest]:
     pre = None
     if route.prefill is not None:
         pre = PrefillRequest(turn.traj_id, turn.turn, turn.context_tokens, turn.appended_tokens, turn.token_ids,
@@ -37,12 +64,13 @@ def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0) -> tupl
         traj_id=turn.traj_id,
         turn=turn.turn,
         context_tokens=turn.context_tokens,
-        max_tokens=turn.decode_tokens,
+        max_tokens=response_cap(turn, budget),
         token_ids=turn.token_ids,
         new_tokens=0 if pre else turn.appended_tokens,
         seed=turn.seed,
-        ignore_eos=not (turn.live or turn.to_eos),  # replay wants exact lengths; a live model ends its own turn
+        ignore_eos=replaying(turn),  # a live model ends its own turn
         priority=priority,
+        replay_tokens=turn.decode_tokens if replaying(turn) else None,
     )
     return pre, dec
 

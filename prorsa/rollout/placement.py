@@ -70,11 +70,12 @@ class MoveCost:
         return self.budget * self.cost.ep / self.cost.prefill_time([(self.budget, 0)])
 
     @cached_property
-    def _kv_tokens(self) -> int:  # KV the engine holds, every rank's
+    def _kv_capacity(self) -> int:  # KV tokens the engine can hold, every rank's (not what it holds now)
         return self.cost.kv_capacity_tokens() * self.cost.ep
 
     def turn_kv(self, context: int, appended: int) -> int:
-        """KV tokens a turn holds on its decode engine by the end of its decode."""
+        """KV tokens a turn holds on its decode engine by the end of its decode, that decode
+        counted at the mean learned so far: its own length is known only once it has ended."""
         return context + appended + int(self.decode_tokens)
 
     def move_s(self, leg: str, context: int, appended: int, stalled: int = 0) -> float:
@@ -97,7 +98,7 @@ class MoveCost:
         """Seconds a new turn's decode takes per token beside `load` turns holding `kv` tokens,
         beyond an idle engine's."""
         mean_kv = max(kv / load, 1.0)
-        admits = max(1, min(self.slots, int(self._kv_tokens // mean_kv)))
+        admits = max(1, min(self.slots, int(self._kv_capacity // mean_kv)))
         waves = max(0, load + 1 - admits) / admits  # each as long as a decode of a full batch
         batch = min(load + 1, admits)
         return (1 + waves) * self._step(batch, mean_kv) - self._step(1, mean_kv)

@@ -24,7 +24,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field, replace
 
-from prorsa.agent.workload import Workload
+from prorsa.agent.workload import Workload, context_budget
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
@@ -74,7 +74,8 @@ class SimCell:
                         for n, r in zip(names, roles)}
         self.router = make_router(run, {n: eng.role for n, eng in self.engines.items()}, now)
         self.runner = SimTurnRunner(self.engines, self.router, now, tool_unit=run.unit,
-                                    dispatch_s=load_gpu(e.gpu).dispatch_latency_s, scheduler=make_scheduler(run))
+                                    dispatch_s=load_gpu(e.gpu).dispatch_latency_s, scheduler=make_scheduler(run),
+                                    context_budget=context_budget(cfg.workload))
         self.rec = RunRecorder(engines=list(names), slots=e.slots, expected=len(placed))
         self.controller = SimController(self.policy, self.router, self.runner, self.engines, self.rec,
                                         run.policy.interval_s, now)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prorsa.agent.trace import TrajectorySpec, workload_means
-from prorsa.agent.workload import Workload
+from prorsa.agent.workload import Workload, context_budget
 from prorsa.config.load import ConfigError, config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, WorkloadHint, make_policy
@@ -132,7 +132,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
         await engine.start()
     router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
-                           scheduler=make_scheduler(run, future=context.future))
+                           scheduler=make_scheduler(run, future=context.future),
+                           context_budget=context_budget(cfg.workload))
     rec = RunRecorder(engines=list(engines), slots=e.slots if e.groups is None else dict(zip(names, slots)),
                       expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)

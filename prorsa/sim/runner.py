@@ -1,11 +1,12 @@
 """The simulator's transport: turns go straight to emulated engines on the virtual-clock loop.
 
-    SimTurnRunner(engines, router, now, tool_unit, dispatch_s, scheduler)   a TurnRunner
-                                          (agent/loop.py), like the Dask runtime's; tool latencies
-                                          are divided by tool_unit, every leg waits dispatch_s before
-                                          its engine sees it (the hardware profile's
-                                          dispatch_latency_s), and legs are admitted by the
-                                          scheduler's key (control/tail.py)
+    SimTurnRunner(engines, router, now, tool_unit, dispatch_s, scheduler, context_budget)
+                                          a TurnRunner (agent/loop.py), like the Dask runtime's;
+                                          tool latencies are divided by tool_unit, every leg waits
+                                          dispatch_s before its engine sees it (the hardware
+                                          profile's dispatch_latency_s), legs are admitted by the
+                                          scheduler's key (control/tail.py), and a decode's cap is
+                                          what context_budget leaves (rollout/legs.py)
     run_turn(turn)                        route, run the legs on their engines, sleep the tool out
                                           (and, where the router moves the trajectory, warm its
                                           next engine meanwhile: the turn ends when both have)
@@ -40,8 +41,10 @@ class SimTurnRunner:
     vocab_size = 0
 
     def __init__(self, engines: dict[str, Engine], router: Router, now: Callable[[], float],
-                 tool_unit: float = 1.0, dispatch_s: float = 0.0, scheduler: TurnScheduler | None = None) -> None:
+                 tool_unit: float = 1.0, dispatch_s: float = 0.0, scheduler: TurnScheduler | None = None,
+                 context_budget: int | None = None) -> None:
         self.engines = engines
+        self.context_budget = context_budget  # the run's, in tokens: replies are capped at what it leaves
         self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.tool_unit = tool_unit  # wall seconds per body second of the workload's tool latencies
         self.dispatch_s = dispatch_s
@@ -83,7 +86,7 @@ class SimTurnRunner:
         self._emit(turn, Phase.QUEUED, turn.appended_tokens, context)
         sched.began(turn)
         key = sched.key(turn, start)
-        pre_req, dec_req = leg_requests(turn, route, key)
+        pre_req, dec_req = leg_requests(turn, route, key, self.context_budget)
         try:
             pre = None
             if pre_req is not None:
@@ -112,7 +115,7 @@ class SimTurnRunner:
         finally:
             self.router.finished(route)
         sched.ended(turn, dec.n_tokens, dec.decode_s)
-        self._emit(turn, Phase.TOOL, turn.decode_tokens, context)
+        self._emit(turn, Phase.TOOL, dec.n_tokens, context)  # what came back: known once it has
         t_tool = self.now()
         if turn.tool_latency_s > 0:
             await asyncio.sleep(turn.tool_latency_s / self.tool_unit)

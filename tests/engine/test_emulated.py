@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -131,7 +132,8 @@ def test_kv_admission_waits_for_memory(cost):
         return await first, await second, stats
 
     first, second, stats = run_virtual(main())
-    assert stats.queued == 1 and stats.active == 1 and stats.kv_tokens == 1100
+    # admission held 1100 for "a" (its context and its decode), but only the context is written yet
+    assert stats.queued == 1 and stats.active == 1 and stats.kv_tokens == 1000
     assert first.queue_s == 0.0
     assert second.queue_s == pytest.approx(first.prefill_s + first.decode_s, abs=EXACT)
     assert second.queue_s > 0
@@ -266,9 +268,36 @@ def test_set_role_is_bookkeeping_and_held_work_finishes(cost):
         return during, await work, engine.stats()
 
     during, result, after = run_virtual(main())
-    assert during.role is Role.PREFILL and during.active == 1 and during.kv_tokens == 1500
+    assert during.role is Role.PREFILL and during.active == 1 and 1000 < during.kv_tokens < 1500
     assert result.n_tokens == 500 and after.role is Role.PREFILL and after.active == 0
     assert after.kv_capacity == cost.kv_capacity_tokens()
+
+
+def test_kv_tokens_count_what_is_written_never_the_length_to_come(cost):
+    """Two engines given the same turn, one replaying a 300-token decode and one 3,000: until the
+    shorter ends they report the same KV, the context and the tokens decoded so far (counted to
+    the step in flight, inside one skipped decode stretch); the replayed length is the world's."""
+    async def main():
+        short, long_ = await started(cost, engine_id="short"), await started(cost, engine_id="long")
+        ctx = 2000
+        runs = [asyncio.ensure_future(e.generate(replace(gen("a", ctx, 4096), replay_tokens=n)))
+                for e, n in ((short, 300), (long_, 3000))]
+        seen = []
+        for t in (0.1, 0.5, 1.0, 2.0):
+            await asyncio.sleep(t - asyncio.get_running_loop().time())
+            seen.append((short.load().kv_tokens, long_.load().kv_tokens, short.stats().kv_tokens))
+        done = await runs[0]
+        after = (short.load().kv_tokens, long_.load().kv_tokens)
+        await runs[1]
+        return ctx, seen, done, after
+
+    ctx, seen, done, after = run_virtual(main())
+    assert done.n_tokens == 300
+    for a, b, stats in seen:
+        assert a == b == stats
+    grown = [a - ctx for a, _, _ in seen]
+    assert 0 < grown[0] < grown[1] < grown[2] < grown[3] < 300  # one stretch: the batch holds one decode
+    assert after == (0, ctx + 300)  # the short one has ended; the long one is as far and goes on
 
 
 def test_cancelled_request_frees_its_slot(cost):

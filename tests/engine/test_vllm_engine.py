@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -170,6 +171,19 @@ def test_priority_policy_admits_the_lowest_key_first(run, models, tmp_path):
     # all four waited behind the first (had one not, the last sent could not finish first)
     assert done == ["running", "high", "low-a", "low-b", "low-c"]
     assert out["high"].queue_s < out["low-a"].queue_s
+
+
+def test_a_replayed_decode_writes_its_length_under_a_larger_cap(engines, run):
+    """A replayed turn asks the run's cap as max_tokens and its length apart (replay_tokens): the
+    server writes exactly that length, EOS ignored, whatever the cap; a live turn stops at the cap
+    at most (a random tiny model may write EOS sooner)."""
+    a, b = engines
+    ids = context(41)  # a prefix of its own: other tests' cache hits must not find it cached
+    pre = run(a.prefill(prefill_req(ids)))
+    replayed = run(b.decode(replace(decode_req(ids, kv=pre.kv, max_tokens=600), replay_tokens=7)))
+    assert replayed.n_tokens == len(replayed.token_ids) == 7
+    live = run(a.generate(replace(decode_req(ids, max_tokens=5), ignore_eos=False)))
+    assert 1 <= live.n_tokens <= 5
 
 
 def test_second_turn_hits_the_prefix_cache(engines, run):

@@ -316,6 +316,34 @@ def test_cpu_engines_send_no_seed():
     assert sent == [None, 42]
 
 
+def test_a_replayed_decode_asks_its_length_and_a_live_one_its_cap_and_kv_counts_contexts():
+    """Replaying, the engine asks exactly the replayed length with EOS ignored (how a random tiny
+    model is made to write it); a live turn asks the run's cap and stops at EOS. While they are in
+    flight the client's KV figure is their contexts: what they will decode it cannot see."""
+    import asyncio
+
+    from prorsa.engine.base import DecodeRequest
+    from prorsa.engine.vllm import VllmEngine
+    from prorsa.roles import Role
+
+    engine = VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), cores=None, log_dir=Path("."))
+    sent, held = [], []
+
+    async def complete(body, leg, kv_tokens):
+        sent.append((body["max_tokens"], body["ignore_eos"]))
+        held.append(kv_tokens)
+        raise EngineUnavailable("stop here")
+
+    engine._complete = complete
+    replay = DecodeRequest("t", 0, context_tokens=3, max_tokens=4000, token_ids=(1, 2, 3), replay_tokens=37)
+    live = DecodeRequest("t", 0, context_tokens=3, max_tokens=4000, token_ids=(1, 2, 3), ignore_eos=False)
+    for req in (replay, live):
+        with pytest.raises(EngineUnavailable):
+            asyncio.run(engine.generate(req))
+    assert sent == [(37, True), (4000, False)]
+    assert held == [3, 3]
+
+
 def _http_server(routes: dict[str, tuple[int, bytes]]):
     """A local HTTP server answering GET path -> (status, body); 404 elsewhere."""
     import http.server

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from prorsa.agent.loop import TurnRequest
@@ -56,3 +58,24 @@ def test_the_scheduler_orders_tasks_by_the_annotation():
         prio = client.run_on_scheduler(lambda dask_scheduler: [dask_scheduler.tasks[k].priority for k in keys])
     assert [p[0] for p in prio] == [7.0, 7.0, -40.0, -40.0]
     assert max(prio[2:]) < min(prio[:2])  # submitted later, yet ahead: the key beats Dask's own order
+
+
+def test_a_decode_request_carries_the_runs_cap_and_the_replayed_length_apart():
+    """max_tokens is the cap a real run sets (the context budget left); the replayed length rides
+    only in replay_tokens, for the engine, and on the decode leg's annotations, which the lifecycle
+    plugin reads once the leg has finished. A live turn's decode length is its cap, and it has no
+    replayed length: the model ends its own turn."""
+    pf, df = leg_graph(TURN, Route("engine-0", "engine-1"), ADDRESSES, budget=4096)
+    (req,) = [r for r in requests(df) if hasattr(r, "replay_tokens")]
+    assert (req.max_tokens, req.replay_tokens, req.ignore_eos) == (4096 - 100, 20, True)
+    a = layers(df)[df.key]
+    assert a["max_tokens"] == 3996 and a["replay_tokens"] == 20 and a["tokens"] == 0
+    assert "replay_tokens" not in layers(pf)[pf.key]
+    _, df = leg_graph(TURN, Route("engine-0", "engine-1"), ADDRESSES)  # no budget declared: no cap
+    (req,) = [r for r in requests(df) if hasattr(r, "replay_tokens")]
+    assert req.max_tokens is None and req.replay_tokens == 20
+    live = replace(TURN, live=True, decode_tokens=256)
+    _, df = leg_graph(live, Route("engine-0", "engine-1"), ADDRESSES, budget=4096)
+    (req,) = [r for r in requests(df) if hasattr(r, "replay_tokens")]
+    assert (req.max_tokens, req.replay_tokens, req.ignore_eos) == (256, None, False)
+    assert "replay_tokens" not in layers(df)[df.key]

@@ -88,7 +88,9 @@ class VllmEngine:
         )
         self._client: httpx.AsyncClient | None = None
         self._inflight: Counter[Role] = Counter()
-        self._kv_inflight = 0  # context + max_tokens of admitted requests: the KV they may hold
+        # contexts of the requests in flight: KV they have written (or are writing) since their
+        # admission; what their decodes add is not visible to the client until they return
+        self._kv_inflight = 0
         self._totals: Counter[str] = Counter()
         self._metrics: _Metrics | None = None
         self._lock: asyncio.Lock | None = None  # serialises restarts and weight loads
@@ -210,11 +212,16 @@ class VllmEngine:
         # steps, and a CPU generator has no offset to rewind: the engine core dies ("CPU Generator
         # does not use offset"). On CPU a turn samples from the engine's own stream instead.
         seed = req.seed if self.settings.device != "cpu" else None
-        body = completion_body(req.token_ids, req.max_tokens, req.temperature, seed, req.ignore_eos,
-                               priority=req.priority)
+        # Replaying, the world decides where the turn ends: a random tiny model is made to write
+        # the drawn length by asking exactly that many tokens, EOS ignored. Else the run's cap.
+        if req.replay_tokens is not None:
+            max_tokens, ignore_eos = req.replay_tokens, True
+        else:
+            max_tokens, ignore_eos = req.max_tokens, req.ignore_eos
+        body = completion_body(req.token_ids, max_tokens, req.temperature, seed, ignore_eos, priority=req.priority)
         if kv is not None:
             body["kv_transfer_params"] = kv  # unchanged: names the prefill engine and its blocks
-        reply = await self._complete(body, leg, kv_tokens=req.context_tokens + req.max_tokens)
+        reply = await self._complete(body, leg, kv_tokens=req.context_tokens)
         self._totals["decode"] += len(reply.token_ids)
         self._totals["cached"] += reply.cached_tokens
         if kv is None:
@@ -321,7 +328,7 @@ class VllmEngine:
             extra["kv_usage"] = m.kv_usage
         else:
             # the client's view: it cannot see admission, so all in flight counts as active, and
-            # the KV they hold is estimated from above by their context + max_tokens
+            # the KV written is their contexts (tokens decoded since are the server's to count)
             queued, active = 0, self.inflight()
             kv_tokens = min(self._kv_inflight, capacity) if capacity else self._kv_inflight
         return EngineStats(

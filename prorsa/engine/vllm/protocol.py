@@ -45,7 +45,7 @@ class Reply:
 
 def completion_body(
     token_ids: Sequence[int] | None,
-    max_tokens: int,
+    max_tokens: int | None,
     temperature: float = 0.0,
     seed: int | None = None,
     ignore_eos: bool = True,
@@ -55,7 +55,7 @@ def completion_body(
     """`priority`: the request's admission key in seconds (lower sooner, engine/base.py), sent as
     vLLM's int `priority` in milliseconds, only when non-zero: a server must run the priority
     scheduling policy (server.py) for it to count, and 0 leaves a default (fcfs) server's body as
-    it always was."""
+    it always was. `max_tokens` None: as many as the server's context leaves (vLLM's rule)."""
     if token_ids is None:
         raise ValueError("vLLM engines need token ids (Engine.needs_token_ids is True)")
     body: dict[str, Any] = {
