@@ -279,6 +279,9 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     if cells and resume_dir:
         _fail(f"{resume_dir}: runtime.cells: a run over {cfg.runtime.cells} cells cannot be resumed yet; "
               "start it again without --resume")
+    if cfg.partial_rollout is not None and resume_dir:
+        _fail(f"{resume_dir}: partial_rollout: which groups a step started depends on when others ended, so the "
+              "run cannot be resumed; start it again without --resume")
     if cells and cluster_opt:
         _fail(f"{pipeline}: runtime.cells: each of the {cfg.runtime.cells} cells starts a local cluster of its own; "
               "drop --cluster")
@@ -374,6 +377,9 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
         _fail(f"{pipeline}: runtime.cells: prorsa serve serves one cell; set runtime.cells 1")
     if cfg.train is not None:
         _fail(f"{pipeline}: prorsa serve rolls out for the client's own trainer; drop the train: section")
+    if cfg.partial_rollout is not None:
+        _fail(f"{pipeline}: partial_rollout: prorsa serve has no steps, its clients' conversations are the "
+              "trajectories; drop the partial_rollout: section")
     if cfg.engines.backend == "vllm":
         _check_vllm(cfg, pipeline)
     try:
