@@ -279,6 +279,7 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "trajectories_expected": rec.expected,
         "trajectories_completed": rec.completed,
         "trajectories_failed": rec.failed,
+        "trajectories_dropped": rec.dropped,
         "trajectories_per_s": per_s(len(done)),
         "turns": rec.turns,
         "prefill_tokens": rec.prefill_tokens,
@@ -347,7 +348,8 @@ def _last_mape(rec: RunRecorder) -> dict[str, float] | None:
 SUMMARY_UNITS = {
     "makespan_s": "s", "mean_trajectory_s": "s", "sim_wall_s": "s (wall, to simulate)",
     "trajectories_expected": "trajectories", "trajectories_completed": "trajectories",
-    "trajectories_failed": "trajectories", "trajectories_resumed": "trajectories",
+    "trajectories_failed": "trajectories", "trajectories_dropped": "trajectories (partial rollouts: cancelled "
+    "or stale, untrained)", "trajectories_resumed": "trajectories",
     "trajectories_per_s": "trajectories/s", "turns": "turns", "turns_retried": "turns", "turns_migrated": "turns",
     "legs_rescued": "legs",
     "prefill_tokens": "tokens", "cached_tokens": "tokens", "recomputed_tokens": "tokens", "decode_tokens": "tokens",

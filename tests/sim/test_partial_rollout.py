@@ -29,6 +29,10 @@ def test_a_partial_rollout_trains_whole_batches_sooner_than_plain_steps(tmp_path
     assert Counter(r.trained_step for r in trained) == {0: 16, 1: 16, 2: 16}
     assert len({r.spec.traj_id for r in rs}) == len(rs)  # each reported once
     assert partial.makespan_s < plain.makespan_s  # the point of it: no waiting for the tail
+    # untrained ones are dropped, not failed; completed ones are the trained ones
+    s = partial.summary
+    assert s["trajectories_completed"] == 48 and s["trajectories_failed"] == 0
+    assert s["trajectories_dropped"] == len(rs) - 48 > 0
     carried = [r for r in trained if r.trained_step > r.spec.step]
     assert carried
     # a carried trajectory's first turn under the new weights re-prefills its context, which the
