@@ -279,9 +279,6 @@ def run(pipeline: str | None, overrides: tuple[str, ...], engine: str | None, po
     if cells and resume_dir:
         _fail(f"{resume_dir}: runtime.cells: a run over {cfg.runtime.cells} cells cannot be resumed yet; "
               "start it again without --resume")
-    if cfg.partial_rollout is not None and resume_dir:
-        _fail(f"{resume_dir}: partial_rollout: which groups a step started depends on when others ended, so the "
-              "run cannot be resumed; start it again without --resume")
     if cells and cluster_opt:
         _fail(f"{pipeline}: runtime.cells: each of the {cfg.runtime.cells} cells starts a local cluster of its own; "
               "drop --cluster")
