@@ -128,7 +128,7 @@ class _Steps:
             for spec in g.specs:
                 self._report(g.ended[spec.traj_id], trained=step)
         if last:
-            await self._cut([*self.running.values(), *self.whole], "cancelled", f"unfinished when the last step "
+            await self._cut([*self.running.values(), *self.whole], "cancelled", f"in no batch when the last step "
                             f"({step}) ended")
         elif not self.plan.carry:
             await self._cut(list(self.running.values()), "cancelled", f"unfinished when step {step} ended "
