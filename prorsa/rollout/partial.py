@@ -99,6 +99,8 @@ async def run_partial(
         if step and update_weights is not None and (version is None or version() < step):
             await update_weights()
         if before_step is not None:
+            # unlike plain sync, carried trajectories are in flight here: a switch it asks for
+            # drains them, and the step's new groups wait for it
             await before_step(step)
         steps.version = version() if version is not None else step
         await steps.run(step, last=step == cfg.steps - 1)
