@@ -140,7 +140,10 @@ class _Steps:
         new = self.plan.groups - len(self.running) - len(self.whole)
         began = self.now()
         g_size = self.workload.cfg.group_size
-        specs = self.workload.trajectories_for_step(step, prompts=new) if new > 0 else []
+        # the first `new` of a full step's groups: a step's slots stay step x groups apart however
+        # many it carried, so a replayed trace never plays one of its trajectories twice at once
+        specs = self.workload.trajectories_for_step(step, first=new * g_size, prompts=self.plan.groups) \
+            if new > 0 else []
         for i in range(0, len(specs), g_size):
             members = specs[i:i + g_size]
             group = _Group(f"s{step}-p{members[0].prompt_index}", self.version, members)

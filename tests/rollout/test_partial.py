@@ -178,3 +178,27 @@ def test_a_resumed_partial_rollout_is_refused():
     with pytest.raises(ValueError, match="cannot be resumed"):
         run_virtual(run_partial(Workload.from_config(cfg.workload, 0), cfg.workload, DecodeTimed(), lambda: 0.0,
                                 print, skip={"s0-p0-g0"}, partial=PartialPlan.of(cfg)))
+
+
+def test_a_replayed_trace_plays_no_trajectory_twice_at_once(tmp_path):
+    """A step's groups come from its own slots (step x groups of them), however many it carried."""
+    trace = tmp_path / "t.jsonl"
+    lines = []
+    for j in range(64):
+        n = 1 + (j * 7) % 9
+        lines += [f'{{"traj": "t{j}", "turn": {k}, "appended_tokens": 50, "decode_tokens": {40 + 60 * ((j + k) % 5)}, '
+                  f'"tool_latency_s": {0.0 if k == n - 1 else 0.5}, "done": {str(k == n - 1).lower()}}}' for k in range(n)]
+    trace.write_text("\n".join(lines) + "\n")
+    cfg = PipelineConfig.model_validate({"name": "t", "partial_rollout": {"over_sample": 0.5},
+                                         "workload": {"trace": str(trace), "prompts": 4, "group_size": 2, "steps": 4}})
+    wl = Workload.from_config(cfg.workload, 0)
+    seen: list = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await run_partial(wl, cfg.workload, DecodeTimed(), lambda: loop.time() - t0, seen.append,
+                          partial=PartialPlan.of(cfg))
+
+    run_virtual(main())
+    assert len({r.spec.seed for r in seen}) == len(seen)  # a repeat would share its original's seed
