@@ -8,10 +8,11 @@ Policy colocated in every run, so the drivers alone differ. Workload `coding-age
 uncapped), 4 steps of 32 prompts x 8 samples, a 5 s weight update between steps (every prefix
 cache dropped).
 
-    sync     a step ends with its last trajectory
-    partial  partial_rollout {over_sample: 0.25, carry: true}: 40 groups a step, the first 32 whole
-             are trained, the other 8 go on under the next version (max_staleness 1: a group whose
-             first turn lags the trained version by more is dropped)
+    sync           a step ends with its last trajectory
+    partial:X      partial_rollout {over_sample: X, carry: true}: at X = 0.25, 40 groups a step, the
+                   first 32 whole are trained, the other 8 go on under the next version
+                   (max_staleness 1: a group whose first turn lags the trained version by more is dropped)
+    cut:X          the same with carry: false: the other 8 are cancelled as the step ends
     async    256 in flight, 1,024 trajectories, an update every 256 finished; a trajectory trained
              more than 1 version behind its first turn is counted as dropped (the simulator has no
              learner to gate starts, so none is held back: rollout runs ahead freely)
@@ -21,7 +22,7 @@ share of trained (generated) tokens from a version older than the one trained, a
 each step's end; and, for plain sync, each step's makespan lower bound (sim/bounds.py; the bound is
 of a step of B x G fresh trajectories, so it bounds plain sync only).
 
-    .venv/bin/python benchmarks/partial_rollout.py [--models moe,dense] [--modes sync,partial,async]
+    .venv/bin/python benchmarks/partial_rollout.py [--models moe,dense] [--modes sync,partial:0.25,async]
                                                    [--prompts 32] [--steps 4] [--workers 2] [--out FILE]
 """
 
@@ -37,7 +38,8 @@ from progress import each_done
 
 # model -> (profile, engines, ep, slots an engine)
 MODELS = {"moe": ("qwen3-30b-a3b", 4, 8, 256), "dense": ("qwen3-8b", 16, 1, 32)}
-GROUP, UPDATE_S, OVER_SAMPLE, STALENESS = 8, 5.0, 0.25, 1
+GROUP, UPDATE_S, STALENESS = 8, 5.0, 1
+MODES = "sync,partial:0.25,partial:0.5,cut:0.25,async"
 
 
 def config(model: str, mode: str, prompts: int, steps: int, seed: int):
@@ -45,16 +47,17 @@ def config(model: str, mode: str, prompts: int, steps: int, seed: int):
 
     name, count, ep, slots = MODELS[model]
     batch = prompts * GROUP
+    kind, _, over = mode.partition(":")
     workload = {"family": "coding-agent", "mode": "async" if mode == "async" else "sync", "prompts": prompts,
                 "group_size": GROUP, "steps": steps, "weight_update_s": UPDATE_S}
     if mode == "async":
         workload |= {"concurrency": batch, "trajectories": steps * batch}
     return PipelineConfig.model_validate({
-        "name": f"partial-{model}-{mode}", "seed": seed, "policy": "colocated",
+        "name": f"partial-{model}-{mode.replace(':', '-')}", "seed": seed, "policy": "colocated",
         "engines": {"backend": "emulated", "count": count, "slots": slots, "gpu": "h200", "model": name, "ep": ep},
         "workload": workload,
-        **({"partial_rollout": {"over_sample": OVER_SAMPLE, "carry": True, "max_staleness": STALENESS}}
-           if mode == "partial" else {}),
+        **({"partial_rollout": {"over_sample": float(over), "carry": kind == "partial", "max_staleness": STALENESS}}
+           if kind in ("partial", "cut") else {}),
     })  # fmt: skip
 
 
@@ -112,7 +115,8 @@ def step_bounds(model: str, prompts: int, steps: int, seed: int) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="moe,dense")
-    ap.add_argument("--modes", default="sync,partial,async")
+    ap.add_argument("--modes", default=MODES, help="sync, partial:X (over_sample X, carried), cut:X (over_sample "
+                    "X, cancelled), async")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
@@ -122,6 +126,8 @@ def main() -> None:
     models, modes = args.models.split(","), args.modes.split(",")
     if "sync" not in modes:
         sys.exit("error: --modes: sync is the baseline every ratio is taken against; keep it")
+    if bad := [m for m in modes if m not in ("sync", "async") and not _over_sample(m)]:
+        sys.exit(f"error: --modes: {bad[0]!r}: expected sync, async, partial:X or cut:X (X >= 0)")
     t0 = time.perf_counter()
     jobs = [(m, md, args.prompts, args.steps, args.seed) for m in models for md in modes]
     with Pool(args.workers) as pool:
@@ -136,6 +142,14 @@ def main() -> None:
                       "vs_sync": {md: round(by[md]["trained_per_s"] / base, 3) for md in modes}})
     show(points, cells)
     save("partial_rollout.py", t0, cells, points, args.out)
+
+
+def _over_sample(mode: str) -> bool:
+    kind, _, x = mode.partition(":")
+    try:
+        return kind in ("partial", "cut") and float(x) >= 0
+    except ValueError:
+        return False
 
 
 def show(points: list[dict], cells: list[dict]) -> None:
