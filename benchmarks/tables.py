@@ -388,6 +388,23 @@ def t_migrate(d: dict) -> list[str]:
             f"{min(medians):.3f}-{max(medians):.3f}."]
 
 
+def t_partial_rollout(d: dict) -> list[str]:
+    """Plain sync, partial rollouts and async side by side: trained trajectories per second."""
+    doc = d["partial-rollout.json"]
+    cells = {c["model"]: c for c in doc["cells"]}
+    rows = []
+    for p in doc["points"]:
+        c = cells[p["model"]]
+        bounds = " / ".join(f"{b:.0f}" for b in c["step_bound_s"]) if p["mode"] == "sync" else ""
+        rows.append([MODEL[p["model"]], p["mode"], f"{p['makespan_s']:.0f} s", f"{p['trained_per_s']:.3f}",
+                     f"{c['vs_sync'][p['mode']]:.2f}", str(p["dropped"]), f"{100 * p['older_token_share']:.1f}%",
+                     str(p["largest_lag"]), " / ".join(f"{t:.0f}" for t in p["step_end_s"]), bounds])
+    first = doc["points"][0]
+    return table(["model", "mode", "makespan", "trained/s", "vs sync", "dropped", "trained tokens older",
+                  "largest lag", "step ends (s)", "step bounds (s)"], rows) + [
+        "", f"{first['steps']} steps of {first['prompts']} prompts x 8; virtual time, seed {first['seed']}."]
+
+
 def t_tail_live_migrate(d: dict) -> list[str]:
     doc = d["tail-live-migrate.json"]
     moved = ", ".join(str(r["turns_migrated"]) for r in doc["live"] if r["on"])
@@ -940,6 +957,7 @@ TABLES: dict[str, Table] = {
     "tail-live": Table(["tail-live.json"], t_tail_live),
     "tail-reserve": Table(["tail-reserve.json"], t_tail_reserve),
     "migrate": Table(["migrate.json"], t_migrate),
+    "partial-rollout": Table(["partial-rollout.json"], t_partial_rollout),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),

@@ -374,6 +374,9 @@ def serve(pipeline: str, overrides: tuple[str, ...], host: str, port: int, engin
         _fail(f"{pipeline}: runtime.cells: prorsa serve serves one cell; set runtime.cells 1")
     if cfg.train is not None:
         _fail(f"{pipeline}: prorsa serve rolls out for the client's own trainer; drop the train: section")
+    if cfg.partial_rollout is not None:
+        _fail(f"{pipeline}: partial_rollout: prorsa serve has no steps, its clients' conversations are the "
+              "trajectories; drop the partial_rollout: section")
     if cfg.engines.backend == "vllm":
         _check_vllm(cfg, pipeline)
     try:

@@ -75,6 +75,7 @@ class TurnResult:
     observation_tokens: int | None = None  # the next turn's append; None: the spec's figure
     observation_ids: tuple[int, ...] = ()  # live mode: the observation as the chat template writes it
     final: bool = False  # live mode: the model gave its answer
+    policy_version: int = 0  # the engines' weights when the turn was sent (the RL loop's updates so far)
 
 
 @dataclass
@@ -90,6 +91,9 @@ class TrajectoryResult:
     end_s: float = 0.0
     prompt_ids: tuple[int, ...] = ()
     policy_version: int = 0  # the engines' weights when it started (RL loop: updates pushed so far)
+    # partial rollouts (rollout/partial.py): the step whose batch trained it; None: not trained
+    # there (cancelled, stale), or a run without partial rollouts (its own step's batch)
+    trained_step: int | None = None
 
 
 class TurnRunner(Protocol):

@@ -82,6 +82,9 @@ def _config(pipeline: str | Path | PipelineConfig | RunContext, overrides: dict[
     if run.cfg.train is not None:
         raise ConfigError("train: the Python API takes its weights from the caller's trainer "
                           "(Rollout.update_weights); remove the train section")
+    if run.cfg.partial_rollout is not None:
+        raise ConfigError("partial_rollout: the Python API's batches are the caller's steps, ended when the "
+                          "caller's batch is; remove the partial_rollout section")
     if run.cfg.scheduling.oracle:
         raise ConfigError("scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
     return run

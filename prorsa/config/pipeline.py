@@ -613,6 +613,22 @@ class TrainConfig(_Section):
         return v
 
 
+class PartialRolloutConfig(_Section):
+    """Synchronous steps that end when enough is done (rollout/partial.py): a step starts
+    (1 + over_sample) x prompts GRPO groups and ends once `prompts` of them are whole; the rest
+    go on into the next step (carry) or are cancelled. A trajectory whose first turn was sent
+    more than max_staleness policy versions before the version a step trains is dropped."""
+
+    # extra groups started per step, as a share of prompts (rounded up to whole groups): 0.25 of
+    # 8 prompts starts 10 groups; the first 8 to be whole are trained
+    over_sample: float = Field(0.25, ge=0, le=8)
+    # True: unfinished trajectories keep running into the next step (under the new weights from
+    # their next turn); False: they are cancelled when the step ends
+    carry: bool = True
+    # None: train.max_staleness with train:, else 1 (a pipeline gives one bound, not two)
+    max_staleness: int | None = Field(None, ge=0, le=MANY)
+
+
 class ExpectConfig(_Section):
     """What a pipeline declares it expects of one trajectory, before anything is observed: means
     over a trajectory (tokens, and tool seconds of the cost model's clock). A prior, not the run's
@@ -643,6 +659,8 @@ def _cells_conflict(cfg: PipelineConfig) -> str | None:
         return f"run emulated engines only; engines.backend is {engines.backend}"
     if cfg.environment is not None:
         return "replay tool calls as latencies; environment: is set"
+    if cfg.partial_rollout is not None:
+        return "end a step with its last trajectory; partial_rollout: is set"
     return None
 
 
@@ -660,6 +678,8 @@ class PipelineConfig(_Section):
     scheduling: SchedulingConfig = SchedulingConfig()
     environment: EnvironmentConfig | None = None  # None: tool calls replayed as latencies
     train: TrainConfig | None = None  # None: rollout only (weight updates, if any, are modelled)
+    # None: a sync step ends with its last trajectory
+    partial_rollout: PartialRolloutConfig | None = None
     output_dir: str = "runs"
 
     @model_validator(mode="after")
@@ -691,6 +711,29 @@ class PipelineConfig(_Section):
         if n > 1 and (conflict := _cells_conflict(self)):
             raise ValueError(f"runtime.cells: {n} cells {conflict}; set runtime.cells 1 or change that field")
         return self
+
+    @model_validator(mode="after")
+    def _partial_rollout_fits(self) -> PipelineConfig:
+        p = self.partial_rollout
+        if p is None:
+            return self
+        if self.workload.mode != "sync":
+            # async keeps its own in-flight count and staleness gate (train.max_staleness)
+            raise ValueError(f"partial_rollout ends synchronous steps early: it needs workload.mode sync, "
+                             f"not {self.workload.mode}")
+        if self.train is not None and p.max_staleness is not None:
+            raise ValueError("partial_rollout.max_staleness: with train: the bound is train.max_staleness; "
+                             "give it there")
+        return self
+
+    @property
+    def staleness_bound(self) -> int:
+        """Versions a trained trajectory may lag: train.max_staleness when training, else
+        partial_rollout.max_staleness (1 when neither is given)."""
+        if self.train is not None:
+            return self.train.max_staleness
+        p = self.partial_rollout
+        return 1 if p is None or p.max_staleness is None else p.max_staleness
 
     @model_validator(mode="after")
     def _train_needs_a_model(self) -> PipelineConfig:

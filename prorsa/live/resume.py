@@ -34,6 +34,10 @@ def resume_config(run_dir: str | Path) -> PipelineConfig:
         # which trajectories a duration admits depends on timing: no session could say "the rest"
         raise ConfigError(f"{path}: workload.duration_s: a run bounded by time cannot be resumed; "
                           "bound it by workload.trajectories")
+    if cfg.partial_rollout is not None:
+        # which groups a step started, and which it carried, depends on when others ended
+        raise ConfigError(f"{path}: partial_rollout: a run whose steps end early cannot be resumed; "
+                          "start it again")
     return cfg
 
 

@@ -67,6 +67,7 @@ _TURN = pa.struct([
     _f("tool_status", pa.string(), "the tool call's status (empty: a replayed latency)"),
     _f("observation", pa.string(), "the tool's observation text"),
     _f("observation_tokens", pa.int32(), "tokens of the observation", "tokens"),
+    _f("policy_version", pa.int32(), "weights version the turn was sent under"),
 ])
 TRAJECTORY_SCHEMA = pa.schema([
     _f("traj_id", pa.string(), "trajectory id"),
@@ -74,12 +75,15 @@ TRAJECTORY_SCHEMA = pa.schema([
     _f("step", pa.int32(), "synchronous step (async: batch) it belongs to"),
     _f("prompt_index", pa.int32(), "prompt within the step"),
     _f("group_index", pa.int32(), "sample within the prompt's GRPO group"),
-    _f("status", pa.string(), "completed or failed"),
+    _f("status", pa.string(), "completed or failed; partial rollouts: cancelled (cut at a step's end) or stale "
+       "(dropped by max_staleness)"),
     _f("error", pa.string(), "the failure's message"),
     _f("reward", pa.float64(), "reward (NaN: none)", "reward"),
     _f("reward_error", pa.string(), "the reward function's error, if it raised"),
     _f("task_id", pa.string(), "the environment's task"),
-    _f("policy_version", pa.int32(), "weights version that generated it"),
+    _f("policy_version", pa.int32(), "weights version it started under (its oldest turn's)"),
+    _f("trained_step", pa.int32(), "partial rollouts: the step whose batch trained it (null: not trained "
+       "there, or no partial rollouts)"),
     _f("start_s", pa.float64(), f"when it started: {_CLOCK}", "s"),
     _f("end_s", pa.float64(), f"when it ended: {_CLOCK}", "s"),
     _f("n_turns", pa.int32(), "turns played", "turns"),
@@ -106,7 +110,7 @@ def trajectory_row(r: TrajectoryResult) -> dict[str, Any]:
         "traj_id": r.spec.traj_id, "family": r.spec.family, "step": r.spec.step,
         "prompt_index": r.spec.prompt_index, "group_index": r.spec.group_index,
         "status": r.status, "error": r.error, "reward": r.reward, "reward_error": r.reward_error,
-        "task_id": r.task_id, "policy_version": r.policy_version,
+        "task_id": r.task_id, "policy_version": r.policy_version, "trained_step": r.trained_step,
         "start_s": r.start_s, "end_s": r.end_s, "n_turns": len(r.turns),
         "prompt_ids": list(r.prompt_ids),
         "response_ids": [i for t in r.turns for i in t.token_ids],
@@ -275,6 +279,7 @@ def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str
         "trajectories_expected": rec.expected,
         "trajectories_completed": rec.completed,
         "trajectories_failed": rec.failed,
+        "trajectories_dropped": rec.dropped,
         "trajectories_per_s": per_s(len(done)),
         "turns": rec.turns,
         "prefill_tokens": rec.prefill_tokens,
@@ -343,7 +348,8 @@ def _last_mape(rec: RunRecorder) -> dict[str, float] | None:
 SUMMARY_UNITS = {
     "makespan_s": "s", "mean_trajectory_s": "s", "sim_wall_s": "s (wall, to simulate)",
     "trajectories_expected": "trajectories", "trajectories_completed": "trajectories",
-    "trajectories_failed": "trajectories", "trajectories_resumed": "trajectories",
+    "trajectories_failed": "trajectories", "trajectories_dropped": "trajectories (partial rollouts: cancelled "
+    "or stale, untrained)", "trajectories_resumed": "trajectories",
     "trajectories_per_s": "trajectories/s", "turns": "turns", "turns_retried": "turns", "turns_migrated": "turns",
     "legs_rescued": "legs",
     "prefill_tokens": "tokens", "cached_tokens": "tokens", "recomputed_tokens": "tokens", "decode_tokens": "tokens",

@@ -50,6 +50,9 @@ class ControlRecord:
     forecast_error: dict[str, float]  # MAPE per horizon bin (e.g. "prefill_tps@0-0.5s"), as known at t
 
 
+DROPPED = ("cancelled", "stale")  # a partial rollout's untrained trajectories: no failure (rollout/partial.py)
+
+
 @dataclass
 class RunRecorder:
     engines: list[str]
@@ -66,6 +69,7 @@ class RunRecorder:
     decode_tokens: int = 0
     completed: int = 0
     failed: int = 0
+    dropped: int = 0  # partial rollouts: cut at a step's end or past the staleness bound, untrained
 
     def on_turn(self, spec: TrajectorySpec, res: TurnResult) -> None:
         self.turns += 1
@@ -84,6 +88,8 @@ class RunRecorder:
         self.trajectories.append(result)
         if result.status == "completed":
             self.completed += 1
+        elif result.status in DROPPED:
+            self.dropped += 1
         else:
             self.failed += 1
 
@@ -123,6 +129,7 @@ def merged(recorders: Sequence[RunRecorder], expected: int | None) -> RunRecorde
     out.trajectories = sorted((t for r in recorders for t in r.trajectories), key=lambda t: t.end_s)
     out.role_changes = sorted((c for r in recorders for c in r.role_changes), key=lambda c: c.t)
     out.controls = sorted((c for r in recorders for c in r.controls), key=lambda c: c.t)
-    for k in ("turns", "prefill_tokens", "cached_tokens", "recomputed_tokens", "decode_tokens", "completed", "failed"):
+    for k in ("turns", "prefill_tokens", "cached_tokens", "recomputed_tokens", "decode_tokens", "completed", "failed",
+              "dropped"):
         setattr(out, k, sum(getattr(r, k) for r in recorders))
     return out

@@ -3,7 +3,8 @@
     Body                        what a body brings: its turn runner (transport), its control loop,
                                 its clock and how it samples its engines
     await roll_out(run, body, rec, on_done, **options) -> makespan
-                                the run's workload driven to its end by the sync or async driver,
+                                the run's workload driven to its end by the sync or async driver
+                                (sync with partial_rollout: rollout/partial.py's steps ended early),
                                 with the body's sampler and control loop beside it; then a last
                                 sample at the makespan (in the body clock's seconds)
     async with beside(body): ...  the sampler and control loop running around a caller's own
@@ -27,6 +28,7 @@ from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.context import RunContext
 from prorsa.rollout.control_loop import ControlLoop
 from prorsa.rollout.drivers import Episodes, Update, run_async, run_sync
+from prorsa.rollout.partial import PartialPlan, run_partial
 
 Drive = Callable[..., Awaitable[list[TrajectoryResult]]]  # run_sync's signature
 
@@ -59,6 +61,8 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
         wcfg = wcfg.model_copy(update={k: getattr(wcfg, k) / body.clock_unit
                                        for k in ("duration_s", "weight_update_every_s") if getattr(wcfg, k) is not None})
     drive = driver or (run_sync if wcfg.mode == "sync" else run_async)
+    if driver is None and (plan := PartialPlan.of(cfg)) is not None:  # sync only: the schema says so
+        drive, rl["partial"] = run_partial, plan
     if wcfg.mode == "sync":
         rl["before_step"] = body.controller.before_step
     # a trace's releases (start_s) stay on the specs: the driver converts each with the same unit

@@ -22,7 +22,10 @@
                                                      release (start_s) is given in wall seconds,
                                                      like its tool latencies
     play_spec(spec, runner, now, on_done, ...)       one trajectory, tagged with the version it
-                                                     started under (both drivers; the Python API)
+                                                     started under, each turn with the one it was
+                                                     sent under (VersionedRunner; both drivers,
+                                                     rollout/partial.py, the Python API)
+    release_of(spec, began, clock_unit)              when a spec may start, in `now`'s seconds
 
 Releases. A spec with a start_s starts no earlier than start_s after its step began (sync: the
 step begins once before_step returns) or the run began (async); one without starts as it always
@@ -37,9 +40,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Container
+from dataclasses import replace
 from typing import Callable
 
-from prorsa.agent.loop import Episode, TrajectoryResult, TurnListener, TurnRunner, run_trajectory
+from prorsa.agent.loop import (Episode, TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner,
+                               run_trajectory)
 from prorsa.agent.workload import TrajectorySpec, Workload
 from prorsa.config.pipeline import WorkloadConfig
 
@@ -74,7 +79,7 @@ async def run_sync(
             await before_step(step)
         began = now()
         step_results = await asyncio.gather(*(play_spec(s, runner, now, on_done, on_turn, episodes, version,
-                                                   release=_release(s, began, clock_unit))
+                                                   release=release_of(s, began, clock_unit))
                                               for s in specs))
         results.extend(step_results)
     return results
@@ -104,7 +109,7 @@ async def run_async(
         held = None  # the release the next index waits for, when a slot is free before it
         while len(in_flight) < cfg.concurrency and more_to_start() and (gate is None or gate(started)):
             spec = workload.trajectory(started)
-            if spec.traj_id not in skip and (release := _release(spec, began, clock_unit)) > now():
+            if spec.traj_id not in skip and (release := release_of(spec, began, clock_unit)) > now():
                 # one released after the deadline never starts: the run ends with what is in flight
                 held = release if deadline is None or release < deadline else None
                 break
@@ -137,7 +142,7 @@ async def run_async(
             updates.append(asyncio.create_task(update_weights()))  # the rollout goes on meanwhile
 
 
-def _release(spec: TrajectorySpec, began: float, clock_unit: float) -> float:
+def release_of(spec: TrajectorySpec, began: float, clock_unit: float) -> float:
     """When `spec` may start, in `now`'s seconds: at once (`began`) when it has no release."""
     return began if spec.start_s is None else began + spec.start_s / clock_unit
 
@@ -151,12 +156,30 @@ async def _first_done(tasks: set[asyncio.Task], timeout: float | None) -> set[as
     return done
 
 
+class VersionedRunner:
+    """A runner whose every TurnResult carries the policy version its request was sent under:
+    a trajectory that lives across a weight update (async, a carried partial rollout) has turns
+    of several versions."""
+
+    def __init__(self, runner: TurnRunner, version: Version) -> None:
+        self.runner, self.version = runner, version
+
+    def __getattr__(self, name: str):  # needs_token_ids, vocab_size and whatever else episodes read
+        return getattr(self.runner, name)
+
+    async def run_turn(self, req: TurnRequest) -> TurnResult:
+        sent_under = self.version()
+        return replace(await self.runner.run_turn(req), policy_version=sent_under)
+
+
 async def play_spec(spec, runner, now, on_done: Done, on_turn, episodes: Episodes | None,
                version: Version | None = None, release: float | None = None) -> TrajectoryResult:
     if release is not None and (wait := release - now()) > 0:  # a trajectory without a release never yields here
         await asyncio.sleep(wait)
     episode = episodes(spec) if episodes is not None else None
     started_under = version() if version is not None else 0
+    if version is not None:
+        runner = VersionedRunner(runner, version)
     result = await run_trajectory(spec, runner, now, on_turn, episode)
     result.policy_version = started_under
     on_done(result)

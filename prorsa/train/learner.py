@@ -23,7 +23,9 @@ trajectory durable (the run's journal): a state never names a trajectory the jou
 a resumed run neither trains one twice nor loses one. A session killed mid-update resumes from
 the update before, and does that update again.
 
-Sync: an update trains on everything the step finished. Async: on the first `batch` trajectories
+Sync: an update trains on everything the step finished (with partial_rollout, the driver hands
+over a step's batch of whole groups just before the update, and reports the trajectories it cut
+or dropped as stale untrainable; rollout/partial.py). Async: on the first `batch` trajectories
 to finish that have not been trained; one started under version v and trained while the trainer
 is at version t is t - v versions stale, and is dropped (counted, never trained) past
 max_staleness. The gate keeps rollout from running further ahead than that: trajectory i starts
@@ -64,6 +66,7 @@ class Finished(NamedTuple):
     traj_id: str
     policy_version: int  # the version it started under
     sample: Sample | None  # None: failed or without a reward; taken, never trained
+    stale: bool = False  # a partial rollout dropped it past max_staleness (sample None)
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class UpdateRecord:
     version: int  # the weights this update made (1 = first update)
     at_s: float  # seconds since the rollout began, when the new weights were in every engine
     trajectories: int  # trained
-    dropped_stale: int  # finished but too stale to train (async)
+    dropped_stale: int  # too stale to train (async; sync: a partial rollout's carried groups past the bound)
     max_staleness: int  # of the trained ones: trainer version - version they started under
     reward_mean: float  # of the trained trajectories (NaN rewards left out)
     loss: float
@@ -111,7 +114,8 @@ class Learner:
         self._lock = asyncio.Lock()  # async: updates started back to back train one after another
 
     def on_done(self, result: TrajectoryResult) -> None:
-        self._finished.append(Finished(result.spec.traj_id, result.policy_version, trainable_sample(result)))
+        self._finished.append(Finished(result.spec.traj_id, result.policy_version, trainable_sample(result),
+                                       stale=result.status == "stale"))
 
     def restore(self, entries: Iterable[Finished]) -> None:
         """Ahead of anything this session finishes: they finished first."""
@@ -130,7 +134,9 @@ class Learner:
         else:
             taken, self._finished = self._finished[:self.batch], self._finished[self.batch:]
         self._taken += [f.traj_id for f in taken]
-        fresh = [f for f in taken if self.mode == "sync" or self.version - f.policy_version <= self.cfg.max_staleness]
+        if self.mode == "sync":  # the driver judged staleness already (a partial rollout's)
+            return taken, sum(f.stale for f in taken)
+        fresh = [f for f in taken if self.version - f.policy_version <= self.cfg.max_staleness]
         return fresh, len(taken) - len(fresh)
 
     async def _update(self) -> None:

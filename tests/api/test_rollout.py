@@ -120,6 +120,8 @@ def test_misuse_is_told_before_anything_starts(tmp_path):
         prorsa.Rollout(r.cfg, workload__group_size=0)
     with pytest.raises(RuntimeError, match="not running"):
         r.generate()
+    with pytest.raises(ConfigError, match="^partial_rollout: the Python API's batches are the caller's steps"):
+        prorsa.Rollout(tmp_path / "q.yaml", **{"partial_rollout.over_sample": 0.5})
 
 
 def test_closing_with_a_batch_in_flight_cancels_it_and_leaves_nothing(tmp_path):

@@ -136,3 +136,21 @@ def test_trajectory_scheduling_runs_live_in_both_turn_shapes(tmp_path, shape):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trajectories_completed"] == 12 and summary["trajectories_failed"] == 0
     assert summary["turns_retried"] == 0
+
+
+@pytest.mark.parametrize("carry", ["true", "false"])
+def test_a_partial_rollout_runs_live_and_reports_every_trajectory_once(tmp_path, carry):
+    """The simulator's partial-rollout driver on Dask: whole batches, carried or cancelled tails,
+    a cancelled turn's keyed tasks let go without failing the run."""
+    run_dir = run(tmp_path, shape="driver", extra=f"partial_rollout: {{over_sample: 0.5, carry: {carry}}}\n")
+    table = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
+    assert len({r["traj_id"] for r in table}) == len(table)
+    trained = [r for r in table if r["trained_step"] is not None]
+    assert sorted(r["trained_step"] for r in trained) == [0] * 6 + [1] * 6
+    assert {r["status"] for r in trained} == {"completed"}
+    assert {r["status"] for r in table if r["trained_step"] is None} <= {"cancelled", "stale"}
+    for r in table:
+        versions = [t["policy_version"] for t in r["turns"]]
+        assert versions == sorted(versions) and all(v >= r["policy_version"] for v in versions)
+    if carry == "false":
+        assert all(r["trained_step"] == r["step"] for r in trained)

@@ -74,3 +74,22 @@ def test_async_learner_drops_what_is_too_stale_and_gates_the_rollout(learner, tm
     # keep_checkpoints=2: v1 went, the newest two stay
     assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v2", "v3"]
     assert lr.summary()["max_trained_staleness"] == 1 and lr.summary()["dropped_stale"] == 1
+
+
+def test_sync_learner_trains_a_partial_rollouts_batch_and_counts_its_stale_drops(learner, tmp_path):
+    lr, _ = learner("sync", batch=4)
+    for i, reward in enumerate([0.0, 1.0, 0.2, 0.9]):
+        lr.on_done(_result(f"t{i}", prompt=i // 2, reward=reward, version=0))
+    asyncio.run(lr.update())
+    # step 1's batch: a group carried from step 0 (started under version 0), one of its own, and a
+    # group the driver dropped as stale (untrainable, counted)
+    for i, (reward, version) in enumerate([(0.0, 0), (1.0, 0), (0.3, 1), (0.6, 1)]):
+        lr.on_done(_result(f"u{i}", prompt=i // 2, reward=reward, version=version))
+    for i in range(2):
+        stale = _result(f"x{i}", prompt=9, reward=1.0, version=0)
+        stale.status = "stale"
+        lr.on_done(stale)
+    asyncio.run(lr.update())
+    rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert [(r["trajectories"], r["dropped_stale"], r["max_staleness"]) for r in rows] == [(4, 0, 0), (4, 2, 1)]
+    assert {t for t, _, _ in lr.trained_versions} == {"t0", "t1", "t2", "t3", "u0", "u1", "u2", "u3"}

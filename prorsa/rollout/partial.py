@@ -1,0 +1,216 @@
+"""Partial rollouts: synchronous steps that end when enough GRPO groups are whole.
+
+    PartialPlan.of(cfg) -> PartialPlan | None    the pipeline's partial_rollout, resolved (None: off)
+    run_partial(workload, cfg, runner, now, on_done, ..., partial=plan)
+                                                 run_sync's contract, steps ended early; roll_out
+                                                 calls it instead of run_sync when a plan is given
+
+A step is `plan.groups` = ceil((1 + over_sample) x prompts) groups in flight. It ends once
+`prompts` groups are whole (every member ended: GRPO weighs a member against its group), the
+first ones to be whole; those are the step's batch. What is still running then:
+
+    carry     goes on into the next step: its next turns are sent under the new weights (the
+              update invalidates every prefix cache, theirs too); the next step starts as many
+              fewer new groups as it carries, so each step keeps `plan.groups` in flight
+    no carry  is cancelled; its group is dropped whole (the members that ended too)
+    last step is cancelled either way: nothing trains on it
+
+Whole groups past the batch (ended at the same instant) wait for the next step's batch.
+
+A group's members all start under one version (the step's); a turn is tagged with the version it
+was sent under (drivers.VersionedRunner), so a carried trajectory's oldest version is its
+start's. At each step's start a carried group whose start version lags the step's version by more
+than `max_staleness` is dropped (status `stale`): it could never be trained within the bound. So
+a trajectory is trained exactly once, in the step whose batch its group completes into, or is
+reported once as `cancelled` or `stale`; `on_done` sees each trajectory once, when its fate is
+known (the journal and the learner: a batch's members just before the update that trains them).
+Within the bound, a trained trajectory's older turns are corrected by the trainer's importance
+ratio against the engine's own logprobs (train/trainer.py: the rollout's logprobs are the
+behaviour policy's, per token, whichever version wrote them).
+
+Versions: the `version` callable when given (the learner's), else the step index (a step follows
+one update per step before it, modelled or not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, Container
+from dataclasses import dataclass, field
+
+from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnResult, TurnRunner
+from prorsa.agent.workload import TrajectorySpec, Workload
+from prorsa.config.pipeline import PipelineConfig, WorkloadConfig
+from prorsa.rollout.drivers import Done, Episodes, Update, Version, play_spec, release_of
+
+
+@dataclass(frozen=True)
+class PartialPlan:
+    prompts: int  # whole groups a step trains (workload.prompts)
+    groups: int  # groups in flight in each step: ceil((1 + over_sample) x prompts)
+    carry: bool  # unfinished trajectories go on into the next step (else cancelled)
+    max_staleness: int  # versions a trained trajectory's first turn may lag the trained version
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig) -> PartialPlan | None:
+        p = cfg.partial_rollout
+        if p is None:
+            return None
+        b = cfg.workload.prompts
+        # the float product of e.g. 0.1 x 10 lands a hair above 1: round it off before the ceiling
+        return cls(b, math.ceil(round((1 + p.over_sample) * b, 9)), p.carry, cfg.staleness_bound)
+
+
+@dataclass
+class _Group:
+    key: str  # s{step}-p{prompt}: the step it started in and its prompt
+    version: int  # what its members started under
+    specs: list[TrajectorySpec]
+    tasks: dict[str, asyncio.Task] = field(default_factory=dict)  # members still running
+    ended: dict[str, TrajectoryResult] = field(default_factory=dict)
+
+    @property
+    def whole(self) -> bool:
+        return len(self.ended) == len(self.specs)
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    on_done: Done
+    on_turn: TurnListener | None
+    episodes: Episodes | None
+    clock_unit: float
+
+
+async def run_partial(
+    workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
+    on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
+    update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
+    before_step: Callable[[int], Awaitable[None]] | None = None, clock_unit: float = 1.0, *,
+    partial: PartialPlan,
+) -> list[TrajectoryResult]:
+    if skip:  # which groups a step started depends on when others ended: it cannot be drawn again
+        raise ValueError("a partial rollout cannot be resumed: its steps' groups depend on timing")
+    steps = _Steps(workload, runner, now, _Hooks(on_done, on_turn, episodes, clock_unit), partial)
+    for step in range(cfg.steps):
+        # a resumed learner whose engines already hold step's version goes on without an update
+        if step and update_weights is not None and (version is None or version() < step):
+            await update_weights()
+        if before_step is not None:
+            # unlike plain sync, carried trajectories are in flight here: a switch it asks for
+            # drains them, and the step's new groups wait for it
+            await before_step(step)
+        steps.version = version() if version is not None else step
+        await steps.run(step, last=step == cfg.steps - 1)
+    return steps.results
+
+
+class _Steps:
+    """The groups in flight across steps, and each trajectory's fate."""
+
+    def __init__(self, workload: Workload, runner: TurnRunner, now: Callable[[], float], hooks: _Hooks,
+                 plan: PartialPlan) -> None:
+        self.workload, self.now, self.hooks, self.plan = workload, now, hooks, plan
+        self.runner = runner
+        self.version = 0  # the step's: what a turn sent now is tagged with
+        self.running: dict[str, _Group] = {}  # by key, in start order
+        self.whole: list[_Group] = []  # in the order they became whole, not yet in a batch
+        self.turns: dict[str, list[TurnResult]] = {}  # what a cancelled trajectory had played
+        self.results: list[TrajectoryResult] = []  # every trajectory, as on_done saw it
+
+    async def run(self, step: int, *, last: bool) -> None:
+        await self._drop_stale(step)
+        self._start(step)
+        while len(self.whole) < self.plan.prompts:
+            await self._next_ended()
+        batch, self.whole = self.whole[:self.plan.prompts], self.whole[self.plan.prompts:]
+        for g in batch:
+            for spec in g.specs:
+                self._report(g.ended[spec.traj_id], trained=step)
+        if last:
+            await self._cut([*self.running.values(), *self.whole], "cancelled", f"in no batch when the last step "
+                            f"({step}) ended")
+        elif not self.plan.carry:
+            await self._cut(list(self.running.values()), "cancelled", f"unfinished when step {step} ended "
+                            "(partial_rollout.carry false)")
+
+    def _start(self, step: int) -> None:
+        new = self.plan.groups - len(self.running) - len(self.whole)
+        began = self.now()
+        g_size = self.workload.cfg.group_size
+        # the first `new` of a full step's groups: a step's slots stay step x groups apart however
+        # many it carried, so a replayed trace never plays one of its trajectories twice at once
+        specs = self.workload.trajectories_for_step(step, first=new * g_size, prompts=self.plan.groups) \
+            if new > 0 else []
+        for i in range(0, len(specs), g_size):
+            members = specs[i:i + g_size]
+            group = _Group(f"s{step}-p{members[0].prompt_index}", self.version, members)
+            for spec in members:
+                group.tasks[spec.traj_id] = asyncio.create_task(self._play(spec, began))
+            self.running[group.key] = group
+
+    async def _play(self, spec: TrajectorySpec, began: float) -> TrajectoryResult:
+        h = self.hooks
+        self.turns[spec.traj_id] = turns = []
+
+        def seen(s: TrajectorySpec, res: TurnResult) -> None:
+            turns.append(res)
+            if h.on_turn is not None:
+                h.on_turn(s, res)
+
+        # each trajectory's on_done waits for its group's fate (_report), so none is handed on here
+        return await play_spec(spec, self.runner, self.now, lambda r: None, seen, h.episodes,
+                               lambda: self.version, release=release_of(spec, began, h.clock_unit))
+
+    async def _next_ended(self) -> None:
+        tasks = {t: g for g in self.running.values() for t in g.tasks.values()}
+        if not tasks:
+            raise RuntimeError(f"partial rollout: {len(self.whole)} whole groups and none running; "
+                               f"a step needs {self.plan.prompts}")
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in sorted(done, key=lambda t: tasks[t].key):  # one instant's ends in a fixed order
+            g = tasks[task]
+            r = task.result()
+            del g.tasks[r.spec.traj_id]
+            g.ended[r.spec.traj_id] = r
+            if g.whole:
+                self.whole.append(self.running.pop(g.key))
+
+    async def _drop_stale(self, step: int) -> None:
+        bound = self.plan.max_staleness
+        stale = [g for g in [*self.running.values(), *self.whole] if self.version - g.version > bound]
+        await self._cut(stale, "stale", f"started under version {{v}}, more than {bound} behind step {step}'s "
+                        f"version {self.version} (partial_rollout max_staleness)")
+
+    async def _cut(self, groups: list[_Group], status: str, why: str) -> None:
+        """Cancel `groups` whole: their running members stop (engines free their slots and KV),
+        and every member, ended or not, is reported untrained with `status`."""
+        tasks = [t for g in groups for t in g.tasks.values()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for g in groups:
+            # one that ended before its cancel took has its own result
+            g.ended |= {i: t.result() for i, t in g.tasks.items() if not t.cancelled()}
+            self.running.pop(g.key, None)
+            if g in self.whole:
+                self.whole.remove(g)
+            for spec in g.specs:
+                r = g.ended.get(spec.traj_id) or self._unfinished(spec, g.version)
+                r.status, r.error = status, why.format(v=g.version)
+                self._report(r, trained=None)
+
+    def _unfinished(self, spec: TrajectorySpec, version: int) -> TrajectoryResult:
+        turns = self.turns.get(spec.traj_id, [])
+        start = turns[0].start_s if turns else self.now()
+        return TrajectoryResult(spec, list(turns), start_s=start, end_s=self.now(), policy_version=version)
+
+    def _report(self, r: TrajectoryResult, trained: int | None) -> None:
+        r.trained_step = trained
+        self.turns.pop(r.spec.traj_id, None)
+        self.results.append(r)
+        self.hooks.on_done(r)
