@@ -1,2 +1,3 @@
 """The agent side of a trajectory: workloads and task families, the turn-by-turn loop, traces,
-environments with their tools and rewards, and the datasets tasks come from."""
+environments with their tools and rewards, the datasets tasks come from, and importers of recorded
+agent runs as traces."""

@@ -316,7 +316,11 @@ class Prorsa:
         forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
         dropped = self._prior_contradicted(snapshot.time_s) if self._held_on_prior else ""
         if dropped:
-            self._held, self._held_on_prior = None, False
+            self._held, self._held_on_prior, self.prior = None, False, None
+            reopen = self._reopened(engines, snapshot.time_s)
+            if reopen is not None:
+                return Decision(reopen[0], f"{dropped}{reopen[1]}", forecast=forecast.summary(),
+                                forecast_error=self.forecaster.errors())
         if self._held is not None:
             # the rehearsal ran the whole step, its tail included, in this split: the horizon's
             # fluid model, which does not see where prefixes lie, is not asked to undo it
@@ -332,6 +336,21 @@ class Prorsa:
             self.calibration.moved()
         return Decision(targets, f"{dropped}{why}{plan.reason}", forecast=plan.summary(),
                         forecast_error=self.forecaster.errors())
+
+    def _reopened(self, engines: list[EngineLoad], now_s: float) -> tuple[dict[str, Role], str] | None:
+        """A prior found wrong leaves the run where its prior's split put it; it goes where a run
+        told nothing opens (unprimed_opening), early, while few decodes are there to drain. Left to
+        the fluid model's votes instead, a terminal run's prior held SWE MoE sync all mixed to its
+        end: dropped at 3 s, the goals it voted for changed each interval while the drains grew
+        (0.928 of the best fixed split; benchmarks/priors.py --table paper)."""
+        opening = unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, len(engines))
+        targets = reassign(engines, opening)
+        if not targets:
+            return None
+        self._requests.ask(targets, now_s)
+        self.calibration.moved()
+        self._committed = opening
+        return targets, f"reopen as with no prior: {_split_name(opening)}"
 
     def _vote(self, plan: Plan, finished: Sequence[TrajectorySpec] = ()) -> tuple[dict[str, Role], str]:
         """A new goal must win `votes` plans in a row, then its replay (_replayed); a committed

@@ -538,6 +538,20 @@ def test_a_prior_the_run_contradicts_is_dropped():
     assert not _decide_on(p, []).reason.startswith("hold")  # and it stays dropped
 
 
+def test_a_prior_dropped_on_tool_time_reopens_the_run_as_with_no_prior():
+    """A terminal run's prior on a SWE-like run: prompts, appends and decodes alike, tool calls of
+    22 s against 0.3 s. Once most calls started have ended it is dropped, and the engines go where
+    a run told nothing opens (a quarter prefill beside mixed on these EP4 engines), at once."""
+    from prorsa.control.policy import WorkloadHint
+
+    prior = WorkloadHint(16, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480, tool_s=22.0, turns=3)
+    p = _held_on(prior)
+    d = _decide_on(p, _trajectory_events(20, turns=3, prompt=2000, obs=1000, dec=480, tool_s=0.3))
+    assert d.reason.startswith("prior dropped: tool_s 0.3 observed against its 22; reopen as with no prior: P2 D0 M6")
+    assert sorted(r.value for r in d.targets.values()) == ["mixed"] * 6
+    assert p.prior is None
+
+
 def test_decodes_shorter_than_the_prior_do_not_drop_it():
     """The first decodes to end are the short ones: a decode mean below the prior's is no evidence
     against it; one more than twice as long is."""
