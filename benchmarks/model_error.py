@@ -11,6 +11,10 @@ constants were chosen on it); other seeds are held out.
 
     .venv/bin/python benchmarks/model_error.py [--families swe,search,math-tir,terminal]
         [--modes sync,async] [--steps 1] [--seeds 0] [--errors default] [--workers 2] [--out FILE]
+        [--reuse FILE --rerun prorsa:math-tir,...]
+
+--reuse keeps the points an earlier results file holds and simulates only those it lacks and those
+--rerun names (POLICY, or POLICY:FAMILY for one family's), after a change that moves only them.
 
 Virtual-time results, deterministic; the figure is prorsa's over the best fixed split's (> 1:
 faster; sync: makespan, async: trajectories per second).
@@ -23,7 +27,7 @@ import sys
 import time
 from multiprocessing import Pool
 
-from paper import config, save
+from paper import config, save, saved_points
 from progress import each_done
 
 ENGINES = 8
@@ -75,6 +79,8 @@ def main() -> None:
     ap.add_argument("--errors", default="default", help="';'-separated model scales, e.g. 'exact;decode=1.25'")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/model-error.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
+    ap.add_argument("--rerun", default="", help="with --reuse: POLICY or POLICY:FAMILY simulated again")
     args = ap.parse_args()
     from prorsa.costmodel.misfit import ModelScale
 
@@ -90,9 +96,16 @@ def main() -> None:
     jobs = [(f, m, s, args.steps, p, "exact") for f, m, s in cells for p in FIXED]
     jobs += [(f, m, s, args.steps, "prorsa", e) for f, m, s in cells for e in errors]
     t0 = time.perf_counter()
+    rerun = set(filter(None, args.rerun.split(",")))
+    points = [p for p in (saved_points(args.reuse, "model_error.py") if args.reuse else [])
+              if p["policy"] not in rerun and f"{p['policy']}:{p['family']}" not in rerun]
+    have = {(p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"]) for p in points}
+    wanted = set(jobs)
+    points = [p for p in points if (p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"]) in wanted]
+    jobs = [j for j in jobs if j not in have]
     with Pool(args.workers) as pool:
-        points = list(each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['mode']} seed {p['seed']} "
-                                f"{p['policy']} ({p['error']}): {p['figure']:.3f}"))
+        points += each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['mode']} seed {p['seed']} "
+                            f"{p['policy']} ({p['error']}): {p['figure']:.3f}")
     results = [{"family": f, "mode": m, "seed": s, "steps": args.steps}
                | cell_summary([p for p in points if (p["family"], p["mode"], p["seed"]) == (f, m, s)])
                for f, m, s in cells]

@@ -37,6 +37,7 @@ from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecast, Forecaster
 from prorsa.control.lifecycle import Phase
+from prorsa.control.opening import Opening, regret_opening
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
 from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
@@ -93,6 +94,8 @@ class Prorsa:
         self.asynchronous = ctx.asynchronous
         self.rehearse = ctx.rehearse
         self.prior_trajectories = ctx.prior_trajectories
+        self.opening_prompts = ctx.opening_prompts
+        self.opening: Opening | None = None  # the no-prior opening's choice and its regrets
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
         self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
@@ -127,12 +130,27 @@ class Prorsa:
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
         goal = self._steady_split(self.prior, n_engines) if self.prior is not None else \
-            unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
+            self._unprimed(n_engines)
         p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
         self._held_on_prior = self._held is not None
         self.calibration.begin(0.0, (p, d, m))
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
+
+    def _unprimed(self, n_engines: int) -> tuple[int, int, int]:
+        """With nothing known of the workload: unprimed_opening (the engines' layout alone), unless
+        every workload the opening prompts leave plausible is served best all mixed, by least
+        worst-case regret under the fluid model (control/opening.py): prefill engines opened for a
+        math-tir run sit idle until given back, and on the held-out seeds that cost 0.930-0.973 of
+        colocated (benchmarks/README.md, model_error.py). The regret decides only whether to open
+        with prefill engines, not how many: on SWE MoE async the fluid model's count cost 6%
+        (docs/notes/allocator-experiments.md)."""
+        split = unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
+        if split == (0, 0, n_engines) or not self.opening_prompts:
+            return split
+        self.opening = regret_opening(self.capacity, n_engines, self.concurrency or self.capacity.slots * n_engines,
+                                      self.forecaster.n_bins, self.forecaster.bin_s, self.opening_prompts)
+        return (0, 0, n_engines) if self.opening.split == (0, 0, n_engines) else split
 
     def _opening_specs(self) -> list[TrajectorySpec]:
         """What the opening rehearses of an earlier run: its first `concurrency` trajectories (a
@@ -155,6 +173,10 @@ class Prorsa:
             return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
                     "given back without a drain if the run shows them idle or its completed trajectories "
                     "replay sooner all mixed (an earlier run as --prior picks a split from the start)")
+        if self.prior is None and self.opening is not None:
+            return (f"no prior; every workload the {len(self.opening_prompts)} prompts in hand fit "
+                    f"({', '.join(self.opening.considered)}) is served best all mixed "
+                    "(an earlier run as --prior picks a split from the start)")
         if self.prior is None:
             return ("no prior: every engine serves both phases until the run has shown its workload "
                     "(an earlier run as --prior picks a split from the start)")

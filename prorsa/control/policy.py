@@ -143,6 +143,9 @@ class PolicyContext:
     engine_roles: tuple[tuple[Role, ...], ...] | None = None
     future_run: FutureRun | None = None  # the run itself to replay: the oracle's alone, like `future`
     groups: tuple[GroupShape, ...] | None = None  # engines.groups, each priced as itself; None: engines alike
+    # the prompt tokens of the trajectories the run opens with, counted before any prefill (the batch
+    # in hand); () where the body cannot count them (a live environment, an open-ended server)
+    opening_prompts: tuple[int, ...] = ()
 
     @classmethod
     def default(cls) -> PolicyContext:

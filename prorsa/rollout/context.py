@@ -6,8 +6,8 @@ trace's content) is checked here, and the values derived from the pipeline are c
     resolve(cfg[, source]) -> RunContext      the cross-checks (one ConfigError line naming the field),
                                               then the clock, engine costs and policy context
     check(cfg) -> list[str]                   the cross-checks alone: "field: problem" lines
-    prior_checked(run, workload)              the run, its prior set aside if the prompts it opens
-                                              with contradict it (the batch in hand, counted)
+    prior_checked(run, workload)              the run, told the prompts it opens with (the batch in
+                                              hand, counted), its prior set aside if they contradict it
     make_router(ctx, roles, clock)            the Router of a run: engine -> role, runtime's routing settings
     make_scheduler(ctx[, future])             the TurnScheduler of a run (its scheduling: options;
                                               `future`: the simulator's, for scheduling.oracle)
@@ -301,11 +301,12 @@ def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:
 def prior_checked(run: RunContext, workload: Workload) -> RunContext:
     """`run`, its prior set aside (for the policy, the router and the scheduler alike) when the
     prompts `workload` opens with contradict it (control/prior_check.py opening_contradiction); the
-    run then opens as it would with no prior, and PolicyContext.prior_dropped says why. Without a
-    prior nothing is drawn: every rehearsal and replay is a run of its own, told none."""
+    run then opens as it would with no prior, and PolicyContext.prior_dropped says why. The prompts
+    go to the policy either way (PolicyContext.opening_prompts): the batch in hand, counted."""
+    prompts = tuple(workload.opening_prompts())
+    run = replace(run, policy=replace(run.policy, opening_prompts=prompts))
     if run.policy.prior is None:
         return run
-    prompts = workload.opening_prompts()
     why = opening_contradiction(run.policy.prior, prompts)
     if not why:
         return run

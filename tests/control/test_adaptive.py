@@ -669,3 +669,30 @@ def test_no_give_back_where_the_fluid_model_s_best_split_replays_sooner_still():
     p.prior = WorkloadHint(concurrency=64, prompt_tokens=300, observation_tokens=100, decode_tokens=200,
                            turns=4.0, tool_s=1.0)
     assert p._given_back(plan, engines, done) is None and not asked
+
+
+@pytest.mark.parametrize("prompt,split", [(400, (0, 0, 8)), (300, (0, 0, 8)), (2000, (2, 0, 6)), (None, (2, 0, 6))])
+def test_with_no_prior_the_prompts_in_hand_decide_whether_to_open_with_prefill_engines(prompt, split):
+    """math-tir's and search's prompts (0.3-0.4k) fit only workloads the fluid model serves best all
+    mixed: open all mixed; SWE's (2k) also fit terminal and coding agents: the engines' opening
+    (a quarter prefill at EP4); no prompts counted: the engines' opening."""
+    from dataclasses import replace
+
+    prompts = () if prompt is None else (prompt,) * 32
+    p = make_policy("prorsa", replace(_swe_moe_context(), opening_prompts=prompts))
+    roles = p.initial_roles(8)
+    assert (roles.count(P), roles.count(D), roles.count(M)) == split
+    if prompt is not None and split == (0, 0, 8):
+        assert "is served best all mixed" in p.opening_reason
+
+
+def test_regret_opening_narrows_the_families_by_the_prompts_and_is_the_engines_alone_otherwise():
+    from prorsa.control.opening import PLAUSIBLE, regret_opening
+
+    p = make_policy("prorsa", _swe_moe_context())
+    args = (p.capacity, 8, 256, p.forecaster.n_bins, p.forecaster.bin_s)
+    swe = regret_opening(*args, (2000,) * 32)
+    assert set(swe.considered) == {"swe", "terminal", "coding-agent"} and swe.split != (0, 0, 8)
+    assert regret_opening(*args, (400,) * 32).considered == ("search", "math-tir")
+    assert regret_opening(*args, (400,) * 8).considered == PLAUSIBLE  # too few prompts to narrow by
+    assert min(swe.regret.values()) >= 0.0

@@ -86,7 +86,8 @@ def test_a_prior_the_opening_batch_contradicts_is_set_aside_and_the_run_opens_as
     assert dropped.policy.prior_dropped.startswith("prior dropped: prompt_tokens ")
     assert dropped.policy.prior_dropped.endswith("against its 400 in the 128 prompts the run opens with")
     same_family = resolve(cfg(prior=str(run_dir)))
-    assert prior_checked(same_family, workload) is same_family
+    kept = prior_checked(same_family, workload)  # told the prompts in hand, its prior kept
+    assert kept.policy.prior == same_family.policy.prior and kept.policy.opening_prompts == tuple(prompts)
     from prorsa.control.policy import make_policy
 
     policy = make_policy("prorsa", dropped.policy)
