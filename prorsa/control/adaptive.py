@@ -361,11 +361,11 @@ class Prorsa:
 
     def _reopened(self, engines: list[EngineLoad], now_s: float) -> tuple[dict[str, Role], str] | None:
         """A prior found wrong leaves the run where its prior's split put it; it goes where a run
-        told nothing opens (unprimed_opening), early, while few decodes are there to drain. Left to
+        told nothing opens (_unprimed), early, while few decodes are there to drain. Left to
         the fluid model's votes instead, a terminal run's prior held SWE MoE sync all mixed to its
         end: dropped at 3 s, the goals it voted for changed each interval while the drains grew
         (0.928 of the best fixed split; benchmarks/priors.py --table paper)."""
-        opening = unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, len(engines))
+        opening = self._unprimed(len(engines))
         targets = reassign(engines, opening)
         if not targets:
             return None
