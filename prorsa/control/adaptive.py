@@ -35,9 +35,9 @@ import numpy as np
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
-from prorsa.control.forecast import Forecast, Forecaster
+from prorsa.control.forecast import Forecaster
 from prorsa.control.lifecycle import Phase
-from prorsa.control.opening import Opening, regret_opening
+from prorsa.control.opening import Opening, regret_opening, steady_forecast, unprimed_opening
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
 from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
@@ -57,11 +57,6 @@ OPENING_WINDOWS = 4  # an asynchronous run's opening rehearses this many `concur
 VETO_EVIDENCE = 16  # completed trajectories before a fluid-model move is replayed first
 RESAMPLES = 3  # between steps, the finalists are rehearsed again on this many resamples of the step
 FINALIST_BAND = 0.05  # a split rehearsed within this of the fastest is a finalist
-# With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
-# ones (at least one of each). Chosen on the 32 single-step cells of benchmarks/priors.py's paper
-# and drivers tables whose engines have several ranks, of the shares 0, 1/4, 3/8 and 1/2: a quarter
-# lost least (lowest 0.937 of the best fixed split, 2 cells below 0.97; all mixed: 0.820 and 13).
-UNPRIMED_PREFILL_SHARE = 0.25
 
 
 @register("prorsa")
@@ -474,22 +469,6 @@ def _split_name(split) -> str:
     return "P{} D{} M{}".format(*split)
 
 
-def unprimed_opening(ranks: int, n_engines: int) -> tuple[int, int, int]:
-    """The opening split with nothing known of the workload: all mixed on engines of one rank;
-    on engines of several DP-attention ranks, UNPRIMED_PREFILL_SHARE of them prefill beside mixed
-    ones. There a mixed engine steps at its slowest rank, so a prefill chunk on one rank stalls
-    every rank's decodes, and the splits that pay are made in the run's first seconds, before
-    any decode has ended for the forecast to learn from (opened all mixed on drivers.py's turns-8
-    cell, the allocator reached its best split between 6 and 24 s, through drains of 11-23 s, and
-    ended at 0.820 of it). The error is made on the side that is cheap to undo: a prefill
-    engine holds no decodes, so turning it mixed or decode drains nothing, while a mixed engine
-    turned prefill drains its decodes first."""
-    if ranks <= 1 or n_engines < 2:
-        return 0, 0, n_engines
-    p = min(max(round(n_engines * UNPRIMED_PREFILL_SHARE), 1), n_engines - 1)
-    return p, 0, n_engines - p
-
-
 def reassign(engines: list[EngineLoad], goal: tuple[int, int, int]) -> dict[str, Role]:
     """Targets that bring `engines` to `goal` (prefill, decode, mixed counts), moving the fewest:
     an engine keeps its role while the goal still wants one more of it."""
@@ -502,24 +481,3 @@ def reassign(engines: list[EngineLoad], goal: tuple[int, int, int]) -> dict[str,
             movers.append(e.engine_id)
     missing = [role for role, n in want.items() for _ in range(n)]
     return dict(zip(movers, missing))
-
-
-def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:
-    """The demand of `hint.concurrency` trajectories cycling prefill -> decode -> tool at their
-    means, the engines half-way through the trajectories' contexts."""
-    context = hint.prompt_tokens + (hint.observation_tokens + hint.decode_tokens) * max(hint.turns - 1, 0) / 2
-    batch = min(hint.concurrency / n_engines, cap.slots)
-    dec, pre = cap.for_role(Role.DECODE), cap.for_role(Role.PREFILL)
-    for _ in range(3):  # the decode rate depends on the batch, the batch on the time spent decoding
-        tps = 1.0 / max(dec.decode_step(max(batch, 1.0), context), 1e-9)
-        decode_s = hint.decode_tokens / tps
-        cycle = decode_s + hint.tool_s + pre.prefill_latency(hint.observation_tokens, context)
-        seqs = min(hint.concurrency * decode_s / cycle, n_engines * cap.slots)
-        batch = min(seqs / n_engines, cap.slots)
-    turns_per_s = hint.concurrency / cycle * (1 - 1 / max(hint.turns, 1.0))
-    return Forecast(
-        start_s=0.0, bin_s=bin_s, prefill_tokens_per_s=np.full(n_bins, turns_per_s * hint.observation_tokens),
-        prefill_turns_per_s=np.full(n_bins, turns_per_s), decode_seqs=np.full(n_bins, seqs),
-        kv_tokens=np.full(n_bins, seqs * context), prefill_prefix_tokens=context,
-        decode_tokens_per_turn=hint.decode_tokens, decode_tps_per_seq=tps,
-        decode_remaining_tokens=hint.decode_tokens / 2, live=hint.concurrency)

@@ -23,7 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN, Prorsa, fill, reassign, steady_forecast
+from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN, Prorsa, fill, reassign
+from prorsa.control.opening import steady_forecast
 from prorsa.control.allocator import ROLES, Capacity
 from prorsa.control.group_search import (Group, GroupAllocator, GroupSplit, group_roles, most_mixed, openings,
                                          score_groups, serves_both)

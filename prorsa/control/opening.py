@@ -4,6 +4,9 @@ workloads. prorsa asks it one thing, whether to open all mixed (control/adaptive
     PLAUSIBLE                       the declared set of agentic workloads an opening must not lose
                                     much on: every built-in task family (agent/families.py)
     family_hint(name, concurrency)  one family as a WorkloadHint (the means of a fixed draw)
+    unprimed_opening(ranks, n) -> (p, d, m)   the engines' own opening: all mixed, or on engines of
+                                    several DP-attention ranks UNPRIMED_PREFILL_SHARE prefill beside mixed
+    steady_forecast(hint, cap, n, n_bins, bin_s) -> Forecast   a workload's steady-state demand
     regret_opening(cap, n, concurrency, n_bins, bin_s, prompts) -> Opening
                                     the split whose largest regret over the plausible workloads is
                                     least, and what it is on each
@@ -32,9 +35,16 @@ from prorsa.agent.trace import workload_means
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
 from prorsa.control.allocator import Capacity, score, splits
+from prorsa.control.forecast import Forecast
 from prorsa.control.policy import WorkloadHint
 from prorsa.control.prior_check import PRIOR_SAMPLES, PRIOR_TOLERANCE
+from prorsa.roles import Role
 
+# With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
+# ones (at least one of each). Chosen on the 32 single-step cells of benchmarks/priors.py's paper
+# and drivers tables whose engines have several ranks, of the shares 0, 1/4, 3/8 and 1/2: a quarter
+# lost least (lowest 0.937 of the best fixed split, 2 cells below 0.97; all mixed: 0.820 and 13).
+UNPRIMED_PREFILL_SHARE = 0.25
 PLAUSIBLE = tuple(FAMILIES)
 _DRAW = 512  # trajectories a family's means are taken over (fixed seed: the same hint every run)
 
@@ -58,8 +68,6 @@ def family_hint(name: str, concurrency: int) -> WorkloadHint:
 
 def regret_opening(cap: Capacity, n_engines: int, concurrency: int, n_bins: int, bin_s: float,
                    prompts: Sequence[int] = ()) -> Opening:
-    from prorsa.control.adaptive import steady_forecast  # the steady state the allocator plans a prior's
-
     hints = {f: family_hint(f, concurrency) for f in PLAUSIBLE}
     if len(prompts) >= PRIOR_SAMPLES:
         mean = sum(prompts) / len(prompts)
@@ -79,3 +87,40 @@ def regret_opening(cap: Capacity, n_engines: int, concurrency: int, n_bins: int,
     k = int(tied[np.lexsort((cands[tied, 0], -cands[tied, 2]))[0]])
     p, d, m = (int(x) for x in cands[k])
     return Opening((p, d, m), {f: round(float(r[k]), 4) for f, r in regret.items()}, tuple(hints))
+
+
+def unprimed_opening(ranks: int, n_engines: int) -> tuple[int, int, int]:
+    """The opening split with nothing known of the workload: all mixed on engines of one rank;
+    on engines of several DP-attention ranks, UNPRIMED_PREFILL_SHARE of them prefill beside mixed
+    ones. There a mixed engine steps at its slowest rank, so a prefill chunk on one rank stalls
+    every rank's decodes, and the splits that pay are made in the run's first seconds, before
+    any decode has ended for the forecast to learn from (opened all mixed on drivers.py's turns-8
+    cell, the allocator reached its best split between 6 and 24 s, through drains of 11-23 s, and
+    ended at 0.820 of it). The error is made on the side that is cheap to undo: a prefill
+    engine holds no decodes, so turning it mixed or decode drains nothing, while a mixed engine
+    turned prefill drains its decodes first."""
+    if ranks <= 1 or n_engines < 2:
+        return 0, 0, n_engines
+    p = min(max(round(n_engines * UNPRIMED_PREFILL_SHARE), 1), n_engines - 1)
+    return p, 0, n_engines - p
+
+
+def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:
+    """The demand of `hint.concurrency` trajectories cycling prefill -> decode -> tool at their
+    means, the engines half-way through the trajectories' contexts."""
+    context = hint.prompt_tokens + (hint.observation_tokens + hint.decode_tokens) * max(hint.turns - 1, 0) / 2
+    batch = min(hint.concurrency / n_engines, cap.slots)
+    dec, pre = cap.for_role(Role.DECODE), cap.for_role(Role.PREFILL)
+    for _ in range(3):  # the decode rate depends on the batch, the batch on the time spent decoding
+        tps = 1.0 / max(dec.decode_step(max(batch, 1.0), context), 1e-9)
+        decode_s = hint.decode_tokens / tps
+        cycle = decode_s + hint.tool_s + pre.prefill_latency(hint.observation_tokens, context)
+        seqs = min(hint.concurrency * decode_s / cycle, n_engines * cap.slots)
+        batch = min(seqs / n_engines, cap.slots)
+    turns_per_s = hint.concurrency / cycle * (1 - 1 / max(hint.turns, 1.0))
+    return Forecast(
+        start_s=0.0, bin_s=bin_s, prefill_tokens_per_s=np.full(n_bins, turns_per_s * hint.observation_tokens),
+        prefill_turns_per_s=np.full(n_bins, turns_per_s), decode_seqs=np.full(n_bins, seqs),
+        kv_tokens=np.full(n_bins, seqs * context), prefill_prefix_tokens=context,
+        decode_tokens_per_turn=hint.decode_tokens, decode_tps_per_seq=tps,
+        decode_remaining_tokens=hint.decode_tokens / 2, live=hint.concurrency)

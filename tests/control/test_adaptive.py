@@ -236,7 +236,7 @@ def test_of_splits_the_steady_state_scores_alike_prorsa_opens_with_the_most_mixe
     """On SWE under DP attention one prefill engine absorbs the steady appends, so every P1 split
     scores alike whatever the rest are: the opening keeps the rest mixed, free to take the
     prompts' burst."""
-    from prorsa.control.adaptive import steady_forecast
+    from prorsa.control.opening import steady_forecast
     from prorsa.control.allocator import score, splits
     from prorsa.control.policy import PolicyContext, WorkloadHint
     from prorsa.costmodel import CostModel
@@ -587,7 +587,7 @@ def test_prompts_in_hand_at_the_opening_drop_a_prior_they_contradict():
 def test_with_nothing_known_engines_of_several_ranks_open_a_quarter_prefill_beside_mixed(ranks, n, split):
     """The unprimed opening is a function of the engines alone: mixed where one rank steps alone,
     a quarter prefill (at least one, never all) where a mixed engine steps at its slowest rank."""
-    from prorsa.control.adaptive import unprimed_opening
+    from prorsa.control.opening import unprimed_opening
 
     assert unprimed_opening(ranks, n) == split
 
