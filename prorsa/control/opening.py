@@ -1,5 +1,6 @@
-"""With nothing known of the run's workload: the split of least worst-case regret over the plausible
-workloads. prorsa asks it one thing, whether to open all mixed (control/adaptive.py _unprimed).
+"""The opening with nothing known of the run's workload: the engines' own (unprimed_opening), and
+whether to open all mixed instead, by least worst-case regret over the plausible workloads
+(regret_opening; control/adaptive.py _unprimed asks it that one thing).
 
     PLAUSIBLE                       the declared set of agentic workloads an opening must not lose
                                     much on: every built-in task family (agent/families.py)
