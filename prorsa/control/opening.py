@@ -38,7 +38,7 @@ from prorsa.config.pipeline import WorkloadConfig
 from prorsa.control.allocator import Capacity, score, splits
 from prorsa.control.forecast import Forecast
 from prorsa.control.policy import WorkloadHint
-from prorsa.control.prior_check import PRIOR_SAMPLES, PRIOR_TOLERANCE
+from prorsa.control.prior_check import opening_contradiction
 from prorsa.roles import Role
 
 # With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
@@ -70,10 +70,9 @@ def family_hint(name: str, concurrency: int) -> WorkloadHint:
 def regret_opening(cap: Capacity, n_engines: int, concurrency: int, n_bins: int, bin_s: float,
                    prompts: Sequence[int] = ()) -> Opening:
     hints = {f: family_hint(f, concurrency) for f in PLAUSIBLE}
-    if len(prompts) >= PRIOR_SAMPLES:
-        mean = sum(prompts) / len(prompts)
-        near = {f: h for f, h in hints.items() if 1 / PRIOR_TOLERANCE <= mean / h.prompt_tokens <= PRIOR_TOLERANCE}
-        hints = near or hints  # prompts like no family's: every family stays plausible
+    # a family the prompts contradict, as they would contradict it as a prior, is not this run's
+    near = {f: h for f, h in hints.items() if not opening_contradiction(h, prompts)}
+    hints = near or hints  # prompts like no family's: every family stays plausible
     cands = splits(n_engines)
     worst = np.zeros(len(cands))
     regret = {}
