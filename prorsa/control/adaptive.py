@@ -108,8 +108,11 @@ class Prorsa:
         # (current, goal) -> the last trajectory completed when its replay refused the move
         self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
         self._give_back_checked: str | None = None  # the last trajectory completed when _given_back replayed
-        # the model rehearsals run on, corrected step by step against what the engines did
+        # the model rehearsals run on, corrected step by step against what the engines did; only a
+        # synchronous run with a simulator lent has steps to hold the model against, so only it
+        # folds events into the calibration's leg clock
         self.calibration = Calibration()
+        self._calibrating = self.rehearse is not None and not self.asynchronous
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
@@ -289,9 +292,10 @@ class Prorsa:
         """between_steps' engines (in their requested roles), goal split and reason."""
         for ev in snapshot.events:
             self.forecaster.observe(ev)
-            self.calibration.observe(ev)
+            if self._calibrating:
+                self.calibration.observe(ev)
         checked = ""
-        if self.rehearse is not None and not self.asynchronous and len(snapshot.finished) <= MAX_REHEARSED:
+        if self._calibrating and len(snapshot.finished) <= MAX_REHEARSED:
             checked = self.calibration.end(snapshot.finished, self.rehearse)
         hint = self.learned()
         engines = self._requests.engines(snapshot)
@@ -328,7 +332,8 @@ class Prorsa:
     def decide(self, snapshot: Snapshot) -> Decision:
         for ev in snapshot.events:
             self.forecaster.observe(ev)  # folds the event into forecaster.tracker too
-            self.calibration.observe(ev)
+            if self._calibrating:
+                self.calibration.observe(ev)
         engines = self._requests.engines(snapshot)
         forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
         dropped = self._prior_contradicted(snapshot.time_s) if self._held_on_prior else ""

@@ -74,5 +74,8 @@ class ModelScale:
     def of_roles(self, costs: RoleCosts) -> RoleCosts:
         if self.exact:
             return costs
-        models: dict[int, CostModel] = {}  # roles that share a model keep sharing one
-        return RoleCosts(*(models.setdefault(id(c), self.of(c)) for c in (costs.prefill, costs.decode, costs.mixed)))
+        models: dict[int, CostModel] = {}  # roles that share a model keep sharing one, built once
+        for c in (costs.prefill, costs.decode, costs.mixed):
+            if id(c) not in models:
+                models[id(c)] = self.of(c)
+        return RoleCosts(*(models[id(c)] for c in (costs.prefill, costs.decode, costs.mixed)))

@@ -89,8 +89,11 @@ def misfit(run: RunContext, scale: ModelScale | None) -> RunContext:
     if scale is None or scale.exact:
         return run
     pol = run.policy
-    shared: dict[int, object] = {}  # engines laid out alike keep sharing one model
-    each = tuple(shared.setdefault(id(c), scale.of_roles(c)) for c in run.engine_costs)
+    shared: dict[int, object] = {}  # engines laid out alike keep sharing one model, built once
+    for c in run.engine_costs:
+        if id(c) not in shared:
+            shared[id(c)] = scale.of_roles(c)
+    each = tuple(shared[id(c)] for c in run.engine_costs)
     groups = None if pol.groups is None else tuple(replace(g, cost=scale.of(g.cost)) for g in pol.groups)
     return replace(run, costs=scale.of_roles(run.costs), engine_costs=each, policy=replace(
         pol, cost=scale.of(pol.cost), layouts=None if pol.layouts is None else scale.of_roles(pol.layouts),
