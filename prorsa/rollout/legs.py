@@ -43,7 +43,7 @@ def response_cap(turn: TurnRequest, budget: int | None) -> int | None:
     in; the pipeline declares no per-turn response limit of its own. None where the run declares
     no budget (a trace with no max_context): the engine's context limit caps it, as vLLM's does
     when a request sets no max_tokens."""
-    if turn.live or turn.to_eos:
+    if not replaying(turn):
         return turn.decode_tokens
     return None if budget is None else max(budget - turn.context_tokens, 1)
 
