@@ -1,7 +1,7 @@
 """The prior held against the run on all five means, with what is still running as a bound."""
 
 from prorsa.control.policy import WorkloadHint
-from prorsa.control.prior_check import PRIOR_SAMPLES, SETTLED, Censored, contradiction
+from prorsa.control.prior_check import PRIOR_SAMPLES, PRIOR_TOLERANCE, Censored, contradiction
 
 # a terminal run's means: tool calls of 22 s; SWE's appends, prompts and decodes look alike
 TERMINAL = WorkloadHint(concurrency=256, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480,
@@ -17,8 +17,20 @@ def test_short_tool_calls_count_against_the_prior_once_most_started_have_ended()
 def test_short_tool_calls_do_not_count_while_many_are_still_running():
     """The first calls to end are the short ones: 40 ended of 100 says little of the mean."""
     early = Censored(tools_running=60, tool_elapsed_s=30.0, tools_ended=40, tool_ended_s=36.0)
-    assert early.tools_ended < SETTLED * (early.tools_ended + early.tools_running)
     assert contradiction(TERMINAL, SWE_SEEN, early) == ""
+
+
+def test_a_right_prior_holds_while_its_heavy_tail_is_still_running():
+    """Three seconds into a SWE step on SWE's own prior: 68 calls ended at 0.35 s, 15 running 0.48 s
+    in. The calls still running could hold the tail (5% past 2 s) that makes the 0.93 s mean."""
+    swe = WorkloadHint(concurrency=128, prompt_tokens=1900, observation_tokens=1800, decode_tokens=500,
+                       tool_s=0.93, turns=7.0)
+    live = Censored(tools_running=15, tool_elapsed_s=7.13, tools_ended=68, tool_ended_s=23.73)
+    assert contradiction(swe, {"tool_s": 23.73 / 68}, live) == ""
+    # the same calls, long ended: they no longer leave room for the prior's mean
+    ended = Censored(tools_ended=83, tool_ended_s=23.73 + 15 * 0.5)
+    assert contradiction(swe, {"tool_s": ended.tool_ended_s / 83}, ended).startswith("prior dropped: tool_s")
+    assert ended.tool_ended_s / 83 * PRIOR_TOLERANCE < swe.tool_s
 
 
 def test_long_tool_calls_still_running_are_a_lower_bound_that_drops_the_prior():
