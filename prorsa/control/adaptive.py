@@ -37,7 +37,8 @@ from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecaster
 from prorsa.control.lifecycle import Phase
-from prorsa.control.opening import Opening, regret_opening, steady_forecast, unprimed_opening
+from prorsa.control.opening import (Opening, every_split, regret_opening, rehearsed_opening, steady_forecast,
+                                    unprimed_opening)
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
 from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
@@ -90,6 +91,7 @@ class Prorsa:
         self.rehearse = ctx.rehearse
         self.prior_trajectories = ctx.prior_trajectories
         self.opening_prompts = ctx.opening_prompts
+        self.updates = ctx.updates
         self.opening: Opening | None = None  # the no-prior opening's choice and its regrets
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
         self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
@@ -130,7 +132,7 @@ class Prorsa:
         goal = self._steady_split(self.prior, n_engines) if self.prior is not None else \
             self._unprimed(n_engines)
         p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
-        self._held_on_prior = self._held is not None
+        self._held_on_prior = self._held is not None and self.prior is not None
         self.calibration.begin(0.0, (p, d, m))
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
@@ -146,9 +148,21 @@ class Prorsa:
         split = unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
         if split == (0, 0, n_engines) or not self.opening_prompts:
             return split
+        if self.updates is not None and self.rehearse is not None:
+            return self._rehearsed_opening(split, n_engines)
         self.opening = regret_opening(self.capacity, n_engines, self.concurrency or self.capacity.slots * n_engines,
                                       self.forecaster.n_bins, self.forecaster.bin_s, self.opening_prompts)
         return (0, 0, n_engines) if self.opening.split == (0, 0, n_engines) else split
+
+    def _rehearsed_opening(self, split: tuple[int, int, int], n_engines: int) -> tuple[int, int, int]:
+        """control/opening.py rehearsed_opening, held through the run as a prior's rehearsed
+        split is: left to the fluid model's votes and to replays of the first trajectories to
+        complete (the short ones, whose contexts an update costs least), a rehearsed all mixed
+        went back to P1 beside mixed (0.90 of the best fixed split)."""
+        c = self.concurrency or self.capacity.slots * n_engines
+        self.opening = rehearsed_opening(self._replay, split, n_engines, c, self.opening_prompts)
+        self._held = self.opening.split
+        return self.opening.split
 
     def _opening_specs(self) -> list[TrajectorySpec]:
         """What the opening rehearses of an earlier run: its first `concurrency` trajectories (a
@@ -171,6 +185,11 @@ class Prorsa:
             return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
                     "given back without a drain if the run shows them idle or its completed trajectories "
                     "replay sooner all mixed (an earlier run as --prior picks a split from the start)")
+        if self.prior is None and self.opening is not None and self.updates is not None:
+            return (f"no prior; of the workloads the {len(self.opening_prompts)} prompts in hand fit "
+                    f"({', '.join(self.opening.considered)}), rehearsed with the declared weight updates, "
+                    "all mixed has the least worst-case regret "
+                    "(an earlier run as --prior picks a split from the start)")
         if self.prior is None and self.opening is not None:
             return (f"no prior; every workload the {len(self.opening_prompts)} prompts in hand fit "
                     f"({', '.join(self.opening.considered)}) is served best all mixed "
@@ -211,8 +230,7 @@ class Prorsa:
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         mixed = (0, 0, n_engines)
-        cands = [mixed, fluid, *((p, n_engines - p, 0) for p in range(1, n_engines)),
-                 *((p, 0, n_engines - p) for p in range(1, n_engines))]
+        cands = [mixed, fluid, *every_split(n_engines)[1:]]
         times = self._over_resamples(self._rehearsal_times(specs, older, cands), mixed, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[mixed] else mixed
@@ -346,7 +364,8 @@ class Prorsa:
         if self._held is not None:
             # the rehearsal ran the whole step, its tail included, in this split: the horizon's
             # fluid model, which does not see where prefixes lie, is not asked to undo it
-            return Decision({}, f"hold {_split_name(self._held)}: rehearsed for this step",
+            return Decision({}, f"hold {_split_name(self._held)}: rehearsed for this "
+                            f"{'run' if self.asynchronous else 'step'}",
                             forecast=forecast.summary(), forecast_error=self.forecaster.errors())
         plan = self.allocator.plan(forecast, engines, anchor=self._committed,
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))

@@ -11,6 +11,12 @@ whether to open all mixed instead, by least worst-case regret over the plausible
     regret_opening(cap, n, concurrency, n_bins, bin_s, prompts) -> Opening
                                     the split whose largest regret over the plausible workloads is
                                     least, and what it is on each
+    plausible(concurrency, prompts) -> {family: hint}   the families the prompts leave in
+    family_trajectories(name, concurrency, n)   a fixed draw of a family, to rehearse
+    least_regret({family: {split: s}}) -> Opening   the same rule over rehearsed times
+    every_split(n)                  all mixed, every P:D, every P beside mixed
+    rehearsed_opening(replay, split, n, concurrency, prompts) -> Opening   least_regret over the
+                                    plausible families' draws, each replayed under every split
 
 A split's regret on a workload is its steady-state cost (allocator.score over steady_forecast, the
 fluid model the allocator plans with) over the best split's for that workload, less one. The
@@ -21,18 +27,23 @@ set: a family whose mean prompt is more than PRIOR_TOLERANCE off theirs is not t
 their cost model are the run's. The fluid model ranks splits coarsely (it overstates terminal's
 regret for a second prefill engine), so prorsa takes from it only whether all mixed is the answer
 for every plausible workload, not how many prefill engines (docs/notes/allocator-experiments.md).
+
+The fluid model does not see prefix caches, so an asynchronous run whose pipeline declares weight
+updates (each empties every cache) asks the simulator instead: each plausible family's fixed draw
+is rehearsed with the updates under every fixed split, and least_regret picks one
+(rehearsed_opening; control/adaptive.py _unprimed holds it through the run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from prorsa.agent.families import FAMILIES
-from prorsa.agent.trace import workload_means
+from prorsa.agent.trace import TrajectorySpec, workload_means
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
 from prorsa.control.allocator import Capacity, score, splits
@@ -48,6 +59,11 @@ from prorsa.roles import Role
 UNPRIMED_PREFILL_SHARE = 0.25
 PLAUSIBLE = tuple(FAMILIES)
 _DRAW = 512  # trajectories a family's means are taken over (fixed seed: the same hint every run)
+# With declared weight updates, each plausible family's draw is rehearsed at this many times the
+# run's concurrency (that many in flight): 2 ranked the splits of SWE and math-tir mixed (4 engines
+# of EP8, 3 s updates every 30 s, seed 0: the tuning cell) as the run does, at half the cost of 4
+# (benchmarks/async_updates.py)
+UPDATES_OPENING_WINDOWS = 2
 
 
 @dataclass(frozen=True)
@@ -67,12 +83,55 @@ def family_hint(name: str, concurrency: int) -> WorkloadHint:
     return WorkloadHint(concurrency=concurrency, **dict(_means(name)))
 
 
+def plausible(concurrency: int, prompts: Sequence[int] = ()) -> dict[str, WorkloadHint]:
+    """The families of PLAUSIBLE the prompts in hand leave in, as hints: a family the prompts
+    contradict, as they would contradict it as a prior, is not this run's; prompts like no
+    family's leave every family in."""
+    hints = {f: family_hint(f, concurrency) for f in PLAUSIBLE}
+    near = {f: h for f, h in hints.items() if not opening_contradiction(h, prompts)}
+    return near or hints
+
+
+def family_trajectories(name: str, concurrency: int, n: int) -> list[TrajectorySpec]:
+    """`n` trajectories of a built-in family (a fixed draw: the same every run), to rehearse."""
+    w = WorkloadConfig(family=name, mode="async", concurrency=concurrency, trajectories=n)
+    draw = Workload.from_config(w, seed=0)
+    return [draw.trajectory(i) for i in range(n)]
+
+
+def every_split(n_engines: int) -> list[tuple[int, int, int]]:
+    """All mixed, every P:D and every P prefill beside mixed ones: the fixed splits a rehearsal ranks."""
+    return [(0, 0, n_engines), *((p, n_engines - p, 0) for p in range(1, n_engines)),
+            *((p, 0, n_engines - p) for p in range(1, n_engines))]
+
+
+def rehearsed_opening(replay: Callable[[list[TrajectorySpec], list[tuple[int, int, int]]], dict],
+                      split: tuple[int, int, int], n_engines: int, concurrency: int,
+                      prompts: Sequence[int] = ()) -> Opening:
+    """Of `split` and every_split, the one of least worst-case regret over the families the
+    prompts leave in, each family's fixed draw (UPDATES_OPENING_WINDOWS x `concurrency`)
+    timed by `replay` (trajectories, splits) -> {split: seconds}, which replays the run's
+    declared weight updates. The fluid model, blind to the prefix caches every update empties,
+    priced all mixed 20x P1 beside mixed on SWE and math-tir mixed (3 s updates every 30 s, 4
+    engines of EP8) where the engines ran it 17% faster: opened on P1 beside mixed, prorsa gave
+    it back at 442 s, 0.91 of the best fixed split."""
+    cands = [split, *every_split(n_engines)]
+    return least_regret({f: replay(family_trajectories(f, concurrency, UPDATES_OPENING_WINDOWS * concurrency), cands)
+                         for f in plausible(concurrency, prompts)})
+
+
+def least_regret(times: dict[str, dict[tuple[int, int, int], float]]) -> Opening:
+    """Of the splits every family in `times` was timed under (family -> split -> seconds), the one
+    whose largest regret is least; of ties, the most mixed."""
+    cands = list(next(iter(times.values())))
+    regret = {f: {c: t[c] / max(min(t.values()), 1e-12) - 1.0 for c in cands} for f, t in times.items()}
+    split = min(cands, key=lambda c: (round(max(r[c] for r in regret.values()), 9), -c[2], c[0]))
+    return Opening(split, {f: round(r[split], 4) for f, r in regret.items()}, tuple(times))
+
+
 def regret_opening(cap: Capacity, n_engines: int, concurrency: int, n_bins: int, bin_s: float,
                    prompts: Sequence[int] = ()) -> Opening:
-    hints = {f: family_hint(f, concurrency) for f in PLAUSIBLE}
-    # a family the prompts contradict, as they would contradict it as a prior, is not this run's
-    near = {f: h for f, h in hints.items() if not opening_contradiction(h, prompts)}
-    hints = near or hints  # prompts like no family's: every family stays plausible
+    hints = plausible(concurrency, prompts)
     cands = splits(n_engines)
     worst = np.zeros(len(cands))
     regret = {}

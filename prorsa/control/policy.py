@@ -82,6 +82,21 @@ class WorkloadHint:
     turns: float  # per trajectory
 
 
+@dataclass(frozen=True)
+class WeightUpdates:
+    """An asynchronous run's weight updates as the pipeline declares them: each stalls the engines
+    and empties every prefix cache, so each trajectory's next turn prefills its whole context."""
+
+    every_s: float | None = None  # body seconds between two (a trainer on a clock) ...
+    every_trajectories: int | None = None  # ... or one per this many finished (a batch)
+
+    def period_s(self, completions_per_s: float) -> float:
+        """Seconds between two updates, at `completions_per_s` finished trajectories a second."""
+        if self.every_s is not None:
+            return self.every_s
+        return (self.every_trajectories or 0) / max(completions_per_s, 1e-9)
+
+
 # (trajectories, (prefill, decode, mixed) engines, or with engine groups one such per group) -> the
 # makespan, body seconds, of replaying the
 # trajectories as one synchronous step on the run's engines in that split: the simulator, which the
@@ -146,6 +161,7 @@ class PolicyContext:
     # the prompt tokens of the trajectories the run opens with, counted before any prefill (the batch
     # in hand); () where the body cannot count them (a live environment, an open-ended server)
     opening_prompts: tuple[int, ...] = ()
+    updates: WeightUpdates | None = None  # an asynchronous run's declared weight updates; None: none
 
     @classmethod
     def default(cls) -> PolicyContext:

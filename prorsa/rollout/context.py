@@ -44,7 +44,7 @@ from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.prior_check import opening_contradiction
 from prorsa.control.forecast_stats import Priors
-from prorsa.control.policy import GroupShape, PolicyContext, WorkloadHint, make_policy
+from prorsa.control.policy import GroupShape, PolicyContext, WeightUpdates, WorkloadHint, make_policy
 from prorsa.control.tail import RemainingWork, TurnScheduler
 from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
@@ -269,7 +269,17 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
                          concurrency=concurrency(cfg), asynchronous=cfg.workload.mode == "async",
                          layouts=None if layouts.is_uniform else layouts,
                          prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else (),
-                         engine_roles=engine_roles(cfg), groups=group_shapes(cfg))
+                         engine_roles=engine_roles(cfg), groups=group_shapes(cfg), updates=weight_updates(cfg))
+
+
+def weight_updates(cfg: PipelineConfig) -> WeightUpdates | None:
+    """An asynchronous run's weight updates as declared (synchronous ones fall between steps)."""
+    w = cfg.workload
+    if w.mode != "async" or w.weight_update_s <= 0:
+        return None
+    if w.weight_update_every_s is not None:
+        return WeightUpdates(every_s=w.weight_update_every_s / time_unit(cfg))
+    return WeightUpdates(every_trajectories=w.prompts * w.group_size)
 
 
 def group_shapes(cfg: PipelineConfig) -> tuple[GroupShape, ...] | None:

@@ -5,7 +5,8 @@
                                  seconds, of `specs` (tool times in body seconds) replayed at once
                                  on `run`'s engines under static:p:d:m (colocated when p = d = 0);
                                  in an asynchronous run, more of them than its `concurrency` are
-                                 replayed as it runs them, that many in flight; `scale`: the model
+                                 replayed as it runs them, that many in flight, and its weight
+                                 updates are replayed as declared; `scale`: the model
                                  corrected by it (the policy's calibration); `events`: a list the
                                  replay's lifecycle events are appended to; `simulate`: sim/run.py's
                                  coroutine (run, policy, workload) -> SimRun
@@ -66,8 +67,15 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
             p, d, m = split
             policy = opening = "colocated" if p == d == 0 else f"static:{p}:{d}:{m}"
         shape = {"prompts": len(specs)}
-        if w0.mode == "async" and len(specs) > w0.concurrency:  # as the run keeps them in flight
-            shape = {"mode": "async", "concurrency": w0.concurrency, "trajectories": len(specs)}
+        if w0.mode == "async" and (len(specs) > w0.concurrency or w0.weight_update_s):
+            # as the run keeps them in flight, its declared weight updates stalling the engines
+            # and emptying every prefix cache on their clock or batch: left out, a split whose
+            # prefill engines cannot take the recompute after each update rehearsed as the best
+            # (SWE and math-tir mixed on MoE engines, 3 s updates every 30 s: P1 beside mixed
+            # held, 0.83 of the best fixed split)
+            shape = {"mode": "async", "concurrency": w0.concurrency, "trajectories": len(specs),
+                     "prompts": w0.prompts * w0.group_size, "weight_update_s": w0.weight_update_s,
+                     "weight_update_every_s": w0.weight_update_every_s}
         w = wcfg.model_copy(update=shape)
         seen = misfit(run, scale) if scale is not None else run
         ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
