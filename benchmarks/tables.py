@@ -405,6 +405,18 @@ def t_partial_rollout(d: dict) -> list[str]:
         "", f"{first['steps']} steps of {first['prompts']} prompts x 8; virtual time, seed {first['seed']}."]
 
 
+def t_async_updates(d: dict) -> list[str]:
+    """prorsa against every fixed split on asynchronous runs with weight updates on a clock."""
+    doc = d["async-updates.json"]
+    rows = [[c["cell"], str(c["seed"]), "tuning" if (c["cell"], c["seed"]) == ("mix", 0) else "held out",
+             f"{split(c['best_fixed'])} {c['best_figure']:.4f}", f"{c['colocated']:.4f}", f"{c['prorsa']:.4f}",
+             f"{c['prorsa_vs_best']:.3f}", f"{c['prorsa_vs_colocated']:.3f}", str(c["switches"]),
+             f"{c['sim_cost_vs_colocated']:.0f}x"] for c in doc["cells"]]
+    return table(["cell", "seed", "set", "best fixed (traj/s)", "colocated", "prorsa", "prorsa / best",
+                  "prorsa / colocated", "switches", "simulating prorsa / colocated"], rows) + [
+        "", f"Lowest prorsa / best fixed split: {min(c['prorsa_vs_best'] for c in doc['cells']):.3f}."]
+
+
 def t_tail_live_migrate(d: dict) -> list[str]:
     doc = d["tail-live-migrate.json"]
     moved = ", ".join(str(r["turns_migrated"]) for r in doc["live"] if r["on"])
@@ -961,6 +973,7 @@ TABLES: dict[str, Table] = {
     "tail-reserve": Table(["tail-reserve.json"], t_tail_reserve),
     "migrate": Table(["migrate.json"], t_migrate),
     "partial-rollout": Table(["partial-rollout.json"], t_partial_rollout),
+    "async-updates": Table(["async-updates.json"], t_async_updates),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),

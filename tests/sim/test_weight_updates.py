@@ -33,3 +33,33 @@ def test_async_updates_invalidate_the_prefixes_of_trajectories_in_flight():
     assert updated.summary["trajectories_completed"] == 48
     assert updated.summary["recomputed_tokens"] > plain.summary["recomputed_tokens"]
     assert updated.summary["prefix_hit_rate"] < plain.summary["prefix_hit_rate"]
+
+
+MOE = {"backend": "emulated", "count": 4, "slots": 64, "gpu": "h200", "model": "qwen3-30b-a3b", "ep": 4}
+ASYNC = {"mode": "async", "concurrency": 16, "trajectories": 32, "max_turns": 4, "weight_update_s": 1.0,
+         "weight_update_every_s": 5.0}
+
+
+def test_a_rehearsal_replays_the_declared_updates():
+    """The policy's simulator replays an asynchronous run's weight updates: the same trajectories
+    take longer, under the same split, where updates are declared."""
+    from prorsa.agent.workload import Workload
+    from prorsa.rollout.context import resolve
+    from prorsa.sim.rehearse import rehearser
+    from prorsa.sim.run import simulate_async
+
+    updated = cfg(**ASYNC)
+    plain = cfg(**ASYNC | {"weight_update_s": 0.0, "weight_update_every_s": None})
+    specs = [Workload.from_config(updated.workload, seed=2).trajectory(i) for i in range(32)]
+    took = {name: rehearser(resolve(c), simulate_async)(specs, (0, 0, 4)) for name, c in
+            (("plain", plain), ("updated", updated))}
+    assert took["updated"] > took["plain"] + 1.0
+
+
+def test_with_declared_updates_and_no_prior_prorsa_opens_on_a_rehearsed_split_and_holds_it():
+    c = PipelineConfig.model_validate(BASE | {"engines": MOE, "workload": ASYNC | {"family": "swe"}})
+    run = simulate(c, "prorsa")
+    first = run.recorder.controls[0].reason
+    assert first.startswith("hold P"), first
+    assert run.summary["role_switches"] == 0
+    assert run.summary["trajectories_completed"] == 32
