@@ -7,10 +7,12 @@ H200, one step of 32 x 8 or 256 trajectories 128 in flight, up to 12 turns), no 
 splits: colocated, every P:D and every P beside mixed engines; they do not depend on the policy's
 model, so each is simulated once. With --steps 3 a synchronous run has three steps, and the policy
 calibrates its model between them (control/calibration.py). Seed 0 is the tuning set's (the
-constants were chosen on it); other seeds are held out.
+constants were chosen on it); other seeds are held out, and so are other engine counts (--engines:
+the same load on fewer or more engines, every fixed split of them).
 
     .venv/bin/python benchmarks/model_error.py [--families swe,search,math-tir,terminal]
-        [--modes sync,async] [--steps 1] [--seeds 0] [--errors default] [--workers 2] [--out FILE]
+        [--modes sync,async] [--steps 1] [--seeds 0] [--engines 8] [--errors default] [--workers 2]
+        [--out FILE]
         [--reuse FILE --rerun prorsa:math-tir,...]
 
 --reuse keeps the points an earlier results file holds and simulates only those it lacks and those
@@ -31,16 +33,25 @@ from paper import config, save, saved_points
 from progress import each_done
 
 ENGINES = 8
-FIXED = ["colocated", *(f"static:{p}:{ENGINES - p}" for p in range(1, ENGINES)),
-         *(f"static:{p}:0:{ENGINES - p}" for p in range(1, ENGINES))]
+
+
+def fixed_splits(engines: int) -> list[str]:
+    """Colocated, every P:D and every P beside mixed engines."""
+    return ["colocated", *(f"static:{p}:{engines - p}" for p in range(1, engines)),
+            *(f"static:{p}:0:{engines - p}" for p in range(1, engines))]
+
+
+FIXED = fixed_splits(ENGINES)
 ERRORS = ["exact", "prefill=0.8", "prefill=1.25", "decode=0.8", "decode=1.25", "prefill=0.8,decode=0.8",
           "prefill=0.8,decode=1.25", "prefill=1.25,decode=0.8", "prefill=1.25,decode=1.25"]
 
 
-def _config(family: str, mode: str, seed: int, steps: int):
+def _config(family: str, mode: str, seed: int, steps: int, engines: int = ENGINES):
     cfg = config(family, "moe", mode, seed)
     if mode == "sync" and steps > 1:
         cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"steps": steps})})
+    if engines != ENGINES:
+        cfg = cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"count": engines})})
     return cfg
 
 
@@ -48,10 +59,11 @@ def run_point(job: tuple) -> dict:
     from prorsa.costmodel.misfit import ModelScale
     from prorsa.sim.run import simulate
 
-    family, mode, seed, steps, policy, error = job
+    family, mode, seed, steps, policy, error, engines = job
     scale = None if error == "exact" else ModelScale.parse(error)
-    s = simulate(_config(family, mode, seed, steps), policy, model_error=scale).summary
-    return {"family": family, "mode": mode, "seed": seed, "steps": steps, "policy": policy, "error": error,
+    s = simulate(_config(family, mode, seed, steps, engines), policy, model_error=scale).summary
+    return {"family": family, "mode": mode, "seed": seed, "steps": steps, "engines": engines, "policy": policy,
+            "error": error,
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"], "sim_wall_s": s["sim_wall_s"]}
 
@@ -76,6 +88,7 @@ def main() -> None:
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--steps", type=int, default=1, help="synchronous steps per run (calibration acts between them)")
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--engines", type=int, default=ENGINES, help="engines in every cell (the paper's: 8)")
     ap.add_argument("--errors", default="default", help="';'-separated model scales, e.g. 'exact;decode=1.25'")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/model-error.json")
@@ -85,28 +98,35 @@ def main() -> None:
     from prorsa.costmodel.misfit import ModelScale
 
     errors = ERRORS if args.errors == "default" else args.errors.split(";")
+    if args.engines < 2:
+        sys.exit(f"error: --engines: at least 2, not {args.engines}")
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
         for e in errors:
             e == "exact" or ModelScale.parse(e)
     except ValueError as err:
         sys.exit(f"error: {err}")
+    n = args.engines
     cells = [(f, m, s) for s in seeds for f in args.families.split(",") for m in args.modes.split(",")
              if m == "sync" or args.steps == 1]
-    jobs = [(f, m, s, args.steps, p, "exact") for f, m, s in cells for p in FIXED]
-    jobs += [(f, m, s, args.steps, "prorsa", e) for f, m, s in cells for e in errors]
+    jobs = [(f, m, s, args.steps, p, "exact", n) for f, m, s in cells for p in fixed_splits(n)]
+    jobs += [(f, m, s, args.steps, "prorsa", e, n) for f, m, s in cells for e in errors]
     t0 = time.perf_counter()
     rerun = set(filter(None, args.rerun.split(",")))
     points = [p for p in (saved_points(args.reuse, "model_error.py") if args.reuse else [])
               if p["policy"] not in rerun and f"{p['policy']}:{p['family']}" not in rerun]
-    have = {(p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"]) for p in points}
+
+    def key(p: dict) -> tuple:  # files made before --engines hold the paper's 8
+        return p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"], p.get("engines", ENGINES)
+
+    have = {key(p) for p in points}
     wanted = set(jobs)
-    points = [p for p in points if (p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"]) in wanted]
+    points = [p for p in points if key(p) in wanted]
     jobs = [j for j in jobs if j not in have]
     with Pool(args.workers) as pool:
         points += each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['mode']} seed {p['seed']} "
                             f"{p['policy']} ({p['error']}): {p['figure']:.3f}")
-    results = [{"family": f, "mode": m, "seed": s, "steps": args.steps}
+    results = [{"family": f, "mode": m, "seed": s, "steps": args.steps, "engines": n}
                | cell_summary([p for p in points if (p["family"], p["mode"], p["seed"]) == (f, m, s)])
                for f, m, s in cells]
     for e in errors:

@@ -894,10 +894,11 @@ def model_error_table(*files: str) -> Callable[[dict], list[str]]:
     def render(d: dict) -> list[str]:
         cells = [c for f in files for c in d[f]["cells"]]
         errors = list(cells[0]["prorsa_vs_best"])
-        rows = [[c["family"], c["mode"], str(c["seed"]), split(c["best_fixed"]) if c["best_fixed"] != "colocated"
-                 else "colocated", *(f3(c["prorsa_vs_best"][e]) for e in errors)] for c in cells]
+        rows = [[c["family"], c["mode"], str(c["seed"]), str(c.get("engines", 8)),
+                 split(c["best_fixed"]) if c["best_fixed"] != "colocated" else "colocated",
+                 *(f3(c["prorsa_vs_best"][e]) for e in errors)] for c in cells]
         low = {e: min(cells, key=lambda c: c["prorsa_vs_best"][e]) for e in errors}
-        return table(["family", "mode", "seed", "best fixed", *map(short, errors)], rows) + [
+        return table(["family", "mode", "seed", "engines", "best fixed", *map(short, errors)], rows) + [
             "", f"Over the {len(cells)} cells, lowest prorsa / best fixed and cells at 0.97 or better, per model "
                 "error (P: prefill, D: decode throughput of the policy's model over the engines'): " + "; ".join(
                     f"{short(e)} {low[e]['prorsa_vs_best'][e]:.3f}, "
