@@ -1,7 +1,7 @@
 """The prior held against the run on all five means, with what is still running as a bound."""
 
 from prorsa.control.policy import WorkloadHint
-from prorsa.control.prior_check import PRIOR_SAMPLES, PRIOR_TOLERANCE, Censored, contradiction
+from prorsa.control.prior_check import PRIOR_SAMPLES, PRIOR_TOLERANCE, TOOL_TOLERANCE, Censored, contradiction
 
 # a terminal run's means: tool calls of 22 s; SWE's appends, prompts and decodes look alike
 TERMINAL = WorkloadHint(concurrency=256, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480,
@@ -38,9 +38,19 @@ def test_long_tool_calls_still_running_are_a_lower_bound_that_drops_the_prior():
     already lasted more than twice its mean."""
     swe = WorkloadHint(concurrency=256, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480,
                        tool_s=0.9, turns=12.0)
-    running = Censored(tools_running=PRIOR_SAMPLES, tool_elapsed_s=PRIOR_SAMPLES * 3.0)
-    assert contradiction(swe, {}, running) == "prior dropped: tool_s at least 3 so far against its 0.9; "
+    running = Censored(tools_running=PRIOR_SAMPLES, tool_elapsed_s=PRIOR_SAMPLES * 5.0)
+    assert contradiction(swe, {}, running) == "prior dropped: tool_s at least 5 so far against its 0.9; "
     assert contradiction(swe, {}, Censored(tools_running=PRIOR_SAMPLES - 1, tool_elapsed_s=99.0)) == ""
+
+
+def test_tool_time_a_few_times_the_priors_is_the_bodys_lag_not_another_family():
+    """A right prior's calls, seen live with the body's lag, at twice its mean and more: kept,
+    until they pass TOOL_TOLERANCE (terminal's are 24x SWE's)."""
+    swe = WorkloadHint(concurrency=128, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480,
+                       tool_s=0.93, turns=7.0)
+    lagged = Censored(tools_running=20, tool_elapsed_s=20 * 2.0, tools_ended=80, tool_ended_s=80 * 1.9)
+    assert contradiction(swe, {"tool_s": 1.9}, lagged) == ""
+    assert contradiction(swe, {"tool_s": TOOL_TOLERANCE * 0.93 * 1.01}).startswith("prior dropped: tool_s")
 
 
 def test_turns_count_when_longer_as_ended_or_as_reached():
