@@ -30,6 +30,7 @@ FLOORS = [
     {"api"},  # the Python API: a live body kept up across calls
     {"serve"},  # the OpenAI-compatible endpoint: a driver for the live body
     {"validate"},
+    {"commands"},  # what each command does behind its argument parsing
     {"cli"},
 ]
 FLOOR = {room: i for i, rooms in enumerate(FLOORS) for room in rooms}

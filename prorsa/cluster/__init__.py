@@ -7,6 +7,7 @@ Starting workers:
     jobs.py              dask-jobqueue job options and scripts: engine, tool and sweep jobs
     hosts.py             engine and tool plugins for workers that join by themselves
     security.py          Dask TLS from the file's certificates
+    launch_check.py      check_launch: whether the engines fit the nodes, asked before anything starts
 
 Inside worker and scheduler processes:
     engine_host.py       EngineHost: a worker plugin that owns its engine for the worker's lifetime

@@ -3,6 +3,8 @@
     output_problem(base, name) -> str | None   why `prorsa run` could not make <name>-<stamp>/ under
                                                `base` (a file in the way, a name longer than the
                                                file system allows, no permission), or None
+    holds_anything(path) -> bool               a folder there already holds files: a command that
+                                               writes one whole refuses it
 
 `prorsa validate` asks it, so a pipeline whose output_dir cannot hold runs is refused with the other
 input errors instead of when the run starts.
@@ -33,3 +35,7 @@ def output_problem(base: Path, name: str) -> str | None:
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         return f"cannot make a directory there ({getattr(e, 'strerror', None) or e})"
     return None
+
+
+def holds_anything(path: Path) -> bool:
+    return path.exists() and any(path.iterdir())

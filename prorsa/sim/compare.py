@@ -1,6 +1,7 @@
 """Several policies on one simulated workload, side by side: what `prorsa sim` prints and writes.
 
     expand_policies(specs, n_engines)     "static:*" -> every static:P:D split of n engines
+    check_policies(run, specs)            ValueError for a spec that names no policy of this run
     compare(cfg, specs, on_run) -> (Dataset, runs)  one simulation per policy (dim `policy`), with
                                           the makespan lower bound in its attrs (bound_s, ...)
     figure(ds)                            the headline per policy: makespan (sync) or trajectories/s (async)
@@ -12,6 +13,7 @@ Every policy replays the same workload (same seed): only the roles differ.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -19,7 +21,9 @@ import xarray as xr
 from rich.table import Table
 
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.control.policy import make_policy
 from prorsa.costmodel.misfit import ModelScale
+from prorsa.rollout.context import RunContext
 from prorsa.sim.bounds import lower_bound
 from prorsa.sim.run import SimRun, simulate
 
@@ -35,6 +39,14 @@ def expand_policies(specs: list[str], n_engines: int) -> list[str]:
         elif spec not in out:
             out.append(spec)
     return out
+
+
+def check_policies(run: RunContext, specs: list[str]) -> None:
+    """Before minutes of simulation: each spec made into its policy for the run's engines."""
+    # the oracle is given a future here that it never reads: it is made, not run
+    context = replace(run.policy, future=lambda traj_id: None)
+    for spec in specs:
+        make_policy(spec, context).initial_roles(run.cfg.engines.count)
 
 
 def compare(cfg: PipelineConfig, specs: list[str], on_run: Callable[[SimRun], None] | None = None,

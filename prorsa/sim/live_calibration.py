@@ -5,6 +5,9 @@ simulated turns spend their time as the live ones did (costmodel/live_fit.py say
     simulate_with(cfg, gpu, scratch) -> (makespan, rows)   cfg simulated with another profile
     fit_to_run(cfg, live_rows, workdir) -> list[LiveFit]     the corrections, last one = the fit
     fitted_profile(cfg, workdir) -> Path                     where fit_to_run leaves the fitted profile
+    pool_runs(run_dirs) -> PooledRuns                        finished runs of one pipeline, read together
+    correct_to_runs(pooled, target, header) -> Correction    fit_to_run on the pooled runs, the fitted
+                                                             profile written to target, its effect
 
 cfg must be the live run's own pipeline (same seed, policy and engines), so that both sides roll
 out the same trajectories.
@@ -13,6 +16,9 @@ out the same trajectories.
 from __future__ import annotations
 
 import json
+import statistics
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +29,7 @@ from prorsa.config.load import describe as describe_error
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.costmodel import load_gpu
 from prorsa.costmodel.live_fit import LiveFit, refit, turn_times
+from prorsa.costmodel.profile_writer import write_texts
 from prorsa.engine.registry import engine_name
 from prorsa.rollout.context import time_unit
 from prorsa.sim.run import host_cores, simulate, write_run
@@ -80,3 +87,51 @@ def fitted_profile(cfg: PipelineConfig, workdir: Path) -> Path:
 def describe(fits: list[LiveFit]) -> list[str]:
     return [f"correction {i}: engine time x{1 / f.share:.3f}, dispatch {f.dispatch_delta_s * 1e3:+.1f} ms, "
             f"KV pull {f.transfer_delta_s * 1e3:+.1f} ms" for i, f in enumerate(fits, 1)]
+
+
+class LiveFitError(ValueError):
+    """The fit itself failed (not the reading of a run); the message names the first run."""
+
+
+@dataclass(frozen=True)
+class PooledRuns:
+    run_dirs: tuple[Path, ...]
+    cfg: PipelineConfig  # the pipeline every run started with
+    live_s: float  # their median makespan
+    rows: tuple[dict, ...]  # every run's trajectories
+    first_trajectories: int  # the first run's
+
+
+@dataclass(frozen=True)
+class Correction:
+    fits: list[LiveFit]
+    before_s: float  # the makespan simulated with the base profile
+    after_s: float  # ... and with the corrected one
+
+
+def pool_runs(run_dirs: list[Path]) -> PooledRuns:
+    """ValueError naming the first run that cannot be read, or is not of the first one's pipeline."""
+    runs = [load_live_run(run_dir) for run_dir in run_dirs]
+    cfg = runs[0][0]
+    for run_dir, (other, _, _) in zip(run_dirs[1:], runs[1:]):
+        if other.model_dump(exclude={"output_dir"}) != cfg.model_dump(exclude={"output_dir"}):
+            raise ValueError(f"{run_dir}: not a run of the same pipeline as {run_dirs[0]} (pooled runs must share "
+                             "their pipeline, seed included)")
+    live = statistics.median(summary["makespan_s"] for _, summary, _ in runs)
+    rows = tuple(row for _, _, run_rows in runs for row in run_rows)
+    return PooledRuns(tuple(run_dirs), cfg, live, rows, len(runs[0][2]))
+
+
+def correct_to_runs(pooled: PooledRuns, target: Path, header: str) -> Correction:
+    """LiveFitError when the correction does not fit; target is written only once it does."""
+    cfg = pooled.cfg
+    with tempfile.TemporaryDirectory() as tmp:
+        before, _ = simulate_with(cfg, cfg.engines.gpu, Path(tmp) / "base")
+        try:
+            fits = fit_to_run(cfg, list(pooled.rows), Path(tmp), header)
+        except ValueError as e:
+            raise LiveFitError(f"{pooled.run_dirs[0]}: {e}") from None
+        fitted = fitted_profile(cfg, Path(tmp))
+        after, _ = simulate_with(cfg, str(fitted), Path(tmp) / "fitted")
+        write_texts({target: fitted.read_text()})
+    return Correction(fits, before, after)

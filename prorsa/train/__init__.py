@@ -5,6 +5,7 @@
     grpo.py      group-normalised advantages and the clipped GRPO loss, as functions of tensors
     trainer.py   Trainer: the model, GRPO and SFT steps with gradient accumulation, save
     sft.py       the supervised warm-up on demonstrations of a tool-use task
+    warmup.py    `prorsa sft` wired up: a model directory and settings in, the warm-up job out
     evaluate.py  how often the model's generations are a well-formed tool call, and their reward
     export.py    rollout batches as parquet for other trainers (verl, OpenRLHF, TRL), and back
     learner.py   Learner: finished trajectories in, a trainer's step, the new weights out (through

@@ -1,0 +1,86 @@
+"""`prorsa calibrate`: a cost-model profile fitted to measurements, in one of three ways.
+
+    calibrate_engine(pipeline, output, quick, seed)     measure one vLLM engine of the pipeline
+    calibrate_from_file(measurements, gpu, model_name, output)
+                                                        a GPU profile fitted to a step-time file
+    calibrate_from_runs(run_dirs, output)               a profile corrected to finished live runs
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+
+from prorsa.commands.errors import fail
+from prorsa.commands.inputs import check_vllm, load_pipeline
+from prorsa.commands.run_folder import new_run_folder
+from prorsa.commands.stopping import sigterm_as_interrupt
+
+
+def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed: int | None) -> None:
+    if not pipeline:
+        fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
+    output = output or "configs/hardware/cpu.yaml"
+    cfg = load_pipeline(pipeline, {}).cfg
+    if cfg.engines.backend != "vllm":
+        fail(f"{pipeline}: engines.backend is {cfg.engines.backend}; calibrate measures vllm engines")
+    check_vllm(cfg, pipeline)
+    from prorsa.engine.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
+
+    seed = cfg.seed if seed is None else seed
+    command = f"prorsa calibrate {pipeline} --output {output} --seed {seed}" + (" --quick" if quick else "")
+    sigterm_as_interrupt()  # so the engine is stopped
+    try:
+        lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command,
+                                   new_run_folder(Path(cfg.output_dir), "calibrate").path, click.echo, seed=seed)
+    except KeyboardInterrupt:
+        fail("interrupted")
+    except ValueError as e:
+        fail(str(e))
+    click.echo("\n".join(lines))
+
+
+def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, output: str | None) -> None:
+    from prorsa.costmodel.profile_writer import model_path_for
+    from prorsa.costmodel.profiles import config_dir
+    from prorsa.costmodel.step_times import calibrate_from_file as fit_step_times
+
+    if not gpu:
+        fail("--from-measurements needs --gpu NAME: the base hardware profile to fit")
+    if not output:
+        output = gpu if gpu.endswith((".yaml", ".yml")) else str(config_dir() / "hardware" / f"{gpu}.yaml")
+    model_out = model_path_for(Path(output), Path(model_name).stem)
+    command = (f"prorsa calibrate --from-measurements {measurements} --gpu {gpu} --model {model_name} "
+               f"--output {output}")
+    try:
+        lines = fit_step_times(Path(measurements), gpu, Path(output), model_name, model_out, command)
+    except ValueError as e:
+        fail(str(e))
+    click.echo("\n".join(lines))
+
+
+def calibrate_from_runs(run_dirs: list[Path], output: str | None) -> None:
+    from prorsa.costmodel.profiles import config_dir
+    from prorsa.sim.live_calibration import LiveFitError, correct_to_runs, describe, fitted_profile, pool_runs
+
+    try:
+        pooled = pool_runs(run_dirs)
+    except ValueError as e:
+        fail(str(e))
+    base, live = pooled.cfg.engines.gpu, pooled.live_s
+    target = Path(output) if output else fitted_profile(pooled.cfg, config_dir() / "hardware")
+    names = ", ".join(d.name for d in run_dirs)
+    header = (f"{base} corrected to the live run(s) {names} (median makespan {live:.1f} s) by "
+              f"`prorsa calibrate --from-run`, {dt.date.today()}")
+    click.echo(f"simulating {names} ({pooled.first_trajectories} trajectories) with {base} and correcting it ...")
+    try:
+        fix = correct_to_runs(pooled, target, header)
+    except LiveFitError as e:
+        fail(str(e))
+    click.echo("\n".join(describe(fix.fits)))
+    click.echo(f"makespan: live {live:.2f} s{' (median)' if len(run_dirs) > 1 else ''}; simulated with {base} "
+               f"{fix.before_s:.2f} s ({fix.before_s / live:.3f}), corrected {fix.after_s:.2f} s "
+               f"({fix.after_s / live:.3f})")
+    click.echo(f"wrote {target} (use it as engines.gpu; check it on another run: benchmarks/fidelity_vllm.py)")

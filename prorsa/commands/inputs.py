@@ -1,0 +1,64 @@
+"""What a command is given, resolved or refused before anything starts.
+
+    load_pipeline(path, overrides) -> RunContext   the pipeline with its schema and cross-checks
+    with_options(items, **options) -> dict         KEY=VALUE arguments, the named options over them
+    prior_path(path) -> str | None                 --prior as an absolute path
+    cluster_from(value) -> ClusterSpec | None      --cluster: a cluster file or a scheduler address
+    check_vllm(cfg, pipeline)                      vLLM engines need vLLM and a model directory
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prorsa.commands.errors import fail, or_fail
+from prorsa.config.load import ConfigError
+
+if TYPE_CHECKING:
+    from prorsa.config.cluster import ClusterSpec
+    from prorsa.config.pipeline import PipelineConfig
+    from prorsa.rollout.context import RunContext
+
+
+def load_pipeline(path: str, overrides: dict) -> RunContext:
+    """The pipeline resolved (rollout/context.py): schema and cross-checks, or one error line."""
+    from prorsa.rollout.context import load_run
+
+    return or_fail(load_run, path, overrides)
+
+
+def with_options(items: tuple[str, ...], **options) -> dict:
+    """KEY=VALUE arguments (hydra's form: workload.prompts=64), then the named options over them."""
+    from prorsa.config.load import parse_overrides
+
+    given = or_fail(parse_overrides, items)
+    return given | {k: v for k, v in options.items() if v is not None}
+
+
+def prior_path(path: str | None) -> str | None:
+    return None if path is None else str(Path(path).resolve())
+
+
+def cluster_from(value: str | None) -> ClusterSpec | None:
+    """None: no --cluster, the command's own LocalCluster."""
+    from prorsa.config.cluster import cluster_option
+
+    try:
+        return cluster_option(value) if value else None
+    except ConfigError as e:
+        fail(str(e))
+
+
+def check_vllm(cfg: PipelineConfig, pipeline: str) -> None:
+    import importlib.util
+
+    from prorsa.engine.registry import resolve_model_dir
+
+    if importlib.util.find_spec("vllm") is None:
+        fail(f"{pipeline}: engines.backend is vllm but vLLM is not installed "
+             "(run ./setup.sh, or use --engine emulated)")
+    try:
+        resolve_model_dir(cfg.engines)
+    except ValueError as e:
+        fail(f"{pipeline}: {e}")

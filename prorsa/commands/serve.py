@@ -1,0 +1,87 @@
+"""`prorsa serve`: a pipeline's engines behind an OpenAI-compatible endpoint, each conversation a
+trajectory of the run folder.
+
+    ServeRequest               the command's arguments as given
+    serve_pipeline(request)    refuse what one endpoint cannot serve, listen, roll out until stopped
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from prorsa.commands.errors import fail
+from prorsa.commands.inputs import check_vllm, load_pipeline, with_options
+from prorsa.commands.run_folder import new_run_folder, run_folder_at, write_pipeline
+from prorsa.commands.stopping import roll_out
+
+if TYPE_CHECKING:
+    from prorsa.rollout.context import RunContext
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    pipeline: str
+    overrides: tuple[str, ...]
+    host: str
+    port: int
+    engine: str | None
+    policy: str | None
+    output: str | None
+    idle_s: float  # a conversation with no request for this long ends
+    max_tokens: int  # a reply's cap when a request sets none
+
+
+def serve_pipeline(request: ServeRequest) -> None:
+    from prorsa.live.resume import open_journal
+    from prorsa.live.run import run_live
+    from prorsa.metrics.progress import summary_table
+    from prorsa.serve.server import Endpoint
+
+    resolved = _servable(request)
+    cfg = resolved.cfg
+    tokenizer, sock = _tokenizer_and_socket(request, resolved)
+    folder = run_folder_at(Path(request.output)) if request.output else new_run_folder(Path(cfg.output_dir), cfg.name)
+    write_pipeline(folder, cfg)
+    console = Console(stderr=False)
+    console.print(f"run directory: {folder.path}")
+    endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
+                        say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
+    rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver)
+    summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)
+    console.print(summary_table(summary))
+    console.print(f"wrote {folder.path}")
+
+
+def _servable(request: ServeRequest) -> RunContext:
+    resolved = load_pipeline(request.pipeline, with_options(request.overrides, **{"engines.backend": request.engine,
+                                                                                  "policy": request.policy}))
+    cfg, pipeline = resolved.cfg, request.pipeline
+    if cfg.runtime.cells > 1:
+        fail(f"{pipeline}: runtime.cells: prorsa serve serves one cell; set runtime.cells 1")
+    if cfg.train is not None:
+        fail(f"{pipeline}: prorsa serve rolls out for the client's own trainer; drop the train: section")
+    if cfg.partial_rollout is not None:
+        fail(f"{pipeline}: partial_rollout: prorsa serve has no steps, its clients' conversations are the "
+             "trajectories; drop the partial_rollout: section")
+    if cfg.engines.backend == "vllm":
+        check_vllm(cfg, pipeline)
+    return resolved
+
+
+def _tokenizer_and_socket(request: ServeRequest, resolved: RunContext) -> tuple[Any, socket.socket]:
+    from prorsa.serve.server import listen, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(resolved)
+    except (OSError, ValueError) as e:
+        fail(f"{request.pipeline}: engines.vllm.model: cannot load the model's tokenizer ({e})")
+    try:
+        sock = listen(request.host, request.port)
+    except OSError as e:
+        fail(f"--host/--port: cannot listen on {request.host}:{request.port} ({e.strerror or e})")
+    return tokenizer, sock
