@@ -405,6 +405,33 @@ def t_partial_rollout(d: dict) -> list[str]:
         "", f"{first['steps']} steps of {first['prompts']} prompts x 8; virtual time, seed {first['seed']}."]
 
 
+def t_partial_rollout_traces(d: dict) -> list[str]:
+    """The same side by side on recorded agent traces, each recorded trajectory a prompt of G samples."""
+    doc = d["partial-rollout-traces.json"]
+    cells = {(c["trace"], c["model"]): c for c in doc["cells"]}
+    rows = []
+    for p in doc["points"]:
+        c = cells[p["trace"], p["model"]]
+        bounds = " / ".join(f"{b:.0f}" for b in c["step_bound_s"]) if p["mode"] == "sync" else ""
+        rows.append([p["trace"], MODEL[p["model"]], p["mode"], f"{p['makespan_s']:.0f} s", f"{p['trained_per_s']:.3f}",
+                     f"{c['vs_sync'][p['mode']]:.2f}", f"{c['tokens_vs_sync'][p['mode']]:.2f}", str(p["dropped"]),
+                     f"{100 * p['older_token_share']:.1f}%", str(p["largest_lag"]),
+                     " / ".join(f"{t:.0f}" for t in p["step_end_s"]), bounds])
+    first = doc["points"][0]
+    notes = []
+    for c in doc["cells"]:
+        if c["model"] != doc["cells"][0]["model"]:
+            continue  # a trace's import is the same on every cell
+        gaps = (f"the recorded model's time taken out of start-to-start gaps at {c['decode_tps']:.0f} tokens/s"
+                if c["decode_tps"] else "gaps as recorded")
+        notes.append(f"{c['trace']}: {c['recorded']} recorded trajectories, {c['turns']} turns (`{c['source']}`); "
+                     f"{gaps}, a tool gap {c['tool_s_mean']:.2f} s on average.")
+    return table(["trace", "model", "mode", "makespan", "trained/s", "vs sync", "tokens/s vs sync", "dropped",
+                  "trained tokens older", "largest lag", "step ends (s)", "step bounds (s)"], rows) + [
+        "", f"{first['steps']} steps of {first['prompts']} prompts x 8, each prompt a recorded trajectory replayed by "
+            f"8 samples; virtual time, seed {first['seed']}.", "", *[f"- {n}" for n in notes]]
+
+
 def t_async_updates(d: dict) -> list[str]:
     """prorsa against every fixed split on asynchronous runs with weight updates on a clock."""
     doc = d["async-updates.json"]
@@ -974,6 +1001,7 @@ TABLES: dict[str, Table] = {
     "tail-reserve": Table(["tail-reserve.json"], t_tail_reserve),
     "migrate": Table(["migrate.json"], t_migrate),
     "partial-rollout": Table(["partial-rollout.json"], t_partial_rollout),
+    "partial-rollout-traces": Table(["partial-rollout-traces.json"], t_partial_rollout_traces),
     "async-updates": Table(["async-updates.json"], t_async_updates),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
