@@ -980,6 +980,7 @@ TABLES: dict[str, Table] = {
     "model-error-steps3": Table(["model-error-steps3.json"], model_error_table("model-error-steps3.json")),
     "held-out-seeds": Table(["held-out-seeds.json", "held-out-seeds-2.json"],
                             model_error_table("held-out-seeds.json", "held-out-seeds-2.json")),
+    "held-out-engines": Table(["held-out-engines-4.json"], model_error_table("held-out-engines-4.json")),
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
