@@ -4,9 +4,7 @@ bad trace files stop with one line naming them, and tables.py renders the result
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from prorsa.agent.importers import import_trace
 from prorsa.agent.trace import read_trace
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
+from tests.benchmark_scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "benchmarks" / "traces"
@@ -22,12 +21,7 @@ TRACES = REPO / "benchmarks" / "traces"
 
 @pytest.fixture(scope="module")
 def pr():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    path = REPO / "benchmarks" / "partial_rollout.py"
-    spec = importlib.util.spec_from_file_location("benchmark_partial_rollout", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("partial_rollout.py")
 
 
 def _turn(traj: int, turn: int, decode: int, gap: float, done: bool, **extra) -> str:

@@ -3,24 +3,14 @@ headroom, cells and the headline are the arithmetic they say; tables.py renders 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def scale():
-    return _load("benchmark_scale", "scale.py")
+    return load_script("scale.py")
 
 
 SCHED = {"r": 0.02, "a": 1.0, "b": 0.1, "c": 2.0}  # 2% of a core + 1 + 0.1 E + 2 N/1000 ms a turn
@@ -125,7 +115,7 @@ def test_points_that_do_not_pin_the_fit_are_refused(scale):
 
 
 def test_the_table_renders_the_rows(scale):
-    tables = _load("benchmark_tables_scale", "tables.py")
+    tables = load_script("tables.py")
     doc = _doc()
     doc |= scale.build(doc)
     text = "\n".join(tables.t_scale({"scale.json": doc}))

@@ -3,23 +3,14 @@ time over the workloads, against each workload's best, is least; tables.py rende
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def us():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    path = REPO / "benchmarks" / "universal_split.py"
-    spec = importlib.util.spec_from_file_location("benchmark_universal_split", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("universal_split.py")
 
 
 def _points(us, times: dict[tuple, dict[str, float]]) -> list[dict]:
@@ -47,8 +38,7 @@ def test_a_split_best_everywhere_bounds_switching_at_one(us):
 
 
 def test_the_table_renders_the_bound(us):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import tables
+    tables = load_script("tables.py")
 
     times = {("swe", "sync", None): {"static:1:7": 100.0, "static:2:6": 110.0},
              ("math-tir", "sync", 2): {"static:1:7": 150.0, "static:2:6": 105.0, "static:3:5": 100.0}}
