@@ -63,6 +63,7 @@ def start_run(request: RunRequest) -> None:
         fail(f"{request.source}: scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
     if cfg.engines.backend == "vllm":
         check_vllm(cfg, request.source)
+    _import_the_live_body()
     folder = _run_folder(request, cfg)
     journal = _open_journal(cfg, folder)
     console = Console(stderr=False)
@@ -77,6 +78,16 @@ def start_run(request: RunRequest) -> None:
     console.print(f"wrote {folder.path}")
     if summary["trajectories_failed"]:
         sys.exit(1)
+
+
+def _import_the_live_body() -> None:
+    """Dask and the live body take seconds to import: done before the run folder exists, so that
+    a Ctrl-C then ends as a start interrupted (stopping.roll_out), not in click's "Aborted!"."""
+    import prorsa.cluster.launch  # noqa: F401
+    import prorsa.cluster.local  # noqa: F401
+    import prorsa.live.cells  # noqa: F401
+    import prorsa.live.interrupt  # noqa: F401
+    import prorsa.live.run  # noqa: F401
 
 
 def _resolve(request: RunRequest) -> RunContext:
