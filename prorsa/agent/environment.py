@@ -43,7 +43,7 @@ from prorsa.agent.tools import SandboxLimits, Toolbox, ToolCall, ToolStatus, Tru
 if TYPE_CHECKING:
     from prorsa.agent.loop import TrajectoryResult, TurnResult
     from prorsa.agent.trace import TrajectorySpec
-    from prorsa.config.pipeline import EnvironmentConfig
+    from prorsa.config.environment import EnvironmentConfig
 
 # The Hermes/Qwen chat template's tokens around one tool response (<|im_start|>user <tool_response>
 # ... </tool_response><|im_end|> <|im_start|>assistant): appended even when the tool printed nothing.

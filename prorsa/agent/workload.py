@@ -48,7 +48,7 @@ import numpy as np
 
 from prorsa.agent.families import FAMILIES, Family, RawTurns, get_family
 from prorsa.agent.trace import TraceError, TrajectorySpec, TurnSpec, read_trace
-from prorsa.config.pipeline import WorkloadConfig
+from prorsa.config.workload import WorkloadConfig
 
 __all__ = ["TraceError", "TrajectorySpec", "TurnSpec", "Workload"]
 

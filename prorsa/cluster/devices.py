@@ -29,8 +29,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from prorsa.config.engines import EnginesConfig
 from prorsa.config.layout import EngineLayout
-from prorsa.config.pipeline import EnginesConfig
 
 
 class DevicePlanError(ValueError):

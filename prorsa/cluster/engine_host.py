@@ -28,7 +28,7 @@ from prorsa.cluster.nodes import spanning_engines
 from prorsa.cluster.pid_files import write_pid
 from prorsa.cluster.span_host import SpanPeers, meeting_host
 from prorsa.cluster.worker_logs import quiet_survived_faults
-from prorsa.config.pipeline import EnginesConfig
+from prorsa.config.engines import EnginesConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.registry import engine_name, make_engine
 from prorsa.roles import Role

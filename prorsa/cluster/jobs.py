@@ -49,7 +49,8 @@ def ctrl_c_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
-from prorsa.config.pipeline import EnginesConfig, PipelineConfig
+from prorsa.config.engines import EnginesConfig
+from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import engine_name, hosted_engines
 from prorsa.roles import Role
 from prorsa.cluster.local import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, follower_resources, tool_name,

@@ -41,7 +41,8 @@ from prorsa.cluster.hosts import WorkerEngineHost, WorkerFollowerHost, WorkerToo
 from prorsa.cluster.nodes import spanning_engines
 from prorsa.cluster.security import exposure, make_security
 from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
-from prorsa.config.pipeline import EnginesConfig, PipelineConfig
+from prorsa.config.engines import EnginesConfig
+from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
 from prorsa.roles import Role
 from prorsa.cluster.local import (TRAINER_NAME, EngineStartFailed, engine_resources, start_local_cluster, tool_name,

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from prorsa.cluster.devices import node_plan, nvml_gpu_count
 from prorsa.cluster.nodes import node_args, spanning_engines
-from prorsa.config.pipeline import EnginesConfig
+from prorsa.config.engines import EnginesConfig
 from prorsa.engine.core_share import engine_cores, node_share
 from prorsa.engine.registry import engine_name
 from prorsa.roles import Role

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prorsa.config.engines import EnginesConfig
 from prorsa.config.layout import EngineLayout
-from prorsa.config.pipeline import EnginesConfig
 from prorsa.cluster.devices import DevicePlanError, engine_layouts, needs_gpus
 
 NODE_GPUS_FIELD = "engines.gpus"  # where the cluster file declares a node's GPUs (one engine job's)

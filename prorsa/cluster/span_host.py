@@ -37,7 +37,7 @@ from distributed import WorkerPlugin
 from distributed.comm import get_address_host
 
 from prorsa.cluster.nodes import NodeSpan, node_args, spanning_engines
-from prorsa.config.pipeline import EnginesConfig
+from prorsa.config.engines import EnginesConfig
 from prorsa.engine.registry import engine_name, node_server
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.server import free_port

@@ -35,7 +35,8 @@ from prorsa.agent.tools.python_tool import PythonTool
 from prorsa.agent.tools.sandbox import probe
 from prorsa.cluster.pid_files import write_pid
 from prorsa.cluster.worker_logs import quiet_survived_faults
-from prorsa.config.pipeline import EnvironmentConfig, PipelineConfig
+from prorsa.config.environment import EnvironmentConfig
+from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 
 PLUGIN_NAME = "prorsa-tools"

@@ -45,7 +45,7 @@ import numpy as np
 from prorsa.agent.families import FAMILIES
 from prorsa.agent.trace import TrajectorySpec, workload_means
 from prorsa.agent.workload import Workload
-from prorsa.config.pipeline import WorkloadConfig
+from prorsa.config.workload import WorkloadConfig
 from prorsa.control.allocator import Capacity, score, splits
 from prorsa.control.forecast import Forecast
 from prorsa.control.policy import WorkloadHint

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
 from prorsa.agent.trace import TrajectorySpec
-from prorsa.config.pipeline import MAX_ENGINES
+from prorsa.config.engines import MAX_ENGINES
 from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.costmodel import CostModel, RoleCosts

@@ -16,7 +16,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from prorsa.config.pipeline import EnginesConfig, PipelineConfig
+from prorsa.config.engines import EnginesConfig
+from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.core_share import engine_cores, node_share
 from prorsa.roles import Role

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prorsa.agent.trace import TrajectorySpec, turns_as_ran, workload_means
-from prorsa.config.pipeline import ExpectConfig
+from prorsa.config.workload import ExpectConfig
 
 _FILE = "trajectories.parquet"
 

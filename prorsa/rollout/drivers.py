@@ -46,7 +46,7 @@ from typing import Callable
 from prorsa.agent.loop import (Episode, TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner,
                                run_trajectory)
 from prorsa.agent.workload import TrajectorySpec, Workload
-from prorsa.config.pipeline import WorkloadConfig
+from prorsa.config.workload import WorkloadConfig
 
 Done = Callable[[TrajectoryResult], None]
 Episodes = Callable[[TrajectorySpec], Episode]

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 
 from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnResult, TurnRunner
 from prorsa.agent.workload import TrajectorySpec, Workload
-from prorsa.config.pipeline import PipelineConfig, WorkloadConfig
+from prorsa.config.pipeline import PipelineConfig
+from prorsa.config.workload import WorkloadConfig
 from prorsa.rollout.drivers import Done, Episodes, Update, Version, play_spec, release_of
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from prorsa.agent.loop import TrajectoryResult
-from prorsa.config.pipeline import TrainConfig
+from prorsa.config.training import TrainConfig
 from prorsa.train.export import write_batch
 from prorsa.train.grpo import group_advantages
 from prorsa.train.handle import LocalTrainer, TrainerHandle

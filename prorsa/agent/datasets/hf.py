@@ -8,7 +8,7 @@ What is read (no hub: every path is local, and the library is told so):
     a directory saved with `Dataset.save_to_disk` / `DatasetDict.save_to_disk` (a DatasetDict: `split`)
     a .parquet, .jsonl, .json or .csv file, or a directory of them (`load_dataset` with its builder)
 
-The mapping (config/pipeline.py TaskColumns) names the column of each field: `prompt` always,
+The mapping (config/environment.py TaskColumns) names the column of each field: `prompt` always,
 `answer`, `task_id`, `calls` and `tests` when the dataset has them. A `calls` value is a list of
 {name, arguments} records or the same as JSON text; replay mode runs them (agent/environment.py).
 """
@@ -33,7 +33,7 @@ class DatasetError(ValueError):
     """A dataset that cannot be read, or a mapping that does not fit it."""
 
 
-class Columns(Protocol):  # config/pipeline.py TaskColumns; agent/ reads it without the schema
+class Columns(Protocol):  # config/environment.py TaskColumns; agent/ reads it without the schema
     prompt: str
     answer: str | None
     task_id: str | None

@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from prorsa.config.pipeline import VllmSettings
+from prorsa.config.engines import VllmSettings
 from prorsa.engine.base import DecodeRequest, DecodeResult, EngineStats, PrefillRequest, PrefillResult
 from prorsa.engine.vllm.errors import EngineError, EngineUnavailable, KvTransferFailed
 from prorsa.engine.vllm.protocol import Reply, completion_body, gauge, parse_completion

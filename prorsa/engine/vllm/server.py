@@ -41,8 +41,8 @@ from typing import Protocol
 
 import httpx
 
+from prorsa.config.engines import VllmSettings
 from prorsa.config.layout import EngineLayout
-from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.protocol import SERVED_NAME
 
