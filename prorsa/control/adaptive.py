@@ -138,13 +138,11 @@ class Prorsa:
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
     def _unprimed(self, n_engines: int) -> tuple[int, int, int]:
-        """With nothing known of the workload: unprimed_opening (the engines' layout alone), unless
-        every workload the opening prompts leave plausible is served best all mixed, by least
-        worst-case regret under the fluid model (control/opening.py): prefill engines opened for a
-        math-tir run sit idle until given back, and on the held-out seeds that cost 0.930-0.973 of
-        colocated (benchmarks/README.md, model_error.py). The regret decides only whether to open
-        with prefill engines, not how many: on SWE MoE async the fluid model's count cost 6%
-        (docs/notes/allocator-experiments.md)."""
+        """With nothing known of the workload: unprimed_opening, unless every workload the opening
+        prompts leave plausible is served best all mixed by least worst-case regret under the fluid
+        model (control/opening.py; idle prefill engines cost math-tir 0.930-0.973 of colocated on
+        the held-out seeds), which decides only that (its count of prefill engines cost SWE MoE
+        async 6%), or with declared weight updates, rehearsed (_rehearsed_opening)."""
         split = unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
         if split == (0, 0, n_engines) or not self.opening_prompts:
             return split
@@ -155,10 +153,9 @@ class Prorsa:
         return (0, 0, n_engines) if self.opening.split == (0, 0, n_engines) else split
 
     def _rehearsed_opening(self, split: tuple[int, int, int], n_engines: int) -> tuple[int, int, int]:
-        """control/opening.py rehearsed_opening, held through the run as a prior's rehearsed
-        split is: left to the fluid model's votes and to replays of the first trajectories to
-        complete (the short ones, whose contexts an update costs least), a rehearsed all mixed
-        went back to P1 beside mixed (0.90 of the best fixed split)."""
+        """control/opening.py rehearsed_opening, held through the run as a prior's rehearsed split
+        is: left to the fluid model and to replays of the first trajectories to complete (short
+        ones, which an update costs least), all mixed went back to P1 beside mixed (0.90 of best)."""
         c = self.concurrency or self.capacity.slots * n_engines
         self.opening = rehearsed_opening(self._replay, split, n_engines, c, self.opening_prompts)
         self._held = self.opening.split
@@ -181,22 +178,20 @@ class Prorsa:
         if self._held_on_prior:
             return (f"of the splits rehearsed on {len(self.prior_trajectories)} earlier trajectories, the one that "
                     "ended soonest; held through the first step")
-        if self.prior is None and split != (0, 0, n_engines):
-            return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
-                    "given back without a drain if the run shows them idle or its completed trajectories "
-                    "replay sooner all mixed (an earlier run as --prior picks a split from the start)")
+        later = " (an earlier run as --prior picks a split from the start)"
         if self.prior is None and self.opening is not None and self.updates is not None:
             return (f"no prior; of the workloads the {len(self.opening_prompts)} prompts in hand fit "
                     f"({', '.join(self.opening.considered)}), rehearsed with the declared weight updates, "
-                    "all mixed has the least worst-case regret "
-                    "(an earlier run as --prior picks a split from the start)")
+                    f"{_split_name(split)} has the least worst-case regret; held through the run{later}")
+        if self.prior is None and split != (0, 0, n_engines):
+            return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
+                    "given back without a drain if the run shows them idle or its completed trajectories "
+                    f"replay sooner all mixed{later}")
         if self.prior is None and self.opening is not None:
             return (f"no prior; every workload the {len(self.opening_prompts)} prompts in hand fit "
-                    f"({', '.join(self.opening.considered)}) is served best all mixed "
-                    "(an earlier run as --prior picks a split from the start)")
+                    f"({', '.join(self.opening.considered)}) is served best all mixed{later}")
         if self.prior is None:
-            return ("no prior: every engine serves both phases until the run has shown its workload "
-                    "(an earlier run as --prior picks a split from the start)")
+            return f"no prior: every engine serves both phases until the run has shown its workload{later}"
         if split == (0, 0, n_engines):
             return "the prior's steady state scores no split clearly better than all mixed"
         return (f"the steady state of the prior's means ({self.prior.turns:.1f} turns of "
