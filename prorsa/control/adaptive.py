@@ -147,17 +147,17 @@ class Prorsa:
         if split == (0, 0, n_engines) or not self.opening_prompts:
             return split
         if self.updates is not None and self.rehearse is not None:
-            return self._rehearsed_opening(split, n_engines)
+            return self._rehearsed_opening(n_engines)
         self.opening = regret_opening(self.capacity, n_engines, self.concurrency or self.capacity.slots * n_engines,
                                       self.forecaster.n_bins, self.forecaster.bin_s, self.opening_prompts)
         return (0, 0, n_engines) if self.opening.split == (0, 0, n_engines) else split
 
-    def _rehearsed_opening(self, split: tuple[int, int, int], n_engines: int) -> tuple[int, int, int]:
+    def _rehearsed_opening(self, n_engines: int) -> tuple[int, int, int]:
         """control/opening.py rehearsed_opening, held through the run as a prior's rehearsed split
         is: left to the fluid model and to replays of the first trajectories to complete (short
         ones, which an update costs least), all mixed went back to P1 beside mixed (0.90 of best)."""
         c = self.concurrency or self.capacity.slots * n_engines
-        self.opening = rehearsed_opening(self._replay, split, n_engines, c, self.opening_prompts)
+        self.opening = rehearsed_opening(self._replay, n_engines, c, self.opening_prompts)
         self._held = self.opening.split
         return self.opening.split
 

@@ -15,7 +15,7 @@ whether to open all mixed instead, by least worst-case regret over the plausible
     family_trajectories(name, concurrency, n)   a fixed draw of a family, to rehearse
     least_regret({family: {split: s}}) -> Opening   the same rule over rehearsed times
     every_split(n)                  all mixed, every P:D, every P beside mixed
-    rehearsed_opening(replay, split, n, concurrency, prompts) -> Opening   least_regret over the
+    rehearsed_opening(replay, n, concurrency, prompts) -> Opening   least_regret over the
                                     plausible families' draws, each replayed under every split
 
 A split's regret on a workload is its steady-state cost (allocator.score over steady_forecast, the
@@ -106,16 +106,15 @@ def every_split(n_engines: int) -> list[tuple[int, int, int]]:
 
 
 def rehearsed_opening(replay: Callable[[list[TrajectorySpec], list[tuple[int, int, int]]], dict],
-                      split: tuple[int, int, int], n_engines: int, concurrency: int,
-                      prompts: Sequence[int] = ()) -> Opening:
-    """Of `split` and every_split, the one of least worst-case regret over the families the
+                      n_engines: int, concurrency: int, prompts: Sequence[int] = ()) -> Opening:
+    """Of every_split, the one of least worst-case regret over the families the
     prompts leave in, each family's fixed draw (UPDATES_OPENING_WINDOWS x `concurrency`)
     timed by `replay` (trajectories, splits) -> {split: seconds}, which replays the run's
     declared weight updates. The fluid model, blind to the prefix caches every update empties,
     priced all mixed 20x P1 beside mixed on SWE and math-tir mixed (3 s updates every 30 s, 4
     engines of EP8) where the engines ran it 17% faster: opened on P1 beside mixed, prorsa gave
     it back at 442 s, 0.91 of the best fixed split."""
-    cands = [split, *every_split(n_engines)]
+    cands = every_split(n_engines)
     return least_regret({f: replay(family_trajectories(f, concurrency, UPDATES_OPENING_WINDOWS * concurrency), cands)
                          for f in plausible(concurrency, prompts)})
 

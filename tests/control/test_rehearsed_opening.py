@@ -35,9 +35,9 @@ def test_the_opening_replays_each_plausible_family_under_every_split():
         asked.append((specs[0].traj_id, len(specs), tuple(cands)))
         return {c: 100.0 + 10 * c[0] for c in cands}  # fewer prefill engines, sooner
 
-    got = rehearsed_opening(replay, (1, 0, 3), 4, 8, prompts=[2000] * 16)
+    got = rehearsed_opening(replay, 4, 8, prompts=[2000] * 16)
     assert got.split == (0, 0, 4)
     assert {n for _, n, _ in asked} == {16}  # two windows of 8 in flight
-    assert all(cands == ((1, 0, 3), *every_split(4)) for _, _, cands in asked)
+    assert all(cands == tuple(every_split(4)) for _, _, cands in asked)
     assert len(asked) == len(plausible(8, [2000] * 16)) == len(got.considered)
     assert "math-tir" not in got.considered  # prompts 5x math-tir's: not this run's
