@@ -63,6 +63,7 @@ class SpanPeers:
         self.leader: dict | None = None  # the last record read
         self.failure: dict | None = None
         self.launch = 0  # the launch this node's server last joined (or, the leader, made)
+        self._mine: dict | None = None  # the leader: the record of its launch
 
     async def _get(self, field: str):
         return await self.worker.scheduler.get_metadata(keys=[SPAN_KEY, self.engine, field], default=None)
@@ -83,26 +84,31 @@ class SpanPeers:
         """From the server's start thread, on the worker's loop."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
 
-    def newer_launch(self) -> bool:
-        return self.leader is not None and self.leader["launch"] > self.launch
+    def newer_launch(self) -> dict | None:
+        """The leader's record if it is of a launch this node has not joined."""
+        leader = self.leader  # one read: watch() may replace it between two
+        return leader if leader is not None and leader["launch"] > self.launch else None
 
     # --- server.Peers, called from the start thread ---
 
     def args(self) -> list[str]:
+        # watch() rewrites self.leader on the loop while this thread runs: a read begun before our
+        # write lands can set it back to the old record (or None), so this launch's record is kept aside
         if self.node == 0:
             self._call(self.read())
             self.launch = (self.leader or {"launch": 0})["launch"] + 1
-            self.leader = {"launch": self.launch, "host": self.host, "rpc_port": free_port(), "serving": False}
-            self._call(self._set("leader", self.leader))
+            self._mine = {"launch": self.launch, "host": self.host, "rpc_port": free_port(), "serving": False}
+            self._call(self._set("leader", self._mine))
+            self.leader = leader = self._mine
         else:
             deadline = time.monotonic() + self.wait_s
-            while not self.newer_launch():
+            while (leader := self.newer_launch()) is None:
                 if self.closed or time.monotonic() > deadline:
                     raise EngineUnavailable(f"node {self.node} of {self.engine}: no launch of its leader "
                                             f"within {self.wait_s:.0f} s")
                 time.sleep(self.poll_s)
-            self.launch = self.leader["launch"]
-        return node_args(self.span, self.node, self.leader["host"], self.leader["rpc_port"])
+            self.launch = leader["launch"]
+        return node_args(self.span, self.node, leader["host"], leader["rpc_port"])
 
     def failed(self) -> str | None:
         if self.node == 0 and self.failure and self.failure["launch"] == self.launch:
@@ -110,10 +116,11 @@ class SpanPeers:
         return None
 
     def serving(self) -> None:
-        self._call(self._set("leader", {**self.leader, "serving": True}))
+        self._call(self._set("leader", {**self._mine, "serving": True}))
 
     def served(self) -> bool:
-        return bool(self.leader and self.leader["launch"] == self.launch and self.leader["serving"])
+        leader = self.leader
+        return bool(leader and leader["launch"] == self.launch and leader["serving"])
 
     async def report(self, why: str) -> None:
         await self._set("failed", {"launch": self.launch, "why": f"node {self.node} of {self.engine}: {why}"})
