@@ -6,7 +6,7 @@ Cells: 4 engines of Qwen3-30B-A3B at EP8 on H200 (256 slots each), 256 trajector
 1024 in all, 3 s updates:
     mix            SWE and math-tir, half each, an update every 30 s
     coding-agent   the recorded coding agent's family (agent/families.py), every 60 s
-Seed 0 of `mix` is the tuning cell (UPDATES_OPENING_WINDOWS in control/opening.py was chosen on
+Seed 0 of `mix` is the tuning cell (ASYNC_OPENING_WINDOWS in control/opening.py was chosen on
 it); every other seed and the coding-agent cells are held out.
 
     .venv/bin/python benchmarks/async_updates.py [--cells mix,coding-agent] [--seeds 0,1,2]

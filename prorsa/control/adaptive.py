@@ -4,15 +4,14 @@ control/reactive.py; the bookkeeping of asked-for switches in control/requests.p
     prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]]
         lifecycle events -> Forecaster -> Allocator each interval; a new goal split must win
         `votes` intervals in a row by more than min_gain of the goal being carried out (or of
-        the current split), and an engine that switched stays put for `horizon_s`. With no
-        prior it opens on the engines alone (unprimed_opening: on an MoE under DP attention, a
-        quarter prefill beside mixed engines, given back without a drain where a replay of the
-        trajectories completed so far ends sooner all mixed).
-        Where it has a run to replay and the body lends it the simulator (PolicyContext.rehearse):
-        model-predictive on a step's horizon instead. It opens on the split whose rehearsal of an
-        earlier run's trajectories ends soonest, and between synchronous steps rehearses the step
-        that just ran and the one before it; a rehearsed split is held (a sync step's length; an
-        async run's whole).
+        the current split), and an engine that switched stays put for `horizon_s`.
+        Where the body lends it the simulator (PolicyContext.rehearse): model-predictive on a
+        step's horizon instead. It opens on the split whose rehearsal of an earlier run's
+        trajectories ends soonest, or with no prior, on engines of several DP-attention ranks or
+        with weight updates declared, on the split of least worst-case regret over the plausible
+        workloads' rehearsals (control/opening.py); between synchronous steps it rehearses the
+        step that just ran and the one before it. A rehearsed split is held (a sync step's
+        length; an async run's whole).
         With engine groups (PolicyContext.groups) `prorsa` builds adaptive_groups.ProrsaGroups:
         the same policy over role counts per group.
 
@@ -37,8 +36,7 @@ from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecaster
 from prorsa.control.lifecycle import Phase
-from prorsa.control.opening import (Opening, every_split, regret_opening, rehearsed_opening, steady_forecast,
-                                    unprimed_opening)
+from prorsa.control.opening import ASYNC_OPENING_WINDOWS, Opening, every_split, rehearsed_opening, steady_forecast
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
 from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
@@ -92,6 +90,7 @@ class Prorsa:
         self.prior_trajectories = ctx.prior_trajectories
         self.opening_prompts = ctx.opening_prompts
         self.updates = ctx.updates
+        self.max_turns = ctx.max_turns
         self.opening: Opening | None = None  # the no-prior opening's choice and its regrets
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
         self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
@@ -109,7 +108,6 @@ class Prorsa:
         self._step_before: list[TrajectorySpec] = []
         # (current, goal) -> the last trajectory completed when its replay refused the move
         self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
-        self._give_back_checked: str | None = None  # the last trajectory completed when _given_back replayed
         # the model rehearsals run on, corrected step by step against what the engines did; only a
         # synchronous run with a simulator lent has steps to hold the model against, so only it
         # folds events into the calibration's leg clock
@@ -120,7 +118,7 @@ class Prorsa:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
         them ends soonest, held through the first step. Else the split the allocator scores best
         for the steady state the prior implies (an earlier run's means, or the pipeline's declared
-        ones), unless all-mixed is within min_gain of it; with no prior, unprimed_opening. Mixed
+        ones), unless all-mixed is within min_gain of it; with no prior, _unprimed. Mixed
         is the default: it serves either phase at once, leaves MIXED cheaply, and a rollout
         opens with a burst of prompts that every engine can help prefill. But the roles a run
         opens with are the ones its first turns settle on (their prefixes stay where they ran),
@@ -129,8 +127,12 @@ class Prorsa:
         Of the splits the steady state scores alike, the one with the most mixed engines: where
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
-        goal = self._steady_split(self.prior, n_engines) if self.prior is not None else \
-            self._unprimed(n_engines)
+        if self.prior is not None:
+            goal = self._steady_split(self.prior, n_engines)
+        elif self.prior_trajectories and self.rehearse is not None:
+            goal = (0, 0, n_engines)  # the earlier run's own rehearsal decides (_rehearsed)
+        else:
+            goal = self._unprimed(n_engines)
         p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
         self._held_on_prior = self._held is not None and self.prior is not None
         self.calibration.begin(0.0, (p, d, m))
@@ -138,26 +140,34 @@ class Prorsa:
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
     def _unprimed(self, n_engines: int) -> tuple[int, int, int]:
-        """With nothing known of the workload: unprimed_opening, unless every workload the opening
-        prompts leave plausible is served best all mixed by least worst-case regret under the fluid
-        model (control/opening.py; idle prefill engines cost math-tir 0.930-0.973 of colocated on
-        the held-out seeds), which decides only that (its count of prefill engines cost SWE MoE
-        async 6%), or with declared weight updates, rehearsed (_rehearsed_opening)."""
-        split = unprimed_opening(self.capacity.for_role(Role.MIXED).ranks, n_engines)
-        if split == (0, 0, n_engines) or not self.opening_prompts:
-            return split
-        if self.updates is not None and self.rehearse is not None:
-            return self._rehearsed_opening(n_engines)
-        self.opening = regret_opening(self.capacity, n_engines, self.concurrency or self.capacity.slots * n_engines,
-                                      self.forecaster.n_bins, self.forecaster.bin_s, self.opening_prompts)
-        return (0, 0, n_engines) if self.opening.split == (0, 0, n_engines) else split
+        """With nothing known of the workload, where the body lends the simulator: on engines of
+        several DP-attention ranks, and wherever weight updates are declared, the split of least
+        worst-case regret over the workloads the opening prompts leave plausible, each rehearsed
+        (control/opening.py, _rehearsed_opening). There a mixed engine steps at its slowest rank,
+        so a prefill chunk stalls every rank's decodes, and the splits that pay are made before
+        any decode has ended for the forecast to learn from (opened all mixed on drivers.py's
+        turns-8 cell, the allocator ended at 0.820 of its best split). Else all mixed: on engines
+        of one rank a prefill chunk stalls only its own engine's decodes, and the allocator leaves
+        all mixed within an interval or two. With no simulator lent, all mixed too: the fluid
+        model's steady states put every split at least 45% behind the best on some plausible
+        family (P1 D7 on 8 EP4 engines, 45% on math-tir), and all mixed is colocated, the
+        baseline."""
+        mixed = (0, 0, n_engines)
+        if n_engines < 2 or self.rehearse is None:
+            return mixed
+        if self.capacity.for_role(Role.MIXED).ranks <= 1 and self.updates is None:
+            return mixed
+        return self._rehearsed_opening(n_engines)
 
     def _rehearsed_opening(self, n_engines: int) -> tuple[int, int, int]:
-        """control/opening.py rehearsed_opening, held through the run as a prior's rehearsed split
-        is: left to the fluid model and to replays of the first trajectories to complete (short
-        ones, which an update costs least), all mixed went back to P1 beside mixed (0.90 of best)."""
-        c = self.concurrency or self.capacity.slots * n_engines
-        self.opening = rehearsed_opening(self._replay, n_engines, c, self.opening_prompts)
+        """control/opening.py rehearsed_opening, held as a prior's rehearsed split is (a sync
+        step, an async run): left to the fluid model and to replays of the first trajectories to
+        complete (short ones, which an update costs least), a rehearsed all mixed went back to P1
+        beside mixed (0.90 of best). Rehearsed once: a prior dropped later reopens on it."""
+        if self.opening is None or sum(self.opening.split) != n_engines:
+            c = self.concurrency or self.capacity.slots * n_engines
+            self.opening = rehearsed_opening(self._replay, n_engines, c, self.opening_prompts,
+                                             ASYNC_OPENING_WINDOWS if self.asynchronous else 1, self.max_turns)
         self._held = self.opening.split
         return self.opening.split
 
@@ -179,17 +189,14 @@ class Prorsa:
             return (f"of the splits rehearsed on {len(self.prior_trajectories)} earlier trajectories, the one that "
                     "ended soonest; held through the first step")
         later = " (an earlier run as --prior picks a split from the start)"
-        if self.prior is None and self.opening is not None and self.updates is not None:
-            return (f"no prior; of the workloads the {len(self.opening_prompts)} prompts in hand fit "
-                    f"({', '.join(self.opening.considered)}), rehearsed with the declared weight updates, "
-                    f"{_split_name(split)} has the least worst-case regret; held through the run{later}")
-        if self.prior is None and split != (0, 0, n_engines):
-            return ("no prior, engines of several DP-attention ranks: a quarter prefill beside mixed ones, "
-                    "given back without a drain if the run shows them idle or its completed trajectories "
-                    f"replay sooner all mixed{later}")
         if self.prior is None and self.opening is not None:
-            return (f"no prior; every workload the {len(self.opening_prompts)} prompts in hand fit "
-                    f"({', '.join(self.opening.considered)}) is served best all mixed{later}")
+            fit = (f"of the workloads the {len(self.opening_prompts)} prompts in hand fit" if self.opening_prompts
+                   else "of the plausible workloads (no prompts counted)")
+            worst = max(self.opening.regret.values(), default=0.0)
+            updates = ", with the declared weight updates" if self.updates is not None else ""
+            return (f"no prior; {fit} ({', '.join(self.opening.considered)}), each rehearsed under every split"
+                    f"{updates}: {_split_name(split)} has the least worst-case regret ({worst:.1%}); held "
+                    f"through the {'run' if self.asynchronous else 'first step'}{later}")
         if self.prior is None:
             return f"no prior: every engine serves both phases until the run has shown its workload{later}"
         if split == (0, 0, n_engines):
@@ -359,14 +366,12 @@ class Prorsa:
         if self._held is not None:
             # the rehearsal ran the whole step, its tail included, in this split: the horizon's
             # fluid model, which does not see where prefixes lie, is not asked to undo it
-            return Decision({}, f"hold {_split_name(self._held)}: rehearsed for this "
+            return Decision({}, f"{dropped}hold {_split_name(self._held)}: rehearsed for this "
                             f"{'run' if self.asynchronous else 'step'}",
                             forecast=forecast.summary(), forecast_error=self.forecaster.errors())
         plan = self.allocator.plan(forecast, engines, anchor=self._committed,
                                    locked=self._requests.locked(snapshot.time_s, self.dwell_s))
         targets, why = self._vote(plan, snapshot.finished)
-        if not targets and not self._committed:
-            targets, why = self._given_back(plan, engines, snapshot.finished) or (targets, why)
         self._requests.ask(targets, snapshot.time_s)
         if targets:
             self.calibration.moved()
@@ -375,7 +380,8 @@ class Prorsa:
 
     def _reopened(self, engines: list[EngineLoad], now_s: float) -> tuple[dict[str, Role], str] | None:
         """A prior found wrong leaves the run where its prior's split put it; it goes where a run
-        told nothing opens (_unprimed), early, while few decodes are there to drain. Left to
+        told nothing opens (_unprimed, held as that is), early, while few decodes are there to
+        drain. Left to
         the fluid model's votes instead, a terminal run's prior held SWE MoE sync all mixed to its
         end: dropped at 3 s, the goals it voted for changed each interval while the drains grew
         (0.928 of the best fixed split; benchmarks/priors.py --table paper)."""
@@ -409,35 +415,6 @@ class Prorsa:
             return {}, veto
         self._committed = plan.goal
         return plan.targets, ""
-
-    def _given_back(self, plan: Plan, engines: list[EngineLoad],
-                    finished: Sequence[TrajectorySpec]) -> tuple[dict[str, Role], str] | None:
-        """With no prior, prefill engines beside mixed ones (the unprimed opening's) back to mixed,
-        where the last `concurrency` trajectories to complete replay sooner all mixed by
-        REHEARSAL_GAIN than as now and than under the fluid model's best split; asked once a
-        quarter of `concurrency` has completed, and again after each further quarter. Such a move
-        drains nothing, yet the fluid model rarely finds it worth min_gain: on math-tir's MoE cells,
-        where colocated is best, it priced all mixed 5-11% better and kept the two prefill
-        engines to the tail (0.937-0.943 of colocated)."""
-        current = plan.current
-        p, d, m = current
-        # a prior's split is its steady state's, not a hedge: a replay of the short trajectories
-        # that complete first, all started at once, favours all mixed (declared means on SWE MoE
-        # async: given back at 40 s, 0.994 -> 0.931 of the best fixed split)
-        if self.prior is not None or not p or d or not m or self.rehearse is None \
-                or len(finished) < max(VETO_EVIDENCE, self.concurrency // 4):
-            return None
-        if self._too_few_since(finished, self._give_back_checked):
-            return None
-        self._give_back_checked = finished[-1].traj_id
-        mixed = (0, 0, p + m)
-        specs = self._window(finished)
-        times = self._replay(specs, [current, mixed, plan.best])
-        if times[mixed] * (1 + self.calibration.margin(REHEARSAL_GAIN)) >= min(t for c, t in times.items() if c != mixed):
-            return None
-        return reassign(engines, mixed), (f"give the prefill engines back: the last {len(specs)} trajectories "
-                                          f"replayed end in {times[mixed]:.1f} s all mixed, "
-                                          f"{times[current]:.1f} s as now; ")
 
     def _replayed(self, current: tuple[int, int, int], goal: tuple[int, int, int], best: tuple[int, int, int],
                   finished: Sequence[TrajectorySpec]) -> str:

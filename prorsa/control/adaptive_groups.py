@@ -118,9 +118,6 @@ class ProrsaGroups(Prorsa):
         self._requests.ask(targets, snapshot.time_s)
         return Decision(targets, why)
 
-    def _given_back(self, plan, engines, finished) -> None:
-        return None  # groups open on their declared roles: there is no unprimed opening to give back
-
     def decide(self, snapshot: Snapshot) -> Decision:
         # the allocator reads the engines group by group, in engine order
         return super().decide(replace(snapshot, engines=tuple(in_order(list(snapshot.engines)))))

@@ -1,37 +1,28 @@
-"""The opening with nothing known of the run's workload: the engines' own (unprimed_opening), and
-whether to open all mixed instead, by least worst-case regret over the plausible workloads
-(regret_opening; control/adaptive.py _unprimed asks it that one thing).
+"""The opening with nothing known of the run's workload: the split of least worst-case regret over
+a declared set of plausible agentic workloads, narrowed by the prompts in hand.
 
     PLAUSIBLE                       the declared set of agentic workloads an opening must not lose
                                     much on: every built-in task family (agent/families.py)
-    family_hint(name, concurrency)  one family as a WorkloadHint (the means of a fixed draw)
-    unprimed_opening(ranks, n) -> (p, d, m)   the engines' own opening: all mixed, or on engines of
-                                    several DP-attention ranks UNPRIMED_PREFILL_SHARE prefill beside mixed
-    steady_forecast(hint, cap, n, n_bins, bin_s) -> Forecast   a workload's steady-state demand
-    regret_opening(cap, n, concurrency, n_bins, bin_s, prompts) -> Opening
-                                    the split whose largest regret over the plausible workloads is
-                                    least, and what it is on each
     plausible(concurrency, prompts) -> {family: hint}   the families the prompts leave in
-    family_trajectories(name, concurrency, n)   a fixed draw of a family, to rehearse
-    least_regret({family: {split: s}}) -> Opening   the same rule over rehearsed times
+    family_hint(name, concurrency)  one family as a WorkloadHint (the means of a fixed draw)
+    family_trajectories(name, concurrency, n, max_turns)   a fixed draw of a family, to rehearse
     every_split(n)                  all mixed, every P:D, every P beside mixed
-    rehearsed_opening(replay, n, concurrency, prompts) -> Opening   least_regret over the
-                                    plausible families' draws, each replayed under every split
+    rehearsed_opening(replay, n, concurrency, prompts, windows, max_turns) -> Opening
+                                    least_regret over the plausible families' draws, each replayed
+                                    (the body's simulator) under every split
+    least_regret({family: {split: s}}) -> Opening   the split whose largest regret is least
+    steady_forecast(hint, cap, n, n_bins, bin_s) -> Forecast   a workload's steady-state demand
 
-A split's regret on a workload is its steady-state cost (allocator.score over steady_forecast, the
-fluid model the allocator plans with) over the best split's for that workload, less one. The
-opening is the split with the least largest regret: the decision theorist's minimax-regret rule,
-the one that holds when there is nothing to weigh the workloads by. The prompts in hand narrow the
-set: a family whose mean prompt is more than PRIOR_TOLERANCE off theirs is not this run's
-(control/prior_check.py's rule, the same one a prior is held to). The engines, their slots and
-their cost model are the run's. The fluid model ranks splits coarsely (it overstates terminal's
-regret for a second prefill engine), so prorsa takes from it only whether all mixed is the answer
-for every plausible workload, not how many prefill engines (docs/notes/allocator-experiments.md).
-
-The fluid model does not see prefix caches, so an asynchronous run whose pipeline declares weight
-updates (each empties every cache) asks the simulator instead: each plausible family's fixed draw
-is rehearsed with the updates under every fixed split, and least_regret picks one
-(rehearsed_opening; control/adaptive.py _unprimed holds it through the run).
+A split's regret on a workload is its time over the best split's for that workload, less
+one. The opening is the split with the least largest regret: the decision theorist's minimax-regret
+rule, the one that holds when there is nothing to weigh the workloads by. The prompts in hand
+narrow the set: a family whose mean prompt is more than PRIOR_TOLERANCE off theirs is not this
+run's (control/prior_check.py's rule, the same one a prior is held to). The engines, their slots,
+their cost model, the run's concurrency, turn cap, context bound and declared weight updates are the
+run's: the rehearsal is the run's own simulator replaying each family's fixed draw (nothing of the
+run's trajectories) as the pipeline shapes it. The fluid model alone ranks splits coarsely (it
+overstates terminal's regret for a second prefill engine, and does not see the prefix caches a weight
+update empties), so it decides only where no simulator is lent (docs/notes/allocator-experiments.md).
 """
 
 from __future__ import annotations
@@ -46,24 +37,19 @@ from prorsa.agent.families import FAMILIES
 from prorsa.agent.trace import TrajectorySpec, workload_means
 from prorsa.agent.workload import Workload
 from prorsa.config.workload import WorkloadConfig
-from prorsa.control.allocator import Capacity, score, splits
+from prorsa.control.allocator import Capacity
 from prorsa.control.forecast import Forecast
 from prorsa.control.policy import WorkloadHint
 from prorsa.control.prior_check import opening_contradiction
 from prorsa.roles import Role
 
-# With no prior, engines of several DP-attention ranks open with this share prefill beside mixed
-# ones (at least one of each). Chosen on the 32 single-step cells of benchmarks/priors.py's paper
-# and drivers tables whose engines have several ranks, of the shares 0, 1/4, 3/8 and 1/2: a quarter
-# lost least (lowest 0.937 of the best fixed split, 2 cells below 0.97; all mixed: 0.820 and 13).
-UNPRIMED_PREFILL_SHARE = 0.25
 PLAUSIBLE = tuple(FAMILIES)
 _DRAW = 512  # trajectories a family's means are taken over (fixed seed: the same hint every run)
-# With declared weight updates, each plausible family's draw is rehearsed at this many times the
-# run's concurrency (that many in flight): 2 ranked the splits of SWE and math-tir mixed (4 engines
-# of EP8, 3 s updates every 30 s, seed 0: the tuning cell) as the run does, at half the cost of 4
-# (benchmarks/async_updates.py)
-UPDATES_OPENING_WINDOWS = 2
+# An asynchronous run's opening rehearses each plausible family's draw at this many times the run's
+# concurrency (that many in flight; a synchronous run's, one step of it): 2 ranked the splits of SWE
+# and math-tir mixed (4 engines of EP8, 3 s updates every 30 s, seed 0: the tuning cell) as the run
+# does, at half the cost of 4 (benchmarks/async_updates.py)
+ASYNC_OPENING_WINDOWS = 2
 
 
 @dataclass(frozen=True)
@@ -92,9 +78,10 @@ def plausible(concurrency: int, prompts: Sequence[int] = ()) -> dict[str, Worklo
     return near or hints
 
 
-def family_trajectories(name: str, concurrency: int, n: int) -> list[TrajectorySpec]:
-    """`n` trajectories of a built-in family (a fixed draw: the same every run), to rehearse."""
-    w = WorkloadConfig(family=name, mode="async", concurrency=concurrency, trajectories=n)
+def family_trajectories(name: str, concurrency: int, n: int, max_turns: int | None = None) -> list[TrajectorySpec]:
+    """`n` trajectories of a built-in family (a fixed draw: the same every run), to rehearse;
+    `max_turns`: the pipeline's cap on turns (SWE's draw runs to 40 turns where a pipeline caps 12)."""
+    w = WorkloadConfig(family=name, mode="async", concurrency=concurrency, trajectories=n, max_turns=max_turns)
     draw = Workload.from_config(w, seed=0)
     return [draw.trajectory(i) for i in range(n)]
 
@@ -106,16 +93,19 @@ def every_split(n_engines: int) -> list[tuple[int, int, int]]:
 
 
 def rehearsed_opening(replay: Callable[[list[TrajectorySpec], list[tuple[int, int, int]]], dict],
-                      n_engines: int, concurrency: int, prompts: Sequence[int] = ()) -> Opening:
-    """Of every_split, the one of least worst-case regret over the families the
-    prompts leave in, each family's fixed draw (UPDATES_OPENING_WINDOWS x `concurrency`)
-    timed by `replay` (trajectories, splits) -> {split: seconds}, which replays the run's
-    declared weight updates. The fluid model, blind to the prefix caches every update empties,
-    priced all mixed 20x P1 beside mixed on SWE and math-tir mixed (3 s updates every 30 s, 4
-    engines of EP8) where the engines ran it 17% faster: opened on P1 beside mixed, prorsa gave
-    it back at 442 s, 0.91 of the best fixed split."""
+                      n_engines: int, concurrency: int, prompts: Sequence[int] = (), windows: int = 1,
+                      max_turns: int | None = None) -> Opening:
+    """Of every_split, the one of least worst-case regret over the families the prompts leave in,
+    each family's fixed draw (`windows` x `concurrency` trajectories, turns capped at `max_turns`)
+    timed by `replay` (trajectories, splits) -> {split: seconds}: the body's simulator, which runs
+    them as the pipeline does (its concurrency, context bound and weight updates).
+    Where it replaced a quarter of the engines prefill beside mixed (chosen on the paper and drivers
+    tables), no no-prior MoE cell lost and the held-out ones gained: SWE MoE sync on 4 engines
+    0.930 -> 1.000 of the best fixed split, SWE MoE async 0.991-0.994 -> 1.000; with weight updates
+    on a clock the fluid model priced all mixed 20x P1 beside mixed on SWE and math-tir mixed where
+    the engines ran it 17% faster (opened on P1 beside mixed, 0.91 of the best fixed split)."""
     cands = every_split(n_engines)
-    return least_regret({f: replay(family_trajectories(f, concurrency, UPDATES_OPENING_WINDOWS * concurrency), cands)
+    return least_regret({f: replay(family_trajectories(f, concurrency, windows * concurrency, max_turns), cands)
                          for f in plausible(concurrency, prompts)})
 
 
@@ -126,41 +116,6 @@ def least_regret(times: dict[str, dict[tuple[int, int, int], float]]) -> Opening
     regret = {f: {c: t[c] / max(min(t.values()), 1e-12) - 1.0 for c in cands} for f, t in times.items()}
     split = min(cands, key=lambda c: (round(max(r[c] for r in regret.values()), 9), -c[2], c[0]))
     return Opening(split, {f: round(r[split], 4) for f, r in regret.items()}, tuple(times))
-
-
-def regret_opening(cap: Capacity, n_engines: int, concurrency: int, n_bins: int, bin_s: float,
-                   prompts: Sequence[int] = ()) -> Opening:
-    hints = plausible(concurrency, prompts)
-    cands = splits(n_engines)
-    worst = np.zeros(len(cands))
-    regret = {}
-    for name, hint in hints.items():
-        fc = steady_forecast(hint, cap, n_engines, n_bins, bin_s)
-        costs = score(cap, fc, cands[:, 0], cands[:, 1], cands[:, 2])
-        r = costs / max(float(costs.min()), 1e-12) - 1.0
-        regret[name] = r
-        worst = np.maximum(worst, r)
-    # of splits tied on their worst regret, the most mixed: it serves either phase at once
-    tied = np.flatnonzero(worst <= worst.min() + 1e-9)
-    k = int(tied[np.lexsort((cands[tied, 0], -cands[tied, 2]))[0]])
-    p, d, m = (int(x) for x in cands[k])
-    return Opening((p, d, m), {f: round(float(r[k]), 4) for f, r in regret.items()}, tuple(hints))
-
-
-def unprimed_opening(ranks: int, n_engines: int) -> tuple[int, int, int]:
-    """The opening split with nothing known of the workload: all mixed on engines of one rank;
-    on engines of several DP-attention ranks, UNPRIMED_PREFILL_SHARE of them prefill beside mixed
-    ones. There a mixed engine steps at its slowest rank, so a prefill chunk on one rank stalls
-    every rank's decodes, and the splits that pay are made in the run's first seconds, before
-    any decode has ended for the forecast to learn from (opened all mixed on drivers.py's turns-8
-    cell, the allocator reached its best split between 6 and 24 s, through drains of 11-23 s, and
-    ended at 0.820 of it). The error is made on the side that is cheap to undo: a prefill
-    engine holds no decodes, so turning it mixed or decode drains nothing, while a mixed engine
-    turned prefill drains its decodes first."""
-    if ranks <= 1 or n_engines < 2:
-        return 0, 0, n_engines
-    p = min(max(round(n_engines * UNPRIMED_PREFILL_SHARE), 1), n_engines - 1)
-    return p, 0, n_engines - p
 
 
 def steady_forecast(hint: WorkloadHint, cap: Capacity, n_engines: int, n_bins: int, bin_s: float) -> Forecast:

@@ -162,6 +162,7 @@ class PolicyContext:
     # in hand); () where the body cannot count them (a live environment, an open-ended server)
     opening_prompts: tuple[int, ...] = ()
     updates: WeightUpdates | None = None  # an asynchronous run's declared weight updates; None: none
+    max_turns: int | None = None  # the pipeline's cap on a trajectory's turns (None: each family's own)
 
     @classmethod
     def default(cls) -> PolicyContext:

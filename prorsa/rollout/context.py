@@ -269,7 +269,8 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
                          concurrency=concurrency(cfg), asynchronous=cfg.workload.mode == "async",
                          layouts=None if layouts.is_uniform else layouts,
                          prior_trajectories=prior_trajectories(cfg.prior) if isinstance(cfg.prior, str) else (),
-                         engine_roles=engine_roles(cfg), groups=group_shapes(cfg), updates=weight_updates(cfg))
+                         engine_roles=engine_roles(cfg), groups=group_shapes(cfg), updates=weight_updates(cfg),
+                         max_turns=cfg.workload.max_turns)
 
 
 def weight_updates(cfg: PipelineConfig) -> WeightUpdates | None:

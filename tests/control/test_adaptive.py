@@ -209,8 +209,8 @@ def test_reactive_keeps_a_role_alive_and_holds_when_both_press():
 
 
 def test_the_opening_split_follows_the_prior_not_a_told_split():
-    """Without a prior prorsa opens all mixed on a dense model and a quarter prefill beside mixed
-    engines on an MoE under DP attention. With a prior (an earlier run's means) it opens with the
+    """Without a prior, and no simulator lent to rehearse the plausible workloads, prorsa opens all
+    mixed, on a dense model and on an MoE under DP attention alike. With a prior (an earlier run's means) it opens with the
     split the cost model scores best for that workload's steady state: mixed for a dense model
     with small appends, dedicated roles for long SWE contexts on an MoE under DP attention."""
     from dataclasses import replace
@@ -226,7 +226,7 @@ def test_the_opening_split_follows_the_prior_not_a_told_split():
     moe_cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=4)
     moe = PolicyContext(cost=moe_cost, slots=128, kv_capacity_tokens=moe_cost.kv_capacity_tokens() * 4, interval_s=1.0)
     assert make_policy("prorsa", dense).initial_roles(8) == [M] * 8  # no prior
-    assert make_policy("prorsa", moe).initial_roles(8) == [P, P] + [M] * 6  # no prior, 4 ranks an engine
+    assert make_policy("prorsa", moe).initial_roles(8) == [M] * 8  # no prior, no simulator
     assert make_policy("prorsa", replace(dense, prior=small)).initial_roles(8) == [M] * 8
     opening = make_policy("prorsa", replace(moe, prior=swe)).initial_roles(8)
     assert Role.PREFILL in opening and len(opening) == 8
@@ -289,7 +289,7 @@ def test_prorsa_learns_the_workload_from_what_it_observes_and_opens_the_next_ste
     from prorsa.control.policy import Snapshot
 
     p = make_policy("prorsa", _swe_moe_context())
-    assert p.initial_roles(8) == [P, P] + [M] * 6 and "no prior" in p.opening_reason
+    assert p.initial_roles(8) == [M] * 8 and "no prior" in p.opening_reason
     assert p.learned() is None  # nothing ended yet: no means, and no prior to fall back on
     events = _trajectory_events(16, turns=11, prompt=1750, obs=1560, dec=465, tool_s=0.9)
     snap = Snapshot(200.0, tuple(eng(f"e{i}", M) for i in range(8)), events=tuple(events))
@@ -368,7 +368,8 @@ def test_between_steps_rehearses_the_step_that_just_ran():
         return 80.0 if split == (1, 0, 7) else 100.0
 
     p = make_policy("prorsa", replace(_swe_moe_context(), rehearse=rehearse))
-    assert p.initial_roles(8) == [P, P] + [M] * 6  # no prior: nothing to rehearse, the unprimed opening
+    assert p.initial_roles(8) == [P] + [M] * 7  # no prior: the plausible families rehearsed
+    seen.clear()
     finished = tuple(_spec(i) for i in range(3))
     d = p.between_steps(Snapshot(50.0, tuple(eng(f"e{i}", M) for i in range(8)), finished=finished))
     assert ("t0", "t1", "t2") in seen  # the step as it ran; the rest are its resamples
@@ -510,8 +511,9 @@ def _held_on(prior):
     """prorsa holding P2 D6, rehearsed on an earlier run whose means were `prior`."""
     from dataclasses import replace
 
+    # the earlier run's replay favours P2 D6; the plausible families' draws (ids a0, a1, ...) no split
     ctx = replace(_swe_moe_context(), concurrency=16, prior=prior, prior_trajectories=(_spec(0),),
-                  rehearse=lambda specs, split: 90.0 if split == (2, 6, 0) else 100.0)
+                  rehearse=lambda specs, split: 90.0 if split == (2, 6, 0) and specs[0].traj_id[0] != "a" else 100.0)
     p = make_policy("prorsa", ctx)
     assert p.initial_roles(8) == [P, P] + [D] * 6
     return p
@@ -535,20 +537,20 @@ def test_a_prior_the_run_contradicts_is_dropped():
             if e.traj_id == "s0-p15-g0"]
     d = _decide_on(p, more)
     assert d.reason.startswith("prior dropped: prompt_tokens 2170 observed against its 434; ")
-    assert not _decide_on(p, []).reason.startswith("hold")  # and it stays dropped
+    assert p.prior is None and not p._held_on_prior  # and it stays dropped
 
 
 def test_a_prior_dropped_on_tool_time_reopens_the_run_as_with_no_prior():
     """A terminal run's prior on a SWE-like run: prompts, appends and decodes alike, tool calls of
     22 s against 0.3 s. Once most calls started have ended it is dropped, and the engines go where
-    a run told nothing opens (a quarter prefill beside mixed on these EP4 engines), at once."""
+    a run told nothing opens (the plausible families rehearsed: all mixed here), at once."""
     from prorsa.control.policy import WorkloadHint
 
     prior = WorkloadHint(16, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480, tool_s=22.0, turns=3)
     p = _held_on(prior)
     d = _decide_on(p, _trajectory_events(20, turns=3, prompt=2000, obs=1000, dec=480, tool_s=0.3))
-    assert d.reason.startswith("prior dropped: tool_s 0.3 observed against its 22; reopen as with no prior: P2 D0 M6")
-    assert sorted(r.value for r in d.targets.values()) == ["mixed"] * 6
+    assert d.reason.startswith("prior dropped: tool_s 0.3 observed against its 22; reopen as with no prior: P0 D0 M8")
+    assert sorted(r.value for r in d.targets.values()) == ["mixed"] * 8
     assert p.prior is None
 
 
@@ -581,19 +583,43 @@ def test_prompts_in_hand_at_the_opening_drop_a_prior_they_contradict():
     assert opening_contradiction(prior, [100] * 8 + [1800] * 8) == ""  # mean 950
 
 
-@pytest.mark.parametrize("ranks,n,split", [(1, 8, (0, 0, 8)), (4, 8, (2, 0, 6)), (16, 8, (2, 0, 6)),
-                                           (2, 16, (4, 0, 12)), (4, 3, (1, 0, 2)), (4, 2, (1, 0, 1)),
-                                           (4, 1, (0, 0, 1))])
-def test_with_nothing_known_engines_of_several_ranks_open_a_quarter_prefill_beside_mixed(ranks, n, split):
-    """The unprimed opening is a function of the engines alone: mixed where one rank steps alone,
-    a quarter prefill (at least one, never all) where a mixed engine steps at its slowest rank."""
-    from prorsa.control.opening import unprimed_opening
+@pytest.mark.parametrize("ep,updates,lent,rehearsed", [(1, False, True, False), (4, False, True, True),
+                                                       (1, True, True, True), (4, False, False, False)])
+def test_with_nothing_known_the_opening_is_rehearsed_where_a_mixed_engine_steps_at_its_slowest_rank(
+        ep, updates, lent, rehearsed):
+    """No prior: the plausible families are rehearsed (and the least worst-case regret held) on
+    engines of several DP-attention ranks or with weight updates declared, where the simulator is
+    lent; else all mixed, nothing rehearsed."""
+    from dataclasses import replace
 
-    assert unprimed_opening(ranks, n) == split
+    from prorsa.control.policy import PolicyContext, WeightUpdates
+    from prorsa.costmodel import CostModel
+
+    asked = []
+
+    def rehearse(specs, split):  # P1 beside mixed 10% ahead on every family but math-tir, 5% behind there
+        asked.append(split)
+        if specs[0].family == "math-tir":
+            return {(0, 0, 8): 100.0, (1, 0, 7): 105.0}.get(split, 120.0)
+        return 90.0 if split == (1, 0, 7) else 100.0
+
+    cost = CostModel.from_names("h200", "qwen3-30b-a3b", ep=ep)
+    ctx = PolicyContext(cost=cost, slots=128, kv_capacity_tokens=cost.kv_capacity_tokens() * ep, interval_s=1.0,
+                        concurrency=16, asynchronous=updates, rehearse=rehearse if lent else None,
+                        updates=WeightUpdates(every_s=30.0) if updates else None)
+    p = make_policy("prorsa", ctx)
+    roles = p.initial_roles(8)
+    if not rehearsed:
+        assert roles == [M] * 8 and not asked
+        return
+    assert roles == [P] + [M] * 7 and len(asked) == 5 * 15  # every plausible family, every split
+    assert "least worst-case regret (5.0%)" in p.opening_reason
+    assert p.decide(Snapshot(1.0, tuple(eng(f"e{i}", r) for i, r in enumerate(roles)))).reason.startswith("hold P1 D0 M7")
+    assert make_policy("prorsa", replace(ctx, max_turns=3)).initial_roles(8) == roles
 
 
-def test_the_unprimed_opening_is_undone_without_a_drain():
-    """Giving the opening's prefill engines back costs no drain (they hold no decodes), where
+def test_prefill_engines_beside_mixed_are_undone_without_a_drain():
+    """Giving prefill engines back to mixed costs no drain (they hold no decodes), where
     taking mixed engines into prefill later does: the allocator prices the first at nothing."""
     from prorsa.control.allocator import Allocator, Capacity, _Movers
     from prorsa.costmodel import CostModel
@@ -609,90 +635,24 @@ def test_the_unprimed_opening_is_undone_without_a_drain():
     assert movers.slowest((2, 0, 6), (4, 0, 4)) > 10 * movers.slowest((2, 0, 6), (0, 2, 6))  # mixed -> prefill
 
 
-def _giving_back(times: dict, asked: list, concurrency: int = 64):
-    """prorsa on MoE engines with no prior (it opens P2 beside M6), a simulator lent whose replay
-    of a split takes times[split] (else 95 s)."""
+@pytest.mark.parametrize("prompt,families", [(400, {"search", "math-tir"}), (2000, {"swe", "terminal", "coding-agent"}),
+                                             (None, {"swe", "search", "math-tir", "terminal", "coding-agent"})])
+def test_with_no_prior_the_prompts_in_hand_narrow_the_families_rehearsed(prompt, families):
+    """math-tir's and search's prompts (0.3-0.4k) fit only those two families; SWE's (2k) fit
+    terminal and coding agents too; no prompts counted: every family. Each is rehearsed on a draw
+    of its own, capped at the pipeline's turns."""
     from dataclasses import replace
+
+    drawn: dict = {}
 
     def rehearse(specs, split):
-        asked.append((len(specs), split))
-        return times.get(split, 95.0)
-
-    return make_policy("prorsa", replace(_swe_moe_context(), concurrency=concurrency, rehearse=rehearse))
-
-
-def test_the_unprimed_prefill_engines_are_given_back_when_their_replay_ends_sooner_all_mixed():
-    """The opening's prefill engines go back to mixed (no drain) once a quarter of `concurrency`
-    has completed and a replay of the last `concurrency` ends sooner all mixed than as now and than
-    the fluid model's best split; a refusal is not replayed again until another quarter completes."""
-    events = stream(64, 10.0, dec=300, rate=200.0)  # light: the fluid model asks for no move
-    done = tuple(_spec(i) for i in range(16))
-    asked: list = []
-    res = drive(_giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0}, asked), events, t_end=10, finished=done)
-    moves = [(t, d) for t, d in res if d.targets]
-    assert len(moves) == 1 and sorted(moves[0][1].targets.values()) == [M, M]
-    assert "give the prefill engines back: the last 16 trajectories replayed end in 90.0 s all mixed, 100.0 s as now" \
-        in moves[0][1].reason
-    assert {split for _, split in asked} >= {(2, 0, 6), (0, 0, 8)} and {n for n, _ in asked} == {16}
-
-    # all mixed within REHEARSAL_GAIN of now: kept, and not replayed again with nothing more completed
-    asked.clear()
-    kept = drive(_giving_back({(2, 0, 6): 100.0, (0, 0, 8): 99.5}, asked), events, t_end=10, finished=done)
-    assert not any(d.targets for _, d in kept) and not any("give the prefill" in d.reason for _, d in kept)
-    assert sum(split == (2, 0, 6) for _, split in asked) <= 2  # the give-back's replay, and the veto's of a goal
-    # a quarter of concurrency not yet completed: nothing replayed
-    asked.clear()
-    early = drive(_giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0}, asked), events, t_end=10, finished=done[:15])
-    assert not asked and not any("give the prefill" in d.reason for _, d in early)
-
-
-def test_no_give_back_where_the_fluid_model_s_best_split_replays_sooner_still():
-    from dataclasses import replace
-
-    from prorsa.control.allocator import Plan
-    from prorsa.control.policy import WorkloadHint
-
-    engines = [eng("e0", P), eng("e1", P)] + [eng(f"e{i}", M) for i in range(2, 8)]
-    done = tuple(_spec(i) for i in range(16))
-    plan = Plan(targets={}, current=(2, 0, 6), goal=(2, 0, 6), next=(2, 0, 6), best=(1, 7, 0),
-                cost_now=1.0, cost_goal=1.0, switch_cost=0.0, reason="")
-    asked: list = []
-    p = _giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0, (1, 7, 0): 85.0}, asked)
-    assert p._given_back(plan, engines, done) is None and {s for _, s in asked} == {(2, 0, 6), (0, 0, 8), (1, 7, 0)}
-    p = _giving_back({(2, 0, 6): 100.0, (0, 0, 8): 90.0, (1, 7, 0): 91.0}, asked)
-    targets, why = p._given_back(plan, engines, done)
-    assert targets == {"e0": M, "e1": M} and "90.0 s all mixed, 100.0 s as now" in why
-    # a split with decode engines is not the opening's hedge, nor one a prior's steady state chose:
-    # nothing is replayed for them
-    asked.clear()
-    assert p._given_back(replace(plan, current=(2, 2, 4)), engines, done) is None and not asked
-    p.prior = WorkloadHint(concurrency=64, prompt_tokens=300, observation_tokens=100, decode_tokens=200,
-                           turns=4.0, tool_s=1.0)
-    assert p._given_back(plan, engines, done) is None and not asked
-
-
-@pytest.mark.parametrize("prompt,split", [(400, (0, 0, 8)), (300, (0, 0, 8)), (2000, (2, 0, 6)), (None, (2, 0, 6))])
-def test_with_no_prior_the_prompts_in_hand_decide_whether_to_open_with_prefill_engines(prompt, split):
-    """math-tir's and search's prompts (0.3-0.4k) fit only workloads the fluid model serves best all
-    mixed: open all mixed; SWE's (2k) also fit terminal and coding agents: the engines' opening
-    (a quarter prefill at EP4); no prompts counted: the engines' opening."""
-    from dataclasses import replace
+        drawn[specs[0].family] = (len(specs), max(len(s.turns) for s in specs))
+        return 100.0
 
     prompts = () if prompt is None else (prompt,) * 32
-    p = make_policy("prorsa", replace(_swe_moe_context(), opening_prompts=prompts))
-    roles = p.initial_roles(8)
-    assert (roles.count(P), roles.count(D), roles.count(M)) == split
-    if prompt is not None and split == (0, 0, 8):
-        assert "is served best all mixed" in p.opening_reason
-
-
-def test_regret_opening_narrows_the_families_by_the_prompts_and_is_the_engines_alone_otherwise():
-    from prorsa.control.opening import PLAUSIBLE, regret_opening
-
-    p = make_policy("prorsa", _swe_moe_context())
-    args = (p.capacity, 8, 256, p.forecaster.n_bins, p.forecaster.bin_s)
-    swe = regret_opening(*args, (2000,) * 32)
-    assert set(swe.considered) == {"swe", "terminal", "coding-agent"} and swe.split != (0, 0, 8)
-    assert regret_opening(*args, (400,) * 32).considered == ("search", "math-tir")
-    assert regret_opening(*args, (400,) * 8).considered == PLAUSIBLE  # too few prompts to narrow by
-    assert min(swe.regret.values()) >= 0.0
+    p = make_policy("prorsa", replace(_swe_moe_context(), concurrency=32, opening_prompts=prompts, rehearse=rehearse,
+                                      max_turns=5))
+    assert p.initial_roles(8) == [M] * 8  # every split alike: the most mixed
+    assert set(drawn) == families and set(p.opening.considered) == families
+    assert all(n == 32 and turns <= 5 for n, turns in drawn.values())
+    assert ("prompts in hand fit" if prompt else "no prompts counted") in p.opening_reason

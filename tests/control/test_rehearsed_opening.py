@@ -1,5 +1,5 @@
-"""The no-prior opening of an asynchronous run with declared weight updates: least worst-case
-regret over the plausible families, each rehearsed under every fixed split."""
+"""The no-prior opening: least worst-case regret over the plausible families, each rehearsed under
+every fixed split."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_the_opening_replays_each_plausible_family_under_every_split():
         asked.append((specs[0].traj_id, len(specs), tuple(cands)))
         return {c: 100.0 + 10 * c[0] for c in cands}  # fewer prefill engines, sooner
 
-    got = rehearsed_opening(replay, 4, 8, prompts=[2000] * 16)
+    got = rehearsed_opening(replay, 4, 8, prompts=[2000] * 16, windows=2)
     assert got.split == (0, 0, 4)
     assert {n for _, n, _ in asked} == {16}  # two windows of 8 in flight
     assert all(cands == tuple(every_split(4)) for _, _, cands in asked)
