@@ -87,7 +87,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/paper.json")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
-    ap.add_argument("--rerun", default="", help="policies simulated again although FILE holds them")
+    ap.add_argument("--rerun", default="", help="policies simulated again although FILE holds them "
+                                                "(POLICY:MODEL for one model's, e.g. prorsa:moe)")
     ap.add_argument("--sticky-overload", default="cost", metavar="X|cost|none",
                     help="runtime.sticky_overload of every run (cost: a turn leaves its engines when the move "
                          "pays for its recompute; X: past X times the least-loaded engine's turns; none: never)")
@@ -146,14 +147,16 @@ def main() -> None:
 
 
 def reused_points(path: str | None, rerun: set[str], seed: int) -> list[dict]:
-    """The points of an earlier results file worth keeping: its seed's, of policies not in `rerun`."""
+    """The points of an earlier results file worth keeping: its seed's, of policies not in `rerun`
+    (POLICY, or POLICY:MODEL for one model's: prorsa:moe)."""
     if not path:
         return []
     try:
         points = json.loads(Path(path).read_text())["points"]
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: --reuse {path}: not a paper.py results file ({e})")
-    return [p for p in points if p["seed"] == seed and p["policy"] not in rerun]
+    return [p for p in points if p["seed"] == seed and p["policy"] not in rerun
+            and f"{p['policy']}:{p['model']}" not in rerun]
 
 
 def save(script: str, t0: float, cells: list[dict], points: list[dict], out: str) -> None:

@@ -234,15 +234,19 @@ def test_live_prorsa_rehearses_the_step_that_ran_before_the_next(tmp_path):
     assert ds.attrs["time_scale"] == 0.05 and ds.attrs["clock"] == "wall"  # control_t and end_s: one clock
     codes = json.loads(ds.attrs["role_codes"])
     opening = sorted(int(x) for x in ds.control_role.values[0])
-    # the first step opens where the policy, told no prior and the prompts in hand, opens: at this
-    # scale (4 engines, 64 in flight) the workloads SWE's prompts fit are served best all mixed
+    # the first step opens where the policy, told no prior and the prompts in hand, opens with the
+    # simulator lent: the split of least worst-case regret over the families SWE's prompts fit
     assert ds.control_t.values[0] < first_step_end
+    from dataclasses import replace
+
     import yaml
 
     from prorsa.agent.workload import Workload
     from prorsa.rollout.context import prior_checked, resolve
+    from prorsa.sim.rehearse import rehearser
+    from prorsa.sim.run import simulate_async
 
     run = resolve(PipelineConfig.model_validate(yaml.safe_load(STEPS)))
     told = prior_checked(run, Workload.from_config(run.cfg.workload, run.cfg.seed)).policy
-    expected = make_policy("prorsa", told).initial_roles(4)
-    assert opening == sorted(codes[r.value] for r in expected) == sorted([codes["mixed"]] * 4)
+    expected = make_policy("prorsa", replace(told, rehearse=rehearser(run, simulate_async))).initial_roles(4)
+    assert opening == sorted(codes[r.value] for r in expected)

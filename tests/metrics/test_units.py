@@ -14,9 +14,10 @@ from prorsa.sim.run import simulate, write_run
 CFG = {"name": "units", "policy": "prorsa",
        "engines": {"backend": "emulated", "count": 3, "slots": 8, "model": "qwen3-30b-a3b", "ep": 4},
        "workload": {"family": "swe", "prompts": 4, "group_size": 4, "max_turns": 4}}
-# MoE engines as DP-attention groups and a low bar for switching: a switch within a second of simulation
+# dense engines (an MoE one would hold its rehearsed opening through an async run) and a low bar for
+# switching: a switch within two seconds of simulation
 SWITCHING = {"name": "switching", "seed": 5, "policy": "prorsa:4:1:2:1:0.02",
-             "engines": {"backend": "emulated", "count": 4, "slots": 128, "model": "qwen3-30b-a3b", "ep": 8},
+             "engines": {"backend": "emulated", "count": 4, "slots": 128, "model": "qwen3-8b"},
              "workload": {"family": "swe", "mode": "async", "concurrency": 64, "trajectories": 64, "max_turns": 3},
              "runtime": {"control_interval_s": 0.2}}
 
