@@ -20,7 +20,7 @@ judged equivalent (EQUIVALENT below, each with why no test can kill it).
                                             [--db FILE] [--out FILE]
     .venv/bin/python benchmarks/mutation.py --rescore FILE    (after EQUIVALENT changed)
 
-Run it on a clean checkout (it rewrites the five modules while it runs); one worker process.
+Run it on a clean checkout (it rewrites the modules of MODULES while it runs); one worker process.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ("prorsa/control/allocator.py", "prorsa/control/forecast.py", "prorsa/control/forecast_stats.py",
-           "prorsa/rollout/router.py", "prorsa/rollout/placement.py")
+           "prorsa/rollout/router.py", "prorsa/rollout/engine_pools.py", "prorsa/rollout/stickiness.py",
+           "prorsa/rollout/engine_choice.py", "prorsa/rollout/cost_rule.py", "prorsa/rollout/migration.py",
+           "prorsa/rollout/placement.py")
 TESTS = ("tests/control", "tests/rollout")
 
 _ARITH = ("Add", "Sub", "Mul", "Div", "FloorDiv")
@@ -94,10 +96,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("prorsa/control/forecast_stats.py",
      "at = np.where(i >= 0, level[np.maximum(i, 0)] if len(level) else 1, self._level)"):
         "with no change recorded every index is -1, so np.where takes the level, never this value",
-    ("prorsa/rollout/router.py", "if sticky and self.load[prev] <= self.overload - max(self._floor, 1):"):
+    ("prorsa/rollout/engine_choice.py", "if sticky and self.load[prev] <= self.overload - max(self._floor, 1):"):
         "a shortcut made stricter: what it no longer settles, the exact test against the least load "
         "settles alike (the floor never exceeds it); only a scan more",
-    ("prorsa/rollout/router.py", "if sticky and self.load[prev] <= self.overload * max(self._floor, 0):"):
+    ("prorsa/rollout/engine_choice.py", "if sticky and self.load[prev] <= self.overload * max(self._floor, 0):"):
         "a shortcut made stricter: what it no longer settles, the exact test against the least load "
         "settles alike (the floor never exceeds it); only a scan more",
 }
