@@ -13,6 +13,8 @@ cache dropped).
                    first 32 whole are trained, the other 8 go on under the next version
                    (max_staleness 1: a group whose first turn lags the trained version by more is dropped)
     cut:X          the same with carry: false: the other 8 are cancelled as the step ends
+    overlap:X      partial:X with overlap: as a group becomes whole, the next step's next group
+                   starts at once (under this step's version), so the tail keeps 40 groups running
     async    256 in flight, 1,024 trajectories, an update every 256 finished; a trajectory trained
              more than 1 version behind its first turn is counted as dropped (the simulator has no
              learner to gate starts, so none is held back: rollout runs ahead freely)
@@ -78,7 +80,7 @@ from progress import each_done
 # model -> (profile, engines, ep, slots an engine)
 MODELS = {"moe": ("qwen3-30b-a3b", 4, 8, 256), "dense": ("qwen3-8b", 16, 1, 32)}
 GROUP, UPDATE_S, STALENESS = 8, 5.0, 1
-MODES = "sync,partial:0.25,partial:0.5,cut:0.25,async"
+MODES = "sync,partial:0.25,partial:0.5,cut:0.25,overlap:0.25,async"
 TRACE_MODES = "sync,partial:0.25,async"
 
 
@@ -99,8 +101,9 @@ def config(model: str, mode: str, prompts: int, steps: int, seed: int, trace: st
         "name": f"partial-{model}-{mode.replace(':', '-')}", "seed": seed, "policy": "colocated",
         "engines": {"backend": "emulated", "count": count, "slots": slots, "gpu": "h200", "model": name, "ep": ep},
         "workload": workload,
-        **({"partial_rollout": {"over_sample": float(over), "carry": kind == "partial", "max_staleness": STALENESS}}
-           if kind in ("partial", "cut") else {}),
+        **({"partial_rollout": {"over_sample": float(over), "carry": kind != "cut", "overlap": kind == "overlap",
+                                "max_staleness": STALENESS}}
+           if kind in ("partial", "cut", "overlap") else {}),
     })  # fmt: skip
 
 
@@ -161,6 +164,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="moe,dense")
     ap.add_argument("--modes", help=f"sync, partial:X (over_sample X, carried), cut:X (over_sample X, cancelled), "
+                    "overlap:X (partial:X, the next step's groups started as this step's become whole), "
                     f"async (default: {MODES}; with --trace: {TRACE_MODES})")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--steps", type=int, default=4)
@@ -182,7 +186,7 @@ def main() -> None:
     if "sync" not in modes:
         sys.exit("error: --modes: sync is the baseline every ratio is taken against; keep it")
     if bad := [m for m in modes if m not in ("sync", "async") and not _over_sample(m)]:
-        sys.exit(f"error: --modes: {bad[0]!r}: expected sync, async, partial:X or cut:X (X >= 0)")
+        sys.exit(f"error: --modes: {bad[0]!r}: expected sync, async, partial:X, cut:X or overlap:X (X >= 0)")
     if unknown := [m for m in models if m not in MODELS]:
         sys.exit(f"error: --models: {unknown[0]!r}: expected {' or '.join(MODELS)}")
     decode_tps = _decode_tps(args.decode_tps)
@@ -275,7 +279,7 @@ def grouped(specs: list, g: int) -> list:
 def _over_sample(mode: str) -> bool:
     kind, _, x = mode.partition(":")
     try:
-        return kind in ("partial", "cut") and float(x) >= 0
+        return kind in ("partial", "cut", "overlap") and float(x) >= 0
     except ValueError:
         return False
 

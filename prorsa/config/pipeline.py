@@ -119,6 +119,9 @@ class PipelineConfig(Section):
         if self.train is not None and p.max_staleness is not None:
             raise ValueError("partial_rollout.max_staleness: with train: the bound is train.max_staleness; "
                              "give it there")
+        if p.overlap and not p.carry:
+            raise ValueError("partial_rollout.overlap starts the next step's groups before this step ends, and "
+                             "carry: false would cancel them as it ends; set carry: true")
         return self
 
     @property

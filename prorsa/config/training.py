@@ -53,7 +53,8 @@ class PartialRolloutConfig(Section):
     """Synchronous steps that end when enough is done (rollout/partial.py): a step starts
     (1 + over_sample) x prompts GRPO groups and ends once `prompts` of them are whole; the rest
     go on into the next step (carry) or are cancelled. A trajectory whose first turn was sent
-    more than max_staleness policy versions before the version a step trains is dropped."""
+    more than max_staleness policy versions before the version a step trains is dropped. With
+    overlap, the next step's groups start as this step's become whole."""
 
     # extra groups started per step, as a share of prompts (rounded up to whole groups): 0.25 of
     # 8 prompts starts 10 groups; the first 8 to be whole are trained
@@ -63,3 +64,7 @@ class PartialRolloutConfig(Section):
     carry: bool = True
     # None: train.max_staleness with train:, else 1 (a pipeline gives one bound, not two)
     max_staleness: int | None = Field(None, ge=0, le=MANY)
+    # True: as a group becomes whole, the next step's next group starts at once, under this step's
+    # version, so the step's tail keeps its engines busy with the next step's first prefills (at
+    # most one step ahead; needs carry)
+    overlap: bool = False

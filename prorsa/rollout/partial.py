@@ -17,6 +17,12 @@ first ones to be whole; those are the step's batch. What is still running then:
 
 Whole groups past the batch (ended at the same instant) wait for the next step's batch.
 
+    overlap   as a group becomes whole, the next step's next group starts at once, so as many
+              groups run as the plan starts (plain: the tail runs down to the last few); those
+              groups start under this step's version and are carried; at most one step ahead (a
+              step's slots run out), none past the last step. One whole before this step's batch
+              is filled trains in it (its lag 0, as any member of the batch)
+
 A group's members all start under one version (the step's); a turn is tagged with the version it
 was sent under (drivers.VersionedRunner), so a carried trajectory's oldest version is its
 start's. At each step's start a carried group whose start version lags the step's version by more
@@ -53,6 +59,7 @@ class PartialPlan:
     groups: int  # groups in flight in each step: ceil((1 + over_sample) x prompts)
     carry: bool  # unfinished trajectories go on into the next step (else cancelled)
     max_staleness: int  # versions a trained trajectory's first turn may lag the trained version
+    overlap: bool = False  # the next step's groups start as this step's become whole
 
     @classmethod
     def of(cls, cfg: PipelineConfig) -> PartialPlan | None:
@@ -61,7 +68,7 @@ class PartialPlan:
             return None
         b = cfg.workload.prompts
         # the float product of e.g. 0.1 x 10 lands a hair above 1: round it off before the ceiling
-        return cls(b, math.ceil(round((1 + p.over_sample) * b, 9)), p.carry, cfg.staleness_bound)
+        return cls(b, math.ceil(round((1 + p.over_sample) * b, 9)), p.carry, cfg.staleness_bound, p.overlap)
 
 
 @dataclass
@@ -120,12 +127,15 @@ class _Steps:
         self.whole: list[_Group] = []  # in the order they became whole, not yet in a batch
         self.turns: dict[str, list[TurnResult]] = {}  # what a cancelled trajectory had played
         self.results: list[TrajectoryResult] = []  # every trajectory, as on_done saw it
+        self.started: dict[int, int] = {}  # step -> groups started from its slots (overlap starts some early)
 
     async def run(self, step: int, *, last: bool) -> None:
         await self._drop_stale(step)
         self._start(step)
         while len(self.whole) < self.plan.prompts:
             await self._next_ended()
+            if self.plan.overlap and not last:
+                self._begin(step + 1, self.plan.groups - len(self.running))
         batch, self.whole = self.whole[:self.plan.prompts], self.whole[self.plan.prompts:]
         for g in batch:
             for spec in g.specs:
@@ -138,13 +148,21 @@ class _Steps:
                             "(partial_rollout.carry false)")
 
     def _start(self, step: int) -> None:
-        new = self.plan.groups - len(self.running) - len(self.whole)
+        self._begin(step, self.plan.groups - len(self.running) - len(self.whole))
+
+    def _begin(self, step: int, new: int) -> None:
+        """Start the next `new` of `step`'s groups not yet started (fewer where its slots run out)."""
+        done = self.started.get(step, 0)
+        new = min(new, self.plan.groups - done)
+        if new <= 0:
+            return
+        self.started[step] = done + new
         began = self.now()
         g_size = self.workload.cfg.group_size
-        # the first `new` of a full step's groups: a step's slots stay step x groups apart however
-        # many it carried, so a replayed trace never plays one of its trajectories twice at once
-        specs = self.workload.trajectories_for_step(step, first=new * g_size, prompts=self.plan.groups) \
-            if new > 0 else []
+        # of a full step's groups: a step's slots stay step x groups apart however many it carried,
+        # so a replayed trace never plays one of its trajectories twice at once
+        specs = self.workload.trajectories_for_step(step, first=(done + new) * g_size,
+                                                    prompts=self.plan.groups)[done * g_size:]
         for i in range(0, len(specs), g_size):
             members = specs[i:i + g_size]
             group = _Group(f"s{step}-p{members[0].prompt_index}", self.version, members)

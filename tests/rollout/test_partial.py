@@ -38,8 +38,8 @@ class DecodeTimed:
         return TurnResult(req.traj_id, req.turn, "e0", "e1", req.appended_tokens, 0, req.decode_tokens)
 
 
-def roll(over_sample=0.5, carry=True, max_staleness=None, steps=STEPS, seed=2):
-    partial = {"over_sample": over_sample, "carry": carry} | (
+def roll(over_sample=0.5, carry=True, max_staleness=None, steps=STEPS, seed=2, overlap=False, updates=None):
+    partial = {"over_sample": over_sample, "carry": carry, "overlap": overlap} | (
         {} if max_staleness is None else {"max_staleness": max_staleness})
     cfg = PipelineConfig.model_validate({"name": "t", "partial_rollout": partial, "workload": {
         "family": "coding-agent", "prompts": B, "group_size": G, "steps": steps, "max_turns": 12}})
@@ -53,6 +53,8 @@ def roll(over_sample=0.5, carry=True, max_staleness=None, steps=STEPS, seed=2):
 
         async def update():
             log.append("update")
+            if updates is not None:
+                updates.append(loop.time() - t0)
             await asyncio.sleep(0.25)
 
         await run_partial(Workload.from_config(cfg.workload, seed), cfg.workload, runner, lambda: loop.time() - t0,
@@ -202,3 +204,29 @@ def test_a_replayed_trace_plays_no_trajectory_twice_at_once(tmp_path):
 
     run_virtual(main())
     assert len({r.spec.seed for r in seen}) == len(seen)  # a repeat would share its original's seed
+
+
+def test_with_overlap_the_next_step_starts_as_this_step_s_groups_become_whole():
+    """Each group that becomes whole is replaced at once by one of the next step's, started under
+    this step's version: every step still trains B whole groups, each trajectory is reported once
+    within the staleness bound, nothing of a step past the last is started, and the run ends
+    sooner than with the next step's groups held back to its start."""
+    updates: list[float] = []
+    plan, runner, log = roll(overlap=True, updates=updates)
+    rs = results(log)
+    trained = [r for r in rs if r.trained_step is not None]
+    assert Counter(r.trained_step for r in trained) == {s: B * G for s in range(STEPS)}
+    assert len({r.spec.traj_id for r in rs}) == len(rs) and runner.running == 0
+    assert max(r.spec.step for r in rs) == STEPS - 1
+    early = [r for r in trained if r.spec.step > 0 and r.start_s < updates[r.spec.step - 1]]
+    assert early, "no group of a step started before the update that opens it"
+    assert all(r.policy_version == r.spec.step - 1 for r in early)  # under the step before's version
+    assert all(r.trained_step - r.policy_version <= 1 for r in trained)
+    assert all(r.status in ("cancelled", "stale") for r in rs if r.trained_step is None)
+    held = results(roll(updates=[])[2])
+    assert max(r.end_s for r in rs) < max(r.end_s for r in held)
+
+
+def test_overlap_needs_carry():
+    with pytest.raises(ValueError, match="overlap .* carry: true"):
+        PipelineConfig.model_validate({"name": "t", "partial_rollout": {"carry": False, "overlap": True}})
