@@ -49,7 +49,7 @@ from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import ConfigError, describe, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.engine.registry import resolve_model_dir
+from prorsa.engine.registry import backend_of
 from prorsa.live.run import LiveSession, open_live
 from prorsa.live.training import push_weights
 from prorsa.rollout.assemble import beside
@@ -232,7 +232,7 @@ class Rollout:
         live = self._up()
         with self._updating:  # one update at a time: versions are pushed in order
             version = self._version + 1
-            base = resolve_model_dir(self.cfg.engines) if self.cfg.engines.backend == "vllm" else None
+            base = backend_of(self.cfg.engines).model_dir()
             model_dir = model_dir_for(source, base, self.run_dir / "weights" / f"v{version}")
             push = push_weights(live.client, live.addresses)
             asyncio.run_coroutine_threadsafe(push(model_dir), self._loop).result()

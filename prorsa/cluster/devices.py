@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from prorsa.config.engines import EnginesConfig
 from prorsa.config.layout import EngineLayout
+from prorsa.engine.registry import backend_of
 
 
 class DevicePlanError(ValueError):
@@ -135,10 +136,6 @@ def plan_node(devices: tuple[str, ...], source: str, layout: EngineLayout | Sequ
     return DevicePlan(tuple(devices), source, g, engines)
 
 
-def needs_gpus(cfg: EnginesConfig) -> bool:
-    return cfg.backend == "vllm" and cfg.vllm.device == "cuda"
-
-
 def engine_layouts(cfg: EnginesConfig) -> tuple[EngineLayout, ...]:
     """Each engine's vLLM layout, in engine order: its group's (engines.groups), else engines.vllm's."""
     return tuple(cfg.engine_vllm(i).layout for i in range(cfg.count))
@@ -148,7 +145,7 @@ def node_plan(cfg: EnginesConfig, engines_on_node: int, environ: Mapping[str, st
               count_gpus: Callable[[], int] = nvml_gpu_count, first: int = 0) -> DevicePlan | None:
     """The plan of a node hosting `engines_on_node` engines, engine `first` the first of them;
     None for engines without GPUs."""
-    if not needs_gpus(cfg):
+    if not backend_of(cfg).on_gpus:
         return None
     devices, source = node_devices(cfg.devices, environ, count_gpus)
     if cfg.groups is not None:

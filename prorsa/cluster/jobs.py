@@ -51,7 +51,7 @@ def ctrl_c_interrupts() -> None:
 from prorsa.config.cluster import JobSettings, PbsSpec, SlurmSpec
 from prorsa.config.engines import EnginesConfig
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.engine.registry import engine_name, hosted_engines
+from prorsa.engine.registry import backend_of, engine_name, hosted_engines
 from prorsa.roles import Role
 from prorsa.cluster.local import (SCHEDULER_CONFIG, TRAINER_NAME, engine_resources, follower_resources, tool_name,
                                     tool_resources, trainer_resources, wants_trainer_worker)
@@ -67,8 +67,7 @@ def engine_gpus(settings: JobSettings, engines: EnginesConfig, index: int = 0) -
     """GPUs the job of engine `index` books: its group's layout (engines.groups), unless set."""
     if settings.gpus is not None:
         return settings.gpus
-    on_gpu = engines.backend == "vllm" and engines.vllm.device == "cuda"
-    return engines.engine_vllm(index).layout.gpus if on_gpu else 0
+    return engines.engine_vllm(index).layout.gpus if backend_of(engines).on_gpus else 0
 
 
 def _resources(resources: dict[str, float]) -> str:

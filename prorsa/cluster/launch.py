@@ -41,9 +41,8 @@ from prorsa.cluster.hosts import WorkerEngineHost, WorkerFollowerHost, WorkerToo
 from prorsa.cluster.nodes import spanning_engines
 from prorsa.cluster.security import exposure, make_security
 from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec
-from prorsa.config.engines import EnginesConfig
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
+from prorsa.engine.registry import backend_of, engine_name, hosted_engines, resolve_model_dir
 from prorsa.roles import Role
 from prorsa.cluster.local import (TRAINER_NAME, EngineStartFailed, engine_resources, start_local_cluster, tool_name,
                                     tool_resources, trainer_resources, wants_trainer_worker)
@@ -288,21 +287,13 @@ async def wait_for_named(client: Client, names: list[str], timeout_s: float,
         await asyncio.sleep(0.25)
 
 
-def portable_engines(cfg: EnginesConfig) -> EnginesConfig:
-    """Absolute model paths: a job may start in another directory (PBS starts in $HOME)."""
-    if cfg.backend != "vllm":
-        return cfg
-    vllm = cfg.vllm.model_copy(update={"model": str(resolve_model_dir(cfg).resolve()),
-                                       "cache_dir": str(Path(cfg.vllm.cache_dir).resolve())})
-    return cfg.model_copy(update={"vllm": vllm})
-
-
 async def _host(client: Client, cfg: PipelineConfig, roles: list[Role], run_dir: Path,
                 node_gpus: int | None = None) -> None:
     """Engines (and the toolbox) on workers that joined by themselves; returns once all are up.
     The further nodes of engines spanning nodes of `node_gpus` GPUs (batch jobs) start with their
     leaders, which wait for them: both plugins at once. A failed start: EngineStartFailed."""
-    engines, where = portable_engines(hosted_engines(cfg)), str(run_dir.resolve())
+    # absolute paths: a job may start in another directory (PBS starts in $HOME)
+    engines, where = backend_of(hosted_engines(cfg)).portable(), str(run_dir.resolve())
     hosts = [WorkerEngineHost(roles, engines, where, node_gpus)]
     if spanning_engines(engines, node_gpus):
         hosts.append(WorkerFollowerHost(engines, where, node_gpus))

@@ -18,7 +18,7 @@ from prorsa.cluster.launch_plan import launch_plan, print_plan
 from prorsa.cluster.nodes import spanning_engines
 from prorsa.config.cluster import AddressSpec, ClusterSpec, LocalSpec, PbsSpec, SlurmSpec
 from prorsa.config.load import ConfigError
-from prorsa.engine.registry import hosted_engines
+from prorsa.engine.registry import backend_of, hosted_engines
 from prorsa.roles import Role
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def check_launch(resolved: RunContext, cluster: ClusterSpec | None, source: str,
                                   f"{engines.vllm.node_ranks} ranks (engines.vllm.node_ranks); engines spanning "
                                   "nodes are launched on a local cluster or batch jobs, not on a running scheduler")
             return
-        if show is None and engines.backend != "vllm":
+        if show is None and not backend_of(engines).launches_servers:
             return
         plans = launch_plan(engines, _initial_roles(resolved), local, node_gpus=node_gpus)
     except DevicePlanError as e:

@@ -28,7 +28,7 @@ from prorsa.cluster.devices import node_plan, nvml_gpu_count
 from prorsa.cluster.nodes import node_args, spanning_engines
 from prorsa.config.engines import EnginesConfig
 from prorsa.engine.core_share import engine_cores, node_share
-from prorsa.engine.registry import engine_name
+from prorsa.engine.registry import backend_of, engine_name
 from prorsa.roles import Role
 
 PORT = "<port>"  # picked at start: a free local port
@@ -76,7 +76,7 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
     """`local`: every engine on this machine (a LocalCluster); else each engine
     joins from a job of its own, whose GPUs only the batch system knows; `node_gpus`: the GPUs
     such a job books (the cluster file's engines.gpus), None: as many as its engine needs."""
-    if cfg.backend != "vllm":
+    if not backend_of(cfg).launches_servers:
         groups = cfg.engine_groups
         at = cfg.group_of_engine()
         return [EngineLaunch(engine_name(i), role, f"tp{groups[at[i]].tp} ep{groups[at[i]].ep}", "emulated", None, (), ())

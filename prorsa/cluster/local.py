@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import dask
 from distributed import Nanny, Scheduler, SpecCluster, Worker
@@ -32,7 +33,7 @@ from prorsa.cluster.span_host import FollowerHost
 from prorsa.cluster.tool_host import ToolHost
 from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.engine.registry import engine_name, hosted_engines, resolve_model_dir
+from prorsa.engine.registry import backend_of, engine_name, hosted_engines, resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role, role_resources
 
@@ -135,8 +136,7 @@ def lost_worker_timeout_s(cfg: PipelineConfig) -> float:
     good (dask's default: 15 s). A Nanny restarts a killed engine worker, and the new one joins the
     scheduler only once its engine is up: a vLLM server takes minutes on a loaded machine, and an
     engine closed for good would leave its role's legs waiting for ever."""
-    start = cfg.engines.vllm.start_timeout_s if cfg.engines.backend == "vllm" else 0.0
-    return 60.0 + 2 * start
+    return 60.0 + 2 * backend_of(cfg.engines).start_timeout_s
 
 
 async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: Path, host: str = "127.0.0.1",

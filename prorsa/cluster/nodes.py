@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from prorsa.config.engines import EnginesConfig
 from prorsa.config.layout import EngineLayout
-from prorsa.cluster.devices import DevicePlanError, engine_layouts, needs_gpus
+from prorsa.cluster.devices import DevicePlanError, engine_layouts
+from prorsa.engine.registry import backend_of
 
 NODE_GPUS_FIELD = "engines.gpus"  # where the cluster file declares a node's GPUs (one engine job's)
 NODE_RANKS_FIELD = "engines.vllm.node_ranks"  # where a pipeline declares a CPU "node"'s ranks
@@ -83,10 +84,11 @@ def node_args(span: NodeSpan, node: int, address: str, rpc_port: int | str) -> l
 def spanning_engines(cfg: EnginesConfig, node_gpus: int | None) -> dict[int, NodeSpan]:
     """Engine index -> its span, for the engines larger than a node; {} without a node size. The
     size: `node_gpus` for GPU engines, engines.vllm.node_ranks for CPU ones."""
-    if cfg.backend != "vllm":
+    backend = backend_of(cfg)
+    if not backend.launches_servers:  # only a server's ranks span nodes
         return {}
-    node_field = NODE_GPUS_FIELD if needs_gpus(cfg) else NODE_RANKS_FIELD
-    size = node_gpus if needs_gpus(cfg) else cfg.vllm.node_ranks
+    node_field = NODE_GPUS_FIELD if backend.on_gpus else NODE_RANKS_FIELD
+    size = node_gpus if backend.on_gpus else cfg.vllm.node_ranks
     if size is None:
         return {}
     field = "engines.groups" if cfg.groups is not None else "engines.vllm"

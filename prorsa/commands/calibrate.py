@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from prorsa.commands.errors import fail
-from prorsa.commands.inputs import check_vllm, load_pipeline
+from prorsa.commands.inputs import check_engines, load_pipeline
 from prorsa.commands.run_folder import new_run_folder
 from prorsa.commands.stopping import sigterm_as_interrupt
 
@@ -24,9 +24,11 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
         fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
     output = output or "configs/hardware/cpu.yaml"
     cfg = load_pipeline(pipeline, {}).cfg
-    if cfg.engines.backend != "vllm":
+    from prorsa.engine.registry import backend_of
+
+    if not backend_of(cfg.engines).measurable:
         fail(f"{pipeline}: engines.backend is {cfg.engines.backend}; calibrate measures vllm engines")
-    check_vllm(cfg, pipeline)
+    check_engines(cfg, pipeline)
     from prorsa.engine.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
 
     seed = cfg.seed if seed is None else seed

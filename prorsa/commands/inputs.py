@@ -4,7 +4,7 @@
     with_options(items, **options) -> dict         KEY=VALUE arguments, the named options over them
     prior_path(path) -> str | None                 --prior as an absolute path
     cluster_from(value) -> ClusterSpec | None      --cluster: a cluster file or a scheduler address
-    check_vllm(cfg, pipeline)                      vLLM engines need vLLM and a model directory
+    check_engines(cfg, pipeline)                   what the engines need here (vLLM: the package, a model)
 """
 
 from __future__ import annotations
@@ -50,15 +50,8 @@ def cluster_from(value: str | None) -> ClusterSpec | None:
         fail(str(e))
 
 
-def check_vllm(cfg: PipelineConfig, pipeline: str) -> None:
-    import importlib.util
+def check_engines(cfg: PipelineConfig, pipeline: str) -> None:
+    from prorsa.engine.registry import backend_of
 
-    from prorsa.engine.registry import resolve_model_dir
-
-    if importlib.util.find_spec("vllm") is None:
-        fail(f"{pipeline}: engines.backend is vllm but vLLM is not installed "
-             "(run ./setup.sh, or use --engine emulated)")
-    try:
-        resolve_model_dir(cfg.engines)
-    except ValueError as e:
-        fail(f"{pipeline}: {e}")
+    if missing := backend_of(cfg.engines).unavailable():
+        fail(f"{pipeline}: {missing}")

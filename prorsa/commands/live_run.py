@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from prorsa.commands.errors import fail, or_fail
-from prorsa.commands.inputs import check_vllm, cluster_from, load_pipeline, prior_path, with_options
+from prorsa.commands.inputs import check_engines, cluster_from, load_pipeline, prior_path, with_options
 from prorsa.commands.run_folder import FAILED, RunFolder, failed_start, new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
 from prorsa.metrics.progress import summary_table
@@ -61,8 +61,7 @@ def start_run(request: RunRequest) -> None:
         return
     if cfg.scheduling.oracle:
         fail(f"{request.source}: scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
-    if cfg.engines.backend == "vllm":
-        check_vllm(cfg, request.source)
+    check_engines(cfg, request.source)
     _import_the_live_body()
     folder = _run_folder(request, cfg)
     journal = _open_journal(cfg, folder)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from prorsa.commands.errors import fail
-from prorsa.commands.inputs import check_vllm, load_pipeline, with_options
+from prorsa.commands.inputs import check_engines, load_pipeline, with_options
 from prorsa.commands.run_folder import new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
 
@@ -68,8 +68,7 @@ def _servable(request: ServeRequest) -> RunContext:
     if cfg.partial_rollout is not None:
         fail(f"{pipeline}: partial_rollout: prorsa serve has no steps, its clients' conversations are the "
              "trajectories; drop the partial_rollout: section")
-    if cfg.engines.backend == "vllm":
-        check_vllm(cfg, pipeline)
+    check_engines(cfg, pipeline)
     return resolved
 
 

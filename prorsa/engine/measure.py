@@ -144,7 +144,9 @@ async def measure_pipeline(cfg, plan: Plan, log_dir: Path, *, seed: int = 0,
     """Start one engine of the pipeline's backend, measure `plan` on it, stop it."""
     import json
 
-    if cfg.engines.backend != "vllm":
+    from prorsa.engine.registry import backend_of
+
+    if not backend_of(cfg.engines).measurable:
         raise ValueError(f"engines.backend is {cfg.engines.backend!r}: calibration measures vllm engines")
     if plan.max_context() > cfg.engines.vllm.max_model_len:
         raise ValueError(f"the plan needs {plan.max_context()} tokens of context; "

@@ -1,11 +1,19 @@
-"""Engine backends by name: the pipeline's `engines.backend` picks one.
+"""Engine backends by name: the pipeline's `engines.backend` picks one, an EngineBackend that
+answers every question the rest of prorsa asks of a backend, so nothing past the schema tests the name.
 
+    backend_of(engines) -> EngineBackend    that section's backend (BACKENDS: the classes by name)
     make_engine(index, role, cfg, run_dir, gpus) -> Engine   called once per engine, where it will live;
                                                             gpus: a CUDA engine's own (cluster/devices.py)
                                                             peers: the other nodes of an engine spanning
                                                             nodes, when this is its leader
     node_server(index, cfg, run_dir, peers) -> VllmServer   a further node's headless server of that engine
     hosted_engines(pipeline) -> EnginesConfig           the engines section the engine hosts get
+    resolve_model_dir(engines) -> Path                  a vLLM model's directory, a tiny one made on first use
+
+An EngineBackend, for one engines section (EmulatedBackend, VllmBackend):
+    name, time_scaled, launches_servers, measurable, vllm_layout    what the backend is (class-wide)
+    on_gpus, pins_cores, start_timeout_s                            where its engines run, how long one starts
+    make_engine(...), model_dir(), unavailable(), portable(), admitting_by_priority()
 
 Imports are lazy so a machine without vLLM runs emulated engines.
 """
@@ -13,8 +21,11 @@ Imports are lazy so a machine without vLLM runs emulated engines.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 from prorsa.config.engines import EnginesConfig
 from prorsa.config.pipeline import PipelineConfig
@@ -23,13 +34,53 @@ from prorsa.engine.core_share import engine_cores, node_share
 from prorsa.roles import Role
 
 
-def engine_name(index: int) -> str:
-    return f"engine-{index}"
+class EngineBackend(Protocol):
+    """What the rest of prorsa asks of an engine backend, answered for one engines section."""
+
+    name: ClassVar[str]  # engines.backend
+    time_scaled: ClassVar[bool]  # honours engines.time_scale (wall seconds per body second)
+    # its engines are server processes: a log each under the run's engines/ (start progress is read
+    # off it), command lines in the launch plan, ranks that may span nodes
+    launches_servers: ClassVar[bool]
+    measurable: ClassVar[bool]  # prorsa calibrate measures one (an emulated engine's times are the cost model)
+    vllm_layout: ClassVar[bool]  # engines.tp and ep were read off engines.vllm's layout (config/engines.py)
+    on_gpus: bool  # its engines take GPUs: batch jobs book them, the device plan hands them out
+    pins_cores: bool  # its engines are pinned to host cores they share (engine/core_share.py)
+    start_timeout_s: float  # how long an engine may take to start again: what turns and the cluster wait out
+
+    def make_engine(self, index: int, role: Role, run_dir: Path, gpus: tuple[str, ...] | None = None,
+                    peers=None) -> Engine: ...
+
+    def model_dir(self) -> Path | None:
+        """The model its engines run, made on first use; None: they run none."""
+
+    def unavailable(self) -> str | None:
+        """What this machine lacks to start its engines, before anything starts; None: nothing."""
+
+    def portable(self) -> EnginesConfig:
+        """The engines section with absolute paths: a batch job may start in another directory."""
+
+    def admitting_by_priority(self) -> EnginesConfig:
+        """The engines section with its engines admitting requests by their priority."""
 
 
-def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
-                gpus: tuple[str, ...] | None = None, peers=None) -> Engine:
-    if cfg.backend == "emulated":
+@dataclass(frozen=True)
+class EmulatedBackend:
+    """Engines timed by the cost model, in their worker's own process."""
+
+    engines: EnginesConfig
+    name: ClassVar[str] = "emulated"
+    time_scaled: ClassVar[bool] = True
+    launches_servers: ClassVar[bool] = False
+    measurable: ClassVar[bool] = False
+    vllm_layout: ClassVar[bool] = False
+    on_gpus: ClassVar[bool] = False
+    pins_cores: ClassVar[bool] = False
+    start_timeout_s: ClassVar[float] = 0.0  # starts at once, or not at all
+
+    def make_engine(self, index: int, role: Role, run_dir: Path, gpus: tuple[str, ...] | None = None,
+                    peers=None) -> Engine:
+        cfg = self.engines
         if cfg.parallelism is not None:  # the live controller has no relayout step (sim/controller.py has)
             raise ValueError("engines.parallelism: per-role parallelism is simulated only (prorsa sim); "
                              "live engines use engines.tp and engines.ep")
@@ -42,19 +93,102 @@ def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
         cost = CostModel.from_names(cfg.gpu, cfg.model, tp=tp, ep=ep)
         return EmulatedEngine(engine_name(index), role, cost, slots=slots, time_scale=cfg.time_scale,
                               prefix_cache=cfg.prefix_cache)
-    if cfg.backend == "vllm":
-        return _vllm_engine(index, role, cfg, run_dir, gpus, peers)
-    raise ValueError(f"engines.backend: unknown backend {cfg.backend!r}")
+
+    def model_dir(self) -> None:
+        return None
+
+    def unavailable(self) -> None:
+        return None
+
+    def portable(self) -> EnginesConfig:
+        return self.engines
+
+    def admitting_by_priority(self) -> EnginesConfig:
+        return self.engines  # an emulated engine always admits by priority
+
+
+@dataclass(frozen=True)
+class VllmBackend:
+    """A vLLM server per engine (engine/vllm/), on CPU cores or GPUs (engines.vllm.device)."""
+
+    engines: EnginesConfig
+    name: ClassVar[str] = "vllm"
+    time_scaled: ClassVar[bool] = False  # a server runs at its own speed
+    launches_servers: ClassVar[bool] = True
+    measurable: ClassVar[bool] = True
+    vllm_layout: ClassVar[bool] = True
+
+    @property
+    def on_gpus(self) -> bool:
+        return self.engines.vllm.device == "cuda"
+
+    @property
+    def pins_cores(self) -> bool:
+        return self.engines.vllm.device == "cpu"
+
+    @property
+    def start_timeout_s(self) -> float:
+        return self.engines.vllm.start_timeout_s  # a server restarts within it or not at all
+
+    def make_engine(self, index: int, role: Role, run_dir: Path, gpus: tuple[str, ...] | None = None,
+                    peers=None) -> Engine:
+        from prorsa.engine.vllm import VllmEngine
+
+        cfg = self.engines
+        model_dir = resolve_model_dir(cfg)
+        server = node_server(index, cfg, run_dir, peers, gpus) if peers is not None else None
+        engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, _cores(index, cfg),
+                            run_dir / "engines", gpus, server)
+        engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+        return engine
+
+    def model_dir(self) -> Path:
+        return resolve_model_dir(self.engines)
+
+    def unavailable(self) -> str | None:
+        if importlib.util.find_spec("vllm") is None:
+            return "engines.backend is vllm but vLLM is not installed (run ./setup.sh, or use --engine emulated)"
+        try:
+            resolve_model_dir(self.engines)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    def portable(self) -> EnginesConfig:
+        cfg = self.engines
+        vllm = cfg.vllm.model_copy(update={"model": str(resolve_model_dir(cfg).resolve()),
+                                           "cache_dir": str(Path(cfg.vllm.cache_dir).resolve())})
+        return cfg.model_copy(update={"vllm": vllm})
+
+    def admitting_by_priority(self) -> EnginesConfig:
+        # a server on the default fcfs policy would not look at a request's priority
+        vllm = self.engines.vllm.model_copy(update={"scheduling_policy": "priority"})
+        return self.engines.model_copy(update={"vllm": vllm})
+
+
+BACKENDS: dict[str, type[EngineBackend]] = {b.name: b for b in (EmulatedBackend, VllmBackend)}
+
+
+def backend_of(engines: EnginesConfig) -> EngineBackend:
+    backend = BACKENDS.get(engines.backend)
+    if backend is None:
+        raise ValueError(f"engines.backend: unknown backend {engines.backend!r}")
+    return backend(engines)
+
+
+def engine_name(index: int) -> str:
+    return f"engine-{index}"
+
+
+def make_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path,
+                gpus: tuple[str, ...] | None = None, peers=None) -> Engine:
+    return backend_of(cfg).make_engine(index, role, run_dir, gpus, peers)
 
 
 def hosted_engines(cfg: PipelineConfig) -> EnginesConfig:
-    """The engines section as the engine hosts get it. With scheduling.priority, vLLM servers run
-    the priority scheduling policy: one on the default fcfs policy would not look at a request's
-    priority (emulated engines always admit by it)."""
-    engines = cfg.engines
-    if not cfg.scheduling.priority or engines.backend != "vllm":
-        return engines
-    return engines.model_copy(update={"vllm": engines.vllm.model_copy(update={"scheduling_policy": "priority"})})
+    """The engines section as the engine hosts get it: with scheduling.priority, engines that
+    admit by it."""
+    return backend_of(cfg.engines).admitting_by_priority() if cfg.scheduling.priority else cfg.engines
 
 
 def resolve_model_dir(cfg: EnginesConfig) -> Path:
@@ -77,18 +211,6 @@ def resolve_model_dir(cfg: EnginesConfig) -> Path:
 def _cores(index: int, cfg: EnginesConfig) -> list[int] | None:
     """The cores engine `index` pins on CPU (all its nodes' together); None on GPUs."""
     return engine_cores(index, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
-
-
-def _vllm_engine(index: int, role: Role, cfg: EnginesConfig, run_dir: Path, gpus: tuple[str, ...] | None,
-                 peers=None) -> Engine:
-    from prorsa.engine.vllm import VllmEngine
-
-    model_dir = resolve_model_dir(cfg)
-    server = node_server(index, cfg, run_dir, peers, gpus) if peers is not None else None
-    engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, _cores(index, cfg),
-                        run_dir / "engines", gpus, server)
-    engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
-    return engine
 
 
 def node_server(index: int, cfg: EnginesConfig, run_dir: Path, peers, gpus: tuple[str, ...] | None = None):

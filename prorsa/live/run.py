@@ -36,7 +36,7 @@ from prorsa.control.policy import Policy, make_policy
 from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.base import ModelsWeightUpdates
-from prorsa.engine.registry import engine_name, resolve_model_dir
+from prorsa.engine.registry import backend_of, engine_name
 from prorsa.live.controller import LiveController
 from prorsa.live.decisions import DecisionTeller
 from prorsa.live.interrupt import guarded
@@ -56,12 +56,6 @@ from prorsa.sim.run import simulate_async
 
 
 log = logging.getLogger(__name__)
-
-
-def restart_wait_s(engines) -> float:
-    """How long a turn waits out engines that are down: a vLLM server restarts within its start
-    timeout or not at all."""
-    return engines.vllm.start_timeout_s if engines.backend == "vllm" else 0.0
 
 
 def _engine_stats(dask_worker):
@@ -252,8 +246,9 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     t_boot = time.time()
     cfg = await warm_start(cfg, run_dir, console)  # RL: the engines start from the warmed-up weights
     run = replace(run, cfg=cfg)
-    if cfg.engines.backend == "vllm":  # once here, not once per engine worker
-        model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
+    backend = backend_of(cfg.engines)
+    if backend.launches_servers:  # the model made once here, not once per engine worker
+        model_dir = await asyncio.to_thread(backend.model_dir)
         console.print(f"model: {model_dir}\nengine logs: {run_dir / 'engines'}/engine-<i>.log", soft_wrap=True)
 
     links: list[str] = []
@@ -264,7 +259,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             links[:] = dashboard_links(cluster)
             console.print(f"dashboard: {links[0]}", soft_wrap=True)
 
-    async with start_progress(run_dir / "engines", engines if cfg.engines.backend == "vllm" else [], say) as watch, \
+    async with start_progress(run_dir / "engines", engines if backend.launches_servers else [], say) as watch, \
             open_run_cluster(cluster, cfg, roles, run_dir, console, show_dashboard) as started:
         watch.stop()
         client = started.client
@@ -292,7 +287,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run),
-                                restart_wait_s=restart_wait_s(cfg.engines), context_budget=context_budget(cfg.workload))
+                                restart_wait_s=backend.start_timeout_s, context_budget=context_budget(cfg.workload))
         slots, kv = cfg.engines.slots, context.kv_capacity_tokens
         if cfg.engines.groups is not None:  # each engine its own group's slots and KV
             slots = dict(zip(engines, run.engine_slots))

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xarray as xr
 
+from prorsa.engine.registry import BACKENDS
 from prorsa.metrics.outputs import ROLE_CODES, WALL_CLOCK
 
 REQUIRED_VARS = ("role", "active", "traj_start_s", "traj_end_s", "traj_completed")
@@ -144,7 +145,8 @@ def _turn_table(path: Path) -> pd.DataFrame:
 def _time_unit(pipeline: dict[str, Any] | None) -> float:
     """Wall seconds per body second, the rule the live run used (rollout/context.py: time_unit)."""
     engines = (pipeline or {}).get("engines") or {}
-    scale = engines.get("time_scale", 1.0) if engines.get("backend") == "emulated" else 1.0
+    backend = BACKENDS.get(engines.get("backend"))
+    scale = engines.get("time_scale", 1.0) if backend is not None and backend.time_scaled else 1.0
     return float(scale) if isinstance(scale, (int, float)) and scale > 0 else 1.0
 
 

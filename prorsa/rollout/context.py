@@ -47,6 +47,7 @@ from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import GroupShape, PolicyContext, WeightUpdates, WorkloadHint, make_policy
 from prorsa.control.tail import RemainingWork, TurnScheduler
 from prorsa.costmodel import CostModel, RoleCosts
+from prorsa.engine.registry import backend_of
 from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.roles import Role
 from prorsa.rollout.placement import MoveCost
@@ -136,14 +137,15 @@ def _profiles(cfg: PipelineConfig) -> str | None:
         if g.vllm is not None and g.vllm.expert_parallel and not cost.model.is_moe:
             return f"engines.groups[{i}].enable_expert_parallel: {e.model} is dense, it has no experts to spread"
     roles = ("prefill", "decode", "mixed") if e.parallelism is not None else ()
+    vllm_layout = backend_of(e).vllm_layout
     for role, (tp, ep) in [(None, (e.tp, e.ep)), *((r, e.layout(r)) for r in roles)]:
         try:
             cost = CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep)
         except ValueError as err:
-            if e.backend == "vllm":  # tp and ep were derived from the vLLM layout: name what was written
+            if vllm_layout:  # tp and ep were derived from the vLLM layout: name what was written
                 return f"engines.vllm: data_parallel_size {e.vllm.data_parallel_size} (the cost model's ep): {err}"
             return f"engines: {'' if role is None else f'parallelism.{role}: '}{err}"
-        if e.backend == "vllm" and e.vllm.enable_expert_parallel and not cost.model.is_moe:
+        if vllm_layout and e.vllm.enable_expert_parallel and not cost.model.is_moe:
             return f"engines.vllm.enable_expert_parallel: {e.model} is dense, it has no experts to spread"
     return None
 
@@ -219,7 +221,7 @@ def _dashboard(cfg: PipelineConfig) -> str | None:
 
 def time_unit(cfg: PipelineConfig) -> float:
     """Wall seconds per body second: emulated engines run the cost model's time scaled."""
-    scale = cfg.engines.time_scale if cfg.engines.backend == "emulated" else 1.0
+    scale = cfg.engines.time_scale if backend_of(cfg.engines).time_scaled else 1.0
     return scale if scale > 0 else 1.0
 
 

@@ -40,7 +40,7 @@ from prorsa.costmodel import load_gpu
 from prorsa.costmodel.misfit import ModelScale
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine
-from prorsa.engine.registry import engine_name
+from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
@@ -170,7 +170,7 @@ def host_cores(cfg: PipelineConfig, names: list[str]) -> CoreShare | None:
     """vLLM CPU engines on one host of the profile's cores (a CPU profile's "GPU" is one core,
     gpus_per_node the host's cores), pinned as a live run pins them; None for GPU engines."""
     e = cfg.engines
-    if e.backend != "vllm" or e.vllm.device != "cpu":
+    if not backend_of(e).pins_cores:
         return None
     gpu = load_gpu(e.gpu)
     return CoreShare.pinned(names, e.vllm.cores_per_engine, gpu.gpus_per_node, gpu.host_load_per_sequence)

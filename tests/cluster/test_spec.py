@@ -205,13 +205,13 @@ def test_any_cluster_file_is_ok_or_one_error_line(tmp_path, kind, fields):
 def test_engine_jobs_get_absolute_model_paths(tmp_path, monkeypatch):
     """A batch job may start elsewhere (PBS: in $HOME): what the engine plugin carries must not
     depend on the directory prorsa was started in."""
-    from prorsa.cluster.launch import portable_engines
+    from prorsa.engine.registry import backend_of
 
     (tmp_path / "models" / "m").mkdir(parents=True)
     (tmp_path / "models" / "m" / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     text = PIPELINE.replace("backend: emulated", "backend: vllm, vllm: {model: models/m, device: cuda}")
     cfg, _ = pipeline(tmp_path, text)
-    engines = portable_engines(cfg.engines)
+    engines = backend_of(cfg.engines).portable()
     assert engines.vllm.model == str(tmp_path / "models" / "m") and Path(engines.vllm.cache_dir).is_absolute()
     assert engines.backend == "vllm" and engines.vllm.device == "cuda"
