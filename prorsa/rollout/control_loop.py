@@ -76,6 +76,7 @@ class ControlLoop:
         self._deferred: dict[str, tuple[Role, str, ForecastSummary | None]] = {}
         self._heading: dict[str, Role] = {}  # engine -> the role a switch started on it is taking it to
         self._ended: list[LifecycleEvent] = []  # DONE/FAILED seen by the driver, for the next step
+        self._ends_shown = 0  # ends taken out of _ended so far: _ends_reported() counts from the first
         self.step_s: list[float] = []  # wall time of each control step, for its cost
         self.step_cpu_s: list[float] = []  # and the CPU it took, wherever it ran
         self._cpu = 0.0  # this step's CPU so far
@@ -162,7 +163,8 @@ class ControlLoop:
         between = getattr(self.policy, "between_steps", None)
         if between is None or step == 0:
             return
-        snap = self._with_ended(await self.observe())
+        seen = self._ends_reported()
+        snap = self._with_ended(await self.observe(), seen)
         self._learn(snap)
         snap = replace(snap, finished=tuple(as_ran(r) for r in self.rec.trajectories
                                             if r.spec.step == step - 1 and r.status == "completed"))
@@ -179,10 +181,21 @@ class ControlLoop:
         if self.on_decision is not None:
             self.on_decision(snap, decision)
 
-    def _with_ended(self, snap: Snapshot) -> Snapshot:
-        if not self._ended:
+    def _ends_reported(self) -> int:
+        return self._ends_shown + len(self._ended)
+
+    def _with_ended(self, snap: Snapshot, seen: int) -> Snapshot:
+        """The snapshot with the ends the driver had reported when the body's look (observe())
+        that gave `snap` began (`seen`: _ends_reported() then), those not shown yet. The driver
+        sees an end only after the body's events for that trajectory, so those ends follow events
+        the look found; one reported while the look was under way waits for the next step: added
+        here, it could come before its last turn's events that the look missed (seen live, under
+        load: a DONE shown before the TOOL of its turn, which then came late)."""
+        n = seen - self._ends_shown
+        if n <= 0:
             return snap
-        ended, self._ended = self._ended, []
+        ended, self._ended = self._ended[:n], self._ended[n:]
+        self._ends_shown += n
         return replace(snap, events=(*snap.events, *ended))
 
     def _learn(self, snap: Snapshot) -> None:
@@ -197,9 +210,10 @@ class ControlLoop:
         # on the loop during the awaits, so each stretch between awaits is counted on its own
         self._cpu = 0.0
         self._start_deferred()
+        seen = self._ends_reported()
         snap = await self.observe()
         c = time.thread_time()
-        snap = self._with_ended(snap)
+        snap = self._with_ended(snap, seen)
         self._learn(snap)
         snap = replace(snap, finished=self._recent_finished(), heading=dict(self._heading))
         self.spent(time.thread_time() - c)

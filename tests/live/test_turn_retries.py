@@ -4,6 +4,8 @@ without spending the turn's retries; any other failure spends one."""
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -57,11 +59,24 @@ def test_without_a_restart_wait_every_failure_spends_a_retry():
     assert attempts == [0, 1, 2]
 
 
-def test_past_the_restart_wait_a_down_engine_spends_retries_again():
+def test_past_the_restart_wait_a_down_engine_spends_retries_again(monkeypatch):
+    # On a clock that moves only by the pauses taken (a real one, on a loaded host, moves on
+    # between attempts too, and how many fit in the wait would be the host's load)
+    clock, pauses = [0.0], []
+
+    async def sleep(s):
+        pauses.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(time=time.time, monotonic=lambda: clock[0]))
+    monkeypatch.setattr(runtime.asyncio, "sleep", sleep)
     runner, attempts = _runner([EngineUnavailable("refused")] * 50, retries=1, restart_wait_s=0.02)
     with pytest.raises(EngineUnavailable):
         asyncio.run(runner.run_turn(TURN))
-    assert 4 <= len(attempts) < 50  # waited a while (pauses of at most 4 ms), then two counted failures
+    # failures at 0, 1, 3, 7, 11, 15 and 19 ms are waited out (pauses doubling to 4 ms); those at
+    # 23 and 27 ms, past the 20 ms wait, are counted: one retry, then the turn fails
+    assert pauses == [0.001, 0.002] + [0.004] * 6
+    assert attempts == list(range(9)) and runner.retried == 8
 
 
 def test_other_failures_spend_retries_while_engines_are_waited_out():

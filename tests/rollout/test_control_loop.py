@@ -6,7 +6,7 @@ import asyncio
 
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec, TurnSpec
-from prorsa.control.lifecycle import Phase
+from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.control.policy import Decision, Snapshot
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
@@ -47,6 +47,49 @@ def test_a_trajectory_the_driver_saw_end_reaches_the_policy_once():
     (ev,) = first.events
     assert (ev.traj_id, ev.turn, ev.phase, ev.time_s) == ("a1", 0, Phase.DONE, 7.0)
     assert second.events == ()
+
+
+class Looking(ControlLoop):
+    """A body whose look takes a while: it reports what had happened when the look began, and
+    the driver may see a trajectory end before the look returns (live: the scheduler call)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.happened: list[LifecycleEvent] = []
+        self.ends_during_look: list[TrajectoryResult] = []
+
+    async def observe(self) -> Snapshot:
+        found, self.happened = tuple(self.happened), []
+        await asyncio.sleep(0)
+        for result in self.ends_during_look:
+            self.trajectory_done(result)
+        self.ends_during_look = []
+        return Snapshot(time_s=self.now(), engines=(), events=found)
+
+
+def test_an_end_the_driver_sees_during_the_look_waits_for_the_next_step():
+    """The driver sees a trajectory end only after the body's last events for it; if it sees it
+    while the body is looking, the look may have missed those events: the DONE goes with the next
+    step, after them, never before its last turn's TOOL."""
+    policy = Seen()
+    loop = Looking(policy, Router({"e0": Role.MIXED}), RunRecorder(["e0"], 4, None), 1.0, lambda: 7.0)
+    spec = TrajectorySpec("a1", "swe", 0, 0, 0, (TurnSpec(10, 5, 0.1, True),), 1)
+    result = TrajectoryResult(spec=spec, turns=[TurnResult("a1", 0, "", "e0", 10, 0, 5)], status="completed")
+
+    def ev(phase: Phase) -> LifecycleEvent:
+        return LifecycleEvent(7.0, "a1", "swe", 0, phase)
+
+    async def main():
+        loop.happened = [ev(Phase.QUEUED), ev(Phase.DECODE)]
+        loop.ends_during_look = [result]  # its decode ended after the look began, then the trajectory
+        await loop.step()
+        loop.happened = [ev(Phase.TOOL), ev(Phase.DONE)]  # what that look missed
+        await loop.step()
+        await loop.step()
+
+    asyncio.run(main())
+    shown = [[e.phase for e in snap.events] for snap in policy.snaps]
+    assert shown == [[Phase.QUEUED, Phase.DECODE], [Phase.TOOL, Phase.DONE, Phase.DONE], []]
 
 
 class Asks:

@@ -73,10 +73,20 @@ def test_one_policy_object_runs_unchanged_in_both_bodies(tmp_path):
     """The same prorsa policy object steers a simulated and a live (LocalCluster) run, and is shown
     the same lifecycle: each trajectory's events in the same order. (Whether a turn has a PREFILL
     leg depends on the roles at that moment, and the events after the last decision are never
-    shown, so PREFILL is left out and one stream may stop short of the other.)"""
+    shown, so PREFILL is left out and one stream may stop short of the other.)
+
+    Live, how many decisions fall within the run, and how close the last one comes to its end,
+    is the control cadence against the run's wall time, and a loaded host stretches the steps
+    (the scheduler call, the policy's thread) more than the engines' timed waits. So the live
+    controller steps at its interval here, not after a pause set by the steps' CPU: at the
+    default control_cpu_share (0.05) prorsa's ~7 ms a step made that pause ~0.15 s, some ten
+    decisions in a ~2 s run, against ~45 at a share of 1. (Under load the driver's DONE could
+    also come before its trajectory's last TOOL; control_loop.py holds an end seen during the
+    body's look for the next step.)"""
     d = MOE | {"engines": MOE["engines"] | {"time_scale": 0.02},
                "workload": MOE["workload"] | {"tool_time_scale": 0.02 * 0.25, "prompts": 4},
-               "runtime": {"control_interval_s": 0.02, "metrics_interval_s": 0.2, "dashboard_address": None}}
+               "runtime": {"control_interval_s": 0.02, "control_cpu_share": 1.0, "metrics_interval_s": 0.2,
+                           "dashboard_address": None}}
     cfg = PipelineConfig.model_validate(d)
     policy = Recording(make_policy("prorsa", policy_context(cfg)))
     sim = simulate(cfg, policy)

@@ -78,15 +78,16 @@ def test_segfault_is_a_crash():
     assert "SIGSEGV" in res.observation
 
 
+@pytest.mark.timeout(HANG_S)
 def test_wall_timeout_keeps_partial_output_and_returns_on_time():
+    # "On time" is read off what the call says and leaves, not a stopwatch: the payload sleeps an
+    # hour, so a call that let it run would never come back (the timeout mark fails it), and one
+    # that only waited for it would have its last line; the wall limit's own note names the limit.
     limits = SandboxLimits(wall_s=1.0)
-    t0 = time.perf_counter()
-    res = run("import time\nprint('started', flush=True)\ntime.sleep(60)", limits)
+    res = run("import time\nprint('started', flush=True)\ntime.sleep(3600)\nprint('finished')", limits)
     assert res.status is ToolStatus.TIMEOUT
     assert res.observation.startswith("started") and "timed out after 1 s" in res.observation
-    # Generous on purpose: it only tells a killed payload (about 1 s) from one left to finish its
-    # 60 s sleep, which a loaded host cannot make it look like.
-    assert time.perf_counter() - t0 < 30
+    assert "finished" not in res.observation
     assert sandbox_processes() == []
 
 
