@@ -84,6 +84,7 @@ class Prorsa:
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
         self.name = policy_name("prorsa", args)
         self.prior = ctx.prior
+        self._told_prior = ctx.prior is not None  # the router prices moves by it, dropped or not
         self.concurrency = ctx.concurrency
         self.asynchronous = ctx.asynchronous
         self.rehearse = ctx.rehearse
@@ -163,10 +164,14 @@ class Prorsa:
         """control/opening.py rehearsed_opening, held as a prior's rehearsed split is (a sync
         step, an async run): left to the fluid model and to replays of the first trajectories to
         complete (short ones, which an update costs least), a rehearsed all mixed went back to P1
-        beside mixed (0.90 of best). Rehearsed once: a prior dropped later reopens on it."""
+        beside mixed (0.90 of best). Rehearsed once, as a run told no prior: a prior dropped later
+        reopens on it (rehearsed under the wrong prior's move prices, a terminal run's dropped 3 s
+        into SWE MoE sync reopened on P1 D7: 0.906 of the best fixed split; as told none, 0.962)."""
         if self.opening is None or sum(self.opening.split) != n_engines:
             c = self.concurrency or self.capacity.slots * n_engines
-            self.opening = rehearsed_opening(self._replay, n_engines, c, self.opening_prompts,
+            told = not self._told_prior  # never told one: the world is already a no-prior run's
+            self.opening = rehearsed_opening(lambda specs, cands: self._replay(specs, cands, told=told), n_engines, c,
+                                             self.opening_prompts,
                                              ASYNC_OPENING_WINDOWS if self.asynchronous else 1, self.max_turns)
         self._held = self.opening.split
         return self.opening.split
@@ -264,10 +269,13 @@ class Prorsa:
             total = {c: t + more[c] for c, t in total.items()}
         return {c: t / (n + 1) for c, t in total.items()}
 
-    def _replay(self, specs, splits: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], float]:
-        """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the record."""
+    def _replay(self, specs, splits: list[tuple[int, int, int]], told: bool = True) -> dict[tuple[int, int, int], float]:
+        """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the
+        record; `told` False: as a run told no prior would (sim/rehearse.py)."""
         assert self.rehearse is not None
         model = {} if self.calibration.scale.exact else {"scale": self.calibration.scale}
+        if not told:
+            model["told"] = False
         times = {c: self.rehearse(specs, c, **model) for c in dict.fromkeys(splits)}
         self.rehearsals.append(times)
         return times

@@ -1,14 +1,16 @@
 """The simulator lent to a policy: replay trajectories as one step under a candidate split.
 
     rehearser(run, simulate) -> Rehearse
-                                 rehearse(specs, (p, d, m)[, scale=, events=]) -> makespan, body
+                                 rehearse(specs, (p, d, m)[, scale=, events=, told=]) -> makespan, body
                                  seconds, of `specs` (tool times in body seconds) replayed at once
                                  on `run`'s engines under static:p:d:m (colocated when p = d = 0);
                                  in an asynchronous run, more of them than its `concurrency` are
                                  replayed as it runs them, that many in flight, and its weight
                                  updates are replayed as declared; `scale`: the model
                                  corrected by it (the policy's calibration); `events`: a list the
-                                 replay's lifecycle events are appended to; `simulate`: sim/run.py's
+                                 replay's lifecycle events are appended to; `told` False: the
+                                 router of a run told no prior (its moves priced at the default
+                                 mean decode, not the prior's); `simulate`: sim/run.py's
                                  coroutine (run, policy, workload) -> SimRun
     misfit(run, scale) -> RunContext   `run` as a policy whose model is wrong by `scale` sees it:
                                  its cost models (the fluid model's and every rehearsal's) scaled,
@@ -60,7 +62,7 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
         "decode_growth": 1.0, "max_turns": None, "max_context": cap, "weight_update_s": 0.0, "duration_s": None})
 
     def rehearse(specs: Sequence[TrajectorySpec], split, *, scale: ModelScale | None = None,
-                 events: list[LifecycleEvent] | None = None) -> float:
+                 events: list[LifecycleEvent] | None = None, told: bool = True) -> float:
         if base.engines.groups is not None:  # a static opening per engine; "static" names it in the config
             policy, opening = "static", _Opening(_roles(split))
         else:
@@ -78,6 +80,8 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
                      "weight_update_every_s": w0.weight_update_every_s}
         w = wcfg.model_copy(update=shape)
         seen = misfit(run, scale) if scale is not None else run
+        if not told:
+            seen = replace(seen, policy=replace(seen.policy, prior=None))
         ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
         if events is not None:
             opening = _Watched(opening if not isinstance(opening, str) else make_policy(opening, ctx.policy), events)

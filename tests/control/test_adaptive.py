@@ -513,7 +513,8 @@ def _held_on(prior):
 
     # the earlier run's replay favours P2 D6; the plausible families' draws (ids a0, a1, ...) no split
     ctx = replace(_swe_moe_context(), concurrency=16, prior=prior, prior_trajectories=(_spec(0),),
-                  rehearse=lambda specs, split: 90.0 if split == (2, 6, 0) and specs[0].traj_id[0] != "a" else 100.0)
+                  rehearse=lambda specs, split, told=True: 90.0 if split == (2, 6, 0) and specs[0].traj_id[0] != "a"
+                  else 100.0)
     p = make_policy("prorsa", ctx)
     assert p.initial_roles(8) == [P, P] + [D] * 6
     return p
@@ -656,3 +657,26 @@ def test_with_no_prior_the_prompts_in_hand_narrow_the_families_rehearsed(prompt,
     assert set(drawn) == families and set(p.opening.considered) == families
     assert all(n == 32 and turns <= 5 for n, turns in drawn.values())
     assert ("prompts in hand fit" if prompt else "no prompts counted") in p.opening_reason
+
+
+def test_a_dropped_prior_reopens_on_the_opening_rehearsed_as_a_run_told_none():
+    """The router of a run told a prior prices moves by it; the opening a dropped prior reopens on
+    is rehearsed as a run told none would (told=False), not in the wrong prior's world."""
+    from dataclasses import replace
+
+    from prorsa.control.policy import WorkloadHint
+
+    asked = []
+
+    def rehearse(specs, split, told=True):
+        asked.append((specs[0].traj_id[0], told))
+        return 90.0 if split == (2, 6, 0) and specs[0].traj_id[0] != "a" else 100.0
+
+    prior = WorkloadHint(16, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480, tool_s=22.0, turns=3)
+    p = make_policy("prorsa", replace(_swe_moe_context(), concurrency=16, prior=prior, prior_trajectories=(_spec(0),),
+                                      rehearse=rehearse))
+    assert p.initial_roles(8) == [P, P] + [D] * 6 and {t for _, t in asked} == {True}
+    asked.clear()
+    d = _decide_on(p, _trajectory_events(20, turns=3, prompt=2000, obs=1000, dec=480, tool_s=0.3))
+    assert "reopen as with no prior" in d.reason
+    assert asked and all(kind == "a" and told is False for kind, told in asked)  # the families' draws, told none
