@@ -148,11 +148,11 @@ class Prorsa:
         so a prefill chunk stalls every rank's decodes, and the splits that pay are made before
         any decode has ended for the forecast to learn from (opened all mixed on drivers.py's
         turns-8 cell, the allocator ended at 0.820 of its best split). Else all mixed: on engines
-        of one rank a prefill chunk stalls only its own engine's decodes, and all mixed stayed at
-        0.997 or better of the best fixed split in every dense cell of the paper table. With no simulator lent, all mixed too: the fluid
-        model's steady states put every split at least 45% behind the best on some plausible
-        family (P1 D7 on 8 EP4 engines, 45% on math-tir), and all mixed is colocated, the
-        baseline."""
+        of one rank a prefill chunk stalls only its own engine's decodes, and prorsa opened all
+        mixed is at 0.997 or better of the best fixed split in every dense cell of the paper
+        table. With no simulator lent, all mixed too: the fluid model's steady states put every
+        split at least 45% behind the best on some plausible family (P1 D7 on 8 EP4 engines, 45%
+        on math-tir), and all mixed is colocated, the baseline."""
         mixed = (0, 0, n_engines)
         if n_engines < 2 or self.rehearse is None:
             return mixed
