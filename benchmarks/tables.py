@@ -444,6 +444,22 @@ def t_async_updates(d: dict) -> list[str]:
         "", f"Lowest prorsa / best fixed split: {min(c['prorsa_vs_best'] for c in doc['cells']):.3f}."]
 
 
+def t_sim_cost(d: dict) -> list[str]:
+    """Simulating prorsa beside colocated, CPU time: no rehearsal kept, and the cache another seed left."""
+    cells = d["sim-cost.json"]["cells"]
+    rows = [[c["family"], c["model"], c["mode"], f"{c['colocated_cpu_s']:.2f}", f"{c['cold_vs_colocated']:.1f}x",
+             f"{c['warm_vs_colocated']:.1f}x"] for c in cells]
+    worst = {k: max(cells, key=lambda c: c[f"{k}_vs_colocated"]) for k in ("cold", "warm")}
+    return table(["family", "model", "mode", "colocated (CPU s)", "prorsa cold / colocated",
+                  "prorsa warm / colocated"], rows) + [
+        "", f"Median of {cells[0]['repeat']} runs each, every run in a fresh process. Largest: cold "
+            f"{worst['cold']['cold_vs_colocated']:.1f}x ({worst['cold']['family']} {worst['cold']['model']} "
+            f"{worst['cold']['mode']}), warm {worst['warm']['warm_vs_colocated']:.1f}x ({worst['warm']['family']} "
+            f"{worst['warm']['model']} {worst['warm']['mode']}); cells at 3x or under warm: "
+            f"{sum(c['warm_vs_colocated'] <= 3 for c in cells)} of {len(cells)}. prorsa reached the same figure "
+            "cold and warm in every cell (the script fails otherwise)."]
+
+
 def t_tail_live_migrate(d: dict) -> list[str]:
     doc = d["tail-live-migrate.json"]
     moved = ", ".join(str(r["turns_migrated"]) for r in doc["live"] if r["on"])
@@ -1004,6 +1020,7 @@ TABLES: dict[str, Table] = {
     "partial-rollout": Table(["partial-rollout.json"], t_partial_rollout),
     "partial-rollout-traces": Table(["partial-rollout-traces.json"], t_partial_rollout_traces),
     "async-updates": Table(["async-updates.json"], t_async_updates),
+    "sim-cost": Table(["sim-cost.json"], t_sim_cost),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),

@@ -3,8 +3,7 @@ a declared set of plausible agentic workloads, narrowed by the prompts in hand.
 
     PLAUSIBLE                       the declared set of agentic workloads an opening must not lose
                                     much on: every built-in task family (agent/families.py)
-    plausible(concurrency, prompts) -> {family: hint}   the families the prompts leave in
-    family_hint(name, concurrency)  one family as a WorkloadHint (the means of a fixed draw)
+    plausible(prompts) -> (family, ...)   the families the prompts leave in
     family_trajectories(name, concurrency, n, max_turns)   a fixed draw of a family, to rehearse
     every_split(n)                  all mixed, every P:D, every P beside mixed
     rehearsed_opening(replay, n, concurrency, prompts, windows, max_turns) -> Opening
@@ -34,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from prorsa.agent.families import FAMILIES
-from prorsa.agent.trace import TrajectorySpec, workload_means
+from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
 from prorsa.config.workload import WorkloadConfig
 from prorsa.control.allocator import Capacity
@@ -44,7 +43,7 @@ from prorsa.control.prior_check import opening_contradiction
 from prorsa.roles import Role
 
 PLAUSIBLE = tuple(FAMILIES)
-_DRAW = 512  # trajectories a family's means are taken over (fixed seed: the same hint every run)
+_DRAW = 512  # trajectories a family's mean prompt is taken over (fixed seed: the same every run)
 # An asynchronous run's opening rehearses each plausible family's draw at this many times the run's
 # concurrency (that many in flight; a synchronous run's, one step of it): 2 ranked the splits of SWE
 # and math-tir mixed (4 engines of EP8, 3 s updates every 30 s, seed 0: the tuning cell) as the run
@@ -60,22 +59,20 @@ class Opening:
 
 
 @lru_cache(maxsize=None)
-def _means(name: str) -> tuple[tuple[str, float], ...]:
-    w = WorkloadConfig(family=name, mode="sync", prompts=_DRAW // 8, group_size=8)
-    return tuple(workload_means(Workload.from_config(w, seed=0).trajectories_for_step(0)).items())
+def _prompt_hint(name: str) -> WorkloadHint:
+    """A family's mean prompt over a fixed draw of _DRAW // 8 prompts (a group's members share
+    theirs), as a hint stating nothing else: 0 is what a hint leaves unsaid (prior_check.py)."""
+    w = WorkloadConfig(family=name, mode="sync", prompts=_DRAW // 8, group_size=1)
+    prompts = [s.turns[0].appended_tokens for s in Workload.from_config(w, seed=0).trajectories_for_step(0)]
+    return WorkloadHint(concurrency=0, prompt_tokens=sum(prompts) / len(prompts), observation_tokens=0.0,
+                        decode_tokens=0.0, tool_s=0.0, turns=0.0)
 
 
-def family_hint(name: str, concurrency: int) -> WorkloadHint:
-    return WorkloadHint(concurrency=concurrency, **dict(_means(name)))
-
-
-def plausible(concurrency: int, prompts: Sequence[int] = ()) -> dict[str, WorkloadHint]:
-    """The families of PLAUSIBLE the prompts in hand leave in, as hints: a family the prompts
+def plausible(prompts: Sequence[int] = ()) -> tuple[str, ...]:
+    """The families of PLAUSIBLE the prompts in hand leave in: a family whose mean prompt they
     contradict, as they would contradict it as a prior, is not this run's; prompts like no
     family's leave every family in."""
-    hints = {f: family_hint(f, concurrency) for f in PLAUSIBLE}
-    near = {f: h for f, h in hints.items() if not opening_contradiction(h, prompts)}
-    return near or hints
+    return tuple(f for f in PLAUSIBLE if not opening_contradiction(_prompt_hint(f), prompts)) or PLAUSIBLE
 
 
 def family_trajectories(name: str, concurrency: int, n: int, max_turns: int | None = None) -> list[TrajectorySpec]:
@@ -106,7 +103,7 @@ def rehearsed_opening(replay: Callable[[list[TrajectorySpec], list[tuple[int, in
     the engines ran it 17% faster (opened on P1 beside mixed, 0.91 of the best fixed split)."""
     cands = every_split(n_engines)
     return least_regret({f: replay(family_trajectories(f, concurrency, windows * concurrency, max_turns), cands)
-                         for f in plausible(concurrency, prompts)})
+                         for f in plausible(prompts)})
 
 
 def least_regret(times: dict[str, dict[tuple[int, int, int], float]]) -> Opening:

@@ -45,6 +45,7 @@ from prorsa.roles import Role
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
+from prorsa.sim.rehearsal_cache import cached
 
 
 def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> Rehearse | None:
@@ -82,16 +83,35 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
         seen = misfit(run, scale) if scale is not None else run
         if not told:
             seen = replace(seen, policy=replace(seen.policy, prior=None))
-        ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy}))
+        # the seed draws nothing in a replay of given trajectories: one seed's opening serves the next
+        ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy, "seed": 0}))
         if events is not None:
             opening = _Watched(opening if not isinstance(opening, str) else make_policy(opening, ctx.policy), events)
-        wall = tuple(replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
-                     for s in specs)
-        workload = Workload(w, base.seed, family=None, trace=wall)
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(lambda: run_virtual(simulate(ctx, opening, workload=workload)).makespan_s).result()
+        wall = tuple(specs) if run.unit == 1 else tuple(
+            replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
+            for s in specs)
+        workload = Workload(w, 0, family=None, trace=wall)
+
+        def replay() -> float:
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(lambda: run_virtual(simulate(ctx, opening, workload=workload)).makespan_s).result()
+
+        if events is not None:  # what a stored makespan cannot give back
+            return replay()
+        return cached(_key(ctx, split, wall), replay)
 
     return rehearse
+
+
+def _key(ctx: RunContext, split, specs: tuple[TrajectorySpec, ...]) -> tuple:
+    """What a rehearsal reads (sim/rehearsal_cache.py): the config as JSON (its pickle holds a set),
+    the cost models and engines as the policy sees them, the split and the trajectories. Not the
+    policy's callables, which a static split never calls, nor the run's opening prompts, which the
+    replay counts afresh from `specs` (rollout/context.py prior_checked): with them every seed's
+    opening would miss the one rehearsed for another."""
+    seen = replace(ctx.policy, rehearse=None, future_run=None, future=None, opening_prompts=())
+    return (ctx.cfg.model_dump_json(exclude={"name", "output_dir"}), ctx.unit, ctx.costs, ctx.engine_costs,
+            ctx.engine_slots, seen, split, specs)
 
 
 def misfit(run: RunContext, scale: ModelScale | None) -> RunContext:

@@ -39,5 +39,17 @@ def test_the_opening_replays_each_plausible_family_under_every_split():
     assert got.split == (0, 0, 4)
     assert {n for _, n, _ in asked} == {16}  # two windows of 8 in flight
     assert all(cands == tuple(every_split(4)) for _, _, cands in asked)
-    assert len(asked) == len(plausible(8, [2000] * 16)) == len(got.considered)
+    assert len(asked) == len(plausible([2000] * 16)) == len(got.considered)
     assert "math-tir" not in got.considered  # prompts 5x math-tir's: not this run's
+
+
+def test_a_familys_mean_prompt_is_its_whole_draws():
+    """The narrowing draws one member a prompt: a group's members share their prompt."""
+    from prorsa.agent.trace import workload_means
+    from prorsa.agent.workload import Workload
+    from prorsa.config.workload import WorkloadConfig
+    from prorsa.control.opening import PLAUSIBLE, _prompt_hint
+
+    for f in PLAUSIBLE:
+        whole = Workload.from_config(WorkloadConfig(family=f, mode="sync", prompts=64, group_size=8), seed=0)
+        assert _prompt_hint(f).prompt_tokens == workload_means(whole.trajectories_for_step(0))["prompt_tokens"]
