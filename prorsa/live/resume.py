@@ -5,7 +5,9 @@
     open_journal(cfg, run_dir) -> RunJournal   the run directory's journal, locked; JournalError
 
 The workload is a function of the seed, so the resumed session draws the same trajectories
-and the drivers leave out those the journal holds: the output has each exactly once.
+and the drivers leave out those the journal holds: the output has each exactly once. A partial
+rollout's steps are not (which groups a step started depends on when others ended): it goes on
+from the state its journal kept with the last commit (rollout/partial.py).
 """
 
 from __future__ import annotations
@@ -34,10 +36,6 @@ def resume_config(run_dir: str | Path) -> PipelineConfig:
         # which trajectories a duration admits depends on timing: no session could say "the rest"
         raise ConfigError(f"{path}: workload.duration_s: a run bounded by time cannot be resumed; "
                           "bound it by workload.trajectories")
-    if cfg.partial_rollout is not None:
-        # which groups a step started, and which it carried, depends on when others ended
-        raise ConfigError(f"{path}: partial_rollout: a run whose steps end early cannot be resumed; "
-                          "start it again")
     return cfg
 
 

@@ -51,6 +51,7 @@ from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, Drive, roll_out
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
 from prorsa.rollout.drivers import expected_trajectories
+from prorsa.rollout.partial import Checkpoint
 from prorsa.sim.rehearse import rehearser
 from prorsa.sim.run import simulate_async
 
@@ -153,6 +154,9 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             cfg, run_dir, client, live.addresses, live.now, journal)
         rl = {} if learner is None else {"version": lambda: learner.version} | (
             {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
+        if cfg.partial_rollout is not None:  # kept with each commit, for a resume (rollout/partial.py)
+            point = rl["checkpoint"] = Checkpoint(saved=journal.saved_state)
+            journal.driver_state = lambda: point.current() if point.current is not None else None
         makespan = await roll_out(
             live.run, live.body, rec, _both(journal.add, rec.on_done, controller.trajectory_done,
                                             *([learner.on_done] if learner else [])),

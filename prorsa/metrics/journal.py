@@ -9,11 +9,15 @@
                                  seconds, written with every manifest (a killed session's time
                                  counts up to its last flush)
     journal.elapsed_before       earlier sessions' rollout seconds, summed
+    journal.driver_state         set by a driver whose trajectories cannot be drawn again from the
+                                 seed (a partial rollout): where it stands, JSON, written with every
+                                 manifest so it agrees with the parts; None from it defers a flush
+    journal.saved_state          what the last committed manifest holds of it (None: nothing)
     flush_every(journal, s)      the run's timer for tick()
 
 Layout:
-    manifest.json                what is committed: the parts, their rows, the config hash, and
-                                 each session's rollout seconds
+    manifest.json                what is committed: the parts, their rows, the config hash,
+                                 each session's rollout seconds and the driver's state
     parts/part-NNNNNN.parquet    one flush each, TRAJECTORY_SCHEMA
 
 A part counts only once the manifest names it. Each file is written under a temporary name,
@@ -81,6 +85,8 @@ class RunJournal:
     complete: bool = False
     sessions_before: list[float] = field(default_factory=list)  # earlier sessions' rollout seconds
     clock: Callable[[], float] | None = None  # this session's rollout seconds, once it started
+    driver_state: Callable[[], dict | None] | None = None  # the module docstring's
+    saved_state: dict | None = None
     _buffer: list[dict[str, Any]] = field(default_factory=list)
     _oldest: float = 0.0
     _lock: Any = None
@@ -99,6 +105,7 @@ class RunJournal:
             journal.parts = manifest["parts"]
             journal.complete = manifest["complete"]
             journal.sessions_before = list(manifest.get("sessions", []))
+            journal.saved_state = manifest.get("driver_state")
         journal._load_parts()
         journal._drop_uncommitted()
         return journal
@@ -142,20 +149,25 @@ class RunJournal:
         if self._buffer and (len(self._buffer) >= self.batch or time.monotonic() - self._oldest >= self.flush_s):
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, final: bool = False) -> None:
+        """`final`: the run is over, so nothing is left to resume and no state need agree."""
         if not self._buffer:
+            return
+        state = None if self.driver_state is None else self.driver_state()
+        if self.driver_state is not None and state is None and not final:  # mid-way through a fate
             return
         (self.run_dir / PARTS).mkdir(exist_ok=True)
         name = f"{PARTS}/part-{len(self.parts):06d}.parquet"
         table = pa.Table.from_pylist(self._buffer, schema=TRAJECTORY_SCHEMA)
         _durable(self.run_dir / name, lambda tmp: pq.write_table(table, tmp))
         self.parts.append({"file": name, "rows": table.num_rows})
+        self.saved_state = state if state is not None else self.saved_state
         self._write_manifest()
         self._buffer = []
 
     def finish(self) -> Path:
         """Every committed trajectory, in the order they finished, as one file."""
-        self.flush()
+        self.flush(final=True)
         tables = [pq.read_table(self.run_dir / p["file"], schema=TRAJECTORY_SCHEMA) for p in self.parts]
         table = pa.concat_tables(tables) if tables else TRAJECTORY_SCHEMA.empty_table()
         out = self.run_dir / TRAJECTORIES
@@ -175,7 +187,8 @@ class RunJournal:
     def _write_manifest(self) -> None:
         sessions = self.sessions_before + ([round(self.clock(), 3)] if self.clock is not None else [])
         data = {"version": VERSION, "config_hash": self.config_hash, "complete": self.complete,
-                "trajectories": self.committed, "parts": self.parts, "sessions": sessions}
+                "trajectories": self.committed, "parts": self.parts, "sessions": sessions} | (
+                    {} if self.saved_state is None else {"driver_state": self.saved_state})
         _durable(self.run_dir / MANIFEST, lambda tmp: tmp.write_text(json.dumps(data, indent=1) + "\n"))
 
     def close(self) -> None:
@@ -208,7 +221,8 @@ def _read_manifest(run_dir: Path) -> dict[str, Any] | None:
                       and "/" not in p["file"][len(PARTS) + 1:] and isinstance(p.get("rows"), int)
                       for p in parts)
               and all(isinstance(s, (int, float)) and not isinstance(s, bool) and 0 <= s < float("inf")
-                      for s in data.get("sessions", [])))
+                      for s in data.get("sessions", []))
+              and isinstance(data.get("driver_state", {}), dict))
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         raise JournalError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
     if not ok:

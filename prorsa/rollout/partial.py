@@ -36,6 +36,15 @@ behaviour policy's, per token, whichever version wrote them).
 
 Versions: the `version` callable when given (the learner's), else the step index (a step follows
 one update per step before it, modelled or not).
+
+Resume (`prorsa run --resume`): which groups a step started, and which it carried, depends on when
+others ended, so it cannot be drawn again from the seed. `checkpoint.current()` says where the run
+stands: the step, how many of each step's groups were started, and every group started and not yet
+reported with its unreported members. The journal stores it with each commit (metrics/journal.py),
+so it agrees with the trajectories committed beside it. A resumed run goes on in that step: those
+groups start again from their first turn (what they had played died with the driver) under the
+version now in force, the rest of the step's groups are drawn as before, and nothing the journal
+holds is played again: each trajectory is still trained once or reported once.
 """
 
 from __future__ import annotations
@@ -97,12 +106,16 @@ async def run_partial(
     on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
     update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
     before_step: Callable[[int], Awaitable[None]] | None = None, clock_unit: float = 1.0, *,
-    partial: PartialPlan,
+    partial: PartialPlan, checkpoint: Checkpoint | None = None,
 ) -> list[TrajectoryResult]:
-    if skip:  # which groups a step started depends on when others ended: it cannot be drawn again
-        raise ValueError("a partial rollout cannot be resumed: its steps' groups depend on timing")
+    saved = checkpoint.saved if checkpoint is not None else None
+    if skip and saved is None:  # which groups a step started depends on when others ended: not drawable again
+        raise ValueError("a partial rollout resumes from the state its journal kept, and there is none")
     steps = _Steps(workload, runner, now, _Hooks(on_done, on_turn, episodes, clock_unit), partial)
-    for step in range(cfg.steps):
+    if checkpoint is not None:
+        checkpoint.current = steps.snapshot
+    first = 0 if saved is None else int(saved["step"])
+    for step in range(first, cfg.steps):
         # a resumed learner whose engines already hold step's version goes on without an update
         if step and update_weights is not None and (version is None or version() < step):
             await update_weights()
@@ -111,8 +124,19 @@ async def run_partial(
             # drains them, and the step's new groups wait for it
             await before_step(step)
         steps.version = version() if version is not None else step
+        if step == first and saved is not None:
+            steps.restore(saved, skip)
         await steps.run(step, last=step == cfg.steps - 1)
     return steps.results
+
+
+@dataclass
+class Checkpoint:
+    """Where a partial rollout stands, for a resume (module docstring): `saved`, what an earlier
+    session's journal kept (None: a fresh run); `current`, set by run_partial, the state now."""
+
+    saved: dict | None = None
+    current: Callable[[], dict] | None = None
 
 
 class _Steps:
@@ -128,18 +152,52 @@ class _Steps:
         self.turns: dict[str, list[TurnResult]] = {}  # what a cancelled trajectory had played
         self.results: list[TrajectoryResult] = []  # every trajectory, as on_done saw it
         self.started: dict[int, int] = {}  # step -> groups started from its slots (overlap starts some early)
+        self.step = -1  # the step running
+        self.batched = 0  # of its batch's groups, those reported
+        self.reported: set[str] = set()
+        self._reporting = False  # inside a group's reports
+
+    def snapshot(self) -> dict | None:
+        """Where the run stands (the module docstring's resume): JSON, read back by restore().
+        None while a group's members are being reported: a commit then would keep part of a
+        group's fate, so the journal waits for the next (metrics/journal.py)."""
+        if self._reporting:
+            return None
+        left = {g.key: [s.traj_id for s in g.specs if s.traj_id not in self.reported]
+                for g in [*self.running.values(), *self.whole]}
+        return {"step": self.step, "batched": self.batched, "started": {str(k): v for k, v in self.started.items()},
+                "groups": [[g.specs[0].step, g.specs[0].prompt_index, left[g.key]]
+                           for g in [*self.running.values(), *self.whole] if left[g.key]]}
+
+    def restore(self, saved: dict, done: Container[str]) -> None:
+        """Go on from `saved` (a snapshot an earlier session's journal kept): its groups start
+        again from their first turn (none of their members is in `done`: a group's fate is
+        committed whole)."""
+        self.step, self.batched = int(saved["step"]), int(saved["batched"])
+        self.started = {int(k): v for k, v in saved["started"].items()}
+        g_size = self.workload.cfg.group_size
+        began = self.now()
+        for step, prompt, members in saved["groups"]:
+            slots = self.workload.trajectories_for_step(step, first=(prompt + 1) * g_size, prompts=self.plan.groups)
+            specs = [s for s in slots[prompt * g_size:] if s.traj_id in members]
+            if any(s.traj_id in done for s in specs):
+                raise ValueError(f"partial rollout: group s{step}-p{prompt} is both in the journal and in flight")
+            if specs:
+                self._launch(_Group(f"s{step}-p{prompt}", self.version, specs), began)
 
     async def run(self, step: int, *, last: bool) -> None:
+        if step != self.step:  # else restored mid-step
+            self.step, self.batched = step, 0
         await self._drop_stale(step)
         self._start(step)
-        while len(self.whole) < self.plan.prompts:
+        while len(self.whole) < self.plan.prompts - self.batched:
             await self._next_ended()
             if self.plan.overlap and not last:
                 self._begin(step + 1, self.plan.groups - len(self.running))
-        batch, self.whole = self.whole[:self.plan.prompts], self.whole[self.plan.prompts:]
-        for g in batch:
-            for spec in g.specs:
-                self._report(g.ended[spec.traj_id], trained=step)
+        for g in self.whole[:self.plan.prompts - self.batched]:
+            self._report_group([g.ended[spec.traj_id] for spec in g.specs], trained=step)
+            self.whole.remove(g)
+            self.batched += 1
         if last:
             await self._cut([*self.running.values(), *self.whole], "cancelled", f"in no batch when the last step "
                             f"({step}) ended")
@@ -165,10 +223,12 @@ class _Steps:
                                                     prompts=self.plan.groups)[done * g_size:]
         for i in range(0, len(specs), g_size):
             members = specs[i:i + g_size]
-            group = _Group(f"s{step}-p{members[0].prompt_index}", self.version, members)
-            for spec in members:
-                group.tasks[spec.traj_id] = asyncio.create_task(self._play(spec, began))
-            self.running[group.key] = group
+            self._launch(_Group(f"s{step}-p{members[0].prompt_index}", self.version, members), began)
+
+    def _launch(self, group: _Group, began: float) -> None:
+        for spec in group.specs:
+            group.tasks[spec.traj_id] = asyncio.create_task(self._play(spec, began))
+        self.running[group.key] = group
 
     async def _play(self, spec: TrajectorySpec, began: float) -> TrajectoryResult:
         h = self.hooks
@@ -218,18 +278,24 @@ class _Steps:
             self.running.pop(g.key, None)
             if g in self.whole:
                 self.whole.remove(g)
-            for spec in g.specs:
-                r = g.ended.get(spec.traj_id) or self._unfinished(spec, g.version)
+            fates = [g.ended.get(spec.traj_id) or self._unfinished(spec, g.version) for spec in g.specs]
+            for r in fates:
                 r.status, r.error = status, why.format(v=g.version)
-                self._report(r, trained=None)
+            self._report_group(fates, trained=None)
 
     def _unfinished(self, spec: TrajectorySpec, version: int) -> TrajectoryResult:
         turns = self.turns.get(spec.traj_id, [])
         start = turns[0].start_s if turns else self.now()
         return TrajectoryResult(spec, list(turns), start_s=start, end_s=self.now(), policy_version=version)
 
-    def _report(self, r: TrajectoryResult, trained: int | None) -> None:
-        r.trained_step = trained
-        self.turns.pop(r.spec.traj_id, None)
-        self.results.append(r)
-        self.hooks.on_done(r)
+    def _report_group(self, fates: list[TrajectoryResult], trained: int | None) -> None:
+        self._reporting = True
+        try:
+            for r in fates:
+                r.trained_step = trained
+                self.reported.add(r.spec.traj_id)
+                self.turns.pop(r.spec.traj_id, None)
+                self.results.append(r)
+                self.hooks.on_done(r)
+        finally:
+            self._reporting = False

@@ -48,17 +48,11 @@ def test_cells_refuse_it():
                                        "partial_rollout": {}})
 
 
-def test_resume_and_serve_refuse_it_in_one_line(tmp_path):
+def test_serve_refuses_it_in_one_line(tmp_path):
     from click.testing import CliRunner
 
     from prorsa.cli import main
 
-    cfg = PipelineConfig.model_validate({"name": "t", "partial_rollout": {}})
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "pipeline.json").write_text(cfg.model_dump_json())
-    out = CliRunner().invoke(main, ["run", "--resume", str(run_dir)])
-    assert out.exit_code != 0 and "partial_rollout: a run whose steps end early cannot be resumed" in out.output
     (tmp_path / "p.yaml").write_text("name: t\npartial_rollout: {}\n")
     out = CliRunner().invoke(main, ["serve", str(tmp_path / "p.yaml")])
     assert out.exit_code != 0 and "partial_rollout: prorsa serve has no steps" in out.output

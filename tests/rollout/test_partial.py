@@ -4,6 +4,7 @@ reported once, carried trajectories' versions, the in-flight count per step, cle
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter, defaultdict
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from prorsa.agent.loop import TurnResult
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.rollout.partial import PartialPlan, run_partial
+from prorsa.rollout.partial import Checkpoint, PartialPlan, run_partial
 from prorsa.sim.clock import run_virtual
 
 STEPS, B, G = 5, 4, 3
@@ -175,11 +176,72 @@ def test_a_carried_group_past_the_bound_is_dropped_as_stale():
     assert runner.running == 0
 
 
-def test_a_resumed_partial_rollout_is_refused():
+def test_a_resume_without_the_journal_s_state_is_refused():
     cfg = PipelineConfig.model_validate({"name": "t", "partial_rollout": {}})
-    with pytest.raises(ValueError, match="cannot be resumed"):
+    with pytest.raises(ValueError, match="resumes from the state its journal kept"):
         run_virtual(run_partial(Workload.from_config(cfg.workload, 0), cfg.workload, DecodeTimed(), lambda: 0.0,
                                 print, skip={"s0-p0-g0"}, partial=PartialPlan.of(cfg)))
+
+
+def killed_at(k: int, overlap=False, seed=2):
+    """A partial rollout whose journal committed k times (every 5 s, as metrics/journal.py's
+    timer does: what was reported since, with the run's state), then died; resumed from its last
+    commit. The committed results, the resumed session's, and the state it went on from."""
+    partial = {"over_sample": 0.5, "carry": True, "overlap": overlap}
+    cfg = PipelineConfig.model_validate({"name": "t", "partial_rollout": partial, "workload": {
+        "family": "coding-agent", "prompts": B, "group_size": G, "steps": STEPS, "max_turns": 12}})
+    plan, reported, committed, saved = PartialPlan.of(cfg), [], [], []
+    point = Checkpoint()
+
+    def session(on_done, checkpoint, skip=frozenset(), commits=0):
+        async def main():
+            loop = asyncio.get_running_loop()
+
+            async def journal():
+                for _ in range(commits):
+                    await asyncio.sleep(5.0)
+                    state = checkpoint.current()
+                    assert state is not None  # between reports: never inside a group's
+                    committed.extend(reported)
+                    reported.clear()
+                    saved[:] = [json.loads(json.dumps(state))]
+
+            async def update():  # a commit may fall between a step's batch and the next step
+                await asyncio.sleep(3.0)
+
+            timer = asyncio.create_task(journal())
+            await run_partial(Workload.from_config(cfg.workload, seed), cfg.workload, DecodeTimed(),
+                              lambda: loop.time(), on_done, update_weights=update, skip=skip, partial=plan,
+                              checkpoint=checkpoint)
+            timer.cancel()
+        run_virtual(main())
+
+    session(reported.append, point, commits=k)
+    resumed: list = []
+    session(resumed.append, Checkpoint(saved=saved[0]), skip=frozenset(r.spec.traj_id for r in committed))
+    return committed, resumed, saved[0]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("k", [1, 9, 20, 33, 43, 45])  # of ~50 commits; 43 falls between a batch and an update
+def test_a_resumed_partial_rollout_reports_each_trajectory_once_and_trains_each_step_s_batch(k, overlap):
+    committed, resumed, state = killed_at(k, overlap)
+    rs = committed + resumed
+    ids = [r.spec.traj_id for r in rs]
+    assert len(ids) == len(set(ids)), "a trajectory reported twice"
+    # every group started and unreported when the state was kept is played again, all its members
+    pending = {t for _, _, members in state["groups"] for t in members}
+    assert pending and pending <= {r.spec.traj_id for r in resumed}
+    assert {r.status for r in rs} <= {"completed", "cancelled", "stale"}
+    trained = defaultdict(lambda: defaultdict(list))  # step -> group -> members trained in it
+    for r in rs:
+        if r.trained_step is not None:
+            trained[r.trained_step][(r.spec.step, r.spec.prompt_index)].append(r)
+    assert sorted(trained) == list(range(STEPS))
+    for step, groups in trained.items():
+        # each step's batch: B groups, every one whole (all G members trained in it)
+        assert len(groups) == B and all(len(m) == G for m in groups.values()), (step, groups.keys())
+    assert len(resumed) > 0
 
 
 def test_a_replayed_trace_plays_no_trajectory_twice_at_once(tmp_path):

@@ -1,0 +1,74 @@
+"""SIGKILL the driver of a partial rollout mid-run, then `prorsa run --resume`: every trajectory
+trained once or dropped by the stated rule, none twice, each step's batch whole groups."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pyarrow.parquet as pq
+
+from prorsa.metrics.journal import MANIFEST
+
+from runs import kill_group, prorsa, start, wait_for, write_trace
+
+STEPS, PROMPTS, GROUP = 4, 4, 2
+PIPELINE = f"""\
+name: partial
+seed: 5
+policy: static:2:1
+engines: {{backend: emulated, count: 3, slots: 8, time_scale: 0.05}}
+workload: {{trace: trace.jsonl, mode: sync, prompts: {PROMPTS}, group_size: {GROUP}, steps: {STEPS}}}
+partial_rollout: {{over_sample: 0.5, carry: true}}
+runtime: {{metrics_interval_s: 0.2, dashboard_address: null, output_batch: 1, output_flush_s: 0.1}}
+"""
+
+
+def _manifest(run_dir) -> dict:
+    try:
+        return json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_a_killed_partial_rollout_resumes_to_each_trajectory_once(tmp_path):
+    write_trace(tmp_path / "trace.jsonl")
+    (tmp_path / "p.yaml").write_text(PIPELINE)
+    out = tmp_path / "runs"
+    proc = start("run", str(tmp_path / "p.yaml"), f"output_dir={out}")
+    run_dir = wait_for(lambda: next(iter(out.glob("partial-*")), None), 60, proc)
+    # killed once a step's batch is committed and before the last step's is
+    wait_for(lambda: _manifest(run_dir).get("driver_state", {}).get("step", 0) >= 1, 120, proc)
+    kill_group(proc)
+    manifest = _manifest(run_dir)
+    state = manifest["driver_state"]
+    assert not manifest["complete"] and state["step"] < STEPS and state["groups"]
+    listed = [run_dir / p["file"] for p in manifest["parts"]]
+    before = {r["traj_id"]: r for p in listed for r in pq.read_table(p).to_pylist()}
+
+    resumed = prorsa("run", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"{len(before)} trajectories saved earlier" in resumed.stdout
+
+    rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
+    ids = [r["traj_id"] for r in rows]
+    assert len(ids) == len(set(ids)), "a trajectory saved twice"
+    # what the killed session saved is kept as it was
+    assert all(json.dumps(before[i], sort_keys=True) == json.dumps(r, sort_keys=True)
+               for r in rows if (i := r["traj_id"]) in before)
+    # the groups in flight at the last commit ran again, whole
+    pending = {t for _, _, members in state["groups"] for t in members}
+    assert pending <= set(ids) - set(before)
+    trained = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        assert r["status"] in ("completed", "cancelled", "stale"), (r["traj_id"], r["error"])
+        if r["trained_step"] is not None:
+            assert r["status"] == "completed"
+            trained[r["trained_step"]][r["traj_id"].rsplit("-g", 1)[0]].append(r)
+            assert [t["turn"] for t in r["turns"]] == list(range(len(r["turns"])))
+    assert sorted(trained) == list(range(STEPS))
+    for step, groups in trained.items():
+        assert len(groups) == PROMPTS and all(len(m) == GROUP for m in groups.values()), (step, list(groups))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["trajectories_resumed"] == len(before)
+    assert _manifest(run_dir)["complete"] is True
