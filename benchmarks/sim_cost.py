@@ -66,6 +66,7 @@ def cell(family: str, model: str, mode: str, seed: int, repeat: int, scratch: Pa
         shutil.rmtree(scratch / "cold", ignore_errors=True)
         cold.append(in_process([*name, str(seed), "prorsa"], scratch / "cold"))
     shutil.rmtree(scratch / "filled", ignore_errors=True)
+    (scratch / "filled").mkdir()  # a cell that rehearses nothing leaves it empty
     in_process([*name, str(seed + 1), "prorsa"], scratch / "filled")
     warm = []
     for r in range(repeat):  # each from the cache seed + 1 left, not from the previous repeat's
