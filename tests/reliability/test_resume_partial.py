@@ -1,5 +1,6 @@
 """SIGKILL the driver of a partial rollout mid-run, then `prorsa run --resume`: every trajectory
-trained once or dropped by the stated rule, none twice, each step's batch whole groups."""
+trained once or dropped by the stated rule, none twice, each step's batch whole groups; on
+emulated engines and on vLLM CPU engines."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import json
 from collections import defaultdict
 
 import pyarrow.parquet as pq
+import pytest
 
 from prorsa.metrics.journal import MANIFEST
 
 from runs import kill_group, prorsa, start, wait_for, write_trace
 
 STEPS, PROMPTS, GROUP = 4, 4, 2
-PIPELINE = f"""\
+EMULATED = f"""\
 name: partial
 seed: 5
 policy: static:2:1
@@ -21,6 +23,22 @@ engines: {{backend: emulated, count: 3, slots: 8, time_scale: 0.05}}
 workload: {{trace: trace.jsonl, mode: sync, prompts: {PROMPTS}, group_size: {GROUP}, steps: {STEPS}}}
 partial_rollout: {{over_sample: 0.5, carry: true}}
 runtime: {{metrics_interval_s: 0.2, dashboard_address: null, output_batch: 1, output_flush_s: 0.1}}
+"""
+VLLM = f"""\
+name: partial
+seed: 4
+policy: static:2:1
+engines:
+  backend: vllm
+  count: 3
+  slots: 16
+  gpu: cpu
+  model: tiny
+  vllm: {{dtype: float32, device: cpu, max_model_len: 2048, cores_per_engine: 1, start_timeout_s: 900}}
+workload: {{family: swe, mode: sync, prompts: {PROMPTS}, group_size: {GROUP}, steps: {STEPS}, max_turns: 3,
+           token_scale: 0.1, max_context: 1536, tool_time_scale: 0.2}}
+partial_rollout: {{over_sample: 0.5, carry: true}}
+runtime: {{tool_workers: 1, metrics_interval_s: 0.5, dashboard_address: null, output_batch: 1, output_flush_s: 0.2}}
 """
 
 
@@ -31,22 +49,27 @@ def _manifest(run_dir) -> dict:
         return {}
 
 
-def test_a_killed_partial_rollout_resumes_to_each_trajectory_once(tmp_path):
+@pytest.mark.parametrize("pipeline", [
+    EMULATED, pytest.param(VLLM, id="vllm", marks=[pytest.mark.vllm, pytest.mark.timeout(1800)])])
+def test_a_killed_partial_rollout_resumes_to_each_trajectory_once(tmp_path, pipeline):
     write_trace(tmp_path / "trace.jsonl")
-    (tmp_path / "p.yaml").write_text(PIPELINE)
+    (tmp_path / "p.yaml").write_text(pipeline)
     out = tmp_path / "runs"
     proc = start("run", str(tmp_path / "p.yaml"), f"output_dir={out}")
-    run_dir = wait_for(lambda: next(iter(out.glob("partial-*")), None), 60, proc)
-    # killed once a step's batch is committed and before the last step's is
-    wait_for(lambda: _manifest(run_dir).get("driver_state", {}).get("step", 0) >= 1, 120, proc)
-    kill_group(proc)
+    try:
+        run_dir = wait_for(lambda: next(iter(out.glob("partial-*")), None), 120, proc)
+        # killed once a step's batch is committed and before the last step's is
+        wait_for(lambda: _manifest(run_dir).get("driver_state", {}).get("step", 0) >= 1, 900, proc, every=0.2)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
     manifest = _manifest(run_dir)
     state = manifest["driver_state"]
     assert not manifest["complete"] and state["step"] < STEPS and state["groups"]
     listed = [run_dir / p["file"] for p in manifest["parts"]]
     before = {r["traj_id"]: r for p in listed for r in pq.read_table(p).to_pylist()}
 
-    resumed = prorsa("run", "--resume", str(run_dir))
+    resumed = prorsa("run", "--resume", str(run_dir), timeout=1200)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"{len(before)} trajectories saved earlier" in resumed.stdout
 
