@@ -110,8 +110,8 @@ def config(model: str, mode: str, prompts: int, steps: int, seed: int, trace: st
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
-    model, mode, prompts, steps, seed, trace = job
-    sim = simulate(config(model, mode, prompts, steps, seed, trace and trace[1]))
+    model, mode, prompts, steps, seed, trace, *policy = job  # policy: colocated unless given
+    sim = simulate(config(model, mode, prompts, steps, seed, trace and trace[1]), *policy)
     rs = sim.recorder.trajectories
     batch = prompts * GROUP
     if mode == "async":
@@ -130,7 +130,8 @@ def run_point(job: tuple) -> dict:
             "dropped": len(rs) - len(trained), "trained_tokens": tokens,
             "older_token_share": round(older / tokens, 4) if tokens else 0.0,
             "largest_lag": max((k - vs[0] for _, k, vs in trained if vs), default=0),
-            "step_end_s": [round(t, 2) for t in steps_end], "sim_wall_s": sim.summary["sim_wall_s"]}
+            "step_end_s": [round(t, 2) for t in steps_end], "sim_wall_s": sim.summary["sim_wall_s"]} | (
+                {"policy": policy[0], "switches": sim.summary["role_switches"]} if policy else {})
 
 
 def async_trained(rs: list, batch: int) -> tuple[list, list[float]]:
