@@ -53,9 +53,10 @@ def live_run(cfg) -> tuple[dict, list[dict]]:
 
     from prorsa.rollout.context import time_unit
     from prorsa.live.run import run_live
+    from prorsa.sim.run import lend
 
     with tempfile.TemporaryDirectory() as d:
-        summary = asyncio.run(run_live(cfg, Path(d), Console(file=io.StringIO())))
+        summary = asyncio.run(run_live(cfg, Path(d), Console(file=io.StringIO()), lend=lend))
         rows = pq.read_table(Path(d) / "trajectories.parquet").to_pylist()
     assert summary["trajectories_failed"] == 0
     return summary | {"body_makespan_s": summary["makespan_s"] / time_unit(cfg)}, rows

@@ -149,7 +149,9 @@ async def _run(cfg, run_dir: Path, timeout_s: float) -> dict:
 
     from prorsa.live.run import run_live
 
-    return await asyncio.wait_for(run_live(cfg, run_dir, Console(file=io.StringIO())), timeout_s)
+    from prorsa.sim.run import lend
+
+    return await asyncio.wait_for(run_live(cfg, run_dir, Console(file=io.StringIO()), lend=lend), timeout_s)
 
 
 def one_run(cfg, timeout_s: float) -> dict:

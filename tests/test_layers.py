@@ -25,7 +25,7 @@ FLOORS = [
     {"rollout"},  # what both bodies share; no dask
     {"cluster"},  # what runs in or starts worker processes
     {"dashboard"},
-    {"sim"},  # the virtual-time body; the live one consults it too (a policy's rehearsals)
+    {"sim"},  # the virtual-time body; lent to the live one's policy by the callers above both
     {"live"},  # the Dask body
     {"api"},  # the Python API: a live body kept up across calls
     {"serve"},  # the OpenAI-compatible endpoint: a driver for the live body
@@ -167,6 +167,13 @@ def test_no_circle_but_registries():
 def test_the_brain_and_shared_rooms_import_no_dask_and_no_body():
     bad = [f"{m} imports {t}" for m, ts in imports(ROOT).items() if room(m) in NO_DASK
            for t in ts if t in ("dask", "distributed") or room(t) in ("sim", "live") and t.startswith("prorsa")]
+    assert bad == []
+
+
+def test_the_live_body_imports_no_simulator():
+    """The two bodies are peers: a live run's policy rehearses in the simulator its caller lends."""
+    bad = [f"{m} imports {t}" for m, ts in imports(ROOT).items() if room(m) == "live"
+           for t in ts if t.startswith("prorsa") and room(t) == "sim"]
     assert bad == []
 
 

@@ -55,6 +55,7 @@ from prorsa.live.training import push_weights
 from prorsa.rollout.assemble import beside
 from prorsa.rollout.context import RunContext, resolve
 from prorsa.rollout.drivers import play_spec
+from prorsa.sim.run import lend
 
 Tasks = Sequence[Task] | int | None
 
@@ -148,7 +149,7 @@ class Rollout:
 
     async def _hold(self, ready: cf.Future) -> None:
         self._stop = asyncio.Event()
-        async with open_live(self.run, self.run_dir, self._console, cluster=self._cluster) as live, \
+        async with open_live(self.run, self.run_dir, self._console, cluster=self._cluster, lend=lend) as live, \
                 beside(live.body):
             self._live = live
             ready.set_result(None)

@@ -144,9 +144,10 @@ def _roll_out(request: RunRequest, resolved: RunContext, folder: RunFolder, jour
     from prorsa.cluster.launch import ClusterError
     from prorsa.live.cells import run_cells_dir
     from prorsa.live.run import run_live
+    from prorsa.sim.run import lend
 
     rollout = (run_cells_dir(resolved, folder.path, console, journal) if resolved.cfg.runtime.cells > 1 else
-               run_live(resolved, folder.path, console, journal=journal, cluster=cluster))
+               run_live(resolved, folder.path, console, journal=journal, cluster=cluster, lend=lend))
     try:
         return roll_out(rollout, folder, request.source)
     except ClusterError as e:

@@ -39,6 +39,7 @@ class ServeRequest:
 def serve_pipeline(request: ServeRequest) -> None:
     from prorsa.live.resume import open_journal
     from prorsa.live.run import run_live
+    from prorsa.sim.run import lend
     from prorsa.metrics.progress import summary_table
     from prorsa.serve.server import Endpoint
 
@@ -51,7 +52,8 @@ def serve_pipeline(request: ServeRequest) -> None:
     console.print(f"run directory: {folder.path}")
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
                         say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
-    rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver)
+    rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,
+                       lend=lend)
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)
     console.print(summary_table(summary))
     console.print(f"wrote {folder.path}")

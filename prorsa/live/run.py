@@ -1,9 +1,13 @@
 """A live run, top to bottom: cluster up, engines up, drive the workload, sample, write, tear down.
 
-    run_live(run, run_dir, console) -> summary dict   run: a RunContext (rollout/context.py) or a
-                                                      pipeline to resolve
-    async with open_live(run, run_dir, console) as live   the same assembly, kept up for a caller
-                                                      that drives it (the Python API, prorsa/api/)
+    run_live(run, run_dir, console, lend=) -> summary dict   run: a RunContext (rollout/context.py)
+                                                      or a pipeline to resolve
+    async with open_live(run, run_dir, console, lend=) as live   the same assembly, kept up for a
+                                                      caller that drives it (the Python API, prorsa/api/)
+
+`lend`: the simulator the caller lends the run's policy for its rehearsals, as a function of the
+run (sim/run.py `lend`); None: the policy plans with its fluid model alone. The live body does not
+import the simulator: the caller, above both, hands it over.
 
 Finished trajectories go to the run's journal (metrics/journal.py) as they land; a journal that
 holds some from an earlier session (--resume) makes the drivers skip those.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +36,7 @@ from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import Policy, make_policy
+from prorsa.control.policy import Policy, Rehearse, make_policy
 from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.base import ModelsWeightUpdates
@@ -52,8 +56,6 @@ from prorsa.rollout.assemble import Body, Drive, roll_out
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.partial import Checkpoint
-from prorsa.sim.rehearse import rehearser
-from prorsa.sim.run import simulate_async
 
 
 log = logging.getLogger(__name__)
@@ -111,9 +113,12 @@ def _median(xs: list[float]) -> float | None:
     return round(sorted(xs)[len(xs) // 2], 5) if xs else None
 
 
+Lend = Callable[[RunContext], Rehearse | None]
+
+
 async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
                    journal: RunJournal | None = None, cluster: ClusterSpec | None = None,
-                   driver: Drive | None = None) -> dict:
+                   driver: Drive | None = None, *, lend: Lend | None) -> dict:
     """`policy`: an object to run instead of the pipeline's (the simulator takes the same);
     `journal`: the run directory's, already open (default: opened here);
     `cluster`: where the workers come from (default: a LocalCluster; cluster/launch.py);
@@ -122,7 +127,7 @@ async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Con
     if journal is None:
         journal = open_journal(run.cfg, run_dir)
     try:
-        return await _run_live(run, run_dir, console, policy, journal, cluster, driver)
+        return await _run_live(run, run_dir, console, policy, journal, cluster, driver, lend)
     finally:
         journal.close()
 
@@ -146,8 +151,9 @@ class LiveSession:
 
 
 async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None,
-                    journal: RunJournal, cluster: ClusterSpec | None, driver: Drive | None) -> dict:
-    async with open_live(run, run_dir, console, policy, cluster, journal, open_ended=driver is not None) as live:
+                    journal: RunJournal, cluster: ClusterSpec | None, driver: Drive | None, lend: Lend | None) -> dict:
+    async with open_live(run, run_dir, console, policy, cluster, journal, open_ended=driver is not None,
+                         lend=lend) as live:
         cfg, client, rec, runner, controller = live.run.cfg, live.client, live.rec, live.runner, live.controller
         environment = driver_environment(cfg, client)
         learner = None if cfg.train is None else await open_learner(
@@ -225,7 +231,7 @@ def write_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float,
 @asynccontextmanager
 async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None = None,
                     cluster: ClusterSpec | None = None, journal: RunJournal | None = None,
-                    open_ended: bool = False) -> AsyncIterator[LiveSession]:
+                    open_ended: bool = False, *, lend: Lend | None) -> AsyncIterator[LiveSession]:
     """Cluster, engines, plugins, router, runner and control loop up, torn down on exit: the one
     assembly of a live run. `journal`: a run's (its counts seed the recorder and it is flushed on a
     timer beside the rollout); None: nothing is written as trajectories finish (the Python API).
@@ -236,7 +242,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         run = prior_checked(run, Workload.from_config(cfg.workload, cfg.seed))
     # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
     # in the policy's thread, while the weights update)
-    context = replace(run.policy, rehearse=rehearser(run, simulate_async))
+    context = replace(run.policy, rehearse=lend(run) if lend is not None else None)
     policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]

@@ -34,7 +34,7 @@ from prorsa.agent.trace import TrajectorySpec, workload_means
 from prorsa.agent.workload import Workload, context_budget
 from prorsa.config.load import ConfigError, config_hash
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import Policy, WorkloadHint, make_policy
+from prorsa.control.policy import Policy, Rehearse, WorkloadHint, make_policy
 from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import load_gpu
 from prorsa.costmodel.misfit import ModelScale
@@ -157,6 +157,12 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
             {"t": round(t, 3), "width": p.width, "wide": p.wide, "predicted_s": [round(p.stay_s, 2), round(p.tail_s, 2)]}
             for t, p in controller.tail.plans]}
     return SimRun(cfg, pol.name, rec, makespan, 0.0, summary, events=getattr(loop, "timers_fired", 0))
+
+
+def lend(run: RunContext) -> Rehearse | None:
+    """The simulator lent to a live run's policy (live/run.py): its rehearsals replay trajectories
+    under candidate splits with the run's engines, router and cost model, in virtual time."""
+    return rehearser(run, simulate_async)
 
 
 def tail_merge(run: RunContext, runner: SimTurnRunner, router, engines: dict[str, EmulatedEngine]) -> TailMerge:

@@ -27,6 +27,7 @@ from prorsa.engine.tiny_model import ensure_tiny_moe
 from prorsa.engine.vllm.protocol import completion_body, parse_completion
 from prorsa.rollout.context import resolve
 from prorsa.live.run import open_live
+from prorsa.sim.run import lend
 from prorsa.roles import Role
 from prorsa.rollout.assemble import roll_out
 from tests.engine.test_vllm_cpu_dp import GEN, PROMPTS, _engines, _first_divergence, _greedy, _prompt_tokens, gather
@@ -81,7 +82,7 @@ async def _load(model_dir: str, dask_worker=None) -> None:
 
 async def _span_run(cfg, run_dir, want, other):
     done = []
-    async with open_live(resolve(cfg), run_dir, Console(file=io.StringIO())) as live:
+    async with open_live(resolve(cfg), run_dir, Console(file=io.StringIO()), lend=lend) as live:
         workers = await live.client.scheduler.identity(n_workers=-1)
         names = {w["name"] for w in workers["workers"].values()}
         assert {"engine-0", follower_name(0, 1)} <= names, names

@@ -15,7 +15,7 @@ from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import Decision, Snapshot, make_policy
 from prorsa.live.run import run_live
 from prorsa.rollout.context import policy_context
-from prorsa.sim.run import simulate, write_run
+from prorsa.sim.run import lend, simulate, write_run
 
 MOE = {
     "name": "simtest", "seed": 3, "policy": "colocated",
@@ -92,7 +92,7 @@ def test_one_policy_object_runs_unchanged_in_both_bodies(tmp_path):
     sim = simulate(cfg, policy)
     sim_phases, policy.phases = dict(policy.phases), defaultdict(list)
     sim_decisions, policy.decisions = policy.decisions, 0
-    live = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True), policy=policy))
+    live = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True), policy=policy, lend=lend))
     assert sim.summary["trajectories_completed"] == live["trajectories_completed"] == 32
     assert sim_decisions > 5 and policy.decisions > 5
     assert set(policy.phases) == set(sim_phases)
