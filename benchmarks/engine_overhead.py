@@ -102,10 +102,10 @@ class DirectRunner:
 
 
 async def step(runner, workload, wcfg) -> tuple[float, int]:
-    from prorsa.rollout.drivers import run_sync
+    from prorsa.rollout.drivers import Hooks, run_sync
 
     t0 = time.perf_counter()
-    results = await run_sync(workload, wcfg, runner, lambda: time.perf_counter() - t0, lambda r: None)
+    results = await run_sync(workload, wcfg, runner, lambda: time.perf_counter() - t0, Hooks(lambda r: None))
     failed = [r for r in results if r.status != "completed"]
     if failed:
         raise RuntimeError(f"{len(failed)} trajectories failed, first: {failed[0].error}")

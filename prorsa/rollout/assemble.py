@@ -27,7 +27,7 @@ from prorsa.agent.workload import Workload
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.context import RunContext
 from prorsa.rollout.control_loop import ControlLoop
-from prorsa.rollout.drivers import Episodes, Update, run_async, run_sync
+from prorsa.rollout.drivers import Episodes, Hooks, Update, run_async, run_sync
 from prorsa.rollout.partial import PartialPlan, run_partial
 
 Drive = Callable[..., Awaitable[list[TrajectoryResult]]]  # run_sync's signature
@@ -53,21 +53,23 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
     """`on_stop`: called as the rollout ends, interrupted or not, before the loops beside it stop;
     `workload`: the run's, when the body has drawn it already; `driver`: what starts the
     trajectories instead of the workload's sync or async driver (prorsa serve: its requests);
-    `rl`: the RL loop's hooks for the drivers (version, gate)."""
+    `rl`: the RL loop's hooks for the drivers (version, gate) and a partial rollout's checkpoint."""
     cfg = run.cfg
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
     wcfg = cfg.workload
     if body.clock_unit != 1.0:  # wall seconds, as the pipeline gives them, in the drivers' clock
         wcfg = wcfg.model_copy(update={k: getattr(wcfg, k) / body.clock_unit
                                        for k in ("duration_s", "weight_update_every_s") if getattr(wcfg, k) is not None})
-    drive = driver or (run_sync if wcfg.mode == "sync" else run_async)
+    drive, extra = driver or (run_sync if wcfg.mode == "sync" else run_async), {}
+    checkpoint = rl.pop("checkpoint", None)
     if driver is None and (plan := PartialPlan.of(cfg)) is not None:  # sync only: the schema says so
-        drive, rl["partial"] = run_partial, plan
-    if wcfg.mode == "sync":
-        rl["before_step"] = body.controller.before_step
+        drive, extra = run_partial, {"partial": plan, "checkpoint": checkpoint}
     # a trace's releases (start_s) stay on the specs: the driver converts each with the same unit
-    rollout = drive(workload, wcfg, body.runner, body.now, on_done, rec.on_turn, episodes=episodes,
-                    update_weights=update_weights, skip=skip, clock_unit=body.clock_unit, **rl)
+    hooks = Hooks(on_done, rec.on_turn, episodes, update_weights, skip, rl.pop("version", None), rl.pop("gate", None),
+                  body.controller.before_step if wcfg.mode == "sync" else None, body.clock_unit)
+    if rl:
+        raise TypeError(f"roll_out: unknown RL hooks {sorted(rl)}")
+    rollout = drive(workload, wcfg, body.runner, body.now, hooks, **extra)
     async with beside(body, on_stop):
         if body.guard is None:
             await rollout

@@ -1,24 +1,27 @@
 """Synchronous and asynchronous RL drivers: which trajectories run, and when.
 
-    run_sync(workload, cfg, runner, now, on_done)    steps of B x G; a step ends with its last trajectory
-    run_async(workload, cfg, runner, now, on_done)   keep N in flight; stop at a count or a duration
-    episodes=                                        optional: spec -> Episode (an environment's
+    run_sync(workload, cfg, runner, now, hooks)      steps of B x G; a step ends with its last trajectory
+    run_async(workload, cfg, runner, now, hooks)     keep N in flight; stop at a count or a duration
+    Hooks(on_done, ...)                              what a driver calls back and is told:
+      on_done                                        each trajectory's result, as it ends
+      on_turn                                        optional: each turn's result, as it ends
+      episodes                                       optional: spec -> Episode (an environment's
                                                      tool calls and reward, agent/environment.py)
-    update_weights=                                  optional: the body's weight update (engines
+      update_weights                                 optional: the body's weight update (engines
                                                      stall, prefix caches invalidated); sync: awaited
                                                      between steps; async: started every B x G
                                                      finished trajectories (or every
                                                      weight_update_every_s) while rollout goes on
-    skip=                                            optional: trajectory ids finished earlier (a
+      skip                                           optional: trajectory ids finished earlier (a
                                                      resumed run); the same slots, left out
-    version=                                         optional: the engines' policy version now; each
+      version                                        optional: the engines' policy version now; each
                                                      result is tagged with the one it started under;
                                                      sync: no update before step s once it is s
-    gate=                                            async, optional: started count -> may another
+      gate                                           async, optional: started count -> may another
                                                      start now (the RL loop's staleness bound)
-    before_step=                                     sync, optional: awaited before each step, after
+      before_step                                    sync, optional: awaited before each step, after
                                                      the weight update (the roles for the step)
-    clock_unit=                                      wall seconds per second of `now`: a spec's
+      clock_unit                                     wall seconds per second of `now`: a spec's
                                                      release (start_s) is given in wall seconds,
                                                      like its tool latencies
     play_spec(spec, runner, now, on_done, ...)       one trajectory, tagged with the version it
@@ -40,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Container
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from prorsa.agent.loop import (Episode, TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner,
@@ -54,6 +57,21 @@ Update = Callable[[], Awaitable[None]]
 Version = Callable[[], int]
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What a driver calls back and what it is told of the run (the module docstring)."""
+
+    on_done: Done
+    on_turn: TurnListener | None = None
+    episodes: Episodes | None = None
+    update_weights: Update | None = None
+    skip: Container[str] = frozenset()
+    version: Version | None = None
+    gate: Callable[[int], bool] | None = None
+    before_step: Callable[[int], Awaitable[None]] | None = None
+    clock_unit: float = 1.0
+
+
 def expected_trajectories(cfg: WorkloadConfig) -> int | None:
     """None when an async run stops on a duration: the count is whatever fits."""
     if cfg.mode == "sync":
@@ -61,12 +79,10 @@ def expected_trajectories(cfg: WorkloadConfig) -> int | None:
     return cfg.trajectories if cfg.duration_s is None else None
 
 
-async def run_sync(
-    workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
-    on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
-    before_step: Callable[[int], Awaitable[None]] | None = None, clock_unit: float = 1.0,
-) -> list[TrajectoryResult]:
+async def run_sync(workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
+                   hooks: Hooks) -> list[TrajectoryResult]:
+    h = hooks
+    skip, update_weights, version = h.skip, h.update_weights, h.version
     results: list[TrajectoryResult] = []
     for step in range(cfg.steps):
         specs = [s for s in workload.trajectories_for_step(step) if s.traj_id not in skip]
@@ -75,22 +91,20 @@ async def run_sync(
         # a resumed run whose engines already hold step's version (its update was saved) goes on
         if step and update_weights is not None and (version is None or version() < step):
             await update_weights()
-        if before_step is not None:
-            await before_step(step)
+        if h.before_step is not None:
+            await h.before_step(step)
         began = now()
-        step_results = await asyncio.gather(*(play_spec(s, runner, now, on_done, on_turn, episodes, version,
-                                                   release=release_of(s, began, clock_unit))
+        step_results = await asyncio.gather(*(play_spec(s, runner, now, h.on_done, h.on_turn, h.episodes, version,
+                                                   release=release_of(s, began, h.clock_unit))
                                               for s in specs))
         results.extend(step_results)
     return results
 
 
-async def run_async(
-    workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
-    on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
-    gate: Callable[[int], bool] | None = None, clock_unit: float = 1.0,
-) -> list[TrajectoryResult]:
+async def run_async(workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
+                    hooks: Hooks) -> list[TrajectoryResult]:
+    h = hooks
+    skip, update_weights, gate = h.skip, h.update_weights, h.gate
     results: list[TrajectoryResult] = []
     batch = cfg.prompts * cfg.group_size  # trajectories per training step
     updates: list[asyncio.Task] = []
@@ -109,13 +123,14 @@ async def run_async(
         held = None  # the release the next index waits for, when a slot is free before it
         while len(in_flight) < cfg.concurrency and more_to_start() and (gate is None or gate(started)):
             spec = workload.trajectory(started)
-            if spec.traj_id not in skip and (release := release_of(spec, began, clock_unit)) > now():
+            if spec.traj_id not in skip and (release := release_of(spec, began, h.clock_unit)) > now():
                 # one released after the deadline never starts: the run ends with what is in flight
                 held = release if deadline is None or release < deadline else None
                 break
             started += 1
             if spec.traj_id not in skip:  # an index is an identity: a skipped one still counts
-                in_flight.add(asyncio.create_task(play_spec(spec, runner, now, on_done, on_turn, episodes, version)))
+                in_flight.add(asyncio.create_task(play_spec(spec, runner, now, h.on_done, h.on_turn, h.episodes,
+                                                            h.version)))
         pending = [u for u in updates if not u.done()]
         if not in_flight and held is None:
             await asyncio.gather(*updates)

@@ -1,7 +1,7 @@
 """Partial rollouts: synchronous steps that end when enough GRPO groups are whole.
 
     PartialPlan.of(cfg) -> PartialPlan | None    the pipeline's partial_rollout, resolved (None: off)
-    run_partial(workload, cfg, runner, now, on_done, ..., partial=plan)
+    run_partial(workload, cfg, runner, now, hooks, partial=plan[, checkpoint=])
                                                  run_sync's contract, steps ended early; roll_out
                                                  calls it instead of run_sync when a plan is given
 
@@ -52,14 +52,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnResult, TurnRunner
+from prorsa.agent.loop import TrajectoryResult, TurnResult, TurnRunner
 from prorsa.agent.workload import TrajectorySpec, Workload
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.config.workload import WorkloadConfig
-from prorsa.rollout.drivers import Done, Episodes, Update, Version, play_spec, release_of
+from prorsa.rollout.drivers import Hooks, play_spec, release_of
 
 
 @dataclass(frozen=True)
@@ -93,25 +93,15 @@ class _Group:
         return len(self.ended) == len(self.specs)
 
 
-@dataclass(frozen=True)
-class _Hooks:
-    on_done: Done
-    on_turn: TurnListener | None
-    episodes: Episodes | None
-    clock_unit: float
-
-
-async def run_partial(
-    workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
-    on_done: Done, on_turn: TurnListener | None = None, episodes: Episodes | None = None,
-    update_weights: Update | None = None, skip: Container[str] = frozenset(), version: Version | None = None,
-    before_step: Callable[[int], Awaitable[None]] | None = None, clock_unit: float = 1.0, *,
-    partial: PartialPlan, checkpoint: Checkpoint | None = None,
-) -> list[TrajectoryResult]:
+async def run_partial(workload: Workload, cfg: WorkloadConfig, runner: TurnRunner, now: Callable[[], float],
+                      hooks: Hooks, *, partial: PartialPlan, checkpoint: Checkpoint | None = None
+                      ) -> list[TrajectoryResult]:
+    """rollout/drivers.py run_sync's contract (`hooks`: its Hooks; gate unused), steps ended early."""
     saved = checkpoint.saved if checkpoint is not None else None
+    skip, update_weights, version, before_step = hooks.skip, hooks.update_weights, hooks.version, hooks.before_step
     if skip and saved is None:  # which groups a step started depends on when others ended: not drawable again
         raise ValueError("a partial rollout resumes from the state its journal kept, and there is none")
-    steps = _Steps(workload, runner, now, _Hooks(on_done, on_turn, episodes, clock_unit), partial)
+    steps = _Steps(workload, runner, now, hooks, partial)
     if checkpoint is not None:
         checkpoint.current = steps.snapshot
     first = 0 if saved is None else int(saved["step"])
@@ -142,7 +132,7 @@ class Checkpoint:
 class _Steps:
     """The groups in flight across steps, and each trajectory's fate."""
 
-    def __init__(self, workload: Workload, runner: TurnRunner, now: Callable[[], float], hooks: _Hooks,
+    def __init__(self, workload: Workload, runner: TurnRunner, now: Callable[[], float], hooks: Hooks,
                  plan: PartialPlan) -> None:
         self.workload, self.now, self.hooks, self.plan = workload, now, hooks, plan
         self.runner = runner

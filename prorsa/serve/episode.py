@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner, play_turn
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
+from prorsa.rollout.drivers import Hooks
 from prorsa.serve.conversations import Answer, Conversation, Hub
 from prorsa.serve.transcript import BadAsk, Transcript
 
@@ -121,8 +122,9 @@ class ServeDriver:
         self.on_ready = on_ready  # awaited once the engines are up: start listening
         self.on_end = on_end  # awaited once every conversation has ended: stop listening
 
-    async def __call__(self, workload, cfg, runner: TurnRunner, now: Callable[[], float], on_done,
-                       on_turn: TurnListener | None = None, **_: Any) -> list[TrajectoryResult]:
+    async def __call__(self, workload, cfg, runner: TurnRunner, now: Callable[[], float],
+                       hooks: Hooks) -> list[TrajectoryResult]:
+        on_done, on_turn = hooks.on_done, hooks.on_turn
         self.hub.clock = now  # requests' arrival times on the turns' clock: the gaps are tool times
         if self.on_ready is not None:
             await self.on_ready()

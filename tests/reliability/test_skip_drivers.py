@@ -11,7 +11,7 @@ import pytest
 from prorsa.agent.loop import TurnResult
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
-from prorsa.rollout.drivers import run_async, run_sync
+from prorsa.rollout.drivers import Hooks, run_async, run_sync
 
 
 class InstantRunner:
@@ -29,7 +29,7 @@ def _ids(mode: str, skip: frozenset) -> list[str]:
     done: list[str] = []
     drive = run_sync if mode == "sync" else run_async
     asyncio.run(drive(Workload.from_config(cfg, 7), cfg, InstantRunner(), lambda: 0.0,
-                      lambda r: done.append(r.spec.traj_id), skip=skip))
+                      Hooks(lambda r: done.append(r.spec.traj_id), skip=skip)))
     return done
 
 
@@ -63,7 +63,8 @@ def test_async_gate_keeps_rollout_within_max_staleness_of_the_updates():
         return ok
 
     results = asyncio.run(run_async(Workload.from_config(cfg, 3), cfg, InstantRunner(), lambda: 0.0,
-                                    lambda r: None, update_weights=update, version=lambda: version[0], gate=gate))
+                                    Hooks(lambda r: None, update_weights=update, version=lambda: version[0],
+                                          gate=gate)))
     assert len(results) == 16 and len({r.spec.traj_id for r in results}) == 16
     for r in results:
         index = int(r.spec.traj_id[1:])
@@ -79,5 +80,5 @@ def test_sync_results_carry_the_version_of_their_step():
         version[0] += 1
 
     results = asyncio.run(run_sync(Workload.from_config(cfg, 3), cfg, InstantRunner(), lambda: 0.0,
-                                   lambda r: None, update_weights=update, version=lambda: version[0]))
+                                   Hooks(lambda r: None, update_weights=update, version=lambda: version[0])))
     assert [(r.spec.step, r.policy_version) for r in results] == [(s, s) for s in range(3) for _ in range(4)]

@@ -12,6 +12,7 @@ import pytest
 from prorsa.agent.loop import TurnResult
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.rollout.drivers import Hooks
 from prorsa.rollout.partial import Checkpoint, PartialPlan, run_partial
 from prorsa.sim.clock import run_virtual
 
@@ -59,7 +60,7 @@ def roll(over_sample=0.5, carry=True, max_staleness=None, steps=STEPS, seed=2, o
             await asyncio.sleep(0.25)
 
         await run_partial(Workload.from_config(cfg.workload, seed), cfg.workload, runner, lambda: loop.time() - t0,
-                          log.append, update_weights=update, partial=plan)
+                          Hooks(log.append, update_weights=update), partial=plan)
 
     run_virtual(main())
     return plan, runner, log
@@ -180,7 +181,7 @@ def test_a_resume_without_the_journal_s_state_is_refused():
     cfg = PipelineConfig.model_validate({"name": "t", "partial_rollout": {}})
     with pytest.raises(ValueError, match="resumes from the state its journal kept"):
         run_virtual(run_partial(Workload.from_config(cfg.workload, 0), cfg.workload, DecodeTimed(), lambda: 0.0,
-                                print, skip={"s0-p0-g0"}, partial=PartialPlan.of(cfg)))
+                                Hooks(print, skip={"s0-p0-g0"}), partial=PartialPlan.of(cfg)))
 
 
 def killed_at(k: int, overlap=False, seed=2):
@@ -211,7 +212,7 @@ def killed_at(k: int, overlap=False, seed=2):
 
             timer = asyncio.create_task(journal())
             await run_partial(Workload.from_config(cfg.workload, seed), cfg.workload, DecodeTimed(),
-                              lambda: loop.time(), on_done, update_weights=update, skip=skip, partial=plan,
+                              lambda: loop.time(), Hooks(on_done, update_weights=update, skip=skip), partial=plan,
                               checkpoint=checkpoint)
             timer.cancel()
         run_virtual(main())
@@ -261,7 +262,7 @@ def test_a_replayed_trace_plays_no_trajectory_twice_at_once(tmp_path):
     async def main():
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        await run_partial(wl, cfg.workload, DecodeTimed(), lambda: loop.time() - t0, seen.append,
+        await run_partial(wl, cfg.workload, DecodeTimed(), lambda: loop.time() - t0, Hooks(seen.append),
                           partial=PartialPlan.of(cfg))
 
     run_virtual(main())

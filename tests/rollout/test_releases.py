@@ -10,7 +10,7 @@ import pytest
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
-from prorsa.rollout.drivers import run_async, run_sync
+from prorsa.rollout.drivers import Hooks, run_async, run_sync
 from prorsa.sim.clock import run_virtual
 from second_per_turn import SecondPerTurn
 
@@ -41,7 +41,7 @@ def _drive(mode: str, trace=TRACE, clock_unit: float = 1.0, **kw) -> tuple[dict[
             starts[r.spec.seed], ends[r.spec.seed] = r.start_s, r.end_s
 
         drive = run_sync if mode == "sync" else run_async
-        await drive(workload, cfg, SecondPerTurn(), now, done, clock_unit=clock_unit)
+        await drive(workload, cfg, SecondPerTurn(), now, Hooks(done, clock_unit=clock_unit))
         return now()
 
     makespan = run_virtual(main())

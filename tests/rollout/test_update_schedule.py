@@ -9,7 +9,7 @@ import pytest
 
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import WorkloadConfig
-from prorsa.rollout.drivers import run_async
+from prorsa.rollout.drivers import Hooks, run_async
 from prorsa.sim.clock import run_virtual
 from second_per_turn import SecondPerTurn
 
@@ -31,8 +31,8 @@ def updates_at(every: float | None, **kw) -> tuple[list[float], int, float]:
             started.append(now())
             await asyncio.sleep(0.5)
 
-        await run_async(Workload.from_config(cfg, 3), cfg, SecondPerTurn(), now, lambda r: done.append(r.spec.traj_id),
-                        update_weights=update)
+        await run_async(Workload.from_config(cfg, 3), cfg, SecondPerTurn(), now,
+                        Hooks(lambda r: done.append(r.spec.traj_id), update_weights=update))
         return now()
 
     end = run_virtual(main())

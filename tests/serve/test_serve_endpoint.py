@@ -10,6 +10,7 @@ import pytest
 
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.tiny_model import ensure_tiny_model
+from prorsa.rollout.drivers import Hooks
 from prorsa.serve.app import make_app
 from prorsa.serve.conversations import Hub
 from prorsa.serve.episode import ServeDriver
@@ -51,7 +52,7 @@ def serve(tok, requests, runner=None, max_context=2048, idle_s=30):
         hub = Hub(idle_s=idle_s)
         done = []
         driver = ServeDriver(hub, tok, "swe", 0, max_context=max_context, max_tokens=64)
-        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, done.append))
+        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append)))
         transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             value = await requests(client)
