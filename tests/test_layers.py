@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; a room imports only rooms on lower floors
 FLOORS = [
     {"prorsa", "roles"},  # ground: the package, the Role enum
-    {"loads", "config"},  # the one engine-load record; the pipeline schema
+    {"loads", "sampling", "config"},  # the one engine-load record, the one sampling record; the schema
     {"agent", "costmodel"},
     {"engine", "train"},
     {"control"},  # the brain: forecaster, allocator, policies

@@ -30,6 +30,7 @@ import numpy as np
 
 from prorsa.agent.tools.base import ToolCall
 from prorsa.agent.workload import TrajectorySpec
+from prorsa.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class TurnRequest:
     live: bool = False  # live mode: decode to the model's EOS; the tool worker parses the call from the text
     group: str = ""  # its GRPO group (step and prompt): members share the task and its difficulty
     to_eos: bool = False  # decode until the model's EOS (a served request, unless it asks ignore_eos)
+    sampling: Sampling | None = None  # None: the pipeline's (the runner fills it in)
 
 
 @dataclass(frozen=True)

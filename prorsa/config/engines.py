@@ -269,3 +269,13 @@ class EnginesConfig(Section):
                                  f"drop engines.{name} or make them agree")
             object.__setattr__(self, name, value)  # derived once, while the model is being built
         return self
+
+
+class SamplingConfig(Section):
+    """How the engines draw a rollout's tokens (vLLM's sampling parameters; verl's
+    rollout.temperature / top_p / top_k). The emulated engine writes no tokens and ignores it;
+    `prorsa serve` requests may set their own."""
+
+    temperature: float = Field(1.0, ge=0, le=10)  # 0: greedy
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)  # -1: every token

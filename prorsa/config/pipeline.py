@@ -19,6 +19,7 @@ from prorsa.config.engines import (
     EnginesConfig,
     Parallelism,
     RoleParallelism,
+    SamplingConfig,
     VllmSettings,
 )
 from prorsa.config.environment import SFT_DATASETS, EnvironmentConfig, SandboxSettings, TaskColumns
@@ -31,7 +32,7 @@ from prorsa.config.workload import FAMILY_NAMES, ExpectConfig, FamilyName, Workl
 __all__ = [
     "C_LONG", "FAMILY_NAMES", "MANY", "MAX_ENGINES", "MAX_ENGINE_GPUS", "MAX_WORKERS", "ROLE_NAMES",
     "EngineGroup", "EnginesConfig", "EnvironmentConfig", "ExpectConfig", "FamilyName", "Parallelism",
-    "PartialRolloutConfig", "PipelineConfig", "RoleParallelism", "RuntimeConfig", "SandboxSettings",
+    "PartialRolloutConfig", "PipelineConfig", "RoleParallelism", "RuntimeConfig", "SamplingConfig", "SandboxSettings",
     "SchedulingConfig", "TaskColumns", "TrainConfig", "VllmSettings", "WorkloadConfig", "sticky_overload_from",
 ]
 
@@ -68,6 +69,7 @@ class PipelineConfig(Section):
     # None: they start all-mixed and learn the workload from this run's own turns
     prior: str | ExpectConfig | None = None
     engines: EnginesConfig = EnginesConfig()
+    sampling: SamplingConfig = SamplingConfig()
     workload: WorkloadConfig = WorkloadConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     scheduling: SchedulingConfig = SchedulingConfig()

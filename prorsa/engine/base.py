@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
+from prorsa.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class DecodeRequest:
     token_ids: tuple[int, ...] | None = None
     kv: dict[str, Any] | None = None  # from PrefillResult; None = prefill here (colocated/local)
     new_tokens: int = 0  # when kv is None: tokens to prefill here before decoding
-    temperature: float = 1.0
-    seed: int | None = None
+    sampling: Sampling = Sampling()
+    seed: int | None = None  # the turn's; a served request's own is sampling.seed
     ignore_eos: bool = True  # decode to the end whatever the model writes; a live agent sets False
     # The world's alone: where a replayed turn ends (the workload's drawn length, standing in for
     # the model's EOS). Only the engine reads it, as the world decoding; None for a live model,

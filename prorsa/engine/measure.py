@@ -29,6 +29,7 @@ from pathlib import Path
 from prorsa.costmodel.calibrate import StepSample
 from prorsa.engine.base import DecodeRequest
 from prorsa.roles import Role
+from prorsa.sampling import Sampling
 
 BLOCK = 128  # vLLM CPU KV block size: prefixes are cached in whole blocks
 TAIL = 8  # unique tokens after a shared decode prefix, so no two requests are the same prompt
@@ -76,7 +77,7 @@ class _Tokens:
 
 async def _request(engine, ids: tuple[int, ...], max_tokens: int):
     req = DecodeRequest("calibrate", 0, context_tokens=len(ids), max_tokens=max_tokens,
-                        token_ids=ids, temperature=0.0, ignore_eos=True)
+                        token_ids=ids, sampling=Sampling(temperature=0.0), ignore_eos=True)
     return await engine.generate(req)
 
 

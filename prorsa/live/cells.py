@@ -59,7 +59,7 @@ from prorsa.metrics.recorder import RunRecorder, merged
 from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve, sampling_of
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class LiveCell:
         self.router = make_router(run, dict(self.roles), lambda: self.now() / run.unit)
         self.runner = DaskTurnRunner(client, self.router, self.addresses, cfg.runtime.turn_shape, False, 0, self.t0,
                                      cfg.runtime.turn_retries, scheduler=make_scheduler(run),
-                                     context_budget=context_budget(cfg.workload))
+                                     context_budget=context_budget(cfg.workload), sampling=sampling_of(cfg))
         self.controller = LiveController(client, self.policy, self.router, self.addresses, self.rec,
                                          cfg.engines.slots, run.policy.kv_capacity_tokens, self.t0,
                                          cfg.runtime.control_interval_s, run.unit,

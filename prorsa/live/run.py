@@ -53,7 +53,7 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, Drive, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve, sampling_of
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.partial import Checkpoint
 
@@ -297,7 +297,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
                                 cfg.runtime.turn_retries, scheduler=make_scheduler(run),
-                                restart_wait_s=backend.start_timeout_s, context_budget=context_budget(cfg.workload))
+                                restart_wait_s=backend.start_timeout_s, context_budget=context_budget(cfg.workload),
+                                sampling=sampling_of(cfg))
         slots, kv = cfg.engines.slots, context.kv_capacity_tokens
         if cfg.engines.groups is not None:  # each engine its own group's slots and KV
             slots = dict(zip(engines, run.engine_slots))

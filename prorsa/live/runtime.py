@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 import dask
 
@@ -31,6 +32,7 @@ from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.live.tasks import dask_priority, leg_graph, tool_graph, turn_annotations, turn_task, warm_submit
 from prorsa.rollout.legs import warm_request
 from prorsa.rollout.router import Router
+from prorsa.sampling import Sampling
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,10 @@ class DaskTurnRunner:
         scheduler: TurnScheduler | None = None,
         restart_wait_s: float = 0.0,
         context_budget: int | None = None,
+        sampling: Sampling | None = None,
     ) -> None:
         self.context_budget = context_budget  # the run's, in tokens: replies are capped at what it leaves
+        self.sampling = sampling  # the pipeline's, for a turn that asks none of its own
         self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
         self.retries = retries
         self.restart_wait_s = restart_wait_s  # how long a turn waits out engines that are restarting
@@ -111,6 +115,8 @@ class DaskTurnRunner:
         minute or more on CPU) burnt every retry in seconds and its trajectories failed.
         Every retry pauses, so a fault that lasts a few seconds does not spend them all at once,
         and a leg cancelled on its worker (not by this run) is retried like any other failure."""
+        if turn.sampling is None and self.sampling is not None:
+            turn = replace(turn, sampling=self.sampling)
         # one key per turn, in the clock its decode seconds are learned in, so a retry keeps its place
         priority = self.scheduler.key(turn, time.time() - self.started)
         attempt, failures, first_down = 0, 0, None

@@ -52,6 +52,7 @@ from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.roles import Role
 from prorsa.rollout.placement import MoveCost
 from prorsa.rollout.router import Router
+from prorsa.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,11 @@ def concurrency(cfg: PipelineConfig) -> int:
     """Trajectories in flight, as the pipeline declares them (sync: a whole step)."""
     w = cfg.workload
     return w.prompts * w.group_size if w.mode == "sync" else w.concurrency
+
+
+def sampling_of(cfg: PipelineConfig) -> Sampling:
+    """The pipeline's `sampling:` as the record a turn carries to its engine."""
+    return Sampling(**cfg.sampling.model_dump())
 
 
 def prior_hint(cfg: PipelineConfig) -> WorkloadHint | None:

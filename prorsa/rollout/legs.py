@@ -24,6 +24,7 @@ from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.base import DecodeRequest, DecodeResult, PrefillRequest, PrefillResult
 from prorsa.roles import Role
 from prorsa.rollout.router import Route
+from prorsa.sampling import Sampling
 
 PREFILL_LEGS = ("prefill",)
 DECODE_LEGS = ("decode", "generate", "local")  # every leg that generates: its engine serves decode
@@ -68,6 +69,7 @@ def leg_requests(turn: TurnRequest, route: Route, priority: float = 0.0,
         token_ids=turn.token_ids,
         new_tokens=0 if pre else turn.appended_tokens,
         seed=turn.seed,
+        sampling=turn.sampling or Sampling(),
         ignore_eos=replaying(turn),  # a live model ends its own turn
         priority=priority,
         replay_tokens=turn.decode_tokens if replaying(turn) else None,

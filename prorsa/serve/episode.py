@@ -3,7 +3,8 @@
     ServedEpisode(conv, hub, transcript, ...).drive(spec, runner, now, on_turn) -> TrajectoryResult
                                  a DrivingEpisode (agent/loop.py): takes the conversation's requests
                                  one by one and plays each as a turn on the runner's engines
-    ServeDriver(hub, tokenizer, ...)   a driver for roll_out (rollout/assemble.py): one trajectory
+    Served(family, seed, max_context, max_tokens, sampling)   what every conversation is held to
+    ServeDriver(hub, tokenizer, served, ...)   a driver for roll_out (rollout/assemble.py): one trajectory
                                  per conversation, from the first request to the hub's close or the
                                  conversation's idle end; awaited like run_sync, until the hub closes
 
@@ -28,6 +29,7 @@ from typing import Any, Callable
 from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner, play_turn
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.rollout.drivers import Hooks
+from prorsa.sampling import Sampling
 from prorsa.serve.conversations import Answer, Conversation, Hub
 from prorsa.serve.transcript import BadAsk, Transcript
 
@@ -41,8 +43,7 @@ class ServedEpisode:
     conv: Conversation
     hub: Hub
     transcript: Transcript
-    max_context: int  # the engines' context length
-    max_tokens: int  # the most a reply may generate when a request sets no max_tokens
+    bounds: Served
 
     async def drive(self, spec: TrajectorySpec, runner: TurnRunner, now: Callable[[], float],
                     on_turn: TurnListener | None) -> TrajectoryResult:
@@ -60,11 +61,11 @@ class ServedEpisode:
                 self.hub.end(self.conv, pending)  # the session began another conversation
                 break
             added_ids = self.transcript.encode(added)
-            room = self.max_context - context - len(added_ids)
+            room = self.bounds.max_context - context - len(added_ids)
             if room < 1:
                 self.hub.answered(pending, ContextFull(
                     f"the conversation holds {context + len(added_ids)} tokens; the model's context is "
-                    f"{self.max_context}"))
+                    f"{self.bounds.max_context}"))
                 break
             if k == 0:
                 result.prompt_ids = tuple(added_ids)
@@ -76,8 +77,9 @@ class ServedEpisode:
             ids += added_ids
             context += len(added_ids)
             req = TurnRequest(spec.traj_id, k, spec.family, len(added_ids), context,
-                              min(pending.ask.max_tokens or self.max_tokens, room), 0.0, False, spec.seed + k,
-                              tuple(ids) if runner.needs_token_ids else None, to_eos=not pending.ask.ignore_eos, group=spec.traj_id)
+                              min(pending.ask.max_tokens or self.bounds.max_tokens, room), 0.0, False, spec.seed + k,
+                              tuple(ids) if runner.needs_token_ids else None, to_eos=not pending.ask.ignore_eos,
+                              group=spec.traj_id, sampling=replace(self.bounds.sampling, **dict(pending.ask.sampling)))
             res = await play_turn(runner, req, result, on_turn)
             if res is None:
                 self.hub.answered(pending, RuntimeError(result.error))
@@ -108,17 +110,26 @@ def served_spec(index: int, family: str, seed: int) -> TrajectorySpec:
                           turns=(TurnSpec(0, 0, 0.0, True),), seed=(seed + index) % 2**32)
 
 
+@dataclass(frozen=True)
+class Served:
+    """What every served conversation is held to, from the pipeline."""
+
+    family: str  # the trajectories' family label
+    seed: int
+    max_context: int  # the engines' context length
+    max_tokens: int  # the most a reply may generate when a request sets no max_tokens
+    sampling: Sampling = Sampling()  # the pipeline's; a request's own fields replace its
+
+
 class ServeDriver:
     """Called by roll_out like run_async; the workload and its options are the pipeline's, unused:
     the clients decide which trajectories run. Each result goes to on_done as it ends and is not
     kept here (a server may run for days): the list returned is empty."""
 
-    def __init__(self, hub: Hub, tokenizer: Any, family: str, seed: int, max_context: int, max_tokens: int,
+    def __init__(self, hub: Hub, tokenizer: Any, bounds: Served,
                  on_ready: Callable[[], Awaitable[None]] | None = None,
                  on_end: Callable[[], Awaitable[None]] | None = None) -> None:
-        self.hub, self.tokenizer = hub, tokenizer
-        self.family, self.seed = family, seed
-        self.max_context, self.max_tokens = max_context, max_tokens
+        self.hub, self.tokenizer, self.bounds = hub, tokenizer, bounds
         self.on_ready = on_ready  # awaited once the engines are up: start listening
         self.on_end = on_end  # awaited once every conversation has ended: stop listening
 
@@ -142,9 +153,10 @@ class ServeDriver:
         return []
 
     async def _one(self, conv: Conversation, runner, now, on_done, on_turn) -> None:
-        episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer), self.max_context, self.max_tokens)
+        episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer), self.bounds)
         try:
-            result = await episode.drive(served_spec(conv.index, self.family, self.seed), runner, now, on_turn)
+            result = await episode.drive(served_spec(conv.index, self.bounds.family, self.bounds.seed), runner, now,
+                                         on_turn)
         finally:
             self.hub.end(conv)  # no request of its session is left waiting on it
         if result.turns:  # a conversation closed before its first turn ran is no trajectory

@@ -1,7 +1,9 @@
 """The OpenAI wire format, as much of it as the endpoint speaks.
 
-    ChatRequest, CompletionRequest        the request bodies (pydantic); fields the endpoint does not
-                                          use are accepted and ignored (sampling is the engines')
+    ChatRequest, CompletionRequest        the request bodies (pydantic); sampling (temperature, top_p,
+                                          top_k, seed, stop) goes to the engines, checked as OpenAI
+                                          bounds it; what the endpoint cannot do (n > 1, streaming, a
+                                          forced tool call, a response format) is refused, not ignored
     ChatRequest.ask() / CompletionRequest.ask() -> Ask   what the conversation needs of a request
     chat_response(answer, model, tokenizer, logprobs)         the response bodies (the tokenizer
     completion_response(answer, model, tokenizer, logprobs)   writes each token of the logprobs)
@@ -52,6 +54,34 @@ class _Request(BaseModel):
     user: str | None = None  # the session, unless the X-Session-Id header names one
     stream: bool = False
     n: int = 1
+    # sampling; None: the pipeline's `sampling:` (OpenAI's bounds; top_k is vLLM's extension)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v):
+        stops = [v] if isinstance(v, str) else v
+        if stops is not None and (len(stops) > 4 or not all(stops)):
+            raise ValueError("give up to 4 non-empty stop strings")
+        return stops
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, v):
+        if v is not None and v.get("type") != "text":
+            raise ValueError(f"response_format {v.get('type')!r} is not supported; the reply is text")
+        return v
+
+    def sampling(self) -> tuple[tuple[str, Any], ...]:
+        """The sampling fields this request sets, for the turn's engine (prorsa/sampling.py)."""
+        given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed,
+                 "stop": tuple(self.stop) if self.stop is not None else None}
+        return tuple((k, v) for k, v in given.items() if v is not None)
 
     @field_validator("stream")
     @classmethod
@@ -71,14 +101,25 @@ class _Request(BaseModel):
 class ChatRequest(_Request):
     messages: list[Message] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
+    # "auto": the model may call one of `tools`; "none": the tools are not offered this turn
+    tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
 
+    @field_validator("tool_choice")
+    @classmethod
+    def _no_forced_call(cls, v):
+        if isinstance(v, dict) or v not in (None, "auto", "none"):
+            shown = "a forced tool call" if isinstance(v, dict) else f"tool_choice {v!r}"
+            raise ValueError(f"{shown} is not supported; give 'auto' or 'none'")
+        return v
+
     def ask(self) -> Ask:
         messages = tuple(m.model_dump(exclude_none=True) for m in self.messages)
-        return Ask(messages=messages, tools=tuple(self.tools or ()),
-                   max_tokens=self.max_completion_tokens or self.max_tokens, ignore_eos=self.ignore_eos)
+        tools = () if self.tool_choice == "none" else tuple(self.tools or ())
+        return Ask(messages=messages, tools=tools, max_tokens=self.max_completion_tokens or self.max_tokens,
+                   ignore_eos=self.ignore_eos, sampling=self.sampling())
 
 
 class CompletionRequest(_Request):
@@ -98,7 +139,8 @@ class CompletionRequest(_Request):
         return v
 
     def ask(self) -> Ask:
-        return Ask(prompt=self.prompt, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos)
+        return Ask(prompt=self.prompt, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos,
+                   sampling=self.sampling())
 
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,

@@ -24,10 +24,10 @@ from typing import Any
 
 import uvicorn
 
-from prorsa.rollout.context import RunContext
+from prorsa.rollout.context import RunContext, sampling_of
 from prorsa.serve.app import make_app
 from prorsa.serve.conversations import Hub
-from prorsa.serve.episode import ServeDriver
+from prorsa.serve.episode import ServeDriver, Served
 
 DEFAULT_MAX_TOKENS = 256  # a reply's cap when a request sets none
 
@@ -70,9 +70,9 @@ class Endpoint:
         app = make_app(self.hub, self.model, tokenizer)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
-        self.driver = ServeDriver(self.hub, tokenizer, cfg.workload.family or "trace", cfg.seed,
-                                  max_context=cfg.engines.vllm.max_model_len, max_tokens=max_tokens,
-                                  on_ready=self._start, on_end=self._stop_server)
+        bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, max_tokens,
+                        sampling_of(cfg))
+        self.driver = ServeDriver(self.hub, tokenizer, bounds, on_ready=self._start, on_end=self._stop_server)
 
     @property
     def url(self) -> str:

@@ -41,6 +41,7 @@ class Ask:
     prompt: str | None = None  # completions: the whole text so far
     max_tokens: int | None = None  # None: as many as the context leaves room for (capped by the server)
     ignore_eos: bool = False  # vLLM's extension: decode max_tokens whatever the model writes
+    sampling: tuple[tuple[str, Any], ...] = ()  # the sampling fields the request sets (prorsa/sampling.py)
 
     @property
     def chat(self) -> bool:

@@ -22,7 +22,7 @@ from prorsa.config.pipeline import EnginesConfig
 from prorsa.engine.base import DecodeRequest
 from prorsa.engine.registry import make_engine
 from prorsa.engine.tiny_model import ensure_tiny_moe
-from prorsa.engine.vllm.protocol import completion_body, parse_completion
+from prorsa.engine.vllm.protocol import GREEDY, completion_body, parse_completion
 from prorsa.roles import Role
 
 pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
@@ -75,7 +75,7 @@ def engines(run, tmp_path_factory):
 
 def _greedy(engine, ids):
     return engine.generate(DecodeRequest("t", 0, context_tokens=len(ids), max_tokens=GEN, token_ids=ids,
-                                         temperature=0.0))  # fmt: skip
+                                         sampling=GREEDY))  # fmt: skip
 
 
 def _on_rank(engine, ids, rank: int):

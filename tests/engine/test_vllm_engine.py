@@ -24,7 +24,9 @@ from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.base import DecodeRequest, PrefillRequest
 from prorsa.engine.tiny_model import ensure_tiny_model
 from prorsa.engine.vllm import EngineUnavailable, VllmEngine
+from prorsa.engine.vllm.protocol import GREEDY
 from prorsa.roles import Role
+from prorsa.sampling import Sampling
 
 pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
 
@@ -43,7 +45,7 @@ def prefill_req(ids, traj="t", turn=0) -> PrefillRequest:
 
 def decode_req(ids, kv=None, traj="t", turn=0, max_tokens=GEN) -> DecodeRequest:
     return DecodeRequest(traj, turn, context_tokens=len(ids), max_tokens=max_tokens,
-                         token_ids=tuple(ids), kv=kv, temperature=0.0)  # fmt: skip
+                         token_ids=tuple(ids), kv=kv, sampling=GREEDY)  # fmt: skip
 
 
 async def gather(*coros, return_exceptions=False):
@@ -144,7 +146,7 @@ def test_priority_policy_admits_the_lowest_key_first(run, models, tmp_path):
     async def send(name: str, seed: int, max_tokens: int, priority: float):
         ids = context(seed, n=50)
         out = await e.generate(DecodeRequest(name, 0, context_tokens=len(ids), max_tokens=max_tokens,
-                                             token_ids=ids, temperature=0.0, priority=priority))
+                                             token_ids=ids, sampling=GREEDY, priority=priority))
         done.append(name)
         return out
 
@@ -266,7 +268,7 @@ def test_seeded_sampling_survives_prefills_split_across_steps(engines, run):
     a CPU generator cannot do: an engine that passed the seed on died of it."""
     a, _ = engines
     reqs = [DecodeRequest(f"s{i}", 0, context_tokens=900, max_tokens=8, token_ids=context(500 + i, n=900),
-                          temperature=1.0, seed=1000 + i) for i in range(24)]
+                          sampling=Sampling(), seed=1000 + i) for i in range(24)]
     out = run(gather(*(a.generate(r) for r in reqs)))
     assert all(len(o.token_ids) == 8 for o in out)
     assert run(a.ensure_healthy()) is False  # the server never went down

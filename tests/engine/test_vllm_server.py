@@ -12,6 +12,7 @@ from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.protocol import completion_body, gauge, parse_completion
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.engine.vllm.server import ServerSpec, VllmServer, build_command, build_env, omp_bind
+from prorsa.sampling import Sampling
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -85,8 +86,11 @@ def test_a_cpu_dp_engine_binds_a_core_per_rank_and_asks_for_the_dp_patch():
 
 
 def test_completion_body_sends_token_ids():
-    body = completion_body((3, 4, 5), max_tokens=8, temperature=0.7, seed=11)
+    body = completion_body((3, 4, 5), max_tokens=8, sampling=Sampling(temperature=0.7), seed=11)
     assert body["prompt"] == [3, 4, 5] and body["max_tokens"] == 8 and body["seed"] == 11
+    assert body["temperature"] == 0.7 and not {"top_p", "top_k", "stop"} & set(body)  # vLLM's defaults unsent
+    asked = completion_body((3,), max_tokens=8, sampling=Sampling(temperature=0.0, top_p=0.9, top_k=20, stop=("\n",)))
+    assert (asked["temperature"], asked["top_p"], asked["top_k"], asked["stop"]) == (0.0, 0.9, 20, ["\n"])
     assert body["return_token_ids"] is True and body["logprobs"] == 0 and body["ignore_eos"] is True
     assert "logprobs" not in completion_body((1,), max_tokens=1, logprobs=False)
     with pytest.raises(ValueError, match="token ids"):
@@ -312,7 +316,7 @@ def test_cpu_engines_send_no_seed():
         engine._complete = complete
         with pytest.raises(EngineUnavailable):
             asyncio.run(engine.generate(DecodeRequest("t", 0, context_tokens=3, max_tokens=1, token_ids=(1, 2, 3),
-                                                      temperature=1.0, seed=42)))
+                                                      seed=42)))
     assert sent == [None, 42]
 
 

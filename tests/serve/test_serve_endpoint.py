@@ -11,9 +11,10 @@ import pytest
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.tiny_model import ensure_tiny_model
 from prorsa.rollout.drivers import Hooks
+from prorsa.sampling import Sampling
 from prorsa.serve.app import make_app
 from prorsa.serve.conversations import Hub
-from prorsa.serve.episode import ServeDriver
+from prorsa.serve.episode import ServeDriver, Served
 from prorsa.serve.samples import served_sample
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
@@ -43,7 +44,7 @@ class Scripted:
                           token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic())
 
 
-def serve(tok, requests, runner=None, max_context=2048, idle_s=30):
+def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling()):
     """Run the app and driver; `requests(client)` is a coroutine making requests; -> (its value,
     the trajectories, the runner)."""
     runner = runner or Scripted(tok)
@@ -51,7 +52,7 @@ def serve(tok, requests, runner=None, max_context=2048, idle_s=30):
     async def main():
         hub = Hub(idle_s=idle_s)
         done = []
-        driver = ServeDriver(hub, tok, "swe", 0, max_context=max_context, max_tokens=64)
+        driver = ServeDriver(hub, tok, Served("swe", 0, max_context=max_context, max_tokens=64, sampling=sampling))
         rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append)))
         transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -74,6 +75,16 @@ def chat(messages, **extra):
     (b'{"messages": [{"role": "robot", "content": "x"}]}', "messages.0.role", "messages.0.role"),
     (b'{"messages": [{"role": "user", "content": "x"}], "stream": true}', "stream", "streaming is not supported"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens", "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "temperature": -1}', "temperature", "temperature"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "temperature": 99}', "temperature", "temperature"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "top_p": 7}', "top_p", "top_p"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}', "stop", "up to 4"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}', "tool_choice",
+     "tool_choice 'required' is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}}', "tool_choice",
+     "forced tool call is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}',
+     "response_format", "'json_object' is not supported"),
 ])
 def test_bad_chat_requests_get_an_openai_400(tok, body, param, words):
     async def requests(client):
@@ -84,6 +95,36 @@ def test_bad_chat_requests_get_an_openai_400(tok, body, param, words):
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param and words in err["message"], err
     assert done == [] and runner.sent == []  # nothing reached the engines
+
+
+def test_a_request_s_sampling_reaches_the_engine_over_the_pipeline_s(tok):
+    """What a request sets replaces the pipeline's field by field; the rest stays the pipeline's."""
+    pipeline = Sampling(temperature=0.7, top_p=0.9)
+
+    async def requests(client):
+        user = [{"role": "user", "content": "hi"}]
+        await client.post("/v1/chat/completions", json=chat(user, temperature=0, seed=5, stop="\n"),
+                          headers={"X-Session-Id": "a"})
+        await client.post("/v1/chat/completions", json=chat(user), headers={"X-Session-Id": "b"})
+        await client.post("/v1/completions", json={"prompt": "2+3=", "top_p": 0.5, "top_k": 4})
+
+    _, _, runner = serve(tok, requests, sampling=pipeline)
+    asked = {r.traj_id: r.sampling for r in runner.sent}
+    assert sorted(asked.values(), key=repr) == sorted([
+        Sampling(temperature=0.0, top_p=0.9, seed=5, stop=("\n",)), pipeline,
+        Sampling(temperature=0.7, top_p=0.5, top_k=4)], key=repr)
+
+
+def test_tool_choice_none_offers_no_tools(tok):
+    async def requests(client):
+        user = [{"role": "user", "content": "What is 2+3?"}]
+        await client.post("/v1/chat/completions", json=chat(user, tools=TOOLS, tool_choice="none"),
+                          headers={"X-Session-Id": "none"})
+        await client.post("/v1/chat/completions", json=chat(user, tools=TOOLS), headers={"X-Session-Id": "auto"})
+
+    _, done, _ = serve(tok, requests)
+    prompts = {r.task_id: tok.decode(r.prompt_ids) for r in done}
+    assert TOOLS[0]["function"]["name"] in prompts["auto"] and TOOLS[0]["function"]["name"] not in prompts["none"]
 
 
 def test_a_completion_without_prompt_is_a_400_naming_it(tok):

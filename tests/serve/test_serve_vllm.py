@@ -90,7 +90,16 @@ def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_save
             client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
             return await asyncio.gather(*(agent(client, f"agent-{i}", i + 2, 3 * i + 1) for i in range(CONVERSATIONS)))
 
+        async def greedy():  # the same request three times, greedy: the same reply, however it is batched
+            client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
+            ask = [{"role": "user", "content": "Count: one, two,"}]
+            replies = await asyncio.gather(*(client.chat.completions.create(
+                model="tiny", messages=ask, max_tokens=16, temperature=0, extra_headers={"X-Session-Id": f"greedy-{k}"})
+                for k in range(3)))
+            return [r.choices[0].message.content for r in replies]
+
         conversations = asyncio.run(agents())
+        greedy_replies = asyncio.run(greedy())
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -103,8 +112,10 @@ def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_save
     assert summary["policy"] == "prorsa" and summary["role_switches"] == 0  # the groups held each role
 
     tok = AutoTokenizer.from_pretrained(str(ROOT / ".prorsa" / "models" / "tiny-llama-s0-v2048"))
-    rows = {r["task_id"]: r for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist()}
-    samples = {s.group: s for s in served_samples(run_dir, tok)}
+    assert len(set(greedy_replies)) == 1 and greedy_replies[0], greedy_replies
+    rows = {r["task_id"]: r for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist()
+            if r["task_id"].startswith("agent-")}
+    samples = {s.group: s for s in served_samples(run_dir, tok) if s.group.startswith("agent-")}
     assert sorted(rows) == sorted(samples) == [f"agent-{i}" for i in range(CONVERSATIONS)]
     for i, (messages, finishes) in enumerate(conversations):
         row, sample = rows[f"agent-{i}"], samples[f"agent-{i}"]

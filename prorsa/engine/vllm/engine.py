@@ -211,14 +211,15 @@ class VllmEngine:
         # vLLM rewinds a seeded request's generator when its prefill is split across scheduler
         # steps, and a CPU generator has no offset to rewind: the engine core dies ("CPU Generator
         # does not use offset"). On CPU a turn samples from the engine's own stream instead.
-        seed = req.seed if self.settings.device != "cpu" else None
+        seed = req.sampling.seed if req.sampling.seed is not None else req.seed
+        seed = seed if self.settings.device != "cpu" else None
         # Replaying, the world decides where the turn ends: a random tiny model is made to write
         # the drawn length by asking exactly that many tokens, EOS ignored. Else the run's cap.
         if req.replay_tokens is not None:
             max_tokens, ignore_eos = req.replay_tokens, True
         else:
             max_tokens, ignore_eos = req.max_tokens, req.ignore_eos
-        body = completion_body(req.token_ids, max_tokens, req.temperature, seed, ignore_eos, priority=req.priority)
+        body = completion_body(req.token_ids, max_tokens, req.sampling, seed, ignore_eos, priority=req.priority)
         if kv is not None:
             body["kv_transfer_params"] = kv  # unchanged: names the prefill engine and its blocks
         reply = await self._complete(body, leg, kv_tokens=req.context_tokens)

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from prorsa.sampling import Sampling
+
 SERVED_NAME = "prorsa"  # the model name every engine serves and every request names
 
 
@@ -43,10 +45,13 @@ class Reply:
     wall_s: float  # the HTTP round trip
 
 
+GREEDY = Sampling(temperature=0.0)  # measurements and tests: the same tokens every time
+
+
 def completion_body(
     token_ids: Sequence[int] | None,
     max_tokens: int | None,
-    temperature: float = 0.0,
+    sampling: Sampling = GREEDY,
     seed: int | None = None,
     ignore_eos: bool = True,
     logprobs: bool = True,
@@ -55,17 +60,24 @@ def completion_body(
     """`priority`: the request's admission key in seconds (lower sooner, engine/base.py), sent as
     vLLM's int `priority` in milliseconds, only when non-zero: a server must run the priority
     scheduling policy (server.py) for it to count, and 0 leaves a default (fcfs) server's body as
-    it always was. `max_tokens` None: as many as the server's context leaves (vLLM's rule)."""
+    it always was. `max_tokens` None: as many as the server's context leaves (vLLM's rule).
+    `sampling`: top_p, top_k and stop are sent only where they differ from vLLM's defaults."""
     if token_ids is None:
         raise ValueError("vLLM engines need token ids (Engine.needs_token_ids is True)")
     body: dict[str, Any] = {
         "model": SERVED_NAME,
         "prompt": list(token_ids),  # a flat list of ints is one tokenised prompt
         "max_tokens": max_tokens,
-        "temperature": temperature,
+        "temperature": sampling.temperature,
         "ignore_eos": ignore_eos,
         "return_token_ids": True,
     }
+    if sampling.top_p != 1.0:
+        body["top_p"] = sampling.top_p
+    if sampling.top_k != -1:
+        body["top_k"] = sampling.top_k
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
     if logprobs:
         body["logprobs"] = 0  # 0 top alternatives: just the sampled token's logprob
     if seed is not None:

@@ -1,0 +1,17 @@
+"""The one sampling record: how a turn's tokens are drawn, from the agent's request to the engine's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a turn's tokens are drawn (vLLM's sampling parameters): the pipeline's `sampling:`, or
+    what a served request asks. Engines that write no tokens (the emulated one) ignore it."""
+
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1: every token
+    stop: tuple[str, ...] = ()  # strings that end the reply (not included in it)
+    seed: int | None = None  # a served request's own; else each turn's (TurnRequest.seed)
