@@ -276,6 +276,8 @@ class Prorsa:
         model = {} if self.calibration.scale.exact else {"scale": self.calibration.scale}
         if not told:
             model["told"] = False
+        if not hasattr(specs, "key"):  # one tuple for every split: hashed once for the rehearsal cache
+            specs = tuple(specs)
         times = {c: self.rehearse(specs, c, **model) for c in dict.fromkeys(splits)}
         self.rehearsals.append(times)
         return times

@@ -4,7 +4,8 @@ a declared set of plausible agentic workloads, narrowed by the prompts in hand.
     PLAUSIBLE                       the declared set of agentic workloads an opening must not lose
                                     much on: every built-in task family (agent/families.py)
     plausible(prompts) -> (family, ...)   the families the prompts leave in
-    family_trajectories(name, concurrency, n, max_turns)   a fixed draw of a family, to rehearse
+    family_trajectories(name, concurrency, n, max_turns) -> FamilyDraw   a fixed draw of a family,
+                                    to rehearse, drawn when first read
     every_split(n)                  all mixed, every P:D, every P beside mixed
     rehearsed_opening(replay, n, concurrency, prompts, windows, max_turns) -> Opening
                                     least_regret over the plausible families' draws, each replayed
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -75,12 +76,32 @@ def plausible(prompts: Sequence[int] = ()) -> tuple[str, ...]:
     return tuple(f for f in PLAUSIBLE if not opening_contradiction(_prompt_hint(f), prompts)) or PLAUSIBLE
 
 
-def family_trajectories(name: str, concurrency: int, n: int, max_turns: int | None = None) -> list[TrajectorySpec]:
+def family_trajectories(name: str, concurrency: int, n: int, max_turns: int | None = None) -> FamilyDraw:
     """`n` trajectories of a built-in family (a fixed draw: the same every run), to rehearse;
     `max_turns`: the pipeline's cap on turns (SWE's draw runs to 40 turns where a pipeline caps 12)."""
-    w = WorkloadConfig(family=name, mode="async", concurrency=concurrency, trajectories=n, max_turns=max_turns)
-    draw = Workload.from_config(w, seed=0)
-    return [draw.trajectory(i) for i in range(n)]
+    return FamilyDraw(name, concurrency, n, max_turns)
+
+
+class FamilyDraw(Sequence[TrajectorySpec]):
+    """A family's fixed draw, drawn when first read. `key` names it: a rehearsal kept across runs
+    (sim/rehearsal_cache.py) is found by the name, with nothing drawn."""
+
+    def __init__(self, name: str, concurrency: int, n: int, max_turns: int | None) -> None:
+        self.key = ("family", name, concurrency, n, max_turns)
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        return self._specs[i]
+
+    @cached_property
+    def _specs(self) -> list[TrajectorySpec]:
+        _, name, concurrency, n, max_turns = self.key
+        w = WorkloadConfig(family=name, mode="async", concurrency=concurrency, trajectories=n, max_turns=max_turns)
+        draw = Workload.from_config(w, seed=0)
+        return [draw.trajectory(i) for i in range(n)]
 
 
 def every_split(n_engines: int) -> list[tuple[int, int, int]]:
@@ -89,7 +110,7 @@ def every_split(n_engines: int) -> list[tuple[int, int, int]]:
             *((p, 0, n_engines - p) for p in range(1, n_engines))]
 
 
-def rehearsed_opening(replay: Callable[[list[TrajectorySpec], list[tuple[int, int, int]]], dict],
+def rehearsed_opening(replay: Callable[[Sequence[TrajectorySpec], list[tuple[int, int, int]]], dict],
                       n_engines: int, concurrency: int, prompts: Sequence[int] = (), windows: int = 1,
                       max_turns: int | None = None) -> Opening:
     """Of every_split, the one of least worst-case regret over the families the prompts leave in,

@@ -45,7 +45,7 @@ from prorsa.roles import Role
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
-from prorsa.sim.rehearsal_cache import cached
+from prorsa.sim.rehearsal_cache import cached, digest
 
 
 def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]) -> Rehearse | None:
@@ -80,38 +80,61 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
                      "prompts": w0.prompts * w0.group_size, "weight_update_s": w0.weight_update_s,
                      "weight_update_every_s": w0.weight_update_every_s}
         w = wcfg.model_copy(update=shape)
-        seen = misfit(run, scale) if scale is not None else run
-        if not told:
-            seen = replace(seen, policy=replace(seen.policy, prior=None))
+        seen = seen_as(scale, told)
         # the seed draws nothing in a replay of given trajectories: one seed's opening serves the next
         ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy, "seed": 0}))
         if events is not None:
             opening = _Watched(opening if not isinstance(opening, str) else make_policy(opening, ctx.policy), events)
-        wall = tuple(specs) if run.unit == 1 else tuple(
-            replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
-            for s in specs)
-        workload = Workload(w, 0, family=None, trace=wall)
 
         def replay() -> float:
+            wall = tuple(specs) if run.unit == 1 else tuple(
+                replace(s, turns=tuple(replace(t, tool_latency_s=t.tool_latency_s * run.unit) for t in s.turns))
+                for s in specs)
+            workload = Workload(w, 0, family=None, trace=wall)
             with ThreadPoolExecutor(1) as pool:
                 return pool.submit(lambda: run_virtual(simulate(ctx, opening, workload=workload)).makespan_s).result()
 
         if events is not None:  # what a stored makespan cannot give back
             return replay()
-        return cached(_key(ctx, split, wall), replay)
+        return cached((world[scale, told], w.model_dump_json(), policy, split, _specs_key(specs)), replay)
+
+    world: dict[tuple, str] = {}  # (scale, told) -> the digest of the rest of what a replay reads
+
+    def seen_as(scale: ModelScale | None, told: bool) -> RunContext:
+        seen = misfit(run, scale) if scale is not None else run
+        if not told:
+            seen = replace(seen, policy=replace(seen.policy, prior=None))
+        if (scale, told) not in world:
+            world[scale, told] = digest(_world(seen))
+        return seen
 
     return rehearse
 
 
-def _key(ctx: RunContext, split, specs: tuple[TrajectorySpec, ...]) -> tuple:
-    """What a rehearsal reads (sim/rehearsal_cache.py): the config as JSON (its pickle holds a set),
-    the cost models and engines as the policy sees them, the split and the trajectories. Not the
-    policy's callables, which a static split never calls, nor the run's opening prompts, which the
-    replay counts afresh from `specs` (rollout/context.py prior_checked): with them every seed's
-    opening would miss the one rehearsed for another."""
-    seen = replace(ctx.policy, rehearse=None, future_run=None, future=None, opening_prompts=())
-    return (ctx.cfg.model_dump_json(exclude={"name", "output_dir"}), ctx.unit, ctx.costs, ctx.engine_costs,
-            ctx.engine_slots, seen, split, specs)
+def _world(seen: RunContext) -> tuple:
+    """What every rehearsal of a run reads but its split, workload shape and trajectories
+    (sim/rehearsal_cache.py): the config as JSON (its pickle holds a set), the cost models and
+    engines as the policy sees them. Not the policy's callables, which a static split never calls,
+    nor the run's opening prompts, which the replay counts afresh from its trajectories
+    (rollout/context.py prior_checked): with them every seed's opening would miss another's."""
+    policy = replace(seen.policy, rehearse=None, future_run=None, future=None, opening_prompts=())
+    cfg = seen.cfg.model_dump_json(exclude={"name", "output_dir", "workload", "policy", "prior", "seed"})
+    return cfg, seen.unit, seen.costs, seen.engine_costs, seen.engine_slots, policy
+
+
+_last_specs: list = [None, ""]  # the trajectories last keyed, and their digest: a split sweep reuses them
+
+
+def _specs_key(specs: Sequence[TrajectorySpec]) -> object:
+    """A named draw by its name (control/opening.py FamilyDraw: nothing is drawn), others by their
+    content; a tuple (which cannot change) is hashed once for the splits a sweep rehearses it under."""
+    if (name := getattr(specs, "key", None)) is not None:
+        return name
+    if not isinstance(specs, tuple):
+        return digest(tuple(specs))
+    if _last_specs[0] is not specs:
+        _last_specs[:] = [specs, digest(specs)]
+    return _last_specs[1]
 
 
 def misfit(run: RunContext, scale: ModelScale | None) -> RunContext:
