@@ -115,6 +115,8 @@ def run(**given) -> None:
               help="A conversation with no request for this long ends (its trajectory is saved).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
               help="A reply's cap when a request sets no max_tokens.")
+@click.option("--max-request-mb", type=click.FloatRange(min=0, min_open=True), default=16.0, show_default=True,
+              help="A request body past this size is refused (413) before it is read.")
 def serve(**given) -> None:
     """Serve PIPELINE's engines as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions,
     /v1/models): each conversation is a trajectory, saved in the run folder when it ends or the

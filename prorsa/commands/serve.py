@@ -34,14 +34,15 @@ class ServeRequest:
     output: str | None
     idle_s: float  # a conversation with no request for this long ends
     max_tokens: int  # a reply's cap when a request sets none
+    max_request_mb: float = 16.0  # a larger request body is refused before it is read
 
 
 def serve_pipeline(request: ServeRequest) -> None:
     from prorsa.live.resume import open_journal
     from prorsa.live.run import run_live
-    from prorsa.sim.run import lend
     from prorsa.metrics.progress import summary_table
     from prorsa.serve.server import Endpoint
+    from prorsa.sim.run import lend
 
     resolved = _servable(request)
     cfg = resolved.cfg
@@ -51,7 +52,8 @@ def serve_pipeline(request: ServeRequest) -> None:
     console = Console(stderr=False)
     console.print(f"run directory: {folder.path}")
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
-                        say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False))
+                        say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False),
+                        max_request_bytes=int(request.max_request_mb * 2**20))
     rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,
                        lend=lend)
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)

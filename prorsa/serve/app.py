@@ -1,28 +1,35 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over a Hub (serve/conversations.py).
 
-    make_app(hub, model, tokenizer) -> FastAPI
+    make_app(hub, model, tokenizer, max_request_bytes) -> FastAPI
+        GET  /health                 200 while the server takes requests (vLLM's probe)
         GET  /v1/models              the one model the pipeline serves
         POST /v1/chat/completions    messages (+ tools) -> one turn of the session's trajectory
         POST /v1/completions         a prompt -> one turn of the session's trajectory
 
 Every error is OpenAI's error object: a body that is not JSON or breaks the schema 400
 (invalid_request_error, `param` names the field), messages the chat template cannot write 400,
-a conversation past the model's context 400 (context_length_exceeded), a server that is stopping
-503, a turn whose engines failed 500.
+a conversation past the model's context 400 (context_length_exceeded), a body past
+`max_request_bytes` 413 before it is read, an unknown path 404, a server that is stopping 503, a
+turn whose engines failed 500.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prorsa.serve.conversations import SESSION_HEADER, Closed, Hub, session_of
 from prorsa.serve.episode import ContextFull
 from prorsa.serve.protocol import ChatRequest, CompletionRequest, chat_response, completion_response, error_body
 from prorsa.serve.transcript import BadAsk
+
+
+MAX_REQUEST_BYTES = 16 * 2**20  # ~4M tokens of text: far past any model's context
 
 
 def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -39,9 +46,65 @@ def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     return JSONResponse(error_body(msg, param=param), status_code=400)
 
 
-def make_app(hub: Hub, model: str, tokenizer: Any) -> FastAPI:
+def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return JSONResponse(error_body(f"{request.method} {request.url.path}: {exc.detail}", kind), exc.status_code)
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body past `limit` bytes is answered 413 without being read on
+    (parsed, it would hold the event loop and the memory of every other conversation)."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._refuse(send)
+        seen, over, started = 0, False, False
+
+        async def counted():
+            nonlocal seen, over
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:  # a body sent without its length: cut where it passes the limit
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def sending(message) -> None:
+            nonlocal started
+            if not over:
+                started = True
+                await send(message)
+
+        await self.app(scope, counted, sending)
+        if over and not started:
+            await self._refuse(send)
+
+    async def _refuse(self, send) -> None:
+        body = json.dumps(error_body(f"the request body is over {self.limit} bytes (prorsa serve --max-request-mb)",
+                                     code="request_too_large")).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES) -> FastAPI:
     app = FastAPI(title="prorsa", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_middleware(_BodyLimit, limit=max_request_bytes)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if hub.closed:
+            return JSONResponse(error_body("the server is stopping", "server_error", code="shutting_down"), 503)
+        return JSONResponse({"status": "ok"})
 
     async def turn(request: Request, body: ChatRequest | CompletionRequest, respond) -> JSONResponse:
         session = session_of(request.headers.get(SESSION_HEADER), body.user, hub.fresh_session)

@@ -22,6 +22,7 @@ The trajectory ends `completed` with no reward (an outside trainer scores it).
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from collections.abc import Awaitable
 from typing import Any, Callable
@@ -31,7 +32,7 @@ from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.rollout.drivers import Hooks
 from prorsa.sampling import Sampling
 from prorsa.serve.conversations import Answer, Conversation, Hub
-from prorsa.serve.transcript import BadAsk, Transcript
+from prorsa.serve.transcript import Ask, BadAsk, Transcript
 
 
 class ContextFull(ValueError):
@@ -53,14 +54,13 @@ class ServedEpisode:
         while (pending := await self.conv.next()) is not None:
             k = len(result.turns)
             try:
-                added = self.transcript.open(pending.ask) if k == 0 else self.transcript.follow(pending.ask)
+                added, added_ids = await _off_loop(self._read, pending.ask, k == 0)
             except BadAsk as e:  # refused; the conversation goes on as it was
                 self.hub.answered(pending, e)
                 continue
             if added is None:
                 self.hub.end(self.conv, pending)  # the session began another conversation
                 break
-            added_ids = self.transcript.encode(added)
             room = self.bounds.max_context - context - len(added_ids)
             if room < 1:
                 self.hub.answered(pending, ContextFull(
@@ -91,6 +91,11 @@ class ServedEpisode:
             result.status = "completed"
         return self._ended(result, now)
 
+    def _read(self, ask: Ask, first: bool) -> tuple[str | None, list[int]]:
+        """The text a request adds (templated) and its ids; (None, []) when it starts another conversation."""
+        added = self.transcript.open(ask) if first else self.transcript.follow(ask)
+        return (added, self.transcript.encode(added)) if added is not None else (None, [])
+
     def _answer(self, spec: TrajectorySpec, res: TurnResult, prompt_tokens: int) -> Answer:
         text, ended = self.transcript.reply_text(res.token_ids)
         self.transcript.replied(text, ended)
@@ -108,6 +113,16 @@ def served_spec(index: int, family: str, seed: int) -> TrajectorySpec:
     turn is a placeholder the driving episode never reads."""
     return TrajectorySpec(f"c{index}", family, prompt_index=index, group_index=0, step=0,
                           turns=(TurnSpec(0, 0, 0.0, True),), seed=(seed + index) % 2**32)
+
+
+# Templating and tokenizing a request take seconds for a long one: they run off the event loop, so
+# other conversations and the progress go on; in one thread, as a tokenizer is not made to be
+# called from several at once
+_TOKENIZING = ThreadPoolExecutor(1, thread_name_prefix="prorsa-tokenize")
+
+
+async def _off_loop(fn, *args):
+    return await asyncio.get_running_loop().run_in_executor(_TOKENIZING, fn, *args)
 
 
 @dataclass(frozen=True)

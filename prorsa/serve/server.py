@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from prorsa.rollout.context import RunContext, sampling_of
-from prorsa.serve.app import make_app
+from prorsa.serve.app import MAX_REQUEST_BYTES, make_app
 from prorsa.serve.conversations import Hub
 from prorsa.serve.episode import ServeDriver, Served
 
@@ -62,12 +62,12 @@ class _Server(uvicorn.Server):
 
 class Endpoint:
     def __init__(self, run: RunContext, sock: socket.socket, tokenizer: Any, idle_s: float,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, say=print) -> None:
+                 max_tokens: int = DEFAULT_MAX_TOKENS, say=print, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
         cfg = run.cfg
         self.sock, self.say = sock, say
         self.hub = Hub(idle_s)
         self.model = Path(cfg.engines.vllm.model).name  # "tiny", or the model folder's name
-        app = make_app(self.hub, self.model, tokenizer)
+        app = make_app(self.hub, self.model, tokenizer, max_request_bytes)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
         bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, max_tokens,

@@ -2,6 +2,7 @@
 (replies are fixed text, so every id and every error body can be checked exactly)."""
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -44,7 +45,7 @@ class Scripted:
                           token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic())
 
 
-def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling()):
+def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling(), max_request_bytes=2**24):
     """Run the app and driver; `requests(client)` is a coroutine making requests; -> (its value,
     the trajectories, the runner)."""
     runner = runner or Scripted(tok)
@@ -54,7 +55,7 @@ def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Samp
         done = []
         driver = ServeDriver(hub, tok, Served("swe", 0, max_context=max_context, max_tokens=64, sampling=sampling))
         rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append)))
-        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok))
+        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, max_request_bytes))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             value = await requests(client)
         hub.close()
@@ -125,6 +126,38 @@ def test_tool_choice_none_offers_no_tools(tok):
     _, done, _ = serve(tok, requests)
     prompts = {r.task_id: tok.decode(r.prompt_ids) for r in done}
     assert TOOLS[0]["function"]["name"] in prompts["auto"] and TOOLS[0]["function"]["name"] not in prompts["none"]
+
+
+def test_a_body_past_the_limit_is_a_413_before_it_reaches_a_conversation(tok):
+    big = json.dumps(chat([{"role": "user", "content": "x" * 5000}])).encode()
+
+    async def requests(client):
+        declared = await client.post("/v1/chat/completions", content=big, headers={"content-type": "application/json"})
+
+        async def chunks():  # no content-length: counted as it arrives
+            for i in range(0, len(big), 1000):
+                yield big[i:i + 1000]
+
+        streamed = await client.post("/v1/chat/completions", content=chunks(),
+                                     headers={"content-type": "application/json"})
+        small = await client.post("/v1/chat/completions", json=chat([{"role": "user", "content": "hi"}]))
+        return declared, streamed, small
+
+    (declared, streamed, small), done, runner = serve(tok, requests, max_request_bytes=4096)
+    for r in (declared, streamed):
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large", r.text
+    assert small.status_code == 200 and len(runner.sent) == 1 and len(done) == 1
+
+
+def test_health_and_unknown_paths_speak_openai(tok):
+    async def requests(client):
+        return await client.get("/health"), await client.get("/v1/nothing"), await client.delete("/v1/models")
+
+    (health, missing, wrong_method), _, _ = serve(tok, requests)
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+    assert "/v1/nothing" in missing.json()["error"]["message"]
+    assert wrong_method.status_code == 405 and "error" in wrong_method.json()
 
 
 def test_a_completion_without_prompt_is_a_400_naming_it(tok):
