@@ -254,12 +254,14 @@ async def run_cells_dir(run: RunContext, run_dir: Path, console: Console, journa
     try:
         out = await run_cells(cfg, cfg.runtime.cells, run_dir, on_done=journal.add)
         journal.finish()
+        rec = merged(out.recorders, len(plan.everyone))
+        cells = {"count": len(out.recorders), "engines": out.engines_at_start, "engines_at_end": out.engines_at_end,
+                 "trajectories": [len(r.trajectories) for r in out.recorders],
+                 "makespan_s": [round(m, 4) for m in out.cell_makespans],
+                 "role_switches": [len(r.role_changes) for r in out.recorders]}
+        summary = write_run(run_dir, run, rec, out.makespan_s, out.policy, ControlPlane.summed(out.planes), 0,
+                            {"cells": cells, "moves": [asdict(m) for m in out.moves]})
+        journal.seal()
+        return summary
     finally:
         journal.close()
-    rec = merged(out.recorders, len(plan.everyone))
-    cells = {"count": len(out.recorders), "engines": out.engines_at_start, "engines_at_end": out.engines_at_end,
-             "trajectories": [len(r.trajectories) for r in out.recorders],
-             "makespan_s": [round(m, 4) for m in out.cell_makespans],
-             "role_switches": [len(r.role_changes) for r in out.recorders]}
-    return write_run(run_dir, run, rec, out.makespan_s, out.policy, ControlPlane.summed(out.planes), 0,
-                     {"cells": cells, "moves": [asdict(m) for m in out.moves]})

@@ -174,10 +174,12 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
 
     saved = journal.finish()
     resumed = journal.completed_before + journal.failed_before
-    return write_run(run_dir, live.run, rec, makespan, live.policy.name, plane, resumed,
-                     ({"train": learner.summary()} if learner else {}) | (
-                         # every figure over all sessions, not this one's alone
-                         resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {}))
+    summary = write_run(run_dir, live.run, rec, makespan, live.policy.name, plane, resumed,
+                        ({"train": learner.summary()} if learner else {}) | (
+                            # every figure over all sessions, not this one's alone
+                            resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {}))
+    journal.seal()  # last: killed before it, the run is resumed, and writes these files again
+    return summary
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
     RunJournal.open(run_dir, config_hash, batch, flush_s)   start or continue a run directory
     journal.add(result)          buffer a finished trajectory; flush when the batch is full or old
     journal.flush()              write the buffer as one part, then list it in the manifest
-    journal.finish()             trajectories.parquet from every part; the manifest says complete
+    journal.finish()             trajectories.parquet from every part
+    journal.seal()               the manifest says complete: called once the run's other files
+                                 (summary.json, metrics.nc) are written, so a driver killed before
+                                 leaves a run that --resume finishes, not one it calls done
     journal.done_ids             trajectory ids some earlier flush made durable (resume skips them)
     journal.clock                set by the run once its rollout starts: this session's elapsed
                                  seconds, written with every manifest (a killed session's time
@@ -172,9 +175,12 @@ class RunJournal:
         table = pa.concat_tables(tables) if tables else TRAJECTORY_SCHEMA.empty_table()
         out = self.run_dir / TRAJECTORIES
         _durable(out, lambda tmp: pq.write_table(table, tmp))
-        self.complete = True
         self._write_manifest()
         return out
+
+    def seal(self) -> None:
+        self.complete = True
+        self._write_manifest()
 
     @property
     def committed(self) -> int:

@@ -30,6 +30,13 @@ def test_parts_listed_in_the_manifest_survive_a_new_session(tmp_path):
     j.add(result(4, "failed"))
     out = j.finish()
     assert [r["traj_id"] for r in pq.read_table(out).to_pylist()] == ["t0", "t1", "t2", "t3", "t4"]
+    # not complete until the run's other files are written: a kill here leaves a run to resume
+    assert json.loads((tmp_path / MANIFEST).read_text())["complete"] is False
+    j.close()
+    j = RunJournal.open(tmp_path, "h", batch=2, flush_s=60)
+    assert not j.complete and j.done_ids == {f"t{i}" for i in range(5)}
+    j.finish()
+    j.seal()
     assert json.loads((tmp_path / MANIFEST).read_text())["complete"] is True
 
 
