@@ -75,6 +75,13 @@ def start_run(request: RunRequest) -> None:
     summary = _roll_out(request, resolved, folder, journal, cluster, console)
     console.print(summary_table(summary))
     console.print(f"wrote {folder.path}")
+    if errors := summary.get("reward_errors"):
+        every = summary.get("reward_mean") is None
+        console.print(f"{'error' if every else 'warning'}: the reward raised on {errors} trajectories"
+                      f"{' (every one)' if every else ''}, their reward NaN; the first: "
+                      f"{summary['reward_error_first']}", markup=False, highlight=False)
+        if every:
+            sys.exit(1)
     if summary["trajectories_failed"]:
         sys.exit(1)
 

@@ -326,10 +326,12 @@ def _environment_figures(rec: RunRecorder) -> dict[str, Any]:
             if t.tool_status:
                 statuses[t.tool_status] = statuses.get(t.tool_status, 0) + 1
     rewards = [r.reward for r in rec.trajectories if np.isfinite(r.reward)]
-    if not statuses and not rewards:
+    errors = [r.reward_error for r in rec.trajectories if r.reward_error]
+    if not statuses and not rewards and not errors:
         return {}
     return {"tool_calls": dict(sorted(statuses.items())),
-            "reward_mean": round(float(np.mean(rewards)), 4) if rewards else None}
+            "reward_mean": round(float(np.mean(rewards)), 4) if rewards else None} | (
+               {"reward_errors": len(errors), "reward_error_first": errors[0][:300]} if errors else {})
 
 
 def _last_mape(rec: RunRecorder) -> dict[str, float] | None:
@@ -355,6 +357,7 @@ SUMMARY_UNITS = {
     "prefill_tokens": "tokens", "cached_tokens": "tokens", "recomputed_tokens": "tokens", "decode_tokens": "tokens",
     "tokens_per_s": "tokens/s", "decode_tokens_per_s": "tokens/s", "prefix_hit_rate": "1 (share)",
     "role_switches": "switches", "forecast_mape": "1 (0.1 = 10%)", "reward_mean": "reward",
+    "reward_errors": "trajectories whose reward function raised (their reward NaN)",
     "time_scale": "wall seconds per body second", "tool_calls": "calls, by status",
     "control": "intervals and plugin_calls: counts; every other figure: wall seconds",
     "tail_merges": "per merge (scheduling.tail_layout): t s, width engines in each wide one, wide engines, "
