@@ -4,6 +4,7 @@
                                                the driver's client), all signed by one CA
     exposure(host, security) -> str | None     the warning a scheduler listening beyond this
                                                machine without TLS gets (None: loopback or TLS)
+    dashboard_exposure(address) -> str | None  the warning a dashboard on a wide host gets
 
 distributed requires a certificate from both ends of every connection (mutual TLS), so a client
 that cannot present one signed by the CA is refused at the handshake.
@@ -38,6 +39,15 @@ def exposure(host: str | None, security: Security | None) -> str | None:
     return (f"warning: the Dask scheduler listens on {host or 'every interface'} without TLS: anyone "
             "who can reach it can run code as this user; a tls: section in the cluster file turns "
             "on mutual TLS (cluster/slurm-tls.yaml)")
+
+
+def dashboard_exposure(address: str | None) -> str | None:
+    """The dashboard has no login: on a host beyond this machine anyone who reaches it reads the run."""
+    host = None if address is None else address.rpartition(":")[0]
+    if address is None or _loopback(host or ""):
+        return None
+    return (f"warning: the dashboard listens on {host or 'every interface'} ({address}) without a login: "
+            "anyone who can reach it sees the run; runtime.dashboard_address: 127.0.0.1:0 keeps it on this machine")
 
 
 def _loopback(host: str) -> bool:

@@ -32,6 +32,7 @@ from prorsa.cluster.launch import open_run_cluster
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
 from prorsa.cluster.local import engine_addresses
 from prorsa.cluster.recovery import LegRescue, live_addresses, rescued
+from prorsa.cluster.security import dashboard_exposure
 from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
@@ -270,6 +271,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             quiet_disconnects()  # the scheduler's process, unless it runs elsewhere (then the plugin's)
             links[:] = dashboard_links(cluster)
             console.print(f"dashboard: {links[0]}", soft_wrap=True)
+            if wide := dashboard_exposure(cfg.runtime.dashboard_address):
+                console.print(wide, soft_wrap=True, markup=False, highlight=False)
 
     async with start_progress(run_dir / "engines", engines if backend.launches_servers else [], say) as watch, \
             open_run_cluster(cluster, cfg, roles, run_dir, console, show_dashboard) as started:

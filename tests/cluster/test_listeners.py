@@ -135,3 +135,13 @@ def test_wider_listeners_come_only_from_the_cluster_file_and_are_warned_about(tm
     assert rc == 0, log[-3000:]
     assert "listens on 0.0.0.0 without TLS" in log
     assert any(ip == "0.0.0.0" for ip, _ in seen), seen  # the file asked for it, and got it
+
+
+@pytest.mark.parametrize("address, wide", [("127.0.0.1:0", False), ("localhost:8787", False), ("[::1]:0", False),
+                                           (None, False), ("0.0.0.0:0", True), (":8787", True), ("10.0.0.5:80", True)])
+def test_a_dashboard_beyond_this_machine_is_warned_about(address, wide):
+    from prorsa.cluster.security import dashboard_exposure
+
+    said = dashboard_exposure(address)
+    assert (said is not None) == wide
+    assert said is None or ("without a login" in said and "127.0.0.1:0" in said)
