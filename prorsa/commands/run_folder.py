@@ -77,6 +77,14 @@ def failed_start(folder: RunFolder, msg: str) -> str:
     return msg + (f" (engine logs: {folder.path / 'engines'})" if logs else "")
 
 
+def out_of_space(folder: RunFolder, error: OSError) -> str:
+    """A disk that filled mid-run: the journal's committed parts stay whole (each is written, then
+    listed), so the run is resumed once space is freed."""
+    where = f" writing {error.filename}" if error.filename else ""
+    return (f"{folder.path}: no space left on the device{where}; the trajectories saved so far are kept: "
+            f"free some space, then prorsa run --resume {folder.path}")
+
+
 def interrupted(folder: RunFolder) -> str:
     """An interrupted run keeps what its journal committed; one interrupted before anything was
     committed is a start that did not finish."""

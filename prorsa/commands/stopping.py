@@ -10,13 +10,14 @@ interrupt ends in one error line (run_folder.py says what stays of the run).
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from prorsa.commands.errors import fail
-from prorsa.commands.run_folder import RunFolder, failed_start, interrupted
+from prorsa.commands.run_folder import RunFolder, failed_start, interrupted, out_of_space
 
 
 def _as_sigint(signum, frame) -> None:
@@ -50,3 +51,7 @@ def roll_out(rollout: Coroutine[Any, Any, dict], folder: RunFolder, source: str,
         fail(failed_start(folder, f"{source}: engines did not start: {e}"))
     except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
         fail(interrupted(folder))
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        fail(out_of_space(folder, e))
