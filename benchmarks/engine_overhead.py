@@ -49,12 +49,13 @@ def _turns(cfg, vocab: int):
 
 async def direct(http: httpx.AsyncClient, turns, routes, urls: dict[str, str]) -> tuple[float, int]:
     from prorsa.engine.vllm.engine import completion_body
+    from prorsa.sampling import Sampling
 
     async def one(turn, route) -> int:
-        body = completion_body(turn.token_ids, 1, 1.0, turn.seed, True)
+        body = completion_body(turn.token_ids, 1, Sampling(), turn.seed, True)
         body["kv_transfer_params"] = {"do_remote_decode": True}
         pre = (await http.post(f"{urls[route.prefill]}/v1/completions", json=body)).json()
-        body = completion_body(turn.token_ids, turn.decode_tokens, 1.0, turn.seed, True)
+        body = completion_body(turn.token_ids, turn.decode_tokens, Sampling(), turn.seed, True)
         body["kv_transfer_params"] = pre["kv_transfer_params"]
         dec = (await http.post(f"{urls[route.decode]}/v1/completions", json=body)).json()
         return dec["usage"]["completion_tokens"]
@@ -83,12 +84,13 @@ class DirectRunner:
     async def run_turn(self, turn):
         from prorsa.agent.loop import TurnResult
         from prorsa.engine.vllm.protocol import completion_body
+        from prorsa.sampling import Sampling
 
         route = self.router.route(turn.traj_id)
         try:
-            body = completion_body(turn.token_ids, turn.decode_tokens, 1.0, turn.seed, True)
+            body = completion_body(turn.token_ids, turn.decode_tokens, Sampling(), turn.seed, True)
             if route.prefill is not None:
-                pre = completion_body(turn.token_ids, 1, 1.0, turn.seed, True)
+                pre = completion_body(turn.token_ids, 1, Sampling(), turn.seed, True)
                 pre["kv_transfer_params"] = {"do_remote_decode": True}
                 body["kv_transfer_params"] = (await self._post(route.prefill, pre)).kv
             dec = await self._post(route.decode, body)

@@ -444,6 +444,16 @@ def t_async_updates(d: dict) -> list[str]:
         "", f"Lowest prorsa / best fixed split: {min(c['prorsa_vs_best'] for c in doc['cells']):.3f}."]
 
 
+def t_overlap_split(d: dict) -> list[str]:
+    """Partial rollouts (overlapped or not) under every fixed split and prorsa: trained trajectories per second."""
+    cells = d["overlap-split.json"]["cells"]
+    rows = [[c["model"], c["mode"], f"{split(c['best_fixed'])} {c['best_trained_per_s']:.4f}",
+             f"{c['colocated_trained_per_s']:.4f}", f"{c['prorsa_trained_per_s']:.4f}", f"{c['prorsa_vs_best']:.3f}",
+             f"{c['prorsa_vs_colocated']:.3f}", str(c["switches"])] for c in cells]
+    return table(["model", "mode", "best fixed (trained/s)", "colocated", "prorsa", "prorsa / best",
+                  "prorsa / colocated", "switches"], rows)
+
+
 def t_sim_cost(d: dict) -> list[str]:
     """Simulating prorsa beside colocated, CPU time: no rehearsal kept, and the cache another seed left."""
     cells = d["sim-cost.json"]["cells"]
@@ -1021,6 +1031,7 @@ TABLES: dict[str, Table] = {
     "partial-rollout-traces": Table(["partial-rollout-traces.json"], t_partial_rollout_traces),
     "async-updates": Table(["async-updates.json"], t_async_updates),
     "sim-cost": Table(["sim-cost.json"], t_sim_cost),
+    "overlap-split": Table(["overlap-split.json"], t_overlap_split),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),

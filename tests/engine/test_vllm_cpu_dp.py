@@ -80,7 +80,7 @@ def _greedy(engine, ids):
 
 def _on_rank(engine, ids, rank: int):
     """One greedy completion on DP rank `rank` (vLLM's X-data-parallel-rank header)."""
-    body = completion_body(ids, GEN, 0.0)
+    body = completion_body(ids, GEN, GREEDY)
     r = httpx.post(f"{engine.server.url}/v1/completions", json=body, timeout=300,
                    headers={"X-data-parallel-rank": str(rank)})  # fmt: skip
     assert r.status_code == 200, r.text[:300]

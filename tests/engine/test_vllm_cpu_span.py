@@ -24,7 +24,7 @@ from prorsa.cluster.span_host import FOLLOWER_PLUGIN
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import make_engine
 from prorsa.engine.tiny_model import ensure_tiny_moe
-from prorsa.engine.vllm.protocol import completion_body, parse_completion
+from prorsa.engine.vllm.protocol import GREEDY, completion_body, parse_completion
 from prorsa.rollout.context import resolve
 from prorsa.live.run import open_live
 from prorsa.sim.run import lend
@@ -61,7 +61,7 @@ def _leader_url(dask_worker=None) -> str:
 
 
 def _on_rank(url: str, ids, rank: int):
-    r = httpx.post(f"{url}/v1/completions", json=completion_body(ids, GEN, 0.0), timeout=300,
+    r = httpx.post(f"{url}/v1/completions", json=completion_body(ids, GEN, GREEDY), timeout=300,
                    headers={"X-data-parallel-rank": str(rank)})  # fmt: skip
     assert r.status_code == 200, r.text[:300]
     return parse_completion(r.json(), 0.0)
