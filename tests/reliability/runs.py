@@ -28,6 +28,19 @@ runtime: {{metrics_interval_s: 0.2, dashboard_address: null, output_batch: 1{run
 """
 
 
+# three vLLM CPU engines of the tiny model, 1 prefill : 2 decode, started with a loaded CI machine's patience
+VLLM_ENGINES = """\
+policy: static:2:1
+engines:
+  backend: vllm
+  count: 3
+  slots: 16
+  gpu: cpu
+  model: tiny
+  vllm: {dtype: float32, device: cpu, max_model_len: 2048, cores_per_engine: 1, start_timeout_s: 900}
+"""
+
+
 def write_trace(path: Path, trajectories: int = 16, tool_s: float = 0.25) -> None:
     """Trajectories of 1-4 turns with fixed tool latencies: they finish at different, known times
     (a family's heavy-tailed tools would make a test's duration a draw)."""

@@ -12,7 +12,7 @@ import pytest
 
 from prorsa.metrics.journal import MANIFEST
 
-from runs import kill_group, prorsa, start, wait_for, write_trace
+from runs import VLLM_ENGINES, kill_group, prorsa, start, wait_for, write_trace
 
 STEPS, PROMPTS, GROUP = 4, 4, 2
 EMULATED = f"""\
@@ -24,17 +24,7 @@ workload: {{trace: trace.jsonl, mode: sync, prompts: {PROMPTS}, group_size: {GRO
 partial_rollout: {{over_sample: 0.5, carry: true}}
 runtime: {{metrics_interval_s: 0.2, dashboard_address: null, output_batch: 1, output_flush_s: 0.1}}
 """
-VLLM = f"""\
-name: partial
-seed: 4
-policy: static:2:1
-engines:
-  backend: vllm
-  count: 3
-  slots: 16
-  gpu: cpu
-  model: tiny
-  vllm: {{dtype: float32, device: cpu, max_model_len: 2048, cores_per_engine: 1, start_timeout_s: 900}}
+VLLM = "name: partial\nseed: 4\n" + VLLM_ENGINES + f"""\
 workload: {{family: swe, mode: sync, prompts: {PROMPTS}, group_size: {GROUP}, steps: {STEPS}, max_turns: 3,
            token_scale: 0.1, max_context: 1536, tool_time_scale: 0.2}}
 partial_rollout: {{over_sample: 0.5, carry: true}}

@@ -15,22 +15,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from runs import assert_exactly_once, expected_specs, finish, kill_group, start, wait_for
+from runs import VLLM_ENGINES, assert_exactly_once, expected_specs, finish, kill_group, start, wait_for
 
 # slow, and skipped without vLLM (tests/conftest.py); an engine restarted on a loaded machine takes minutes
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-PIPELINE = """\
-name: kill
-seed: 4
-policy: static:2:1
-engines:
-  backend: vllm
-  count: 3
-  slots: 16
-  gpu: cpu
-  model: tiny
-  vllm: {{dtype: float32, device: cpu, max_model_len: 2048, cores_per_engine: 1, start_timeout_s: 900}}
+PIPELINE = "name: kill\nseed: 4\n" + VLLM_ENGINES.replace("{", "{{").replace("}", "}}") + """\
 workload: {{family: swe, mode: sync, prompts: 4, group_size: 4, steps: 3, max_turns: 3,
            token_scale: 0.1, max_context: 1536, tool_time_scale: 0.2}}
 runtime: {{tool_workers: 1, metrics_interval_s: 0.5, dashboard_address: null, output_batch: 1,
