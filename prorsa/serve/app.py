@@ -2,6 +2,8 @@
 
     make_app(hub, model, tokenizer, max_request_bytes) -> FastAPI
         GET  /health                 200 while the server takes requests (vLLM's probe)
+        POST /v1/sessions/{id}/end   {"reward": r} optional: the session's conversation ends after
+                                     the requests it sent, its trajectory saved with the reward
         GET  /v1/models              the one model the pipeline serves
         POST /v1/chat/completions    messages (+ tools) -> one turn of the session's trajectory
         POST /v1/completions         a prompt -> one turn of the session's trajectory
@@ -25,7 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prorsa.serve.conversations import SESSION_HEADER, Closed, Hub, session_of
 from prorsa.serve.episode import ContextFull
-from prorsa.serve.protocol import ChatRequest, CompletionRequest, chat_response, completion_response, error_body
+from prorsa.serve.protocol import (ChatRequest, CompletionRequest, EndRequest, chat_response, completion_response,
+                                   error_body)
 from prorsa.serve.transcript import BadAsk
 
 
@@ -120,6 +123,15 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
         except RuntimeError as e:
             return JSONResponse(error_body(f"the turn failed: {e}", "server_error"), 500, headers)
         return JSONResponse(respond(answer, model, tokenizer, body.logprobs), headers=headers)
+
+    @app.post("/v1/sessions/{session}/end")
+    async def end(session: str, body: EndRequest | None = None) -> JSONResponse:
+        conv = hub.finish(session, body.reward if body is not None else None)
+        if conv is None:
+            return JSONResponse(error_body(f"session {session!r} has no open conversation", "not_found_error",
+                                           param="session"), 404)
+        return JSONResponse({"session": session, "trajectory": f"c{conv.index}", "ended": True,
+                             "reward": conv.reward})
 
     @app.get("/v1/models")
     async def models() -> dict:

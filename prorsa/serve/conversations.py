@@ -10,6 +10,9 @@
                                            requests still queued are refused
     await Conversation.next() -> Pending | None  the episode's side: the conversation's next request;
                                            None when it ended (closed, or idle past idle_s)
+    Hub.finish(session, reward) -> Conversation | None   the client says its conversation is over
+                                           (after the requests it queued), with the trajectory's
+                                           reward; None when the session has none open
     Hub.end(conversation[, pending])       the conversation's trajectory is over (it failed, it
                                            filled the context, or `pending` does not continue it):
                                            requests its session sent meanwhile start a new one
@@ -66,6 +69,8 @@ class Conversation:
     idle_s: float
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     ended: bool = False
+    finished: bool = False  # the client ended it (Hub.finish): no later request continues it
+    reward: float | None = None  # what the client scored it, when it ended it
 
     async def next(self) -> Pending | None:
         try:
@@ -99,7 +104,7 @@ class Hub:
             raise Closed("the server is stopping")
         pending = Pending(ask, self.clock())
         conv = self._open.get(session)
-        if conv is None or conv.ended:  # ended: idle past idle_s, and not yet told to the hub
+        if conv is None or conv.ended or conv.finished:  # ended: idle past idle_s, not yet told to the hub
             conv = self._start(session)
         conv.queue.put_nowait(pending)
         return await pending.answer
@@ -108,6 +113,14 @@ class Hub:
         conv = Conversation(session, next(self._count), self.idle_s)
         self._open[session] = conv
         self._arrivals.put_nowait(conv)
+        return conv
+
+    def finish(self, session: str, reward: float | None = None) -> Conversation | None:
+        conv = self._open.get(session)
+        if conv is None or conv.ended or conv.finished:
+            return None
+        conv.finished, conv.reward = True, reward
+        conv.queue.put_nowait(None)  # after what the session queued: those turns are still its own
         return conv
 
     def end(self, conv: Conversation, pending: Pending | None = None) -> None:

@@ -89,6 +89,8 @@ class ServedEpisode:
             self.hub.answered(pending, self._answer(spec, res, context - res.decode_tokens))
         if result.status == "running":
             result.status = "completed"
+        if self.conv.reward is not None:
+            result.reward = self.conv.reward
         return self._ended(result, now)
 
     def _read(self, ask: Ask, first: bool) -> tuple[str | None, list[int]]:

@@ -143,6 +143,14 @@ class CompletionRequest(_Request):
                    sampling=self.sampling())
 
 
+class EndRequest(BaseModel):
+    """POST /v1/sessions/{id}/end: the conversation is over, scored by the client (or not)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float | None = Field(None, allow_inf_nan=False)
+
+
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

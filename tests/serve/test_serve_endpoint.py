@@ -3,6 +3,7 @@
 
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 
@@ -158,6 +159,27 @@ def test_health_and_unknown_paths_speak_openai(tok):
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
     assert "/v1/nothing" in missing.json()["error"]["message"]
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
+
+
+def test_a_client_ends_its_conversation_with_a_reward_and_it_is_saved_at_once(tok):
+    async def requests(client):
+        user = [{"role": "user", "content": "What is 2+3?"}]
+        await client.post("/v1/chat/completions", json=chat(user), headers={"X-Session-Id": "s"})
+        ended = await client.post("/v1/sessions/s/end", json={"reward": 1.5})
+        again = await client.post("/v1/chat/completions", json=chat(user), headers={"X-Session-Id": "s"})
+        unscored = await client.post("/v1/sessions/s/end")
+        unknown = await client.post("/v1/sessions/nobody/end", json={"reward": 0})
+        bad = await client.post("/v1/sessions/s/end", json={"reward": "high"})
+        return ended, again, unscored, unknown, bad
+
+    (ended, again, unscored, unknown, bad), done, _ = serve(tok, requests, idle_s=3600)
+    assert ended.status_code == 200 and ended.json() == {"session": "s", "trajectory": "c0", "ended": True,
+                                                          "reward": 1.5}
+    assert again.status_code == 200 and unscored.json()["trajectory"] == "c1"  # a new conversation
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "session"
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "reward"
+    assert [(r.spec.traj_id, r.task_id, len(r.turns)) for r in done] == [("c0", "s", 1), ("c1", "s", 1)]
+    assert done[0].reward == 1.5 and math.isnan(done[1].reward)
 
 
 def test_a_completion_without_prompt_is_a_400_naming_it(tok):
