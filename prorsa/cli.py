@@ -172,12 +172,13 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, metavar="FILES... [KEY=VALUE]...")
 @click.option("--plan", is_flag=True, help="Also print each pipeline's launch plan, as prorsa run --dry-run does.")
 @click.option("--cluster", "cluster_opt", metavar="FILE",
               help="With --plan: the cluster file the pipelines would run on (its engines.gpus is a node's GPUs).")
 def validate(files: tuple[str, ...], plan: bool, cluster_opt: str | None) -> None:
-    """Check pipeline and sweep FILES (and the traces they name) without running them."""
+    """Check pipeline and sweep FILES (and the traces they name) without running them; KEY=VALUE
+    arguments override the pipelines' fields, as for prorsa run."""
     from prorsa.commands.validate import validate_files
 
     validate_files(files, plan, cluster_opt)

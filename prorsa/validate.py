@@ -33,7 +33,9 @@ def file_kind(path: str | Path) -> str:
     return "cluster" if "kind" in data else "pipeline"  # a pipeline has no kind (config/cluster.py)
 
 
-def check_file(path: str | Path) -> str:
+def check_file(path: str | Path, overrides: dict | None = None) -> str:
+    """One line saying what `path` is, or ConfigError; `overrides` (dotted key -> value) apply to
+    a pipeline."""
     path = Path(path)
     kind = file_kind(path)
     if kind == "trace":
@@ -48,7 +50,7 @@ def check_file(path: str | Path) -> str:
 
         grid = load_grid(path)
         return f"ok: {path} (sweep {grid.spec.name}: {len(grid.points)} points)"
-    cfg = load_run(path).cfg
+    cfg = load_run(path, overrides or {}).cfg
     problem = output_problem(Path(cfg.output_dir), cfg.name)
     if problem:
         raise ConfigError(f"{path}: output_dir: got {cfg.output_dir!r}; {problem}")

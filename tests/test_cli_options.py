@@ -100,3 +100,13 @@ def test_sim_model_error_reaches_the_policies_and_a_bad_one_is_refused_in_one_li
 
     with xr.open_dataset(out / "results.nc") as ds:
         assert ds.attrs["model_error"] == "prefill=0.8,decode=1.25"
+
+
+def test_validate_takes_overrides_as_run_does(tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(BASE))
+    ok = CliRunner().invoke(main, ["validate", str(tmp_path / "p.yaml"), "policy=colocated", "workload.prompts=3"])
+    assert ok.exit_code == 0 and "policy colocated" in ok.output, ok.output
+    bad = CliRunner().invoke(main, ["validate", str(tmp_path / "p.yaml"), "workload.prompts=0"])
+    assert bad.exit_code == 2 and "workload.prompts" in bad.output and "no such file" not in bad.output
+    alone = CliRunner().invoke(main, ["validate", "policy=colocated"])
+    assert alone.exit_code == 2 and "give the pipeline file they apply to" in alone.output

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,16 @@ class _Line(BaseModel):
 
     # Upper bounds: trajectories.parquet stores counts and indices as int32, so a larger value
     # would fail the run at its very end; a latency past MAX_TOOL_S is a unit mistake.
-    traj: str = Field(min_length=1)
+    traj: str  # recorded agent logs often number their runs: an integer is read as its decimal text
+
+    @field_validator("traj", mode="before")
+    @classmethod
+    def _as_text(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)
+        if not isinstance(v, str) or not v:
+            raise ValueError("should be a non-empty string or an integer id")
+        return v
     turn: int = Field(ge=0, le=_INT32)
     appended_tokens: int = Field(ge=0, le=_INT32)  # 0 allowed after turn 0: a tool with empty output
     decode_tokens: int = Field(ge=1, le=_INT32)  # an engine cannot generate zero tokens

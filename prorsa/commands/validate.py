@@ -2,32 +2,46 @@
 
     validate_files(files, plan, cluster_opt)   a line for each file (ok, or its error on stderr);
                                                --plan: each pipeline's launch plan as well; exit 2
-                                               when any file is bad, else 0
+                                               when any file is bad, else 0; KEY=VALUE arguments
+                                               among the files override every pipeline's fields,
+                                               as for prorsa run
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
 
+from prorsa.commands.errors import fail
 from prorsa.commands.inputs import cluster_from, load_pipeline
-from prorsa.config.load import ConfigError
+from prorsa.config.load import ConfigError, parse_overrides
 
 
 def validate_files(files: tuple[str, ...], plan: bool, cluster_opt: str | None) -> None:
     from prorsa.validate import check_file, file_kind
 
     cluster = cluster_from(cluster_opt)
+    # a KEY=VALUE that names no file is an override, as `prorsa run` reads it
+    given = [f for f in files if "=" in f and not Path(f).exists()]
+    files = tuple(f for f in files if f not in given)
+    try:
+        overrides = parse_overrides(given)
+        if overrides and not files:
+            raise ConfigError(f"overrides {' '.join(given)}: give the pipeline file they apply to")
+    except ConfigError as e:
+        fail(str(e))
     bad = 0
     for f in files:
         try:
-            click.echo(check_file(f))
-            if plan and file_kind(f) == "pipeline":
+            kind = file_kind(f)
+            click.echo(check_file(f, overrides if kind == "pipeline" else {}))
+            if plan and kind == "pipeline":
                 from prorsa.cluster.launch_check import check_launch
 
-                check_launch(load_pipeline(f, {}), cluster, f, show=Console())
+                check_launch(load_pipeline(f, overrides), cluster, f, show=Console())
         except ConfigError as e:
             click.echo(f"error: {e}", err=True)
             bad += 1

@@ -73,6 +73,9 @@ MALFORMED = [
     (["[1, 2]"], 1, None, "JSON object"),
     ([_line(done=_DROP)], 1, "done", "missing"),
     ([_line(traj=_DROP)], 1, "traj", "missing"),
+    ([_line(traj="")], 1, "traj", "non-empty"),
+    ([_line(traj=1.5)], 1, "traj", "an integer id"),
+    ([_line(traj=True)], 1, "traj", "an integer id"),
     ([_line(decode_tokens=-3)], 1, "decode_tokens", "-3"),
     ([_OK0, _line(turn=1, appended_tokens=-1)], 2, "appended_tokens", "-1"),
     ([_line(decode_tokens="12")], 1, "decode_tokens", "integer"),
@@ -136,6 +139,13 @@ def test_non_finite_numbers_are_refused(tmp_path, extra, field):
     path.write_text('{"traj": "t", "turn": 0, "appended_tokens": 1, "decode_tokens": 1, "done": true' + extra + '}\n')
     with pytest.raises(TraceError, match=rf"nan.jsonl:1: (field '{field}'|bad JSON)"):
         read_trace(path)
+
+
+def test_integer_trajectory_ids_read_as_their_decimal_text(tmp_path):
+    """Recorded agent logs often number their runs."""
+    path = tmp_path / "numbered.jsonl"
+    path.write_text("\n".join([_line(traj=0, done=False), _line(traj=0, turn=1), _line(traj=17)]) + "\n")
+    assert [s.traj_id for s in read_trace(path)] == ["0", "17"]
 
 
 def test_unreadable_file_is_a_trace_error(tmp_path):
