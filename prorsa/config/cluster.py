@@ -174,7 +174,7 @@ def load_cluster(path: str | Path) -> ClusterSpec:
     except ValidationError as e:
         errs = e.errors()
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise ConfigError(f"{path}: {describe(errs[0])}{more}") from None
+        raise ConfigError(f"{path}: {describe(errs[0], _MODELS[kind])}{more}") from None
     return _resolve(spec, path)
 
 

@@ -12,15 +12,17 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
+import typing
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from prorsa.config.pipeline import PipelineConfig
 
@@ -44,7 +46,8 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def describe(err: dict[str, Any]) -> str:
+def describe(err: dict[str, Any], model: type[BaseModel] | None = None) -> str:
+    """`model`: the schema the error came from; an unknown field is then told the nearest it has."""
     loc = ".".join(p if isinstance(p, str) and p.isprintable() and p.strip() == p and p else repr(p)
                    for p in err["loc"]) or "(top level)"
     loc = re.sub(r"\bgroups\.(\d+)", r"groups[\1]", loc)  # engines.groups[1].roles: a group as it is indexed
@@ -56,12 +59,30 @@ def describe(err: dict[str, Any]) -> str:
     elif loc == "(top level)" and (m := re.match(r"([a-z_]+(?:\.[a-z_]+)+): ", msg)):
         loc, msg = m.group(1), msg[m.end():]
     if err["type"] == "extra_forbidden":
-        return f"{loc}: unknown field"
+        near = _nearest(model, err["loc"]) if model is not None else None
+        return f"{loc}: unknown field" + (f"; did you mean {near!r}?" if near else "")
     if err["type"] == "missing":
         return f"{loc}: missing; this field is required"
     if "input" in err and not isinstance(err["input"], dict):
         return f"{loc}: got {err['input']!r}; expected: {msg}"
     return f"{loc}: {msg}"
+
+
+def _nearest(model: type[BaseModel], loc: tuple) -> str | None:
+    """The field of the section `loc` points into whose name is nearest its last part."""
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        inner = [a for a in (field.annotation, *typing.get_args(field.annotation))
+                 for a in (a, *typing.get_args(a)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return None
+        model = inner[0]
+    close = difflib.get_close_matches(str(loc[-1]), list(getattr(model, "model_fields", {})), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def is_file(path: str | Path) -> bool:
@@ -178,7 +199,7 @@ def load_pipeline(path: str | Path, overrides: dict[str, Any] | None = None) -> 
     except ValidationError as e:
         errs = e.errors()
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise ConfigError(f"{path}: {describe(errs[0])}{more}") from None
+        raise ConfigError(f"{path}: {describe(errs[0], PipelineConfig)}{more}") from None
     cfg = cfg.resolve_paths(path.parent)
     if cfg.workload.trace:
         if not is_file(cfg.workload.trace):

@@ -114,7 +114,7 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
     except ValidationError as e:
         errs = e.errors()
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise ConfigError(f"{path}: {describe(errs[0])}{more}") from None
+        raise ConfigError(f"{path}: {describe(errs[0], SweepSpec)}{more}") from None
     base = (path.parent / spec.base).resolve()
     if not base.is_file():
         raise ConfigError(f"{path}: base: got {spec.base!r}; no such pipeline file")

@@ -137,6 +137,23 @@ def test_validate_reads_a_bare_trace(tmp_path):
     good = CliRunner().invoke(main, ["validate", str(REPO / "tests" / "data" / "small_trace.jsonl")])
     assert good.exit_code == 0 and "(trace: 4 trajectories, 8 turns)" in good.output, good.output
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"traj": 1}\n')
+    bad.write_text('{"traj": 1.5}\n')
     r = CliRunner().invoke(main, ["validate", str(bad)])
     assert r.exit_code == 2 and f"{bad}:1: field 'traj'" in r.output and r.output.count("\n") == 1, r.output
+
+
+@pytest.mark.parametrize("text, said", [
+    ("name: t\nworkload: {promts: 4}\n", "workload.promts: unknown field; did you mean 'prompts'?"),
+    ("name: t\nengins: {count: 2}\n", "engins: unknown field; did you mean 'engines'?"),
+    ("name: t\nengines: {vllm: {max_model_lenn: 4}}\n", "engines.vllm.max_model_lenn: unknown field; did you mean "
+     "'max_model_len'?"),
+    ("name: t\nruntime: {metrics_interval: 1}\n", "did you mean 'metrics_interval_s'?"),
+    ("name: t\nzzz: 1\n", "zzz: unknown field"),
+])
+def test_a_mistyped_key_is_told_the_nearest_field(tmp_path, text, said):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert said in str(info.value)
+    assert "zzz" not in text or "did you mean" not in str(info.value)
