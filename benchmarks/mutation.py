@@ -1,7 +1,7 @@
 """Do the decision modules' tests pin prices, or only directions? A seeded sample of mutants of
-the allocator, the forecast, its statistics, the router and the move cost, each run against the
-tests of tests/control and tests/rollout (the fast ones): a mutant is killed when a test fails,
-survives when every test passes.
+the allocator, the forecast, its statistics, the router's modules, the move cost, the no-prior
+opening and the model's calibration, each run against the tests of tests/control and tests/rollout
+(the fast ones): a mutant is killed when a test fails, survives when every test passes.
 
 Mutants are made by cosmic-ray's operators (its sqlite work database of the mutants and their
 results is kept, readable with `cr-report FILE`), restricted to the ones that change a price or a decision
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 MODULES = ("prorsa/control/allocator.py", "prorsa/control/forecast.py", "prorsa/control/forecast_stats.py",
            "prorsa/rollout/router.py", "prorsa/rollout/engine_pools.py", "prorsa/rollout/stickiness.py",
            "prorsa/rollout/engine_choice.py", "prorsa/rollout/cost_rule.py", "prorsa/rollout/migration.py",
-           "prorsa/rollout/placement.py")
+           "prorsa/rollout/placement.py", "prorsa/control/opening.py", "prorsa/control/calibration.py")
 TESTS = ("tests/control", "tests/rollout")
 
 _ARITH = ("Add", "Sub", "Mul", "Div", "FloorDiv")
