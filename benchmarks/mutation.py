@@ -1,7 +1,7 @@
 """Do the decision modules' tests pin prices, or only directions? A seeded sample of mutants of
-the allocator, the forecast, its statistics, the router and the move cost, each run against the
-tests of tests/control and tests/rollout (the fast ones): a mutant is killed when a test fails,
-survives when every test passes.
+the allocator, the forecast, its statistics, the router's modules, the move cost, the no-prior
+opening and the model's calibration, each run against the tests of tests/control and tests/rollout
+(the fast ones): a mutant is killed when a test fails, survives when every test passes.
 
 Mutants are made by cosmic-ray's operators (its sqlite work database of the mutants and their
 results is kept, readable with `cr-report FILE`), restricted to the ones that change a price or a decision
@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 MODULES = ("prorsa/control/allocator.py", "prorsa/control/forecast.py", "prorsa/control/forecast_stats.py",
            "prorsa/rollout/router.py", "prorsa/rollout/engine_pools.py", "prorsa/rollout/stickiness.py",
            "prorsa/rollout/engine_choice.py", "prorsa/rollout/cost_rule.py", "prorsa/rollout/migration.py",
-           "prorsa/rollout/placement.py")
+           "prorsa/rollout/placement.py", "prorsa/control/opening.py", "prorsa/control/calibration.py")
 TESTS = ("tests/control", "tests/rollout")
 
 _ARITH = ("Add", "Sub", "Mul", "Div", "FloorDiv")
@@ -61,6 +61,11 @@ OPERATORS = (
 # stripped): the mutant behaves as the original does wherever the program can reach it, so no
 # test of what the code computes can kill it. Each says why.
 _UNUSED_DEFAULT = "a default no caller relies on: {} it"
+_TRAILING_SUM = "the trailing suffix sum is read only past the last sample, where cond_rest takes the tail instead"
+_STRICTER_SHORTCUT = ("a shortcut made stricter: what it no longer settles, the exact test against the least load "
+                      "settles alike (the floor never exceeds it); only a scan more")
+_FILTER_AGAIN = ("the cache keeps the pool it was made for alive, so no other pool takes its id and kept[0] is "
+                 "always `eligible`: the mutant only filters the same pool again, alike")
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("prorsa/control/allocator.py", "goal_prefill: float = -1.0  # the split being moved toward"):
         _UNUSED_DEFAULT.format("Plan.summary(), the one maker of a PlanSummary, gives"),
@@ -89,19 +94,46 @@ EQUIVALENT: dict[tuple[str, str], str] = {
      "grid = np.unique(np.concatenate([edges, t[(t >= edges[0]) & (t < edges[-1])]]))"):
         "a change at the first edge adds a point the edges already hold, and np.unique drops it",
     ("prorsa/control/forecast_stats.py", "self._sorted = s, np.append(np.cumsum(s[::-1])[::-1], 1.0)"):
-        "the trailing suffix sum is read only past the last sample, where cond_rest takes the tail instead",
+        _TRAILING_SUM,
+    ("prorsa/control/forecast_stats.py", "return np.array([x]), np.array([x, -1.0])"):
+        _TRAILING_SUM,
     ("prorsa/control/forecast_stats.py",
      "self.end_from = np.zeros( 3)  # ends reported straight after [the decode, a tool phase]"):
         "only [0] and [1] are counted; a third entry stays 0 and adds nothing to the sum",
     ("prorsa/control/forecast_stats.py",
      "at = np.where(i >= 0, level[np.maximum(i, 0)] if len(level) else 1, self._level)"):
         "with no change recorded every index is -1, so np.where takes the level, never this value",
+    ("prorsa/rollout/engine_pools.py", "@dataclass(frozen=False)"):
+        "nothing sets a Route's fields (dataclasses.replace makes another) or hashes one: routes are "
+        "handed to the legs and back, never kept as keys",
+    ("prorsa/rollout/engine_pools.py",
+     "kv: int = field(default=0, compare=True)  # KV tokens the cost rule counts on the decode engine"):
+        "nothing compares two Routes or hashes one, so what their equality counts is never asked",
+    ("prorsa/rollout/engine_pools.py",
+     "kv: int = field(default= -1, compare=False)  # KV tokens the cost rule counts on the decode engine"):
+        "a Route keeps the default only where the cost rule is off (_prefilled_by books its KV otherwise), "
+        "and then nothing reads the KV books finished() takes it from",
+    ("prorsa/rollout/stickiness.py", "if kept is None or kept[0] is eligible:"): _FILTER_AGAIN,
+    ("prorsa/rollout/stickiness.py", "if kept is None or kept[ 1] is not eligible:"): _FILTER_AGAIN,
+    ("prorsa/rollout/stickiness.py", "if kept is None or kept[ -1] is not eligible:"): _FILTER_AGAIN,
     ("prorsa/rollout/engine_choice.py", "if sticky and self.load[prev] <= self.overload - max(self._floor, 1):"):
-        "a shortcut made stricter: what it no longer settles, the exact test against the least load "
-        "settles alike (the floor never exceeds it); only a scan more",
+        _STRICTER_SHORTCUT,
     ("prorsa/rollout/engine_choice.py", "if sticky and self.load[prev] <= self.overload * max(self._floor, 0):"):
-        "a shortcut made stricter: what it no longer settles, the exact test against the least load "
-        "settles alike (the floor never exceeds it); only a scan more",
+        _STRICTER_SHORTCUT,
+    ("prorsa/rollout/engine_choice.py", "if sticky and self.load[prev] < self.overload * max(self._floor, 1):"):
+        _STRICTER_SHORTCUT,
+    ("prorsa/rollout/cost_rule.py",
+     "self._prices = engine_prices if self.move_cost is not None or engine_prices else None"):
+        "the engines' own prices are read only where the cost rule is on (move_cost set), and there both "
+        "keep engine_prices, or an empty dict of them, which prices every engine by move_cost as None does",
+    ("prorsa/rollout/cost_rule.py", "self._backlog = {e: -1.0 for e in self.roles}"):
+        "every read of a backlog goes through backlog(), which floors it at 0 first: a start below 0 reads as 0",
+    ("prorsa/rollout/migration.py", 'own_kv = route.kv if leg == "decode" else -1'):
+        "a prefill leg's wait is its backlog alone (wait_s reads no KV for it), so what is taken off the KV "
+        "there is never read",
+    ("prorsa/control/opening.py", "decode_tokens=0.0, tool_s= -1.0, turns=0.0)"):
+        "the hint is held only to the prompts in hand (opening_contradiction): its tool time is compared "
+        "only with tool calls seen, and the opening has seen none",
 }
 
 

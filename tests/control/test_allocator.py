@@ -286,6 +286,54 @@ def test_an_moe_splits_score_worked_by_hand():
     assert score(paper(ep=2), fc, np.array([1]), np.array([0]), np.array([0])) == pytest.approx([8.0])
 
 
+def test_a_forecast_with_no_backlog_prices_a_turns_append_as_the_arrivals_mean():
+    """The steady forecast of the no-prior opening states no backlog: 1,000 tokens/s arriving in
+    2 turns/s are 500-token appends, and a prefill engine computes the 200 decoded tokens too."""
+    from prorsa.control.allocator import prefill_turn
+
+    fc = Forecast(start_s=0.0, bin_s=0.5, prefill_tokens_per_s=np.full(4, 1000.0),
+                  prefill_turns_per_s=np.full(4, 2.0), decode_seqs=np.zeros(4), kv_tokens=np.zeros(4),
+                  prefill_prefix_tokens=3000.0, decode_tokens_per_turn=200.0, decode_tps_per_seq=50.0)
+    assert prefill_turn(fc) == (500.0, 700.0, 3000.0)
+
+
+class LaidOutCost(PaperCost):
+    """PaperCost on `tp` x `ep` GPUs holding `kv` KV tokens a rank."""
+
+    def __init__(self, tp: int, ep: int, kv: int):
+        super().__init__(ep)
+        self.tp, self.layout, self.kv = tp, (tp, ep), kv
+
+    def kv_capacity_tokens(self) -> int:
+        return self.kv
+
+
+def test_decode_engines_of_their_own_layout_decode_as_many_as_that_layout_holds():
+    """Per-role parallelism: decode engines on EP2 hold 2 x 4,000 KV tokens, 8 sequences of 1,000;
+    the mixed layout (TP2) holds 2. One decode engine beside no mixed one is priced as an EP2
+    engine is, 8 of the 12 sequences decoding, not as many as the mixed layout would hold."""
+    from prorsa.costmodel.layouts import RoleCosts
+
+    mixed, decode = LaidOutCost(tp=2, ep=1, kv=2000), LaidOutCost(tp=1, ep=2, kv=4000)
+    laid_out = Capacity(mixed, slots=16, kv_capacity_tokens=2000,
+                        layouts=RoleCosts(prefill=mixed, decode=decode, mixed=mixed))
+    assert laid_out.for_role(D).max_decode_seqs(1000) == 8 and laid_out.for_role(M).max_decode_seqs(1000) == 2
+    fc = Forecast(start_s=0.0, bin_s=1.0, prefill_tokens_per_s=np.zeros(1), prefill_turns_per_s=np.zeros(1),
+                  decode_seqs=np.array([12.0]), kv_tokens=np.array([12_000.0]), prefill_prefix_tokens=1000.0,
+                  decode_tokens_per_turn=100.0, decode_tps_per_seq=200.0)
+    one = [np.array([0]), np.array([1]), np.array([0])]
+    assert score(laid_out, fc, *one) == pytest.approx(score(Capacity.from_cost(decode, slots=16), fc, *one))
+
+
+def test_a_plans_reason_names_the_splits_it_weighed(dense):
+    import re
+
+    plan = Allocator(dense).plan(demand(append=200, turns_per_s=40, seqs=96), engines([P] + [D] * 2 + [M] * 5))
+    named = re.findall(r"P(\d+) D(\d+) M(\d+)", plan.reason)
+    assert ("1", "2", "5") in named, plan.reason  # the split it is in
+    assert len(named) >= 2 and all(sum(map(int, s)) == 8 for s in named), plan.reason
+
+
 def test_a_mixed_engines_chunk_is_what_the_engines_batch():
     """The allocator prices a mixed step's prefill at the engines' max_batched_tokens, and the
     router's move cost a prefill step at the same: a default changed in one place only would price

@@ -117,3 +117,27 @@ def test_end_skips_a_step_that_switched_mid_way():
     cal.moved()
     assert cal.end([_spec(0)], lambda *a, **k: pytest.fail("a switched step is not replayed")) == ""
     assert cal.error is None and cal.scale.exact
+
+
+def test_end_corrects_at_most_rounds_minus_one_times_and_the_last_replay_only_measures():
+    """A rehearsal that stays 2x off whatever the correction (its decodes take 2 s, the step's 4 s):
+    each round moves decode by 1 / MAX_STEP, the last replays under the correction without moving it."""
+    from prorsa.control.calibration import ROUNDS
+
+    cal = Calibration()
+    cal.begin(0.0, (0, 0, 2))
+    for i in range(MIN_LEGS):
+        for ev in _turn(f"s0-p{i}-g0", 0, 0.0, None, 4.0, 100, 50, last=True):
+            cal.observe(ev)
+    asked = []
+
+    def rehearse(specs, split, *, scale=None, events=None):
+        asked.append(round(scale.decode, 6))
+        for i in range(len(specs)):
+            events.extend(_turn(f"s0-p{i}-g0", 0, 0.0, None, 2.0, 100, 50, last=True))
+        return 2.0
+
+    cal.end([_spec(i) for i in range(MIN_LEGS)], rehearse)
+    assert asked == [round(MAX_STEP ** -k, 6) for k in range(ROUNDS)]
+    assert cal.scale.decode == pytest.approx(MAX_STEP ** -(ROUNDS - 1)) and cal.replays == ROUNDS
+    assert cal.error == pytest.approx(1.0)  # the step's 4 s against the last replay's 2 s

@@ -355,6 +355,33 @@ def test_past_every_sample_the_rest_is_uniform_up_to_twice_tail_times_the_elapse
     assert p == pytest.approx(np.array([[0.25, 0.5, 1.0]]))
 
 
+def test_a_return_at_the_error_books_cut_is_kept_for_the_forecast_starting_there():
+    """The book forgets what came before its cut, here 3 s before 10 s; a return exactly at 7 s is
+    in the first bin of a forecast starting then."""
+    from prorsa.control.forecast_stats import ErrorBook
+
+    book = ErrorBook(n_bins=2, bin_s=1.0, window=8)
+    book.score(10.0)
+    book.arrival(7.0, 100)
+    book.arrival(6.5, 100)  # before the cut: no forecast left can score it
+    assert book._realised_prefill(np.array([7.0, 8.0, 9.0])) == pytest.approx([100.0, 0.0])
+
+
+def test_a_decode_that_fails_adds_no_decode_length():
+    """A trajectory that fails while decoding reports no tokens: that is no decode of 0 tokens."""
+    fc, tr = Forecaster(4.0, 0.5), LifecycleTracker()
+    feed(fc, tr, train())
+    feed(fc, tr, [E(20.0, "lost", "f", 0, Phase.QUEUED, 500), E(20.1, "lost", "f", 0, Phase.DECODE),
+                  E(20.5, "lost", "f", 0, Phase.FAILED, 0)])
+    assert fc._view("f").dec_mean == 100 and fc.observed(1)["decode_tokens"] == 100
+
+
+def test_the_forecaster_takes_only_a_positive_horizon_bin_and_rate():
+    for bad in ({"horizon_s": 0.0}, {"bin_s": 0.0}, {"bin_s": -0.5}, {"decode_tps": 0.0}):
+        with pytest.raises(ValueError, match="must be positive"):
+            Forecaster(**bad)
+
+
 def test_the_error_book_forgets_what_no_forecast_can_score_any_more():
     """Bounded memory: with nothing pending, arrivals and decode changes older than a horizon and a
     bin of grace (3 s here) are dropped, the changes folded into the level they leave."""

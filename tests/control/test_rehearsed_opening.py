@@ -53,3 +53,50 @@ def test_a_familys_mean_prompt_is_its_whole_draws():
     for f in PLAUSIBLE:
         whole = Workload.from_config(WorkloadConfig(family=f, mode="sync", prompts=64, group_size=8), seed=0)
         assert _prompt_hint(f).prompt_tokens == workload_means(whole.trajectories_for_step(0))["prompt_tokens"]
+
+
+def test_least_regret_ties_of_as_many_mixed_engines_go_to_the_fewest_prefill_engines():
+    times = {"swe": {(2, 2, 0): 100.0, (1, 3, 0): 100.0, (3, 1, 0): 100.0}}  # whatever order they came in
+    assert least_regret(times).split == (1, 3, 0)
+
+
+def test_the_steady_forecast_worked_by_hand():
+    """16 trajectories on 2 engines: 1,000-token prompts, 5 turns of 100 decoded tokens and a
+    500-token observation, 1 s tools. A decode step of 10 ms + 1 ms a sequence, a prefill 100 ms.
+    The engines hold the contexts half-way through: 1,000 + (500 + 100) x 4 / 2 = 2,200 tokens.
+    The batch starts at 16 / 2 = 8 and is taken three rounds toward its fixed point: a decode of
+    100 steps at the batch, a cycle of it, the tool and a prefill, the trajectories decoding for
+    their share of the cycle, spread over the engines. The batches priced: 8, 4.966, 4.611 (the
+    last, 68.44 tokens/s a sequence, 9.128 sequences decoding)."""
+    from prorsa.control.allocator import Capacity
+    from prorsa.control.opening import steady_forecast
+    from prorsa.control.policy import WorkloadHint
+
+    class FlatCost:
+        ep, layout = 1, (1, 1)
+
+        def step_times(self, tokens, seqs, attn_units, kv_read_tokens):
+            return 0.01 + 0.001 * seqs
+
+        def prefill_time(self, chunks):
+            return 0.1
+
+    hint = WorkloadHint(concurrency=16, prompt_tokens=1000.0, observation_tokens=500.0, decode_tokens=100.0,
+                        tool_s=1.0, turns=5.0)
+    fc = steady_forecast(hint, Capacity(FlatCost(), slots=16, kv_capacity_tokens=10**9), 2, 4, 0.5)
+    batch = 8.0
+    for _ in range(3):
+        tps = 1 / (0.01 + 0.001 * batch)
+        decode_s = 100 / tps
+        cycle = decode_s + 1.0 + 0.1
+        seqs = 16 * decode_s / cycle
+        batch = seqs / 2
+    assert (tps, seqs) == pytest.approx((68.44, 9.128), abs=1e-2)
+    turns_per_s = 16 / cycle * (1 - 1 / 5)  # the last turn of each trajectory appends nothing
+    assert fc.decode_tps_per_seq == pytest.approx(tps)
+    assert fc.decode_seqs == pytest.approx([seqs] * 4) and fc.kv_tokens == pytest.approx([seqs * 2200] * 4)
+    assert fc.prefill_turns_per_s == pytest.approx([turns_per_s] * 4)
+    assert fc.prefill_tokens_per_s == pytest.approx([turns_per_s * 500] * 4)
+    assert (fc.prefill_prefix_tokens, fc.decode_tokens_per_turn, fc.decode_remaining_tokens, fc.live) == (
+        2200.0, 100.0, 50.0, 16)
+    assert (fc.backlog_tokens, fc.backlog_turns, fc.bin_s, fc.n_bins) == (0.0, 0.0, 0.5, 4)

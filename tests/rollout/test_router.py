@@ -33,6 +33,17 @@ def test_sticky_unless_overloaded():
     assert moved.prefill != first.prefill
 
 
+def test_a_turn_stays_at_overload_times_the_least_load_and_leaves_past_it():
+    """Ratio rule 2 (the router's default), the other engine idle (its load taken as 1): two turns
+    ahead of it on its engine keep it there, three send it to the idle one."""
+    for ahead, stays in ((2, True), (3, False)):
+        r = Router(roles(0, 0, 2))
+        first = r.route("t0", colocated=True)
+        r.finished(first)
+        r.load[first.decode] += ahead
+        assert (r.route("t0", colocated=True).decode == first.decode) is stays, ahead
+
+
 def test_with_no_overload_a_turn_stays_on_its_engines_however_busy_they_are():
     r = Router(roles(2, 2), overload=None)  # runtime.sticky_overload: null
     first = r.route("t0")
@@ -235,6 +246,10 @@ def test_an_engine_full_of_kv_makes_a_turn_wait_below_its_slots():
 def test_sticky_overload_cost_needs_a_cost_model():
     with pytest.raises(ValueError, match="move_cost"):
         Router(roles(0, 0, 2), overload="cost")
+    _, price = _priced()
+    for given in ({"move_cost": price}, {"clock": lambda: 0.0}):  # each of the two is not enough alone
+        with pytest.raises(ValueError, match="move_cost"):
+            Router(roles(0, 0, 2), overload="cost", **given)
 
 
 def test_a_pipeline_with_sticky_overload_cost_routes_by_the_cost_rule():
@@ -348,6 +363,77 @@ def test_relocate_moves_a_prefill_engines_trajectory_to_one_without_a_backlog():
     assert r.route("t0", appended=256, context=8192).prefill == other
 
 
+def test_relocate_leaves_a_trajectory_alone_on_its_engine_where_it_is():
+    """Its turn is the only one there: once it ends its engine is idle, and a move cannot beat an
+    idle engine, even to another idle one."""
+    r, _ = _priced()
+    route = r.route("t0")
+    assert r.load[route.decode] == 1
+    assert r.relocate("t0", route, context=4096, remaining=1000.0) is None
+
+
+def test_relocate_prices_staying_without_the_trajectorys_own_kv():
+    """t0 holds 60k tokens of KV on its engine beside one small turn; the other engine holds one
+    small turn too. Once t0's turn ends its engine is as busy as the other, which would also take
+    the warm-up: it stays. Counted with its own KV, staying would look 0.5 s dearer and it would go."""
+    now = [0.0]
+    r, price = _priced(clock=lambda: now[0])
+    route = r.route("t0", appended=256, context=60_000)
+    others = [r.route(t, appended=256, context=1000) for t in ("a", "b")]
+    assert route.decode == others[1].decode != others[0].decode
+    now[0] = 10.0  # every backlog prefilled
+    small = others[0].kv
+    assert price.wait_s("whole", 1, 0, small + route.kv) - price.wait_s("whole", 1, 0, small) > 0.5
+    assert price.move_s("whole", 2048, 0) < 0.1
+    assert r.relocate("t0", route, context=2048, remaining=256.0) is None
+
+
+def test_relocate_stays_where_the_engine_changed_role_or_there_is_no_context():
+    """t0's engine became a prefill engine, with 9 other turns still on it: its next turn goes
+    where the router sends it, not to an engine warmed now. Nor is a trajectory with no context
+    warmed anywhere, however queued its engine."""
+    r, _ = _priced(m=3)
+    route = r.route("t0")
+    r.load[route.decode] += 9
+    r.set_role(route.decode, Role.PREFILL)
+    assert r.relocate("t0", route, context=4096, remaining=1000.0) is None
+    r, _ = _priced()
+    route = r.route("t0")
+    r.load[route.decode] += 3 * 8
+    assert r.relocate("t0", route, context=0, remaining=1000.0) is None
+
+
+def test_relocate_prices_the_warm_up_as_the_context_alone():
+    """The warm-up prefills the context the trajectory holds; its next turn's append is not known
+    yet and is not part of it."""
+    from prorsa.costmodel import CostModel
+    from prorsa.rollout.placement import MoveCost
+
+    class Asked(MoveCost):
+        def move_s(self, leg, context, appended, stalled=0):
+            self.asked.append((leg, context, appended))
+            return super().move_s(leg, context, appended, stalled)
+
+    price = Asked(CostModel.from_names("h200", "qwen3-8b"), 8, 256.0)
+    price.asked = []
+    r = Router(roles(0, 0, 2), overload="cost", slots=8, move_cost=price, clock=lambda: 0.0)
+    route = r.route("t0")
+    r.load[route.decode] += 3 * 8
+    assert r.relocate("t0", route, context=16384, remaining=2000.0) is not None
+    assert price.asked == [("whole", 16384, 0)]
+
+
+def test_relocate_charges_a_prefill_engines_warm_up_to_the_prefill_behind_it():
+    """Disaggregated: t0's prefill engine has 4k tokens queued (0.11 s), the other none. Warming
+    8k tokens there delays the next prefill behind it by 0.23 s: t0 stays. 400k queued, it goes."""
+    for queued, moves in ((4000, False), (400_000, True)):
+        r, price = _priced(p=2, d=1, m=0)
+        route = r.route("t0")
+        r._backlog[route.prefill] = queued
+        assert (price.wait_s("prefill", 1, queued, 0) > price.move_s("prefill", 8192, 0)) is moves
+        assert (r.relocate("t0", route, context=8192, remaining=1000.0) is not None) is moves, queued
+
+
 def test_the_priors_mean_decode_starts_the_cost_rules_mean_and_the_runs_decodes_take_over():
     """A pipeline's `prior:` is where the move cost's mean decode starts; every decode that ends
     is one observation against the prior's 8 (MoveCost.prior_weight), so the run's own decodes
@@ -404,3 +490,146 @@ def test_a_reserved_trajectory_runs_on_its_engine_and_no_other_trajectory_goes_t
     r.set_role("engine-1", Role.MIXED)
     r.forget("t0")
     assert "engine-3" not in {r.route(f"m{i}", colocated=True).decode for i in range(9)}
+
+
+def test_a_pinned_trajectory_runs_its_next_turn_on_the_engine_it_was_pinned_to():
+    r = Router(roles(0, 0, 4), overload=2.0)
+    r.finished(r.route("t0", colocated=True))
+    r.pin("t0", "engine-3")  # not its engine, and no emptier than the others
+    assert r.route("t0", colocated=True).decode == "engine-3"
+
+
+def test_no_other_trajectory_goes_to_a_reserved_engine_however_idle_it_is():
+    r = Router(roles(0, 0, 3), overload=2.0)
+    r.reserve({"t0": "engine-0"})
+    assert [r.route(f"n{i}", colocated=True).decode for i in range(4)] == ["engine-1", "engine-2"] * 2
+    assert r.route("t0", colocated=True).decode == "engine-0"
+
+
+def test_an_engine_that_leaves_and_rejoins_holds_no_trajectory_and_empty_books():
+    """Its prefix cache went with it: a trajectory that ran there goes to the least loaded engine
+    when it comes back, and the trajectories of the other engines keep theirs. It rejoins with no
+    turn in flight, and for the cost rule no prefill backlog and no KV."""
+    r = Router(roles(0, 0, 3), overload=2.0)
+    for route in [r.route(t, colocated=True) for t in ("t0", "t1", "t2")]:  # engine-0, engine-1, engine-2
+        r.finished(route)
+    r.load["engine-1"] += 1  # t1's engine holds a turn: within the ratio, t1 stays there
+    r.close("engine-2")
+    r.leave("engine-2")
+    r.join("engine-2", Role.MIXED)
+    assert r.load["engine-2"] == 0
+    assert r.route("t2", colocated=True).decode == "engine-0"  # the least loaded, by engine order
+    assert r.route("t1", colocated=True).decode == "engine-1"
+
+    r, _ = _priced(m=3)  # the clock stays at 0: nothing is prefilled meanwhile
+    for route in [r.route(t, appended=1000) for t in ("t0", "t1", "t2")]:
+        r.finished(route)
+    assert r.backlog("engine-2") == 1000
+    r.close("engine-2")
+    r.leave("engine-2")
+    r.join("engine-2", Role.MIXED)
+    assert (r.load["engine-2"], r.backlog("engine-2"), r._kv["engine-2"]) == (0, 0.0, 0)
+
+
+# -- engines of their own sizes (engines.groups): load as a share of each engine's slots ----------
+
+def _sized(**kw) -> Router:
+    return Router({"wide": Role.MIXED, "narrow": Role.MIXED}, overload=2.0, slots={"wide": 256, "narrow": 32}, **kw)
+
+
+def test_a_new_trajectory_goes_to_the_engine_whose_load_is_the_least_share_of_its_slots():
+    r = _sized()
+    r.load["wide"], r.load["narrow"] = 32, 16  # an eighth of its slots, and half
+    assert r.route("t0", colocated=True).decode == "wide"
+    r.load["wide"] = 160  # 0.625
+    assert r.route("t1", colocated=True).decode == "narrow"
+
+
+def test_on_engines_of_their_own_sizes_a_turn_stays_within_overload_times_the_least_share():
+    """Ratio rule 2 on shares: t0's narrow engine a quarter full stays against a wide one an
+    eighth full, a turn more and it leaves. An empty engine counts as holding one turn: a
+    sticky engine may hold up to two turns' share of the empty engine's slots."""
+    for narrow, stays in ((8, True), (9, False)):
+        r = _sized()
+        r.load["wide"] = 32
+        first = r.route("t0", colocated=True)
+        assert first.decode == "narrow"  # empty
+        r.finished(first)
+        r.load["narrow"] = narrow
+        assert (r.route("t0", colocated=True).decode == "narrow") is stays, narrow
+    for wide, stays in ((16, True), (17, False)):  # 2 x 1/256 of the wide one: 16 of its own 256
+        r = _sized()
+        r.load["narrow"] = 1
+        first = r.route("t0", colocated=True)
+        assert first.decode == "wide"
+        r.finished(first)
+        r.load["narrow"], r.load["wide"] = 0, wide
+        assert (r.route("t0", colocated=True).decode == "wide") is stays, wide
+    r = _sized()
+    r.load["narrow"] = 1
+    r.finished(r.route("t0", colocated=True))
+    r.load["narrow"], r.load["wide"] = 0, 1  # 1/256 against an empty narrow engine's 2/32
+    assert r.route("t0", colocated=True).decode == "wide"
+
+
+def test_an_engine_that_joins_without_its_slots_takes_the_widest_engines():
+    r = _sized()
+    r.join("new", Role.MIXED)
+    r.load["wide"], r.load["narrow"], r.load["new"] = 64, 16, 96  # 1/4, 1/2 and 96/256 = 3/8
+    assert r.route("t0", colocated=True).decode == "wide"
+    r.load["new"] = 32  # 1/8
+    assert r.route("t1", colocated=True).decode == "new"
+
+
+def test_the_cost_rule_drains_each_engines_backlog_at_its_own_prefill_rate():
+    """Engines of different sizes are priced each by its own MoveCost: a 2-GPU engine clears its
+    prefill backlog faster than a 1-GPU one."""
+    from prorsa.costmodel import CostModel
+    from prorsa.rollout.placement import MoveCost
+
+    one = MoveCost(CostModel.from_names("h200", "qwen3-8b"), 8, 256.0)
+    two = MoveCost(CostModel.from_names("h200", "qwen3-8b", tp=2), 8, 256.0)
+    assert two.prefill_rate > 1.2 * one.prefill_rate
+    now = [0.0]
+    r = Router(roles(0, 0, 2), overload="cost", slots=8, move_cost=one, clock=lambda: now[0],
+               engine_prices={"engine-0": two, "engine-1": one})
+    assert [r.route(t, appended=20_000).decode for t in ("a", "b")] == ["engine-0", "engine-1"]
+    now[0] = 0.25
+    assert r.backlog("engine-0") == pytest.approx(20_000 - 0.25 * two.prefill_rate)
+    assert r.backlog("engine-1") == pytest.approx(20_000 - 0.25 * one.prefill_rate)
+
+
+def test_the_cost_rule_prices_a_move_to_a_mixed_engine_as_a_recompute_and_to_a_decode_engine_as_a_pull():
+    """P1 D1 M1, the prefill engine full: a mixed engine takes a turn whole. t0's decode engine
+    has a queue (0.67 s for the mean decode); the mixed engine is idle, but going there recomputes
+    the whole 32k context (1.4 s), where pulling it to a decode engine would cost 0.12 s. It
+    stays; a 2k context (0.05 s to recompute) goes."""
+    for context, stays in ((32768, True), (2048, False)):
+        r, price = _priced(p=1, d=1, m=1)
+        first = r.route("t0")
+        assert (first.prefill, first.decode) == ("engine-0", "engine-1")
+        r.finished(first)
+        r.load["engine-0"] += 8  # its slots: full
+        r.load["engine-1"] += 10
+        stay = price.wait_s("decode", 10, 0, 0)
+        assert price.move_s("decode", context, 256) < stay < price.move_s("whole", 32768, 256)
+        again = r.route("t0", appended=256, context=context)
+        if stays:
+            assert (again.prefill, again.decode) == ("engine-0", "engine-1")
+        else:
+            assert (again.prefill, again.decode) == (None, "engine-2")
+
+
+def test_the_cost_rule_looks_past_an_engine_whose_move_alone_costs_more_than_staying():
+    """Three mixed engines. t0's has a queue (0.67 s); the first other one decodes 7 turns that a
+    16k recompute would stall (8 x 0.54 s), the second is idle (0.54 s): t0 goes to the second."""
+    r, price = _priced(m=3)
+    routes = [r.route(t) for t in ("a", "b", "t0")]
+    assert routes[2].decode == "engine-2"
+    for route in routes:
+        r.finished(route)
+    r.load["engine-0"] += 7
+    r.load["engine-2"] += 10
+    move = price.move_s("whole", 16384, 256)
+    assert move < price.wait_s("whole", 10, 0, 0) < 8 * move
+    assert r.route("t0", appended=256, context=16384).decode == "engine-1"
