@@ -64,6 +64,9 @@ def timed(fn, *args):
 
 
 class ControlLoop:
+    # the clock a step's CPU is read from (the live body throttles on it, control_cpu_share)
+    cpu_clock = staticmethod(time.thread_time)
+
     def __init__(self, policy: Policy, router: Router, recorder: RunRecorder, interval_s: float,
                  now: Callable[[], float]) -> None:
         self.policy = policy
@@ -123,8 +126,9 @@ class ControlLoop:
     async def call_policy(self, fn: Callable[[Snapshot], Decision], snap: Snapshot) -> Decision:
         """A policy call, its CPU counted; a body whose event loop also carries the rollout may
         run it off the loop (the simulator must not: its clock would move on meanwhile)."""
-        decision, cpu = timed(fn, snap)
-        self.spent(cpu)
+        c = self.cpu_clock()
+        decision = fn(snap)
+        self.spent(self.cpu_clock() - c)
         return decision
 
     def pause(self) -> float:
@@ -212,13 +216,13 @@ class ControlLoop:
         self._start_deferred()
         seen = self._ends_reported()
         snap = await self.observe()
-        c = time.thread_time()
+        c = self.cpu_clock()
         snap = self._with_ended(snap, seen)
         self._learn(snap)
         snap = replace(snap, finished=self._recent_finished(), heading=dict(self._heading))
-        self.spent(time.thread_time() - c)
+        self.spent(self.cpu_clock() - c)
         decision = await self.decide(snap)
-        c = time.thread_time()
+        c = self.cpu_clock()
         self._record(snap, decision)
         for engine, role in decision.targets.items():
             if engine not in self.router.roles:
@@ -233,7 +237,7 @@ class ControlLoop:
             if role is not self.router.roles[engine]:
                 self._start(engine, role, decision.reason, decision.forecast)
         self.step_s.append(time.perf_counter() - t0)
-        self.step_cpu_s.append(self._cpu + time.thread_time() - c)
+        self.step_cpu_s.append(self._cpu + self.cpu_clock() - c)
         return decision
 
     def _start(self, engine: str, role: Role, reason: str, forecast: ForecastSummary | None) -> None:
