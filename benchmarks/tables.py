@@ -959,6 +959,27 @@ def model_error_table(*files: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def held_out_ep_table(file: str) -> Callable[[dict], list[str]]:
+    """benchmarks/model_error.py --ep: prorsa (exact model) over the best fixed split at other EP widths,
+    with the lowest figure and the cells at 0.97 or better per width."""
+    def render(d: dict) -> list[str]:
+        cells = d[file]["cells"]
+        widths = list(dict.fromkeys(c["ep"] for c in cells))
+        rows = [[c["family"], c["mode"], str(c["seed"]), str(c["engines"]), f"EP{c['ep']}",
+                 split(c["best_fixed"]), f3(c["prorsa_vs_best"]["exact"]), str(c["switches"]["exact"])]
+                for c in cells]
+
+        def low(cs: list[dict]) -> str:
+            figures = [c["prorsa_vs_best"]["exact"] for c in cs]
+            return f"{min(figures):.3f}, {sum(x >= 0.97 for x in figures)} of {len(figures)}"
+        return table(["family", "mode", "seed", "engines", "EP", "best fixed", "exact",
+                      "prorsa switches"], rows) + [
+            "", "Lowest prorsa / best fixed and cells at 0.97 or better, per EP width: " + "; ".join(
+                f"EP{w} {low([c for c in cells if c['ep'] == w])}" for w in widths)
+                + f"; over the {len(cells)} cells {low(cells)}."]
+    return render
+
+
 class Table(NamedTuple):
     files: list[str]  # results files it reads, in benchmarks/results
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
@@ -1007,6 +1028,8 @@ TABLES: dict[str, Table] = {
     "held-out-seeds": Table(["held-out-seeds.json", "held-out-seeds-2.json"],
                             model_error_table("held-out-seeds.json", "held-out-seeds-2.json")),
     "held-out-engines": Table(["held-out-engines-4.json"], model_error_table("held-out-engines-4.json")),
+    "held-out-engines-16": Table(["held-out-engines-16.json"], model_error_table("held-out-engines-16.json")),
+    "held-out-ep": Table(["held-out-ep.json"], held_out_ep_table("held-out-ep.json")),
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
