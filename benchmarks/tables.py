@@ -454,6 +454,19 @@ def t_overlap_split(d: dict) -> list[str]:
                   "prorsa / colocated", "switches"], rows)
 
 
+def t_rl_toy_partial(d: dict) -> list[str]:
+    """rl-toy with partial rollouts: the first and last four trained steps' reward and call share."""
+    doc = d["rl-toy-partial.json"]
+    rows = [[f"first {len(doc['per_step'][:4])} steps", f"{doc['first']['reward_mean']:.3f}",
+             f"{doc['first']['call_share']:.2f}"],
+            [f"last {len(doc['per_step'][-4:])} steps", f"{doc['last']['reward_mean']:.3f}",
+             f"{doc['last']['call_share']:.2f}"]]
+    return table(["trained steps", "mean reward", "first turns calling the calculator"], rows) + [
+        "", f"partial_rollout over_sample {doc['over_sample']}, carry: {len(doc['per_step'])} trained steps, "
+            f"{doc['dropped']} trajectories dropped (cancelled as the last step ended), makespan "
+            f"{doc['makespan_s']:.0f} s; one run."]
+
+
 def t_sim_cost(d: dict) -> list[str]:
     """Simulating prorsa beside colocated, CPU time: no rehearsal kept, and the cache another seed left."""
     cells = d["sim-cost.json"]["cells"]
@@ -1054,6 +1067,7 @@ TABLES: dict[str, Table] = {
     "partial-rollout-traces": Table(["partial-rollout-traces.json"], t_partial_rollout_traces),
     "async-updates": Table(["async-updates.json"], t_async_updates),
     "sim-cost": Table(["sim-cost.json"], t_sim_cost),
+    "rl-toy-partial": Table(["rl-toy-partial.json"], t_rl_toy_partial),
     "overlap-split": Table(["overlap-split.json"], t_overlap_split),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
