@@ -80,7 +80,9 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
                      "prompts": w0.prompts * w0.group_size, "weight_update_s": w0.weight_update_s,
                      "weight_update_every_s": w0.weight_update_every_s}
         w = wcfg.model_copy(update=shape)
-        seen = seen_as(scale, told)
+        if (scale, told) not in world:
+            world[scale, told] = _seen(run, scale, told)
+        seen, world_key = world[scale, told]
         # the seed draws nothing in a replay of given trajectories: one seed's opening serves the next
         ctx = replace(seen, cfg=base.model_copy(update={"workload": w, "prior": None, "policy": policy, "seed": 0}))
         if events is not None:
@@ -96,19 +98,19 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
 
         if events is not None:  # what a stored makespan cannot give back
             return replay()
-        return cached((world[scale, told], w.model_dump_json(), policy, split, _specs_key(specs)), replay)
+        return cached((world_key, w.model_dump_json(), policy, split, _specs_key(specs)), replay)
 
-    world: dict[tuple, str] = {}  # (scale, told) -> the digest of the rest of what a replay reads
-
-    def seen_as(scale: ModelScale | None, told: bool) -> RunContext:
-        seen = misfit(run, scale) if scale is not None else run
-        if not told:
-            seen = replace(seen, policy=replace(seen.policy, prior=None))
-        if (scale, told) not in world:
-            world[scale, told] = digest(_world(seen))
-        return seen
-
+    # (scale, told) -> the run as the policy then sees it, and the digest of what every replay of it
+    # reads but its split, shape and trajectories: made once, not once a split
+    world: dict[tuple, tuple[RunContext, str]] = {}
     return rehearse
+
+
+def _seen(run: RunContext, scale: ModelScale | None, told: bool) -> tuple[RunContext, str]:
+    seen = misfit(run, scale) if scale is not None else run
+    if not told:
+        seen = replace(seen, policy=replace(seen.policy, prior=None))
+    return seen, digest(_world(seen))
 
 
 def _world(seen: RunContext) -> tuple:
