@@ -26,6 +26,7 @@ command. Bad input ends with one line on stderr and exit code 2; no traceback.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import click
@@ -44,9 +45,11 @@ def _log_level(verbose: bool) -> None:
     import dask
 
     # distributed configures its own loggers on import; tell it before it is imported
-    dask.config.set({"logging": {"distributed": "info" if verbose else "error",
-                                 "tornado": "info" if verbose else "error",
-                                 "bokeh": "info" if verbose else "error"}})
+    quiet = {name: "info" if verbose else "error" for name in ("distributed", "tornado", "bokeh")}
+    dask.config.set({"logging": quiet})
+    # worker processes a run spawns set up their logging as they import distributed, from the
+    # environment, before any config the driver sends them
+    os.environ.update({f"DASK_LOGGING__{name.upper()}": level for name, level in quiet.items()})
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger().setLevel(level)  # a second call (-v after the command) has a handler already
@@ -69,7 +72,19 @@ def _verbose_everywhere(group: click.Group) -> None:
             _verbose_everywhere(cmd)
 
 
-@click.group()
+class _Prorsa(click.Group):
+    """Ctrl-C or SIGTERM anywhere a command has no handling of its own (its imports, a plan, a
+    report) ends as the commands' own stops do: one line and exit 2, not click's "Aborted!" and 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_Prorsa)
 @click.version_option(package_name="prorsa", message="prorsa %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help=VERBOSE_HELP)
 def main(verbose: bool) -> None:

@@ -15,4 +15,5 @@ Inside worker and scheduler processes:
     lifecycle_plugin.py  the scheduler plugin that reads every trajectory's lifecycle off task transitions
     recovery.py          LegRescue: a leg bound to a dead or retagged worker goes back to its role
     worker_logs.py       faults the run survives, logged as one line each in every process
+    worker_setup.py      what every worker process does as it starts (quiet logs, Ctrl-C left to the run)
 """

@@ -31,7 +31,8 @@ from prorsa.cluster.engine_host import EngineHost
 from prorsa.cluster.nodes import follower_name, spanning_engines
 from prorsa.cluster.span_host import FollowerHost
 from prorsa.cluster.tool_host import ToolHost
-from prorsa.cluster.worker_logs import PRELOAD, quiet_survived_faults
+from prorsa.cluster.worker_logs import quiet_survived_faults
+from prorsa.cluster.worker_setup import PRELOAD, deaf_worker_processes
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import backend_of, engine_name, hosted_engines, resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
@@ -164,6 +165,8 @@ async def start_local_cluster(cfg: PipelineConfig, roles: list[Role], run_dir: P
         },
     }
     batches = _batches(worker_specs(cfg, roles, run_dir, security, host), WORKERS_AT_ONCE)
+    if cfg.runtime.processes:
+        deaf_worker_processes()
     with dask.config.set(SCHEDULER_CONFIG), _engine_failures_unlogged():  # config read at scheduler start
         cluster = SpecCluster(
             workers={},  # the scheduler first, so its dashboard is there while the engines start

@@ -1,7 +1,7 @@
 """What the cluster's processes log about faults the run survives: a line each, no traceback.
 
     quiet_survived_faults()   once per process: the driver (scheduler, in-process workers) when it
-                              starts a cluster, every worker process as it starts (PRELOAD)
+                              starts a cluster, every worker process as it starts (worker_setup.py)
 
 distributed logs two kinds of such faults as errors with their tracebacks:
   - a leg that failed because its engine went down ("Compute Failed" with EngineUnavailable or
@@ -56,15 +56,6 @@ class SurvivedFaults(logging.Filter):
 
 
 _QUIET = SurvivedFaults()
-
-
-# a worker's `preload`: dask imports it and calls dask_setup as the worker starts, before any
-# plugin, so a worker with none (a tool worker without an environment, the trainer's) is quiet too
-PRELOAD = [__name__]
-
-
-def dask_setup(worker) -> None:
-    quiet_survived_faults()
 
 
 def quiet_survived_faults() -> None:

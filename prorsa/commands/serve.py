@@ -59,6 +59,8 @@ def serve_pipeline(request: ServeRequest) -> None:
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)
     console.print(summary_table(summary))
     console.print(f"wrote {folder.path}")
+    if endpoint.stopped:  # as every stop by a signal ends: exit 2, here with nothing lost
+        fail(f"interrupted; every conversation is saved in {folder.path}")
 
 
 def _servable(request: ServeRequest) -> RunContext:

@@ -40,7 +40,7 @@ def roll_out(rollout: Coroutine[Any, Any, dict], folder: RunFolder, source: str,
              wind_down: Callable[[], None] | None = None) -> dict:
     """`source`: what the engines' error line names (the pipeline)."""
     from prorsa.cluster.local import EngineStartFailed
-    from prorsa.live.interrupt import Interrupted, run_interruptible
+    from prorsa.live.interrupt import Interrupted, kill_children, run_interruptible
 
     # during the run SIGTERM and Ctrl-C both stop the rollout and let the cleanup finish
     # (live/interrupt.py); before the loop runs, SIGTERM is passed on as SIGINT
@@ -50,6 +50,7 @@ def roll_out(rollout: Coroutine[Any, Any, dict], folder: RunFolder, source: str,
     except EngineStartFailed as e:
         fail(failed_start(folder, f"{source}: engines did not start: {e}"))
     except (Interrupted, KeyboardInterrupt, asyncio.CancelledError):
+        kill_children()
         fail(interrupted(folder))
     except OSError as e:
         if e.errno != errno.ENOSPC:

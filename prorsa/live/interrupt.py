@@ -10,6 +10,7 @@
                                        fresh HARD_STOP_S), one that does not is cancelled as above
     await guarded(task)                inside it: await the rollout `task`; on a signal, cancel it
                                        until it has unwound, then raise Interrupted
+    kill_children()                    end what the cleanup left running, on the way out
     with stops_hard(abandon):          a command with no event loop of its own (prorsa sweep): a
                                        signal raises KeyboardInterrupt, as Ctrl-C does, and arms
                                        the same hard stop for the cleanup that follows
@@ -85,11 +86,7 @@ class _Watch:
             message = self.abandon()
         except Exception as e:  # the exit must happen whatever tidying the run directory met
             message = f"interrupted ({type(e).__name__} while tidying up)"
-        for child in psutil.Process().children(recursive=True):
-            try:
-                child.kill()
-            except psutil.Error:  # gone already
-                pass
+        kill_children()
         sys.stderr.write(f"error: {message} (stopped hard: the run did not end within {HARD_STOP_S:g} s)\n")
         sys.stderr.flush()
         os._exit(HARD_STOP_EXIT)
@@ -104,6 +101,34 @@ class _Watch:
 
 
 _watch: _Watch | None = None
+
+
+def kill_children() -> None:
+    """Every process this one started and that is still there: on the way out after a stop, only
+    what the orderly cleanup could not end (a worker cut off mid-start, which would otherwise die
+    later on its own, in a traceback about its parent gone). Its own children first: a forkserver
+    (cluster/worker_setup.py) killed before its workers forks none for a request still queued."""
+    me = psutil.Process()
+    everyone = me.children(recursive=True)  # before a kill orphans the grandchildren
+    for child in sorted(everyone, key=lambda p: _ppid(p) != me.pid):
+        try:
+            if not _resource_tracker(child):
+                child.kill()
+        except psutil.Error:  # gone already
+            pass
+
+
+def _ppid(proc: psutil.Process) -> int:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return -1
+
+
+def _resource_tracker(proc: psutil.Process) -> bool:
+    """multiprocessing's resource tracker ends by itself once this process has gone, after
+    unlinking what the workers left behind; killed, it would leave that for good."""
+    return any("multiprocessing.resource_tracker" in arg for arg in proc.cmdline())
 
 
 async def run_interruptible(coro: Coroutine[Any, Any, Any],

@@ -31,7 +31,7 @@ from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRequest, TurnR
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.rollout.drivers import Hooks
 from prorsa.sampling import Sampling
-from prorsa.serve.conversations import Answer, Conversation, Hub
+from prorsa.serve.conversations import Answer, Closed, Conversation, Hub, Pending
 from prorsa.serve.transcript import Ask, BadAsk, Transcript
 
 
@@ -45,13 +45,15 @@ class ServedEpisode:
     hub: Hub
     transcript: Transcript
     bounds: Served
+    result: TrajectoryResult | None = None  # as far as it has run
+    pending: Pending | None = None  # the request being answered
 
     async def drive(self, spec: TrajectorySpec, runner: TurnRunner, now: Callable[[], float],
                     on_turn: TurnListener | None) -> TrajectoryResult:
-        result = TrajectoryResult(spec=spec, start_s=now(), task_id=self.conv.session)
+        result = self.result = TrajectoryResult(spec=spec, start_s=now(), task_id=self.conv.session)
         ids: list[int] = []
         context = 0
-        while (pending := await self.conv.next()) is not None:
+        while (pending := await self._next()) is not None:
             k = len(result.turns)
             try:
                 added, added_ids = await _off_loop(self._read, pending.ask, k == 0)
@@ -92,6 +94,19 @@ class ServedEpisode:
         if self.conv.reward is not None:
             result.reward = self.conv.reward
         return self._ended(result, now)
+
+    async def _next(self) -> Pending | None:
+        self.pending = await self.conv.next()
+        return self.pending
+
+    def cut_off(self, now: Callable[[], float]) -> TrajectoryResult:
+        """The server stopped mid-way (ServeDriver.CUT_OFF_S): the request in flight is refused,
+        the turns that ran are the trajectory."""
+        if self.pending is not None:
+            self.hub.answered(self.pending, Closed("the server stopped before this turn finished"))
+        if self.result.status == "running":
+            self.result.status = "completed"
+        return self._ended(self.result, now)
 
     def _read(self, ask: Ask, first: bool) -> tuple[str | None, list[int]]:
         """The text a request adds (templated) and its ids; (None, []) when it starts another conversation."""
@@ -143,6 +158,10 @@ class ServeDriver:
     the clients decide which trajectories run. Each result goes to on_done as it ends and is not
     kept here (a server may run for days): the list returned is empty."""
 
+    # under the WIND_DOWN_S a stop grants the rollout (live/interrupt.py), so that a served run
+    # ends by itself, and writes out every conversation
+    CUT_OFF_S = 3.0
+
     def __init__(self, hub: Hub, tokenizer: Any, bounds: Served,
                  on_ready: Callable[[], Awaitable[None]] | None = None,
                  on_end: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -161,6 +180,11 @@ class ServeDriver:
             while (conv := await self.hub.arrival()) is not None:
                 running.add(asyncio.create_task(self._one(conv, runner, now, on_done, on_turn)))
                 running = {t for t in running if not t.done()}
+            # the hub closed (a stop): turns in flight get CUT_OFF_S, then end where they are
+            if running:
+                await asyncio.wait(running, timeout=self.CUT_OFF_S)
+            for t in running:
+                t.cancel()
             await asyncio.gather(*running)
         finally:
             for t in running:
@@ -174,6 +198,10 @@ class ServeDriver:
         try:
             result = await episode.drive(served_spec(conv.index, self.bounds.family, self.bounds.seed), runner, now,
                                          on_turn)
+        except asyncio.CancelledError:  # cut off by a stop: the turns that ran are saved
+            if episode.result is None:
+                raise
+            result = episode.cut_off(now)
         finally:
             self.hub.end(conv)  # no request of its session is left waiting on it
         if result.turns:  # a conversation closed before its first turn ran is no trajectory

@@ -95,3 +95,8 @@ class Endpoint:
 
     def stop(self) -> None:
         self.hub.close()
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal (not every conversation ending on its own)."""
+        return self.hub.closed
