@@ -22,7 +22,6 @@ from tests.sim_output import sim_output
 pytest.importorskip("matplotlib")
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
 
 from prorsa.metrics import plots  # noqa: E402
 from prorsa.metrics.style import FORMATS, Style, save  # noqa: E402
@@ -177,12 +176,44 @@ def test_sweep_figures_name_the_split_static_best_chose(sweep, tmp_path):
         assert any(t.endswith(f"x\n{split}") for t in texts), (split, texts)
 
 
-def test_reward_curve_names_the_trainers_loss(runs, tmp_path):
-    """train.jsonl's rows as the learner writes them (UpdateRecord), for versions 0-3."""
-    import pandas as pd
+@pytest.fixture(scope="module")
+def training_run(tmp_path_factory) -> Path:
+    """A training run's folder as the RL loop leaves it: the real learner and GRPO trainer on the
+    tiny model, three updates, train.jsonl and trajectories.parquet with each rollout's version."""
+    pytest.importorskip("torch")
+    import asyncio
 
-    versions = pd.DataFrame({"policy_version": [0, 1, 2, 3], "reward_mean": [0.1, 0.2, 0.15, 0.4]})
-    updates = pd.DataFrame({"version": [1, 2, 3], "loss": [0.5, 0.3, 0.35]})
+    from prorsa.config.pipeline import TrainConfig
+    from prorsa.engine.tiny_model import ensure_tiny_model
+    from prorsa.metrics.outputs import write_trajectories
+    from prorsa.train.learner import Learner
+    from prorsa.train.trainer import Trainer, TrainerConfig
+    from tests.train.test_learner import _result
+
+    base = tmp_path_factory.mktemp("train")
+    pushed: list[Path] = []
+
+    async def push(path: Path) -> None:  # no engines to load the weights into
+        pushed.append(path)
+
+    trainer = Trainer(ensure_tiny_model(base / "models"), TrainerConfig(lr=1e-3, micro_batch=4, threads=1))
+    learner = Learner(TrainConfig(keep_checkpoints=1), trainer, base / "weights", push, 4, "sync",
+                      log_path=base / "run" / "train.jsonl")
+    (base / "run").mkdir()
+    results = []
+    for version in range(3):
+        for i, reward in enumerate([0.0, 1.0, 0.2 * version, 0.5]):
+            results.append(_result(f"s{version}-p{i // 2}-g{i % 2}", prompt=i // 2, reward=reward, version=version))
+            learner.on_done(results[-1])
+        asyncio.run(learner.update())
+    assert len(pushed) == 3
+    write_trajectories(base / "run" / "trajectories.parquet", results)
+    return base / "run"
+
+
+def test_reward_curve_names_the_trainers_loss(training_run, tmp_path):
+    versions, updates = training.by_version(training_run), training.updates(training_run)
+    assert list(versions.policy_version) == [0, 1, 2] and list(updates.version) == [1, 2, 3]
     custom = {"train": {"algorithm": "grpo", "trainer": "examples.custom_trainer:ReinforceTrainer"}}
     assert training.loss_name(custom) == "ReinforceTrainer loss"
     assert training.loss_name({"train": {"algorithm": "grpo", "trainer": None}}) == "GRPO loss"
@@ -191,4 +222,4 @@ def test_reward_curve_names_the_trainers_loss(runs, tmp_path):
     assert counts == 1 and legends == 1  # policy version
     words = [t.get_text() for t in fig.axes[0].get_legend().get_texts()] + [a.get_ylabel() for a in fig.axes]
     assert "ReinforceTrainer loss" in words and not any("GRPO" in w for w in words)
-    assert all(isinstance(ln, Line2D) for ln in fig.axes[1].get_lines())
+    assert np.allclose(fig.axes[1].get_lines()[0].get_ydata(), updates.loss)
