@@ -317,7 +317,7 @@ def sft(model_spec: str, output: str, **settings) -> None:
               help="Directory for report.md and the plots (default: RUN_DIR/report for one run, "
                    "else report/ beside the first input).")
 @click.option("--format", "fig_format", type=click.Choice(["png", "svg", "pdf"]), default="png", show_default=True,
-              help="Figure file format.")
+              help="The figures' format report.md links; each is written as PNG, SVG and PDF.")
 @click.option("--dpi", type=click.IntRange(50, 1200), default=150, show_default=True, help="PNG resolution.")
 def report(inputs: tuple[str, ...], output: str | None, fig_format: str, dpi: int) -> None:
     """Plots and a Markdown summary of stored runs (RUN_DIR...) and sweep Datasets (FILE.nc)."""

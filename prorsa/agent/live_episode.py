@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from prorsa.agent.datasets.base import Task
-from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner, play_turn
+from prorsa.agent.loop import (TrajectoryResult, TrajectoryStatus, TurnListener, TurnRequest, TurnResult, TurnRunner,
+                               play_turn)
 from prorsa.agent.tools import ToolCallParser, ToolStatus
 
 if TYPE_CHECKING:
@@ -156,8 +157,8 @@ class LiveEpisode:
             appended = len(res.observation_ids)
             if res.final:
                 break
-        if result.status == "running":
-            result.status = "completed"
+        if result.status == TrajectoryStatus.RUNNING:
+            result.status = TrajectoryStatus.COMPLETED
             response = "\n".join(self.fmt.text(t.token_ids) for t in result.turns)
             s = await self.scorer(spec.traj_id, self.task, response)
             result.reward, result.reward_error = s.value, s.error

@@ -4,6 +4,7 @@ It speaks to the world through one protocol, `TurnRunner.run_turn`, which the li
 and the simulator both implement; the loop itself knows neither.
 
     run_trajectory(spec, runner, ..., episode=None)   play a TrajectorySpec to its end -> TrajectoryResult
+    TrajectoryStatus                    running, then completed | failed (| cancelled | stale)
     play_turn(runner, req, result, on_turn)   one turn, recorded in result; None when it failed
     Episode                             what an environment adds (agent/environment.py): the real
                                         tool call after each decode, the reward at the end
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -80,11 +82,22 @@ class TurnResult:
     policy_version: int = 0  # the engines' weights when the turn was sent (the RL loop's updates so far)
 
 
+class TrajectoryStatus(StrEnum):
+    """How a trajectory ended. A str, so saved files (trajectories.parquet, summary.json) and
+    comparisons with the plain words keep working: TrajectoryStatus.COMPLETED == "completed"."""
+
+    RUNNING = "running"  # not ended yet
+    COMPLETED = "completed"  # played to its final turn
+    FAILED = "failed"  # a turn failed (engine, tool, context); `error` says why
+    CANCELLED = "cancelled"  # partial rollouts: cut when its step ended, untrained
+    STALE = "stale"  # partial rollouts: dropped, started more than max_staleness versions back
+
+
 @dataclass
 class TrajectoryResult:
     spec: TrajectorySpec
     turns: list[TurnResult] = field(default_factory=list)
-    status: str = "running"  # completed | failed
+    status: TrajectoryStatus = TrajectoryStatus.RUNNING
     error: str = ""
     reward: float = float("nan")  # replay has no reward; environments set one
     reward_error: str = ""  # why the reward function failed (reward NaN)
@@ -125,7 +138,7 @@ async def play_turn(runner: TurnRunner, req: TurnRequest, result: TrajectoryResu
     except asyncio.CancelledError:
         raise
     except Exception as e:
-        result.status, result.error = "failed", f"turn {req.turn}: {type(e).__name__}: {e}"
+        result.status, result.error = TrajectoryStatus.FAILED, f"turn {req.turn}: {type(e).__name__}: {e}"
         return None
     result.turns.append(res)
     if on_turn is not None:
@@ -192,11 +205,11 @@ async def run_trajectory(
         if ids is not None:
             ids += res.token_ids
         if turn.done:
-            result.status = "completed"
+            result.status = TrajectoryStatus.COMPLETED
             break
-    if result.status == "running":
-        result.status, result.error = "failed", "trajectory spec ended without a final turn"
-    if episode is not None and result.status == "completed":
+    if result.status == TrajectoryStatus.RUNNING:
+        result.status, result.error = TrajectoryStatus.FAILED, "trajectory spec ended without a final turn"
+    if episode is not None and result.status == TrajectoryStatus.COMPLETED:
         await episode.finish(result)
     result.end_s = now()
     return result

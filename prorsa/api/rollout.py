@@ -92,6 +92,19 @@ def _config(pipeline: str | Path | PipelineConfig | RunContext, overrides: dict[
 
 
 class Rollout:
+    """Prorsa's rollout called from another program: the cluster, engines, router and control
+    loop started once and kept up across batches, so a trainer pays vLLM's start-up only once.
+
+        with Rollout("pipelines/quickstart.yaml", workload__group_size=8) as rollout:
+            batch = rollout.generate(4)             # 4 tasks x 8 samples -> [Trajectory]
+            version = rollout.update_weights(model) # the trainer's new weights, in every engine
+
+    generate(tasks) returns a batch when it is whole; submit(tasks) returns futures that complete
+    one by one; stream(tasks) yields trajectories as they finish. Batches may overlap (async RL);
+    each Trajectory carries the policy version it started under. start() and close() are what
+    the `with` block calls; close() stops every engine and process it started.
+    """
+
     def __init__(self, pipeline: str | Path | PipelineConfig | RunContext, *, run_dir: str | Path | None = None,
                  cluster: ClusterSpec | None = None, console: Console | None = None, **overrides: Any) -> None:
         """`overrides`: pipeline fields, dotted (`**{"workload.group_size": 4}`) or with double

@@ -10,6 +10,7 @@
                                     the forecast error per control interval
     comparison(runs) / sweep_bars(sweep)   makespan and trajectories/s per policy (a sweep's:
                                     one Bars per workload cell, seeds averaged)
+    static_best_split(cells)        the split a sweep's static:best stands for there ("2:1")
 
 Every time is on the run's report clock (rundata.py: wall for a live run, body for a simulated one).
 """
@@ -292,7 +293,21 @@ def _policy_bars(ds, title: str, clock: str) -> Bars:
         tps = per_policy("trajectories_per_s", "mean") if "trajectories_per_s" in ds.variables else None
         mean = per_policy("makespan_s", "mean")
     words = f"mean over {', '.join(rest)}; whiskers min-max" if rest else ""
-    return Bars(title, [str(p) for p in ds.policy.values], mean, tps, spread, clock, words)
+    return Bars(title, [_policy_label(ds, str(p)) for p in ds.policy.values], mean, tps, spread, clock, words)
+
+
+def _policy_label(ds, policy: str) -> str:
+    split = static_best_split(ds) if policy == "static:best" else ""
+    return f"static:{split} (best)" if split else policy
+
+
+def static_best_split(ds) -> str:
+    """The static P:D split static:best stands for in these cells of a sweep (sweep_merge.py
+    stores it per cell; seeds may pick different ones: each is named); "" when not stored."""
+    if "static_best_prefill" not in ds.variables:
+        return ""
+    pairs = zip(np.ravel(ds.static_best_prefill.values), np.ravel(ds.static_best_decode.values))
+    return " or ".join(sorted({f"{int(p)}:{int(d)}" for p, d in pairs if np.isfinite(p) and np.isfinite(d)}))
 
 
 def _sweep_title(sweep: Sweep) -> str:

@@ -10,8 +10,8 @@
                            run's (attribute `clock`): wall seconds since the rollout began live,
                            body seconds in the simulator; the controller stamps its records in
                            body seconds (wall / time_scale), so a live run's are converted here
-    summary.json           the headline figures (see summarise; a resumed run's over every
-                           session, resumed_figures)
+    summary.json           the headline figures (summary.py RunSummary, built by summarise; a
+                           resumed run's over every session, resumed_figures)
 
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
 """
@@ -33,6 +33,7 @@ import xarray as xr
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.control.forecast import ForecastSummary
 from prorsa.metrics.recorder import RunRecorder
+from prorsa.metrics.summary import RunSummary
 from prorsa.roles import Role
 
 ROLE_CODES = {Role.PREFILL: 0, Role.DECODE: 1, Role.MIXED: 2}
@@ -269,31 +270,20 @@ def write_dataset(path: Path, ds: xr.Dataset) -> None:
 
 
 def summarise(rec: RunRecorder, makespan_s: float, policy: str, config_hash: str, name: str) -> dict[str, Any]:
+    """RunSummary's figures, then the environment's (tool calls, reward) when the run had one."""
     done = [r for r in rec.trajectories if r.status == "completed"]
     per_s = (lambda x: x / makespan_s) if makespan_s > 0 else (lambda x: None)
-    return {
-        "name": name,
-        "policy": policy,
-        "config_hash": config_hash,
-        "makespan_s": round(makespan_s, 4),
-        "trajectories_expected": rec.expected,
-        "trajectories_completed": rec.completed,
-        "trajectories_failed": rec.failed,
-        "trajectories_dropped": rec.dropped,
-        "trajectories_per_s": per_s(len(done)),
-        "turns": rec.turns,
-        "prefill_tokens": rec.prefill_tokens,
-        "cached_tokens": rec.cached_tokens,
-        "recomputed_tokens": rec.recomputed_tokens,
-        "prefix_hit_rate": rec.prefix_hit_rate(),
-        "decode_tokens": rec.decode_tokens,
-        "tokens_per_s": per_s(rec.prefill_tokens + rec.decode_tokens),
-        "decode_tokens_per_s": per_s(rec.decode_tokens),
-        "role_switches": len(rec.role_changes),
-        "forecast_mape": _last_mape(rec),
-        "mean_trajectory_s": float(np.mean([r.end_s - r.start_s for r in done])) if done else None,
-        **_environment_figures(rec),
-    }
+    return RunSummary(
+        name=name, policy=policy, config_hash=config_hash, makespan_s=round(makespan_s, 4),
+        trajectories_expected=rec.expected, trajectories_completed=rec.completed,
+        trajectories_failed=rec.failed, trajectories_dropped=rec.dropped, trajectories_per_s=per_s(len(done)),
+        turns=rec.turns, prefill_tokens=rec.prefill_tokens, cached_tokens=rec.cached_tokens,
+        recomputed_tokens=rec.recomputed_tokens, prefix_hit_rate=rec.prefix_hit_rate(),
+        decode_tokens=rec.decode_tokens, tokens_per_s=per_s(rec.prefill_tokens + rec.decode_tokens),
+        decode_tokens_per_s=per_s(rec.decode_tokens), role_switches=len(rec.role_changes),
+        forecast_mape=_last_mape(rec),
+        mean_trajectory_s=float(np.mean([r.end_s - r.start_s for r in done])) if done else None,
+    ).as_dict() | _environment_figures(rec)
 
 
 def resumed_figures(trajectories: Path, makespan_s: float) -> dict[str, Any]:

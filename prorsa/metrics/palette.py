@@ -5,6 +5,7 @@
     STATE_COLOURS    a trajectory's live lifecycle states
     engine_style(i)  (colour, dash) of engine i's series: colours no role uses, dashes past six
     BAR_COLOURS      makespan and throughput bars; FORECAST the forecasts' markers
+    SERIES           the lines of a figure that are not roles (runs, metrics, policies), in order
 """
 
 from __future__ import annotations
@@ -26,3 +27,7 @@ def engine_style(i: int) -> tuple[str, str]:
 
 def role_colour(role: str) -> str:
     return ROLE_COLOURS.get(role, UNKNOWN)
+
+
+# Lines that are not roles (runs, metrics, policies), in order: Okabe-Ito, as the roles are
+SERIES = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")

@@ -4,8 +4,8 @@
     default_output(paths) -> Path                    RUN/report for one run, else report/ beside the first
     write_report(run_dirs, sweep_files, out, style) -> Path   report.md, with its figures beside it
 
-What it writes (PREFIX is empty for one run, else the run's directory name and a dash; EXT the
-style's format, png, svg or pdf):
+What it writes (PREFIX is empty for one run, else the run's directory name and a dash; each
+figure as .png, .svg and .pdf, report.md linking the style's format, EXT):
 
     report.md                 the figures of every run side by side, then a section per run
     completion.EXT            trajectory completion CDF, every run
@@ -30,8 +30,9 @@ import numpy as np
 from prorsa.metrics import plots, training
 from prorsa.metrics.figures import (Bars, comparison, demand, disagreements, headline, latency_means, run_labels,
                                     switches, sweep_bars)
-from prorsa.metrics.plots import PHASE_WORDS, Style
+from prorsa.metrics.plots import PHASE_WORDS
 from prorsa.metrics.rundata import PHASES, ReportError, RunData, Sweep, load_run, load_sweep
+from prorsa.metrics.style import Style, save
 from prorsa.metrics.words import number, plain_reason
 
 MAX_SWITCH_ROWS = 30  # a run that flaps would drown the report; the Dataset keeps them all
@@ -92,8 +93,8 @@ def _render(runs: list[RunData], sweeps: list[Sweep], out: Path, style: Style) -
     if groups:
         md += _comparison(groups, out, style)
     if runs:
-        plots.completion_cdf(runs, labels, out / style.file("completion"), style)
-        plots.latency_breakdown(runs, labels, out / style.file("latency"), style)
+        save(plots.completion_cdf(runs, labels), out / "completion", style)
+        save(plots.latency_breakdown(runs, labels), out / "latency", style)
         md += ["## Trajectory completion", "", f"![completion]({style.file('completion')})", ""]
         md += _latency(runs, labels, style)
     for run, label, prefix in zip(runs, labels, _prefixes(runs)):
@@ -120,7 +121,7 @@ def _summary(runs: list[RunData], labels: list[str]) -> list[str]:
 
 
 def _comparison(groups: list[Bars], out: Path, style: Style) -> list[str]:
-    plots.comparison_bars(groups, out / style.file("comparison"), style)
+    save(plots.comparison_bars(groups), out / "comparison", style)
     md = ["## Policy comparison", "", f"![comparison]({style.file('comparison')})", ""]
     for g in groups:
         tps = g.trajectories_per_s
@@ -141,8 +142,8 @@ def _latency(runs: list[RunData], labels: list[str], style: Style) -> list[str]:
 
 def _run_section(run: RunData, label: str, prefix: str, out: Path, style: Style) -> list[str]:
     roles, dem = style.file(f"{prefix}roles"), style.file(f"{prefix}demand")
-    plots.role_timeline(run, label, out / roles, style)
-    plots.demand_plot(run, label, out / dem, style)
+    save(plots.role_timeline(run, label), out / f"{prefix}roles", style)
+    save(plots.demand_plot(run, label), out / f"{prefix}demand", style)
     sw = switches(run)
     md = [f"## {run.name}" + ("" if run.name == run.policy else f" ({run.policy})"), "", f"![roles]({roles})", "", f"Role switches: {len(sw)}.", ""]
     if sw:
@@ -163,6 +164,7 @@ def _run_section(run: RunData, label: str, prefix: str, out: Path, style: Style)
                _row([f"t ({run.clock} s)", "horizon (s)", "decoding sequences, forecast", "realised",
                      f"prefill tokens per {run.clock} s, forecast", "realised"]), _row(["---"] * 6)]
         md += [_row([fmt(v) for v in row]) for row in shown.itertuples(index=False)] + [""]
+        md += [f"The {plots.FORECAST_SCOPE.replace(chr(10), ' ')}.", ""]
     if run.clock == "wall" and run.control_unit != 1.0:
         md += [f"Control records are stamped in body seconds; shown here x {run.control_unit:g} "
                "(the engines' time scale) to share the wall clock.", ""]
@@ -176,7 +178,8 @@ def _training_section(run: RunData, prefix: str, out: Path, style: Style) -> lis
     if versions is None or ups is None:
         return []
     reward = style.file(f"{prefix}reward")
-    plots.reward_curve(versions, ups, out / reward, style)
+    fig = plots.reward_curve(versions, ups, training.loss_name(run.pipeline))
+    save(fig, out / f"{prefix}reward", style)
     md = [f"### Training ({run.name})", "", f"![reward]({reward})", "",
           "The rollouts of each policy version (wall seconds since the rollout began):", "",
           _row(["version", "trajectories", "reward_mean", "rollout_start_s", "rollout_end_s", "makespan_s"]),

@@ -3,6 +3,8 @@
     by_version(run_dir) -> DataFrame | None   per policy version: trajectories, mean reward, and
                                                the span of the rollouts it generated (makespan)
     updates(run_dir) -> DataFrame | None       train.jsonl: one row per weight update
+    loss_name(pipeline) -> str                 what train.jsonl's `loss` is: GRPO's, or the named
+                                               trainer's own (train.trainer), in words
 
 None when the run did no training (one policy version, no train.jsonl).
 """
@@ -42,3 +44,12 @@ def by_version(run_dir: Path) -> pd.DataFrame | None:
     })
     out["makespan_s"] = out["rollout_end_s"] - out["rollout_start_s"]
     return out.reset_index()
+
+
+def loss_name(pipeline: dict | None) -> str:
+    """A trainer of the user's (train.trainer "module:Class") reports its own loss, whatever it is."""
+    train = (pipeline or {}).get("train") or {}
+    trainer = train.get("trainer")
+    if not trainer:
+        return f"{str(train.get('algorithm', 'grpo')).upper()} loss"
+    return f"{trainer.rpartition(':')[2]} loss"

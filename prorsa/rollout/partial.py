@@ -55,7 +55,7 @@ import math
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from prorsa.agent.loop import TrajectoryResult, TurnResult, TurnRunner
+from prorsa.agent.loop import TrajectoryResult, TrajectoryStatus, TurnResult, TurnRunner
 from prorsa.agent.workload import TrajectorySpec, Workload
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.config.workload import WorkloadConfig
@@ -189,11 +189,11 @@ class _Steps:
             self.whole.remove(g)
             self.batched += 1
         if last:
-            await self._cut([*self.running.values(), *self.whole], "cancelled", f"in no batch when the last step "
-                            f"({step}) ended")
+            await self._cut([*self.running.values(), *self.whole], TrajectoryStatus.CANCELLED,
+                            f"in no batch when the last step ({step}) ended")
         elif not self.plan.carry:
-            await self._cut(list(self.running.values()), "cancelled", f"unfinished when step {step} ended "
-                            "(partial_rollout.carry false)")
+            await self._cut(list(self.running.values()), TrajectoryStatus.CANCELLED,
+                            f"unfinished when step {step} ended (partial_rollout.carry false)")
 
     def _start(self, step: int) -> None:
         self._begin(step, self.plan.groups - len(self.running) - len(self.whole))
@@ -250,10 +250,10 @@ class _Steps:
     async def _drop_stale(self, step: int) -> None:
         bound = self.plan.max_staleness
         stale = [g for g in [*self.running.values(), *self.whole] if self.version - g.version > bound]
-        await self._cut(stale, "stale", f"started under version {{v}}, more than {bound} behind step {step}'s "
-                        f"version {self.version} (partial_rollout max_staleness)")
+        await self._cut(stale, TrajectoryStatus.STALE, f"started under version {{v}}, more than {bound} behind "
+                        f"step {step}'s version {self.version} (partial_rollout max_staleness)")
 
-    async def _cut(self, groups: list[_Group], status: str, why: str) -> None:
+    async def _cut(self, groups: list[_Group], status: TrajectoryStatus, why: str) -> None:
         """Cancel `groups` whole: their running members stop (engines free their slots and KV),
         and every member, ended or not, is reported untrained with `status`."""
         tasks = [t for g in groups for t in g.tasks.values()]

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from collections.abc import Awaitable
 from typing import Any, Callable
 
-from prorsa.agent.loop import TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner, play_turn
+from prorsa.agent.loop import (TrajectoryResult, TrajectoryStatus, TurnListener, TurnRequest, TurnResult, TurnRunner,
+                               play_turn)
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.rollout.drivers import Hooks
 from prorsa.sampling import Sampling
@@ -89,8 +90,8 @@ class ServedEpisode:
             ids += res.token_ids
             context += res.decode_tokens
             self.hub.answered(pending, self._answer(spec, res, context - res.decode_tokens))
-        if result.status == "running":
-            result.status = "completed"
+        if result.status == TrajectoryStatus.RUNNING:
+            result.status = TrajectoryStatus.COMPLETED
         if self.conv.reward is not None:
             result.reward = self.conv.reward
         return self._ended(result, now)
