@@ -10,6 +10,7 @@
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
     prorsa validate FILE... [--plan [--cluster FILE] [--gpus-per-node N]]  check pipelines, sweeps, cluster
                                                                    files, traces
+    prorsa certs DIR                                                test TLS certificates for a cluster file
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
                                                                    plots and report.md of stored runs
     prorsa trace import SOURCE --output FILE [--format F]          recorded agent runs as a Prorsa trace
@@ -198,6 +199,18 @@ def validate(files: tuple[str, ...], plan: bool, cluster_opt: str | None, gpus_p
     from prorsa.commands.validate import validate_files
 
     validate_files(files, plan, cluster_opt, gpus_per_node, devices)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--days", type=click.IntRange(min=1), default=30, show_default=True, help="How long they are valid.")
+def certs(directory: str, days: int) -> None:
+    """Make test TLS certificates in DIRECTORY for a cluster file's tls: section: ca.pem, node.pem and
+    node-key.pem (as cluster/slurm-tls.yaml names them; prorsa certs cluster/certs). For testing:
+    a shared cluster's certificates come from its site's CA."""
+    from prorsa.commands.certs import make_test_certs
+
+    make_test_certs(directory, days)
 
 
 @main.command()
