@@ -2,12 +2,15 @@
 
     prorsa run PIPELINE [KEY=VALUE...] [--engine B] [--policy P] [--seed S] [--output DIR]
                [--cluster FILE|ADDRESS]                             a live rollout
+    prorsa run PIPELINE --dry-run [--gpus-per-node N | --devices 0,1,...]   its launch plan only
     prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa serve PIPELINE [KEY=VALUE...] [--host H] [--port N]      an OpenAI-compatible endpoint on
                                                                    the pipeline's engines
     prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
-    prorsa validate FILE... [--plan [--cluster FILE]]               check pipelines, sweeps, cluster files, traces
+    prorsa validate FILE... [--plan [--cluster FILE] [--gpus-per-node N]]  check pipelines, sweeps, cluster
+                                                                   files, traces
+    prorsa certs DIR                                                test TLS certificates for a cluster file
     prorsa report RUN_DIR... [SWEEP.nc...] [--output DIR] [--format png|svg|pdf] [--dpi N]
                                                                    plots and report.md of stored runs
     prorsa trace import SOURCE --output FILE [--format F]          recorded agent runs as a Prorsa trace
@@ -35,6 +38,17 @@ import click
 # and a refused argument load no more than click.
 
 OVERRIDES = click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+
+def NODE(command):  # noqa: N802 (a decorator, like the constants above)
+    """--gpus-per-node and --devices: the GPU node a plan is for, where this machine is not one."""
+    command = click.option("--devices", metavar="0,1,...",
+                           help="With --dry-run/--plan: plan for a node with these GPUs (as CUDA_VISIBLE_DEVICES "
+                                "lists them), not this machine's.")(command)
+    return click.option("--gpus-per-node", type=click.IntRange(min=1),
+                        help="With --dry-run/--plan: plan for nodes of N GPUs (0..N-1), not this machine's; "
+                             "the plan says how many such nodes the engines take.")(command)
+
+
 PRIOR = click.option("--prior", metavar="RUN_DIR", type=click.Path(),
                      help="What prorsa may assume before it observes: an earlier run's directory (or a prorsa sim "
                           "--output folder); its trajectories' means pick the opening roles. Default: the "
@@ -107,7 +121,8 @@ def main(verbose: bool) -> None:
               help="Finish a stopped run: its pipeline.json, the trajectories it has not saved yet.")
 @PRIOR
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every engine's GPUs or cores, role, "
-                                              "layout and server command line) and start nothing.")
+                                              "layout, server command line and environment) and start nothing.")
+@NODE
 def run(**given) -> None:
     """Roll out PIPELINE on a local Dask cluster and write runs/<name>-<timestamp>/ (or --output).
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""
@@ -191,12 +206,26 @@ def sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | None, 
 @click.option("--plan", is_flag=True, help="Also print each pipeline's launch plan, as prorsa run --dry-run does.")
 @click.option("--cluster", "cluster_opt", metavar="FILE",
               help="With --plan: the cluster file the pipelines would run on (its engines.gpus is a node's GPUs).")
-def validate(files: tuple[str, ...], plan: bool, cluster_opt: str | None) -> None:
-    """Check pipeline and sweep FILES (and the traces they name) without running them; KEY=VALUE
-    arguments override the pipelines' fields, as for prorsa run."""
+@NODE
+def validate(files: tuple[str, ...], plan: bool, cluster_opt: str | None, gpus_per_node: int | None,
+             devices: str | None) -> None:
+    """Check FILES, each a pipeline, sweep, cluster file or trace (told apart by their contents), without
+    running them; KEY=VALUE arguments override the pipelines' fields, as for prorsa run."""
     from prorsa.commands.validate import validate_files
 
-    validate_files(files, plan, cluster_opt)
+    validate_files(files, plan, cluster_opt, gpus_per_node, devices)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--days", type=click.IntRange(min=1), default=30, show_default=True, help="How long they are valid.")
+def certs(directory: str, days: int) -> None:
+    """Make test TLS certificates in DIRECTORY for a cluster file's tls: section: ca.pem, node.pem and
+    node-key.pem (as cluster/slurm-tls.yaml names them; prorsa certs cluster/certs). For testing:
+    a shared cluster's certificates come from its site's CA."""
+    from prorsa.commands.certs import make_test_certs
+
+    make_test_certs(directory, days)
 
 
 @main.command()

@@ -5,6 +5,9 @@
                                                                       (layout: one for all, or each engine's)
     DevicePlan.for_slot(k) -> ("2", "3")                              the k-th engine's GPUs on the node
     gpus_for_slot(cfg, slot, engines_on_node[, index])                what an engine worker launches with
+    plan_on_nodes(cfg, devices, source) -> [(engines, DevicePlan)]    the engines over as many nodes of
+                                                                      `devices` as they need (a dry run's
+                                                                      --gpus-per-node): each node's engines
     engine_layouts(cfg) -> (EngineLayout, ...)                        each engine's layout (engines.groups)
 
 The node's device list follows dask-cuda (LocalCUDACluster, dask-cuda-worker): the GPUs listed in
@@ -97,7 +100,7 @@ def plan_groups(devices: tuple[str, ...], source: str, layouts: Sequence[EngineL
     n = len(devices)
     if n == 0:
         raise DevicePlanError(f"engines.vllm.device is cuda but no GPU was found ({source}); "
-                              "list the node's GPUs in engines.devices")
+                              "list the node's GPUs in engines.devices (a plan for a GPU node: --gpus-per-node N)")
     if big := next((lay for lay in layouts if lay.gpus > n), None):
         raise DevicePlanError(f"engines.groups: an engine of tp {big.tp} x dp {big.dp} = {_plural(big.gpus)} is "
                               f"larger than the node's {n} GPUs ({source})"
@@ -124,7 +127,7 @@ def plan_node(devices: tuple[str, ...], source: str, layout: EngineLayout | Sequ
     shape = f"tp {layout.tp} x dp {layout.dp} = {g} GPU{'s' if g > 1 else ''}"
     if n == 0:
         raise DevicePlanError(f"engines.vllm.device is cuda but no GPU was found ({source}); "
-                              "list the node's GPUs in engines.devices")
+                              "list the node's GPUs in engines.devices (a plan for a GPU node: --gpus-per-node N)")
     if g > n:
         raise DevicePlanError(f"engines.vllm: an engine of {shape} is larger than the node's {n} GPUs ({source})"
                               "; an engine spans nodes only from batch jobs (engines.gpus in a slurm or pbs cluster file)")
@@ -160,3 +163,30 @@ def gpus_for_slot(cfg: EnginesConfig, slot: int, engines_on_node: int,
     first = 0 if index is None or engines_on_node > 1 else index
     plan = node_plan(cfg, engines_on_node, first=first)
     return None if plan is None else plan.for_slot(slot)
+
+
+def plan_on_nodes(cfg: EnginesConfig, devices: tuple[str, ...], source: str) -> list[tuple[tuple[int, ...], DevicePlan]]:
+    """The engines on nodes like one of `devices`: on one node as a local run plans them where they
+    fit it, else over as few nodes as first-fit of the widest engines first finds, each engine whole
+    on one node (an engine larger than a node: DevicePlanError, as on one node)."""
+    layouts = engine_layouts(cfg)
+    n = len(devices)
+    if sum(lay.gpus for lay in layouts) <= n or n == 0:
+        one = plan_groups(devices, source, layouts) if cfg.groups is not None else \
+            plan_node(devices, source, cfg.vllm.layout, cfg.count)
+        return [(tuple(range(cfg.count)), one)]
+    nodes: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(layouts)), key=lambda i: -layouts[i].gpus):
+        at = next((k for k, left in enumerate(free) if left >= layouts[i].gpus), None)
+        if at is None:
+            nodes.append([])
+            free.append(n)
+            at = len(nodes) - 1
+        nodes[at].append(i)
+        free[at] -= layouts[i].gpus
+    out = []
+    for engines in nodes:
+        engines.sort()
+        out.append((tuple(engines), plan_groups(devices, source, [layouts[i] for i in engines])))
+    return out

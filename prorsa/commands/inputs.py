@@ -4,6 +4,7 @@
     with_options(items, **options) -> dict         KEY=VALUE arguments, the named options over them
     prior_path(path) -> str | None                 --prior as an absolute path
     cluster_from(value) -> ClusterSpec | None      --cluster: a cluster file or a scheduler address
+    node_shape(gpus_per_node, devices) -> NodeShape | None   --gpus-per-node / --devices: a plan's node
     check_engines(cfg, pipeline)                   what the engines need here (vLLM: the package, a model)
 """
 
@@ -16,6 +17,7 @@ from prorsa.commands.errors import fail, or_fail
 from prorsa.config.load import ConfigError
 
 if TYPE_CHECKING:
+    from prorsa.cluster.launch_plan import NodeShape
     from prorsa.config.cluster import ClusterSpec
     from prorsa.config.pipeline import PipelineConfig
     from prorsa.rollout.context import RunContext
@@ -48,6 +50,21 @@ def cluster_from(value: str | None) -> ClusterSpec | None:
         return cluster_option(value) if value else None
     except ConfigError as e:
         fail(str(e))
+
+
+def node_shape(gpus_per_node: int | None, devices: str | None) -> NodeShape | None:
+    """The GPU node a plan is for, as given; None: this machine's (engines.devices, CUDA_VISIBLE_DEVICES, NVML)."""
+    from prorsa.cluster.launch_plan import NodeShape
+
+    if devices is None:
+        return None if gpus_per_node is None else NodeShape(tuple(map(str, range(gpus_per_node))),
+                                                             f"--gpus-per-node {gpus_per_node}")
+    listed = tuple(d.strip() for d in devices.split(","))
+    if not all(listed):
+        fail(f"--devices: got {devices!r}; expected GPUs separated by commas, e.g. 0,1,2,3")
+    if gpus_per_node is not None and gpus_per_node != len(listed):
+        fail(f"--gpus-per-node {gpus_per_node} but --devices lists {len(listed)} GPUs; give one of them")
+    return NodeShape(listed, f"--devices {devices}")
 
 
 def check_engines(cfg: PipelineConfig, pipeline: str) -> None:

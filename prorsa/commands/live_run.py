@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from prorsa.commands.errors import fail, or_fail
-from prorsa.commands.inputs import check_engines, cluster_from, load_pipeline, prior_path, with_options
+from prorsa.commands.inputs import check_engines, cluster_from, load_pipeline, node_shape, prior_path, with_options
 from prorsa.commands.run_folder import FAILED, RunFolder, failed_start, new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
 from prorsa.metrics.progress import summary_table
@@ -39,6 +39,8 @@ class RunRequest:
     resume_dir: str | None
     prior: str | None
     dry_run: bool
+    gpus_per_node: int | None = None  # --dry-run: plan for nodes of this many GPUs
+    devices: str | None = None  # --dry-run: plan for a node of these GPUs
 
     @property
     def source(self) -> str:
@@ -116,14 +118,22 @@ def _resolve(request: RunRequest) -> RunContext:
 def _planned_only(request: RunRequest, resolved: RunContext, cluster: ClusterSpec | None) -> bool:
     """Refuse engines that do not fit before anything starts; --dry-run: print the plan, and stop."""
     from prorsa.cluster.launch_check import check_launch
+    from prorsa.cluster.launch_plan import print_plan
 
-    console = Console(stderr=False) if request.dry_run else None
-    or_fail(check_launch, resolved, cluster, request.source, console)
-    if console is not None and resolved.cfg.runtime.cells > 1:
+    if not request.dry_run and (request.gpus_per_node is not None or request.devices is not None):
+        fail("--gpus-per-node and --devices say which node a plan is for: give --dry-run too (a run's own GPUs: "
+             "engines.devices or CUDA_VISIBLE_DEVICES)")
+    shape = node_shape(request.gpus_per_node, request.devices)
+    plans = or_fail(check_launch, resolved, cluster, request.source, request.dry_run, shape)
+    if not request.dry_run:
+        return False
+    console = Console(stderr=False)
+    print_plan(plans, console, shape)
+    if resolved.cfg.runtime.cells > 1:
         from prorsa.rollout.cells import plan_cells
 
         console.print(plan_cells(resolved.cfg, resolved.cfg.runtime.cells).describe())
-    return request.dry_run
+    return True
 
 
 def _run_folder(request: RunRequest, cfg: PipelineConfig) -> RunFolder:

@@ -1,7 +1,9 @@
 """`prorsa validate`: pipeline, sweep, cluster and trace files checked without running them.
 
-    validate_files(files, plan, cluster_opt)   a line for each file (ok, or its error on stderr);
-                                               --plan: each pipeline's launch plan as well; exit 2
+    validate_files(files, plan, cluster_opt, gpus_per_node, devices)
+                                               a line for each file (ok, or its error on stderr);
+                                               --plan: each pipeline's launch plan as well (for
+                                               nodes of --gpus-per-node GPUs, or --devices); exit 2
                                                when any file is bad, else 0; KEY=VALUE arguments
                                                among the files override every pipeline's fields,
                                                as for prorsa run
@@ -16,13 +18,17 @@ import click
 from rich.console import Console
 
 from prorsa.commands.errors import fail
-from prorsa.commands.inputs import cluster_from, load_pipeline
+from prorsa.commands.inputs import cluster_from, load_pipeline, node_shape
 from prorsa.config.load import ConfigError, parse_overrides
 
 
-def validate_files(files: tuple[str, ...], plan: bool, cluster_opt: str | None) -> None:
+def validate_files(files: tuple[str, ...], plan: bool, cluster_opt: str | None,
+                   gpus_per_node: int | None = None, devices: str | None = None) -> None:
     from prorsa.validate import check_file, file_kind
 
+    if not plan and (gpus_per_node is not None or devices is not None):
+        fail("--gpus-per-node and --devices say which node a plan is for: give --plan too")
+    shape = node_shape(gpus_per_node, devices)
     cluster = cluster_from(cluster_opt)
     # a KEY=VALUE that names no file is an override, as `prorsa run` reads it
     given = [f for f in files if "=" in f and not Path(f).exists()]
@@ -37,11 +43,17 @@ def validate_files(files: tuple[str, ...], plan: bool, cluster_opt: str | None) 
     for f in files:
         try:
             kind = file_kind(f)
-            click.echo(check_file(f, overrides if kind == "pipeline" else {}))
-            if plan and kind == "pipeline":
+            line = check_file(f, overrides if kind == "pipeline" else {})
+            plans = None
+            if plan and kind == "pipeline":  # planned before `ok:` is said: a plan that fails is an error
                 from prorsa.cluster.launch_check import check_launch
 
-                check_launch(load_pipeline(f, overrides), cluster, f, show=Console())
+                plans = check_launch(load_pipeline(f, overrides), cluster, f, True, shape)
+            click.echo(line)
+            if plans is not None:
+                from prorsa.cluster.launch_plan import print_plan
+
+                print_plan(plans, Console(), shape)
         except ConfigError as e:
             click.echo(f"error: {e}", err=True)
             bad += 1

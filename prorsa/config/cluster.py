@@ -185,7 +185,8 @@ def _resolve(spec: ClusterSpec, path: Path) -> ClusterSpec:
         tls = spec.tls.resolve(base)
         if (bad := tls.missing()) is not None:
             field, value = bad
-            raise ConfigError(f"{path}: tls.{field}: got {value!r}; no such file")
+            raise ConfigError(f"{path}: tls.{field}: got {value!r}; no such file (test certificates: "
+                              f"prorsa certs {Path(value).parent})")
         update["tls"] = tls
     if isinstance(spec, _BatchSpec) and spec.log_directory:
         update["log_directory"] = str(base / spec.log_directory)

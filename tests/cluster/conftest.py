@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from prorsa.cluster.certs import make_certs as make_certs_with_cryptography
+
 FAKE = Path(__file__).parent / "fakebatch" / "fakebatch.py"
 COMMANDS = ("sbatch", "squeue", "scancel", "qsub", "qstat", "qdel")
 
@@ -69,41 +71,10 @@ def make_certs(where: Path, name: str = "prorsa") -> dict[str, Path]:
     where.mkdir(parents=True, exist_ok=True)
     ca, cert, key = where / "ca.pem", where / f"{name}.pem", where / f"{name}-key.pem"
     try:
-        _certs_with_cryptography(ca, cert, key)
+        make_certs_with_cryptography(ca, cert, key)
     except ImportError:
         _certs_with_openssl(where, ca, cert, key)
     return {"ca_file": ca, "cert": cert, "key": key}
-
-
-def _certs_with_cryptography(ca_path: Path, cert_path: Path, key_path: Path) -> None:
-    import datetime as dt
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = dt.datetime.now(dt.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{ca_path.parent.name}-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-          .not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "prorsa")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
 
 
 def _certs_with_openssl(where: Path, ca: Path, cert: Path, key: Path) -> None:

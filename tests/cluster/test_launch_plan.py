@@ -1,5 +1,5 @@
-"""The dry run: every engine's GPUs or cores, role, layout and server command line, nothing started;
-the command lines are ones vLLM's own argument parser accepts."""
+"""The dry run: every engine's GPUs or cores, role, layout, server command line and environment,
+nothing started; the command lines are ones vLLM's own argument parser accepts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from prorsa.cli import main
-from prorsa.cluster.launch_plan import PORT, launch_plan
+from prorsa.cluster.launch_plan import launch_plan
 from prorsa.config.load import load_pipeline
 from prorsa.engine.registry import hosted_engines
 from prorsa.roles import Role
@@ -30,8 +30,12 @@ def test_gpu_pipeline_on_an_eight_gpu_node_puts_four_engines_on_four_gpus():
     plans = _plan(GPU, count_gpus=lambda: 8)  # a fake NVML count: no CUDA_VISIBLE_DEVICES set
     assert [p.gpus for p in plans] == [("0",), ("1",), ("2",), ("3",)]
     for p in plans:
-        assert dict(p.env) == {"CUDA_VISIBLE_DEVICES": p.gpus[0]}
+        assert dict(p.env)["CUDA_VISIBLE_DEVICES"] == p.gpus[0]
         assert p.shell().startswith(f"CUDA_VISIBLE_DEVICES={p.gpus[0]} ")
+    # side by side on one node: ports of their own, and the start's loopback-only networking
+    assert len({p.port for p in plans}) == 4
+    assert len({dict(p.env)["VLLM_NIXL_SIDE_CHANNEL_PORT"] for p in plans}) == 4
+    assert {dict(p.env)["UCX_NET_DEVICES"] for p in plans} == {"lo"}
 
 
 def test_moe_pipeline_gives_each_dp_attention_engine_four_gpus():
@@ -49,7 +53,8 @@ def test_cpu_engines_are_planned_on_cores_without_gpus():
 def test_engines_joining_from_batch_jobs_take_their_jobs_gpus():
     cfg = load_pipeline(MOE)
     plans = launch_plan(cfg.engines, [Role.MIXED] * 2, local=False, environ={}, count_gpus=lambda: 0)
-    assert [p.runs_on for p in plans] == ["4 GPUs of its job"] * 2 and not plans[0].env
+    assert [p.runs_on for p in plans] == ["4 GPUs of its job"] * 2
+    assert "CUDA_VISIBLE_DEVICES" not in dict(plans[0].env)
 
 
 def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
@@ -94,9 +99,11 @@ def test_vllms_own_parser_accepts_every_planned_command_line():
              (MOE, {"engines.vllm.tensor_parallel_size": 2, "engines.vllm.data_parallel_size": 2}, (2, 2, True))]
     for path, overrides, (tp, dp, ep) in cases:
         for plan in _plan(path, overrides, environ=EIGHT_GPUS):
-            argv = [a if a != PORT else "8000" for a in plan.command]
-            assert argv[1:3] == ["-m", "prorsa.engine.vllm._launch"]  # vLLM's api_server entry point behind it
-            args = parser.parse_args(argv[3:])
+            argv = list(plan.command)
+            # CUDA: vLLM's own command; CPU: our launcher, vLLM's api_server entry point behind it
+            cpu = path == QUICKSTART
+            assert argv[:2] == (["python", "-m"] if cpu else ["vllm", "serve"]) and bool(plan.launcher) == cpu
+            args = parser.parse_args(argv[3:] if cpu else argv[2:])
             cli_args.validate_parsed_serve_args(args)
             engine = AsyncEngineArgs.from_cli_args(args)
             assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == (tp, dp, ep)
@@ -120,7 +127,8 @@ def test_engine_groups_get_their_own_gpu_counts_and_command_lines():
     assert [p.layout for p in plans] == ["tp1"] * 2 + ["tp1 x dp8 ep"] * 3
     parser = cli_args.make_arg_parser(FlexibleArgumentParser())
     for plan, want in zip(plans, [(1, 1, False)] * 2 + [(1, 8, True)] * 3):
-        args = parser.parse_args([a if a != PORT else "8000" for a in plan.command][3:])
+        assert plan.command[:3] == ("vllm", "serve", "models/Qwen3-30B-A3B")
+        args = parser.parse_args(list(plan.command[2:]))
         cli_args.validate_parsed_serve_args(args)
         engine = AsyncEngineArgs.from_cli_args(args)
         assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == want

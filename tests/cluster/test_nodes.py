@@ -17,7 +17,7 @@ from prorsa.cluster import engine_host
 from prorsa.cluster.devices import DevicePlanError
 from prorsa.cluster.hosts import WorkerEngineHost
 from prorsa.cluster.jobs import run_jobs
-from prorsa.cluster.launch_plan import LEADER_HOST, PORT, RPC_PORT, launch_plan
+from prorsa.cluster.launch_plan import LEADER_HOST, RPC_PORT, launch_plan
 from prorsa.cluster.nodes import node_args, span_nodes
 from prorsa.config.cluster import load_cluster
 from prorsa.config.layout import EngineLayout
@@ -101,16 +101,16 @@ def test_vllms_own_parser_reads_the_leader_and_the_follower(files):
     wide = plans[2]
     assert wide.runs_on == "2 jobs of 8 GPUs" and wide.layout == "tp1 x dp16 ep"
     parser = cli_args.make_arg_parser(FlexibleArgumentParser())
-    filled = {PORT: "8000", LEADER_HOST: "node-a", RPC_PORT: "13345"}
+    filled = {LEADER_HOST: "node-a"}
     seen = []
     for command in (wide.command, *wide.followers):
         argv = [filled.get(a, a) for a in command]
-        assert argv[1:3] == ["-m", "prorsa.engine.vllm._launch"]
-        args = parser.parse_args(argv[3:])
+        assert argv[:3] == ["vllm", "serve", "models/Qwen3-30B-A3B"]  # the leader's and the --headless follower's
+        args = parser.parse_args(argv[2:])
         cli_args.validate_parsed_serve_args(args)
         engine = AsyncEngineArgs.from_cli_args(args)
         assert (engine.tensor_parallel_size, engine.data_parallel_size, engine.enable_expert_parallel) == (1, 16, True)
-        assert (engine.data_parallel_address, engine.data_parallel_rpc_port) == ("node-a", 13345)
+        assert (engine.data_parallel_address, engine.data_parallel_rpc_port) == ("node-a", RPC_PORT + 2)
         seen.append((args.headless, engine.data_parallel_size_local, engine.data_parallel_start_rank))
     assert seen == [(False, 8, None), (True, 8, 8)]
     for p in plans[:2]:  # 1-GPU engines fit a node: no DP arguments
@@ -196,8 +196,8 @@ def test_a_cpu_engine_spans_nodes_of_node_ranks_on_one_machine(tmp_path):
     lines = {ln.split(":")[0]: ln for ln in r.output.splitlines() if ln.startswith("engine-")}
     assert list(lines) == ["engine-0", "engine-1", "engine-1 node 1"]
     leader, follower = lines["engine-1"], lines["engine-1 node 1"]
-    assert "VLLM_CPU_OMP_THREADS_BIND=0 PRORSA_CPU_DP=1" in leader and "--headless" not in leader
-    assert "VLLM_CPU_OMP_THREADS_BIND=1 PRORSA_CPU_DP=1" in follower
+    assert "VLLM_CPU_OMP_THREADS_BIND=0 " in leader and " PRORSA_CPU_DP=1 " in leader and "--headless" not in leader
+    assert "VLLM_CPU_OMP_THREADS_BIND=1 " in follower and " PRORSA_CPU_DP=1 " in follower
     assert ("--headless --data-parallel-size-local 1 --data-parallel-start-rank 1 --data-parallel-address 127.0.0.1"
             in follower)
     assert "2 workers: cores 0|1" in r.output

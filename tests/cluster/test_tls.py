@@ -151,7 +151,8 @@ def test_a_certificate_that_is_not_there_is_one_error_line(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     result = CliRunner().invoke(main, ["run", str(tmp_path / "p.yaml"), "--cluster", str(spec)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {spec}: tls.ca_file: got '{tmp_path / 'ca.pem'}'; no such file\n"
+    assert result.stderr == (f"error: {spec}: tls.ca_file: got '{tmp_path / 'ca.pem'}'; no such file "
+                             f"(test certificates: prorsa certs {tmp_path})\n")
 
 
 @pytest.fixture(autouse=True)

