@@ -95,8 +95,7 @@ class ToolEnvironment:
     @classmethod
     def from_config(cls, cfg: EnvironmentConfig, seed: int = 0) -> ToolEnvironment:
         s = cfg.sandbox
-        limits = SandboxLimits(wall_s=s.wall_s, cpu_s=s.cpu_s, memory_bytes=s.memory_bytes,
-                               file_bytes=s.file_bytes, processes=s.processes, output_bytes=s.output_bytes)
+        limits = SandboxLimits(**s.model_dump())
         # Built-ins cut nothing themselves (their own cut would be cut again here, mangled).
         uncut = Truncation(limit=s.output_bytes)
         options: dict[str, dict[str, Any]] = {"python": {"limits": limits, "truncation": uncut},

@@ -64,18 +64,20 @@ class ToolHost(WorkerPlugin):
             self.responder = Responder(self.env, ChatFormat.load(self.model_dir),
                                        ToolCallParser(formats=tuple(self.cfg.parser)))
         if any(isinstance(t, (PythonTool, CommandTool)) for t in self.env.toolbox.tools.values()):
-            await log_sandbox(worker.name)
+            await log_sandbox(worker.name, self.cfg.sandbox.cgroup)
 
 
-async def log_sandbox(where: str) -> None:
+async def log_sandbox(where: str, cgroup: str | None = None) -> None:
     """Say at start, not in every call's output, what the sandbox here cannot give: a run whose
     sandbox cannot start at all would otherwise show it only as CRASH observations."""
-    found = await probe()
+    found = await probe(cgroup)
     if found.error is not None:
         logger.warning("%s: the tool sandbox cannot start here; sandboxed tool calls will crash: %s",
                        where, found.error)
     for note in found.notes:
         logger.warning("%s: tool sandbox: %s", where, note)
+    if found.error is None:
+        logger.info("%s: tool sandbox: %s", where, found.limits)
 
 
 def _host() -> ToolHost:

@@ -13,11 +13,14 @@ class SandboxSettings(Section):
     """Limits of one sandboxed call (python tool, command tools); agent/tools/sandbox.py."""
 
     wall_s: float = Field(10.0, gt=0)
-    cpu_s: int = Field(10, ge=1, le=C_LONG)
-    memory_bytes: int = Field(1 << 30, ge=16 << 20, le=C_LONG)
-    file_bytes: int = Field(16 << 20, ge=0, le=C_LONG)
+    cpu_s: int = Field(10, ge=1, le=C_LONG)  # of the whole call, and of each process in it
+    memory_bytes: int = Field(1 << 30, ge=16 << 20, le=C_LONG)  # of the whole call, and of each process
+    file_bytes: int = Field(16 << 20, ge=0, le=C_LONG)  # the largest one file
+    scratch_bytes: int = Field(64 << 20, ge=1 << 20, le=C_LONG)  # all the call's files (its tmpfs)
     processes: int = Field(32, ge=2, le=C_LONG)  # the launcher counts as one
+    cpus: float = Field(1.0, gt=0, le=4096)  # CPUs busy at once (only where a cgroup v2 is delegated)
     output_bytes: int = Field(1 << 20, ge=1024, le=C_LONG)
+    cgroup: str | None = None  # a delegated cgroup v2 directory (None: the tool worker's own, if delegated)
 
 
 _BUILTIN_TOOLS = ("python", "calculator", "search")

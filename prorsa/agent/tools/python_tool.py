@@ -43,6 +43,9 @@ def describe(run: SandboxRun, limits: SandboxLimits) -> tuple[ToolStatus, str]:
         return ToolStatus.TIMEOUT, f"[timed out after {limits.wall_s:g} s]"
     if run.kind == "cpu":
         return ToolStatus.TIMEOUT, f"[CPU time limit of {limits.cpu_s} s reached]"
+    if run.kind == "memory":
+        mib = limits.memory_bytes >> 20
+        return ToolStatus.CRASH, f"[memory limit of {mib} MiB for the whole program reached; it was stopped]"
     if run.kind == "overflow":
         return ToolStatus.TRUNCATED, f"[output over {limits.output_bytes} bytes; the program was stopped]"
     return ToolStatus.CRASH, "[the sandbox could not start]"

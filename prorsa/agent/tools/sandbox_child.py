@@ -5,12 +5,14 @@
 
 It isolates itself, then runs the payload in a grandchild and exits with the payload's status:
 
-    launcher --unshare(net, mount, pid, ipc[, user])--> a new root on a tmpfs: the system
-       |     directories and the interpreter bound read-only, scratch read-write, nothing else
+    launcher [joins the call's cgroup] --unshare(net, mount, pid, ipc[, user])--> a new root on
+       |     a tmpfs: the system directories and the interpreter bound read-only, the scratch
+       |     directory a size-capped tmpfs of its own, nothing else; no nested user namespaces
        |     drop to an unprivileged uid (when started as root)
        +-- fork: init (pid 1 of the new pid namespace; its exit kills everything left in it)
               |  a fresh /proc of this pid namespace, pivot into the new root (the host's is
-              |  detached), drop privileges, rlimits
+              |  detached), drop privileges (started as root: into a user namespace closed to
+              |  nesting), rlimits
               +-- fork: payload (Python source run in-process, or an exec'd argv) in scratch
 
 The new root, not the read-only flag, is what keeps the code from the host's Unix sockets: a
@@ -57,6 +59,7 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 # pivot_root has a libc wrapper only in newer glibc; its number differs by architecture.
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
@@ -107,39 +110,65 @@ def isolate(cfg: dict) -> int | None:
         flags |= CLONE_NEWUSER  # the unprivileged way to own a mount and a network namespace
     _check(_libc.unshare(flags), "unshare")
     if not as_root:
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        map_self(uid, gid)
+        forbid_nesting()
     # Private first: a mount made below must not propagate back to the host's namespace.
     _mount_setattr("/", AT_RECURSIVE, _MountAttr(propagation=MS_PRIVATE))
-    new = None
-    if as_root:
-        # Root could undo the namespaces (remount, setns); an unprivileged uid cannot.
-        new = UID_BASE + int.from_bytes(os.urandom(4), "little") % UID_SPAN
-        for root, dirs, files in os.walk(scratch):
-            for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                os.lchown(name, new, new)
-    build_root(scratch, cfg["expose"])
+    # Root could undo the namespaces (remount, setns); an unprivileged uid cannot.
+    new = UID_BASE + int.from_bytes(os.urandom(4), "little") % UID_SPAN if as_root else None
+    build_root(scratch, cfg["expose"], cfg["scratch_bytes"], new)
     return new
 
 
-def build_root(scratch: str, expose: list[str]) -> None:
+def map_self(uid: int, gid: int) -> None:
+    """In a new user namespace: the one mapping an unprivileged process may write, its own ids."""
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+def forbid_nesting() -> None:
+    """No user namespace can be made below this one (bubblewrap's --disable-userns): the code
+    would find in one every capability again, over its own namespaces (attack surface)."""
+    _write("/proc/sys/user/max_user_namespaces", "0")
+
+
+def nest_user_namespace(uid: int) -> list[str]:
+    """Started as root, after dropping to `uid`: a user namespace of the sandbox's own, only so
+    that nesting can be switched off in it; its capabilities are dropped next."""
+    if not os.path.exists("/proc/self/uid_map"):
+        return ["nested user namespaces are not switched off (no /proc)"]
+    if _libc.unshare(CLONE_NEWUSER) != 0:
+        return []  # refused to this uid: then to the code as well
+    # A change of uid made this process undumpable, which gives its /proc/self files to root;
+    # undumpable again afterwards, so that the code cannot ptrace init.
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    map_self(uid, uid)
+    forbid_nesting()
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return []
+
+
+def build_root(scratch: str, expose: list[str], scratch_bytes: int, owner: int | None) -> None:
     """Lay the new root out on a tmpfs mounted over `scratch` (in this namespace only): VISIBLE
-    and `expose` (the interpreter's prefixes) bound read-only at their host paths, the scratch
-    directory bound read-write at its own, DEVICES, and an empty /proc for init to mount."""
+    and `expose` (the interpreter's prefixes) bound read-only at their host paths, a tmpfs of
+    `scratch_bytes` at the scratch directory's path holding a copy of its files (the code's writes
+    end there with ENOSPC, and vanish with the namespace), DEVICES, and an empty /proc for init."""
     binds, links = layout([*VISIBLE, *expose])
     fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in [*binds, scratch]}
     _check(_libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=755"), "new root")
     for path, fd in fds.items():
         target = scratch + path
         os.makedirs(target, 0o755, exist_ok=True)
-        # Not recursive for scratch: the new root is mounted on it and would come along.
-        rec = 0 if path == scratch else MS_REC
-        _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND | rec, None),
-               f"bind {path}")
+        if path == scratch:
+            _check(_libc.mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                               f"size={scratch_bytes},mode=700".encode()), "scratch tmpfs")
+            copy_tree(f"/proc/self/fd/{fd}", target, owner)
+        else:
+            _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, MS_BIND | MS_REC, None),
+                   f"bind {path}")
+            _mount_setattr(target, AT_RECURSIVE, _MountAttr(attr_set=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID))
         os.close(fd)
-        ro = 0 if path == scratch else MOUNT_ATTR_RDONLY
-        _mount_setattr(target, AT_RECURSIVE, _MountAttr(attr_set=ro | MOUNT_ATTR_NOSUID))
     for link, real in links:
         os.makedirs(os.path.dirname(scratch + link), 0o755, exist_ok=True)
         os.symlink(real, scratch + link)
@@ -154,6 +183,26 @@ def build_root(scratch: str, expose: list[str]) -> None:
     os.symlink("/proc/self/fd", f"{scratch}/dev/fd")
     os.makedirs(scratch + "/proc", 0o555)
     _mount_setattr(scratch, 0, _MountAttr(attr_set=MOUNT_ATTR_RDONLY))
+
+
+def copy_tree(src: str, dst: str, owner: int | None) -> None:
+    """The seeded files onto the scratch tmpfs, owned by `owner` when given (started as root)."""
+    if owner is not None:
+        os.chown(dst, owner, owner)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            to = os.path.join(dst, entry.name)
+            if entry.is_dir(follow_symlinks=False):
+                os.mkdir(to, 0o755)
+                copy_tree(entry.path, to, owner)
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue  # the parent seeds plain files and directories only
+            with open(entry.path, "rb") as f, open(to, "wb") as g:
+                while chunk := f.read(1 << 20):
+                    g.write(chunk)
+            if owner is not None:
+                os.chown(to, owner, owner)
 
 
 def layout(paths: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -213,18 +262,22 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def drop(uid: int | None) -> None:
+def drop(uid: int | None, nest: bool = False) -> list[str]:
     """Give up what could undo the sandbox: root's uid (started as root), or the capabilities a
-    user namespace grants its first process (started unprivileged)."""
+    user namespace grants its first process (started unprivileged). With `nest` (init), started
+    as root, enter a user namespace closed to nesting first (nest_user_namespace). Returns notes."""
+    notes = []
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    else:
-        none = (_CapData * 2)()
-        _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), none), "capset")
+        if nest:
+            notes = nest_user_namespace(uid)
+    none = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), none), "capset")
     # No exec may gain privileges again: a setuid-root program (su, mount) would undo it all.
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    return notes
 
 
 def set_limits(limits: dict) -> None:
@@ -295,7 +348,7 @@ def init_process(cfg: dict, uid: int | None) -> None:
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the launcher's deadline is not the payload's
     try:
         notes = enter_root(cfg["scratch"])
-        drop(uid)
+        notes += drop(uid, nest=True)
         set_limits(cfg["limits"])
     except OSError as e:
         print(f"sandbox: isolation failed: {e}", file=sys.stderr)
@@ -338,6 +391,8 @@ def tie_to_parent(cfg: dict) -> None:
 def main() -> None:
     cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
     try:
+        if cfg["cgroup"]:  # first: every process of the call starts inside its cgroup
+            _write(cfg["cgroup"] + "/cgroup.procs", str(os.getpid()))
         uid = isolate(cfg)
     except OSError as e:
         print(f"sandbox: isolation failed: {e}", file=sys.stderr)
