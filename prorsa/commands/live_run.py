@@ -72,6 +72,11 @@ def start_run(request: RunRequest) -> None:
         journal.close()
         console.print(f"{folder.path}: every trajectory is saved; nothing left to run")
         return
+    if journal.rolled_out:  # stopped during its write-out: no cluster needed to finish it
+        summary = _written_out(resolved, folder, journal)
+        console.print(f"{folder.path}: every trajectory was saved; wrote its outputs", soft_wrap=True)
+        console.print(summary_table(summary))
+        return
     console.print(f"run directory: {folder.path}" + (f" ({len(journal.done_ids)} trajectories saved earlier)"
                                                      if request.resume_dir else ""))
     summary = _roll_out(request, resolved, folder, journal, cluster, console)
@@ -86,6 +91,17 @@ def start_run(request: RunRequest) -> None:
             sys.exit(1)
     if summary["trajectories_failed"]:
         sys.exit(1)
+
+
+def _written_out(resolved: RunContext, folder: RunFolder, journal: RunJournal) -> dict:
+    from prorsa.live.resume import write_out
+
+    try:
+        return write_out(resolved, folder.path, journal)
+    except OSError as e:
+        fail(f"{folder.path}: cannot write the run's outputs ({e.strerror or e})")
+    finally:
+        journal.close()
 
 
 def _import_the_live_body() -> None:

@@ -3,7 +3,8 @@
     RunJournal.open(run_dir, config_hash, batch, flush_s)   start or continue a run directory
     journal.add(result)          buffer a finished trajectory; flush when the batch is full or old
     journal.flush()              write the buffer as one part, then list it in the manifest
-    journal.finish()             trajectories.parquet from every part
+    journal.finish()             trajectories.parquet from every part; the manifest says the
+                                 rollout is over (rolled_out: a resume only writes the outputs)
     journal.seal()               the manifest says complete: called once the run's other files
                                  (summary.json, metrics.nc) are written, so a driver killed before
                                  leaves a run that --resume finishes, not one it calls done
@@ -86,6 +87,7 @@ class RunJournal:
     completed_before: int = 0  # finished in earlier sessions, by status
     failed_before: int = 0
     complete: bool = False
+    rolled_out: bool = False  # every trajectory is saved; what is left is the write-out
     sessions_before: list[float] = field(default_factory=list)  # earlier sessions' rollout seconds
     clock: Callable[[], float] | None = None  # this session's rollout seconds, once it started
     driver_state: Callable[[], dict | None] | None = None  # the module docstring's
@@ -107,6 +109,7 @@ class RunJournal:
                                    f"(config hash {config_hash}, manifest {manifest['config_hash']})")
             journal.parts = manifest["parts"]
             journal.complete = manifest["complete"]
+            journal.rolled_out = manifest.get("rolled_out") is True
             journal.sessions_before = list(manifest.get("sessions", []))
             journal.saved_state = manifest.get("driver_state")
         journal._load_parts()
@@ -170,7 +173,13 @@ class RunJournal:
 
     def finish(self) -> Path:
         """Every committed trajectory, in the order they finished, as one file."""
-        self.flush(final=True)
+        # the manifest that commits the last part says the rollout is over: from then on a
+        # resume has nothing to roll out, whatever instant of the write-out the driver died at
+        self.rolled_out = True
+        if self._buffer:
+            self.flush(final=True)
+        else:
+            self._write_manifest()
         tables = [pq.read_table(self.run_dir / p["file"], schema=TRAJECTORY_SCHEMA) for p in self.parts]
         table = pa.concat_tables(tables) if tables else TRAJECTORY_SCHEMA.empty_table()
         out = self.run_dir / TRAJECTORIES
@@ -194,6 +203,7 @@ class RunJournal:
         sessions = self.sessions_before + ([round(self.clock(), 3)] if self.clock is not None else [])
         data = {"version": VERSION, "config_hash": self.config_hash, "complete": self.complete,
                 "trajectories": self.committed, "parts": self.parts, "sessions": sessions} | (
+                    {"rolled_out": True} if self.rolled_out else {}) | (
                     {} if self.saved_state is None else {"driver_state": self.saved_state})
         _durable(self.run_dir / MANIFEST, lambda tmp: tmp.write_text(json.dumps(data, indent=1) + "\n"))
 
