@@ -43,7 +43,7 @@ def serve_pipeline(request: ServeRequest) -> None:
     from prorsa.live.resume import open_journal
     from prorsa.live.run import run_live
     from prorsa.metrics.progress import summary_table
-    from prorsa.serve.server import Endpoint, beyond_loopback
+    from prorsa.serve.server import Endpoint, exposure_warning
     from prorsa.sim.run import lend
 
     resolved = _servable(request)
@@ -53,10 +53,8 @@ def serve_pipeline(request: ServeRequest) -> None:
     write_pipeline(folder, cfg)
     console = Console(stderr=False)
     console.print(f"run directory: {folder.path}")
-    if beyond_loopback(request.host) and not request.api_key:
-        Console(stderr=True).print(f"warning: serving on {request.host}, beyond this machine, with no API key: anyone "
-                                   "who reaches the port can use the engines (--api-key or PRORSA_API_KEY)",
-                                   markup=False, highlight=False, soft_wrap=True)
+    if (warning := exposure_warning(request.host, request.api_key)) is not None:
+        Console(stderr=True).print(warning, markup=False, highlight=False, soft_wrap=True)
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
                         say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False),
                         max_request_bytes=int(request.max_request_mb * 2**20), api_key=request.api_key,

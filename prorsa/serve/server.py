@@ -3,6 +3,7 @@
     listen(host, port) -> socket            bound before anything starts (a taken port is one error
                                             line, not a cluster started for nothing)
     beyond_loopback(host) -> bool           whether clients of other machines can reach it
+    exposure_warning(host, api_key)         the console's warning when they can and need no key
     served_version(run) -> int              the served model's policy version (weight_version)
     Endpoint(run, sock, idle_s, max_tokens) the pieces of one served run
     Endpoint.driver -> ServeDriver          what roll_out drives instead of the workload: the
@@ -49,6 +50,14 @@ def listen(host: str, port: int) -> socket.socket:
         raise
     sock.setblocking(False)
     return sock
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The console's warning for a server other machines can reach with no key; None when it is fine."""
+    if api_key or not beyond_loopback(host):
+        return None
+    return (f"warning: serving on {host}, beyond this machine, with no API key: anyone who reaches the port can "
+            "use the engines (--api-key or PRORSA_API_KEY)")
 
 
 def beyond_loopback(host: str) -> bool:

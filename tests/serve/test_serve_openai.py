@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from prorsa.serve.server import beyond_loopback
+from prorsa.serve.server import beyond_loopback, exposure_warning
 from tests.serve.test_serve_endpoint import TOOLS, Scripted, chat, serve, tok  # noqa: F401 (tok: a fixture)
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
@@ -257,3 +257,8 @@ def test_a_request_past_its_timeout_is_a_504_and_its_conversation_ends(tok):
                                           ("0.0.0.0", True), ("192.168.1.5", True), ("myhost", True)])
 def test_hosts_beyond_loopback_are_told_apart(host, beyond):
     assert beyond_loopback(host) is beyond
+
+
+def test_a_server_beyond_loopback_without_a_key_is_warned_about():
+    assert "no API key" in exposure_warning("0.0.0.0", None)
+    assert exposure_warning("0.0.0.0", "sesame") is None and exposure_warning("127.0.0.1", None) is None
