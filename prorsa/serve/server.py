@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import socket
 from pathlib import Path
@@ -61,12 +60,9 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
 
 
 def beyond_loopback(host: str) -> bool:
-    if host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: whatever it names may be reachable
-        return True
+    from prorsa.cluster.security import is_loopback
+
+    return not is_loopback(host)
 
 
 def load_tokenizer(run: RunContext) -> Any:

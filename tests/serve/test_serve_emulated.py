@@ -15,20 +15,10 @@ import openai
 import pyarrow.parquet as pq
 from openai import AsyncOpenAI
 
+from tests.serve.test_serve_vllm import _started
+
 ROOT = Path(__file__).resolve().parents[2]
 ASK = [{"role": "user", "content": "What is 2+3?"}]
-
-
-def _started(proc, deadline: float) -> str:
-    lines = []
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("serving "):
-            return line.split(" on ")[1].split()[0]
-    raise AssertionError("the server did not start:\n" + "".join(lines))
 
 
 async def _drive(url: str):
