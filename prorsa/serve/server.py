@@ -4,7 +4,8 @@
                                             line, not a cluster started for nothing)
     beyond_loopback(host) -> bool           whether clients of other machines can reach it
     exposure_warning(host, api_key)         the console's warning when they can and need no key
-    served_version(run) -> int              the served model's policy version (weight_version)
+    served_version(run) -> int              the served model's policy version (weight_version):
+                                            its policy.json's when a trainer saved it, else 0
     Endpoint(run, sock, idle_s, max_tokens) the pieces of one served run
     Endpoint.driver -> ServeDriver          what roll_out drives instead of the workload: the
                                             HTTP server starts once the engines are up, and stops
@@ -74,13 +75,17 @@ def load_tokenizer(run: RunContext) -> Any:
 
 
 def served_version(run: RunContext) -> int:
-    """The policy version of the model the engines load: a trainer's saved model says it in its
-    policy.json (train/trainer.py); any other model is version 0."""
     from prorsa.engine.registry import resolve_model_dir
+
+    return policy_version_of(resolve_model_dir(run.cfg.engines))
+
+
+def policy_version_of(model_dir: Path) -> int:
+    """A trainer's saved model says its version in policy.json (train/trainer.py); any other is 0."""
     from prorsa.train.trainer import POLICY_FILE
 
     try:
-        return int(json.loads((resolve_model_dir(run.cfg.engines) / POLICY_FILE).read_text())["policy_version"])
+        return int(json.loads((model_dir / POLICY_FILE).read_text())["policy_version"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from prorsa.serve.server import beyond_loopback, exposure_warning
+from prorsa.serve.server import beyond_loopback, exposure_warning, policy_version_of
 from tests.serve.test_serve_endpoint import TOOLS, Scripted, chat, serve, tok  # noqa: F401 (tok: a fixture)
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
@@ -262,3 +262,9 @@ def test_hosts_beyond_loopback_are_told_apart(host, beyond):
 def test_a_server_beyond_loopback_without_a_key_is_warned_about():
     assert "no API key" in exposure_warning("0.0.0.0", None)
     assert exposure_warning("0.0.0.0", "sesame") is None and exposure_warning("127.0.0.1", None) is None
+
+
+def test_a_trainer_s_saved_model_is_served_as_its_version(tmp_path):
+    assert policy_version_of(tmp_path) == 0
+    (tmp_path / "policy.json").write_text(json.dumps({"policy_version": 12}))
+    assert policy_version_of(tmp_path) == 12
