@@ -57,8 +57,9 @@ class Branch:
     ids: list[int] = field(default_factory=list)
     context: int = 0
 
-    def fork(self, traj_id: str) -> Branch:
-        spec = replace(self.result.spec, traj_id=traj_id)
+    def fork(self, root: str, number: int) -> Branch:
+        """A copy of this branch as trajectory `root`-`number`, the number-th sample of its group."""
+        spec = replace(self.result.spec, traj_id=f"{root}-{number}", group_index=number)
         result = replace(self.result, spec=spec, turns=list(self.result.turns))
         return Branch(result, copy.copy(self.transcript), list(self.ids), self.context)
 
@@ -107,7 +108,7 @@ class ServedEpisode:
             branch.ids += added_ids
             branch.context += len(added_ids)
             ask = pending.ask
-            branches += [branch.fork(f"{spec.traj_id}-{next(forks)}") for _ in range(ask.n - 1)]
+            branches += [branch.fork(spec.traj_id, next(forks)) for _ in range(ask.n - 1)]
             sampling = replace(self.bounds.sampling, **dict(ask.sampling))
             requests = [self._request(b, k, spec, ask, sampling, j, len(added_ids), room, runner.needs_token_ids)
                         for j, b in enumerate(branches)]

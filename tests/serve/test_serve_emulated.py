@@ -64,7 +64,8 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
 
     rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
     branches = [r for r in rows if r["task_id"] == "n4"]
-    assert sorted(r["traj_id"] for r in branches) == ["c0", "c0-1", "c0-2", "c0-3"]
+    assert sorted((r["traj_id"], r["group_index"]) for r in branches) == [("c0", 0), ("c0-1", 1), ("c0-2", 2),
+                                                                          ("c0-3", 3)]
     assert len({tuple(r["prompt_ids"]) for r in branches}) == 1 and all(len(r["turns"]) == 1 for r in branches)
     assert all(r["turns"][0]["decode_tokens"] == 8 for r in branches)
     [streamed] = [r for r in rows if r["task_id"] == "streamed"]

@@ -132,6 +132,7 @@ def test_n_choices_are_branches_of_one_conversation_and_the_client_goes_on_with_
     trajectories = {r.spec.traj_id: r for r in done}
     assert sorted(trajectories) == ["c0", "c0-1", "c0-2", "c0-3"]
     assert [len(trajectories[t].turns) for t in sorted(trajectories)] == [1, 1, 2, 1]
+    assert [trajectories[t].spec.group_index for t in sorted(trajectories)] == [0, 1, 2, 3]  # samples of one group
     assert len({t.prompt_ids for t in done}) == 1 and all(t.task_id == "s" for t in done)
     assert runner.sent[-1].token_ids[:len(first[2].token_ids)] == first[2].token_ids
     assert trajectories["c0-2"].turns[0].token_ids == tuple(tok.encode("reply c0-2 0", add_special_tokens=False)) + (
