@@ -152,9 +152,9 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
         try:
             answers = await asyncio.wait_for(hub.ask(session, ask), request_timeout_s)
         except asyncio.TimeoutError:
-            return JSONResponse(error_body(f"no reply within {request_timeout_s:g} s (prorsa serve --request-timeout-s);"
-                                           " the conversation ends with this turn", "timeout_error",
-                                           code="request_timeout"), 504, headers)
+            return JSONResponse(error_body(f"no reply within {request_timeout_s:g} s (prorsa serve "
+                                           "--request-timeout-s); the conversation ends with this turn",
+                                           "timeout_error", code="request_timeout"), 504, headers)
         except Closed as e:
             return JSONResponse(error_body(str(e), "server_error", code="shutting_down"), 503, headers)
         except ContextFull as e:

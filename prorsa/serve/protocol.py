@@ -190,7 +190,7 @@ def finish_reason(a: Answer, calls: list) -> str:
     return "tool_calls" if calls else "stop" if a.ended else "length"
 
 
-def tool_calls(a: Answer, index: int) -> tuple[list[dict], str | None]:
+def tool_calls(a: Answer) -> tuple[list[dict], str | None]:
     content, calls = split_reply(a.text)
     return [{"id": c.call_id or f"call-{a.traj_id}-{a.turn}-{i}", "type": "function",
              "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
@@ -209,10 +209,10 @@ def chat_logprobs(tokenizer: Any, a: Answer) -> dict:
 def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest) -> dict:
     choices = []
     for i, a in enumerate(answers):
-        calls, content = tool_calls(a, i)
+        calls, content = tool_calls(a)
         message = {"role": "assistant", "content": content} | ({"tool_calls": calls} if calls else {})
-        choices.append({"index": i, "message": message, "logprobs": chat_logprobs(tokenizer, a) if req.logprobs else None,
-                        "finish_reason": finish_reason(a, calls)}
+        lp = chat_logprobs(tokenizer, a) if req.logprobs else None
+        choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": finish_reason(a, calls)}
                        | ({"token_ids": list(a.token_ids)} if req.return_token_ids else {}))
     first = answers[0]
     return ({"id": f"chatcmpl-{first.traj_id}-{first.turn}", "object": "chat.completion", "created": int(time.time()),

@@ -70,7 +70,7 @@ def chat_events(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequ
         yield _event(head | extra_usage | opening | {"choices": [{"index": i, "delta": {"role": "assistant",
                                                                                           "content": ""},
                                                                  "logprobs": None, "finish_reason": None}]})
-        calls, content = tool_calls(a, i)
+        calls, content = tool_calls(a)
         lps = chat_logprobs(tokenizer, a)["content"] if req.logprobs else None
         if calls:  # the calls are whole only at the end of the text: the tokens in one chunk, then each call
             more = ({"logprobs": {"content": lps}} if lps is not None else {}) | (
