@@ -147,6 +147,10 @@ def run(**given) -> None:
               help="A reply's cap when a request sets no max_tokens.")
 @click.option("--max-request-mb", type=click.FloatRange(min=0, min_open=True), default=16.0, show_default=True,
               help="A request body past this size is refused (413) before it is read.")
+@click.option("--api-key", envvar="PRORSA_API_KEY", show_envvar=True,
+              help="Requests must send Authorization: Bearer KEY (401 otherwise); /health stays open.")
+@click.option("--request-timeout-s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="A request not answered by then gets a 504 and its conversation ends.")
 def serve(**given) -> None:
     """Serve PIPELINE's engines as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/completions,
     /v1/models): each conversation is a trajectory, saved in the run folder when it ends or the

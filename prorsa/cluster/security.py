@@ -5,6 +5,7 @@
     exposure(host, security) -> str | None     the warning a scheduler listening beyond this
                                                machine without TLS gets (None: loopback or TLS)
     dashboard_exposure(address) -> str | None  the warning a dashboard on a wide host gets
+    is_loopback(host) -> bool                  only this machine reaches it (a host name: False)
 
 distributed requires a certificate from both ends of every connection (mutual TLS), so a client
 that cannot present one signed by the CA is refused at the handshake.
@@ -34,7 +35,7 @@ def exposure(host: str | None, security: Security | None) -> str | None:
     """Dask's protocol runs whatever a peer sends it: reachable from the network without mutual
     TLS, a scheduler lets anyone who reaches it run code as this user. `host` None: every
     interface (what a batch cluster file's scheduler needs by default)."""
-    if security is not None or (host is not None and _loopback(host)):
+    if security is not None or (host is not None and is_loopback(host)):
         return None
     return (f"warning: the Dask scheduler listens on {host or 'every interface'} without TLS: anyone "
             "who can reach it can run code as this user; a tls: section in the cluster file turns "
@@ -44,13 +45,13 @@ def exposure(host: str | None, security: Security | None) -> str | None:
 def dashboard_exposure(address: str | None) -> str | None:
     """The dashboard has no login: on a host beyond this machine anyone who reaches it reads the run."""
     host = None if address is None else address.rpartition(":")[0]
-    if address is None or _loopback(host or ""):
+    if address is None or is_loopback(host or ""):
         return None
     return (f"warning: the dashboard listens on {host or 'every interface'} ({address}) without a login: "
             "anyone who can reach it sees the run; runtime.dashboard_address: 127.0.0.1:0 keeps it on this machine")
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:

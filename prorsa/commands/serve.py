@@ -35,13 +35,15 @@ class ServeRequest:
     idle_s: float  # a conversation with no request for this long ends
     max_tokens: int  # a reply's cap when a request sets none
     max_request_mb: float = 16.0  # a larger request body is refused before it is read
+    api_key: str | None = None  # requests must send it as a bearer token (/health excepted)
+    request_timeout_s: float | None = None  # a request not answered by then gets a 504
 
 
 def serve_pipeline(request: ServeRequest) -> None:
     from prorsa.live.resume import open_journal
     from prorsa.live.run import run_live
     from prorsa.metrics.progress import summary_table
-    from prorsa.serve.server import Endpoint
+    from prorsa.serve.server import Endpoint, exposure_warning
     from prorsa.sim.run import lend
 
     resolved = _servable(request)
@@ -51,9 +53,12 @@ def serve_pipeline(request: ServeRequest) -> None:
     write_pipeline(folder, cfg)
     console = Console(stderr=False)
     console.print(f"run directory: {folder.path}")
+    if (warning := exposure_warning(request.host, request.api_key)) is not None:
+        Console(stderr=True).print(warning, markup=False, highlight=False, soft_wrap=True)
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
                         say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False),
-                        max_request_bytes=int(request.max_request_mb * 2**20))
+                        max_request_bytes=int(request.max_request_mb * 2**20), api_key=request.api_key,
+                        request_timeout_s=request.request_timeout_s)
     rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,
                        lend=lend)
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)

@@ -1,34 +1,41 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over a Hub (serve/conversations.py).
 
-    make_app(hub, model, tokenizer, max_request_bytes) -> FastAPI
+    make_app(hub, model, tokenizer, max_request_bytes, api_key, request_timeout_s) -> FastAPI
         GET  /health                 200 while the server takes requests (vLLM's probe)
         POST /v1/sessions/{id}/end   {"reward": r} optional: the session's conversation ends after
                                      the requests it sent, its trajectory saved with the reward
         GET  /v1/models              the one model the pipeline serves
         POST /v1/chat/completions    messages (+ tools) -> one turn of the session's trajectory
-        POST /v1/completions         a prompt -> one turn of the session's trajectory
+        POST /v1/completions         a prompt (text or token ids) -> one turn of the session's trajectory
+
+Both take `stream` (server-sent events, serve/streaming.py), `n` (n branches of the conversation,
+serve/episode.py) and vLLM's `return_token_ids`; every response carries `weight_version`.
 
 Every error is OpenAI's error object: a body that is not JSON or breaks the schema 400
 (invalid_request_error, `param` names the field), messages the chat template cannot write 400,
 a conversation past the model's context 400 (context_length_exceeded), a body past
-`max_request_bytes` 413 before it is read, an unknown path 404, a server that is stopping 503, a
-turn whose engines failed 500.
+`max_request_bytes` 413 before it is read, a missing or wrong key (when `api_key` is set; /health
+stays open) 401, an unknown path 404, no reply within `request_timeout_s` 504, a server that is
+stopping 503, a turn whose engines failed 500.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prorsa.serve.conversations import SESSION_HEADER, Closed, Hub, session_of
 from prorsa.serve.episode import ContextFull
 from prorsa.serve.protocol import (ChatRequest, CompletionRequest, EndRequest, chat_response, completion_response,
                                    error_body)
+from prorsa.serve.streaming import chat_events, completion_events
 from prorsa.serve.transcript import BadAsk
 
 
@@ -40,7 +47,7 @@ def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     if first.get("type") == "json_invalid":
         return JSONResponse(error_body("the request body is not valid JSON"), status_code=400)
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    param = ".".join(loc) or None
+    param = ".".join(loc) or (first.get("ctx") or {}).get("loc")  # a whole-body check names its field itself
     msg = first.get("msg", "invalid request")
     if first.get("type") == "missing":
         msg = f"'{param}' is a required property"
@@ -97,11 +104,37 @@ class _BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES) -> FastAPI:
+class _ApiKey:
+    """ASGI middleware: with a key set, every path but /health wants `Authorization: Bearer <key>`
+    (what the openai client sends as api_key); anything else is OpenAI's 401."""
+
+    def __init__(self, app, key: str) -> None:
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = given.partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+            return await self.app(scope, receive, send)
+        body = json.dumps(error_body("a missing or wrong API key: send Authorization: Bearer <key> "
+                                     "(prorsa serve --api-key, PRORSA_API_KEY)", code="invalid_api_key")).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", b"Bearer")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES,
+             api_key: str | None = None, request_timeout_s: float | None = None) -> FastAPI:
     app = FastAPI(title="prorsa", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(_BodyLimit, limit=max_request_bytes)
+    if api_key:  # outermost: a stranger's request is refused before its body is read
+        app.add_middleware(_ApiKey, key=api_key)
+    vocab = len(tokenizer)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -109,11 +142,19 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
             return JSONResponse(error_body("the server is stopping", "server_error", code="shutting_down"), 503)
         return JSONResponse({"status": "ok"})
 
-    async def turn(request: Request, body: ChatRequest | CompletionRequest, respond) -> JSONResponse:
+    async def turn(request: Request, body: ChatRequest | CompletionRequest, respond, events) -> Response:
         session = session_of(request.headers.get(SESSION_HEADER), body.user, hub.fresh_session)
         headers = {SESSION_HEADER: session}
+        ask = body.ask()
+        if ask.prompt_ids is not None and max(ask.prompt_ids) >= vocab:
+            return JSONResponse(error_body(f"prompt: token id {max(ask.prompt_ids)} is past the model's vocabulary "
+                                           f"({vocab} ids)", param="prompt"), 400, headers)
         try:
-            answer = await hub.ask(session, body.ask())
+            answers = await asyncio.wait_for(hub.ask(session, ask), request_timeout_s)
+        except asyncio.TimeoutError:
+            return JSONResponse(error_body(f"no reply within {request_timeout_s:g} s (prorsa serve "
+                                           "--request-timeout-s); the conversation ends with this turn",
+                                           "timeout_error", code="request_timeout"), 504, headers)
         except Closed as e:
             return JSONResponse(error_body(str(e), "server_error", code="shutting_down"), 503, headers)
         except ContextFull as e:
@@ -122,7 +163,10 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
             return JSONResponse(error_body(str(e), param="messages"), 400, headers)
         except RuntimeError as e:
             return JSONResponse(error_body(f"the turn failed: {e}", "server_error"), 500, headers)
-        return JSONResponse(respond(answer, model, tokenizer, body.logprobs), headers=headers)
+        if body.stream:
+            return StreamingResponse(events(answers, model, tokenizer, body), media_type="text/event-stream",
+                                     headers=headers)
+        return JSONResponse(respond(answers, model, tokenizer, body), headers=headers)
 
     @app.post("/v1/sessions/{session}/end")
     async def end(session: str, body: EndRequest | None = None) -> JSONResponse:
@@ -138,11 +182,11 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
         return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "prorsa"}]}
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request, body: ChatRequest) -> JSONResponse:
-        return await turn(request, body, chat_response)
+    async def chat(request: Request, body: ChatRequest) -> Response:
+        return await turn(request, body, chat_response, chat_events)
 
     @app.post("/v1/completions")
-    async def completions(request: Request, body: CompletionRequest) -> JSONResponse:
-        return await turn(request, body, completion_response)
+    async def completions(request: Request, body: CompletionRequest) -> Response:
+        return await turn(request, body, completion_response, completion_events)
 
     return app

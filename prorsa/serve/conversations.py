@@ -1,9 +1,11 @@
 """Sessions to conversations: which trajectory a request belongs to, and the queue between them.
 
     Hub(idle_s[, clock])                   every open conversation, keyed by session id
-    await Hub.ask(session, ask) -> Answer  the endpoint's side: queue a request on its session's
+    await Hub.ask(session, ask) -> [Answer]   the endpoint's side: queue a request on its session's
                                            conversation (a new one when the session has none) and
-                                           wait for the model's turn; raises Closed when stopping
+                                           wait for the model's turn (ask.n replies); raises Closed
+                                           when stopping; cancelled (a timeout), the conversation
+                                           ends after that turn, as its client never saw the reply
     await Hub.arrival() -> Conversation | None   the driver's side: the next new conversation; None
                                            once the hub is closed
     Hub.close()                            stop: open conversations end after their turn in flight,
@@ -41,9 +43,9 @@ class Closed(Exception):
 
 @dataclass(frozen=True)
 class Answer:
-    """The model's turn for one request."""
+    """The model's turn for one request (one of its n choices)."""
 
-    traj_id: str
+    traj_id: str  # the branch's trajectory
     turn: int
     text: str  # the reply as the client gets it (special tokens kept)
     ended: bool  # the model ended it with its EOS (else it ran out of tokens)
@@ -53,6 +55,8 @@ class Answer:
     prompt_tokens: int  # the context the reply was generated from
     prefill_engine: str
     decode_engine: str
+    prompt_ids: tuple[int, ...] = ()  # that context's ids
+    weight_version: int = 0  # the policy version of the engines that wrote it
 
 
 @dataclass
@@ -99,7 +103,7 @@ class Hub:
     def fresh_session(self) -> str:
         return f"session-{next(self._sessions)}"
 
-    async def ask(self, session: str, ask: Ask) -> Answer:
+    async def ask(self, session: str, ask: Ask) -> list[Answer]:
         if self.closed:
             raise Closed("the server is stopping")
         pending = Pending(ask, self.clock())
@@ -158,7 +162,7 @@ class Hub:
             conv.queue.put_nowait(None)
         self._arrivals.put_nowait(None)
 
-    def answered(self, pending: Pending, answer: Answer | BaseException) -> None:
+    def answered(self, pending: Pending, answer: list[Answer] | BaseException) -> None:
         if pending.answer.done():
             return
         if isinstance(answer, BaseException):

@@ -2,11 +2,14 @@
 
     ChatRequest, CompletionRequest        the request bodies (pydantic); sampling (temperature, top_p,
                                           top_k, seed, stop) goes to the engines, checked as OpenAI
-                                          bounds it; what the endpoint cannot do (n > 1, streaming, a
-                                          forced tool call, a response format) is refused, not ignored
+                                          bounds it; a completion's prompt may be token ids; what the
+                                          endpoint cannot do (a forced tool call, a response format,
+                                          penalties, best_of, ...) is refused by name, not ignored
     ChatRequest.ask() / CompletionRequest.ask() -> Ask   what the conversation needs of a request
-    chat_response(answer, model, tokenizer, logprobs)         the response bodies (the tokenizer
-    completion_response(answer, model, tokenizer, logprobs)   writes each token of the logprobs)
+    chat_response(answers, model, tokenizer, req)         the response bodies: a choice per answer,
+    completion_response(answers, model, tokenizer, req)   `weight_version`, and with vLLM's
+                                          `return_token_ids` the prompt's and each choice's token ids
+                                          (the streamed form: serve/streaming.py)
     error_body(message, type, param, code)   OpenAI's error object
 
 A reply that holds `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes format
@@ -18,15 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from prorsa.agent.tools.parser import ToolCallParser
 from prorsa.serve.conversations import Answer
-from prorsa.serve.transcript import Ask
-
-_PARSER = ToolCallParser(formats=("hermes",))
+from prorsa.serve.transcript import Ask, split_reply
 
 
 class Message(BaseModel):
@@ -46,6 +47,23 @@ class Message(BaseModel):
         return v
 
 
+MAX_N = 16  # choices in one request: each is a whole turn on the engines
+
+# OpenAI and vLLM fields the endpoint does not honour, and the value that asks nothing of it: any
+# other value is refused by name rather than dropped
+_UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "logit_bias": None, "presence_penalty": 0,
+                "frequency_penalty": 0, "repetition_penalty": 1, "min_p": 0, "functions": None, "function_call": None,
+                "prediction": None, "audio": None, "parallel_tool_calls": True, "top_logprobs": 0,
+                "min_tokens": 0, "prompt_logprobs": None}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -53,7 +71,9 @@ class _Request(BaseModel):
     ignore_eos: bool = False  # vLLM's extension: exactly max_tokens (a replayed workload's lengths)
     user: str | None = None  # the session, unless the X-Session-Id header names one
     stream: bool = False
-    n: int = 1
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=MAX_N)  # n replies from the same context, each a branch (serve/episode.py)
+    return_token_ids: bool = False  # vLLM's extension: the prompt's and each reply's token ids
     # sampling; None: the pipeline's `sampling:` (OpenAI's bounds; top_k is vLLM's extension)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
@@ -61,6 +81,18 @@ class _Request(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _refused(self):
+        for name, harmless in _UNSUPPORTED.items():
+            given = (self.model_extra or {}).get(name, harmless)
+            if given != harmless and given not in (None, {}, []):
+                raise PydanticCustomError("unsupported", "{name} is not supported; leave it out",
+                                          {"name": name, "loc": name})
+        if self.stream_options is not None and not self.stream:
+            raise PydanticCustomError("unsupported", "stream_options is only allowed with stream=true",
+                                      {"loc": "stream_options"})
+        return self
 
     @field_validator("stop")
     @classmethod
@@ -83,19 +115,9 @@ class _Request(BaseModel):
                  "stop": tuple(self.stop) if self.stop is not None else None}
         return tuple((k, v) for k, v in given.items() if v is not None)
 
-    @field_validator("stream")
-    @classmethod
-    def _no_stream(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("streaming is not supported; send stream=false")
-        return v
-
-    @field_validator("n")
-    @classmethod
-    def _one(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("only n=1 is supported: a conversation is one trajectory")
-        return v
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
 
 class ChatRequest(_Request):
@@ -119,18 +141,19 @@ class ChatRequest(_Request):
         messages = tuple(m.model_dump(exclude_none=True) for m in self.messages)
         tools = () if self.tool_choice == "none" else tuple(self.tools or ())
         return Ask(messages=messages, tools=tools, max_tokens=self.max_completion_tokens or self.max_tokens,
-                   ignore_eos=self.ignore_eos, sampling=self.sampling())
+                   ignore_eos=self.ignore_eos, sampling=self.sampling(), n=self.n)
 
 
 class CompletionRequest(_Request):
-    prompt: str | list[str]
+    # text, or token ids as vLLM takes them (an RL client's exact context); one prompt per request
+    prompt: str | list[str] | list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]]
     max_tokens: int = Field(16, ge=1)  # OpenAI's default
     logprobs: int | None = Field(None, ge=0)
 
     @field_validator("prompt")
     @classmethod
     def _one_prompt(cls, v):
-        if isinstance(v, list):
+        if isinstance(v, list) and v and isinstance(v[0], (str, list)):
             if len(v) != 1:
                 raise ValueError("give one prompt (a conversation is one trajectory)")
             v = v[0]
@@ -139,8 +162,9 @@ class CompletionRequest(_Request):
         return v
 
     def ask(self) -> Ask:
-        return Ask(prompt=self.prompt, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos,
-                   sampling=self.sampling())
+        ids = tuple(self.prompt) if isinstance(self.prompt, list) else None
+        return Ask(prompt=None if ids else self.prompt, prompt_ids=ids, max_tokens=self.max_tokens,
+                   ignore_eos=self.ignore_eos, sampling=self.sampling(), n=self.n)
 
 
 class EndRequest(BaseModel):
@@ -156,46 +180,56 @@ def error_body(message: str, type_: str = "invalid_request_error", param: str | 
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def _usage(a: Answer) -> dict:
-    n = a.completion_tokens
-    return {"prompt_tokens": a.prompt_tokens, "completion_tokens": n, "total_tokens": a.prompt_tokens + n}
+def usage(answers: list[Answer]) -> dict:
+    """The prompt once (the n choices share it), every choice's tokens."""
+    prompt, n = answers[0].prompt_tokens, sum(a.completion_tokens for a in answers)
+    return {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
 
 
-def _finish(a: Answer) -> str:
-    return "stop" if a.ended else "length"
+def finish_reason(a: Answer, calls: list) -> str:
+    return "tool_calls" if calls else "stop" if a.ended else "length"
 
 
-def _tool_calls(a: Answer) -> tuple[list[dict], str | None]:
-    parsed = _PARSER.parse(a.text)
-    if not parsed.calls:
-        return [], a.text
-    calls = [{"id": c.call_id or f"call-{a.traj_id}-{a.turn}-{i}", "type": "function",
-              "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
-             for i, c in enumerate(parsed.calls)]
-    return calls, parsed.content or None
+def tool_calls(a: Answer) -> tuple[list[dict], str | None]:
+    content, calls = split_reply(a.text)
+    return [{"id": c.call_id or f"call-{a.traj_id}-{a.turn}-{i}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
+            for i, c in enumerate(calls)], content
 
 
-def _token_text(tokenizer: Any, ids: tuple[int, ...]) -> list[str]:
+def token_texts(tokenizer: Any, ids: tuple[int, ...]) -> list[str]:
     return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
 
 
-def chat_response(a: Answer, model: str, tokenizer: Any, logprobs: bool) -> dict:
-    calls, content = _tool_calls(a)
-    message = {"role": "assistant", "content": content} | ({"tool_calls": calls} if calls else {})
-    lp = None
-    if logprobs:
-        lp = {"content": [{"token": t, "logprob": x, "bytes": list(t.encode()), "top_logprobs": []}
-                          for t, x in zip(_token_text(tokenizer, a.token_ids), a.logprobs)]}
-    return {"id": f"chatcmpl-{a.traj_id}-{a.turn}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "message": message, "logprobs": lp,
-                                         "finish_reason": "tool_calls" if calls else _finish(a)}],
-            "usage": _usage(a)}
+def chat_logprobs(tokenizer: Any, a: Answer) -> dict:
+    return {"content": [{"token": t, "logprob": x, "bytes": list(t.encode()), "top_logprobs": []}
+                        for t, x in zip(token_texts(tokenizer, a.token_ids), a.logprobs)]}
 
 
-def completion_response(a: Answer, model: str, tokenizer: Any, logprobs: int | None) -> dict:
-    lp = None
-    if logprobs is not None:
-        lp = {"tokens": _token_text(tokenizer, a.token_ids), "token_logprobs": list(a.logprobs)}
-    return {"id": f"cmpl-{a.traj_id}-{a.turn}", "object": "text_completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "text": a.text, "logprobs": lp, "finish_reason": _finish(a)}],
-            "usage": _usage(a)}
+def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest) -> dict:
+    choices = []
+    for i, a in enumerate(answers):
+        calls, content = tool_calls(a)
+        message = {"role": "assistant", "content": content} | ({"tool_calls": calls} if calls else {})
+        lp = chat_logprobs(tokenizer, a) if req.logprobs else None
+        choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": finish_reason(a, calls)}
+                       | ({"token_ids": list(a.token_ids)} if req.return_token_ids else {}))
+    first = answers[0]
+    return ({"id": f"chatcmpl-{first.traj_id}-{first.turn}", "object": "chat.completion", "created": int(time.time()),
+             "model": model, "choices": choices, "usage": usage(answers), "weight_version": first.weight_version}
+            | ({"prompt_token_ids": list(first.prompt_ids)} if req.return_token_ids else {}))
+
+
+def completion_logprobs(tokenizer: Any, a: Answer) -> dict:
+    return {"tokens": token_texts(tokenizer, a.token_ids), "token_logprobs": list(a.logprobs)}
+
+
+def completion_response(answers: list[Answer], model: str, tokenizer: Any, req: CompletionRequest) -> dict:
+    choices = [{"index": i, "text": a.text, "logprobs": completion_logprobs(tokenizer, a) if req.logprobs is not None
+                else None, "finish_reason": finish_reason(a, [])}
+               | ({"prompt_token_ids": list(a.prompt_ids), "token_ids": list(a.token_ids)} if req.return_token_ids
+                  else {})
+               for i, a in enumerate(answers)]
+    first = answers[0]
+    return {"id": f"cmpl-{first.traj_id}-{first.turn}", "object": "text_completion", "created": int(time.time()),
+            "model": model, "choices": choices, "usage": usage(answers), "weight_version": first.weight_version}

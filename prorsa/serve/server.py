@@ -2,6 +2,10 @@
 
     listen(host, port) -> socket            bound before anything starts (a taken port is one error
                                             line, not a cluster started for nothing)
+    beyond_loopback(host) -> bool           whether clients of other machines can reach it
+    exposure_warning(host, api_key)         the console's warning when they can and need no key
+    served_version(run) -> int              the served model's policy version (weight_version):
+                                            its policy.json's when a trainer saved it, else 0
     Endpoint(run, sock, idle_s, max_tokens) the pieces of one served run
     Endpoint.driver -> ServeDriver          what roll_out drives instead of the workload: the
                                             HTTP server starts once the engines are up, and stops
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -47,12 +52,42 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The console's warning for a server other machines can reach with no key; None when it is fine."""
+    if api_key or not beyond_loopback(host):
+        return None
+    return (f"warning: serving on {host}, beyond this machine, with no API key: anyone who reaches the port can "
+            "use the engines (--api-key or PRORSA_API_KEY)")
+
+
+def beyond_loopback(host: str) -> bool:
+    from prorsa.cluster.security import is_loopback
+
+    return not is_loopback(host)
+
+
 def load_tokenizer(run: RunContext) -> Any:
     from transformers import AutoTokenizer
 
     from prorsa.engine.registry import resolve_model_dir
 
     return AutoTokenizer.from_pretrained(str(resolve_model_dir(run.cfg.engines)))
+
+
+def served_version(run: RunContext) -> int:
+    from prorsa.engine.registry import resolve_model_dir
+
+    return policy_version_of(resolve_model_dir(run.cfg.engines))
+
+
+def policy_version_of(model_dir: Path) -> int:
+    """A trainer's saved model says its version in policy.json (train/trainer.py); any other is 0."""
+    from prorsa.train.trainer import POLICY_FILE
+
+    try:
+        return int(json.loads((model_dir / POLICY_FILE).read_text())["policy_version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 class _Server(uvicorn.Server):
@@ -62,16 +97,17 @@ class _Server(uvicorn.Server):
 
 class Endpoint:
     def __init__(self, run: RunContext, sock: socket.socket, tokenizer: Any, idle_s: float,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, say=print, max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+                 max_tokens: int = DEFAULT_MAX_TOKENS, say=print, max_request_bytes: int = MAX_REQUEST_BYTES,
+                 api_key: str | None = None, request_timeout_s: float | None = None) -> None:
         cfg = run.cfg
         self.sock, self.say = sock, say
         self.hub = Hub(idle_s)
         self.model = Path(cfg.engines.vllm.model).name  # "tiny", or the model folder's name
-        app = make_app(self.hub, self.model, tokenizer, max_request_bytes)
+        app = make_app(self.hub, self.model, tokenizer, max_request_bytes, api_key, request_timeout_s)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
         bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, max_tokens,
-                        sampling_of(cfg))
+                        sampling_of(cfg), served_version(run))
         self.driver = ServeDriver(self.hub, tokenizer, bounds, on_ready=self._start, on_end=self._stop_server)
 
     @property

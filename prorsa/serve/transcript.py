@@ -8,7 +8,13 @@
                                      a later request: the text it appends after the model's last reply
                                      (the tool results, the next user turn, the cue for the next
                                      assistant turn); None when it does not continue this conversation
+    Transcript.follow_ids(ask, context) -> list[int] | None   a token-id prompt: the ids past
+                                     `context` (the conversation's ids so far); None when it does
+                                     not start with them
+    Transcript.echoes(ask) -> bool   the request's echoed assistant message is this transcript's
+                                     last reply (picks the branch an n > 1 request's client went on with)
     Transcript.reply_text(ids) -> (text, ended)   the model's reply as the client gets it
+    split_reply(text) -> (content, calls)   the Hermes tool calls of a reply and the text outside them
 
 Why text deltas and not re-tokenizing the whole chat: the model's tokens must stay what it
 generated (their logprobs are what a trainer needs), and a BPE tokenizer need not write a decoded
@@ -21,11 +27,16 @@ end-of-turn mark), less the model's EOS when it ended its reply with it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prorsa.agent.tools.base import ToolCall
+from prorsa.agent.tools.parser import ToolCallParser
+
 _MARK = "\x00REPLY\x00"
+_PARSER = ToolCallParser(formats=("hermes",))
 
 
 class BadAsk(ValueError):
@@ -39,13 +50,28 @@ class Ask:
     messages: tuple[dict[str, Any], ...] = ()  # chat: the whole conversation so far, as the client sends it
     tools: tuple[dict[str, Any], ...] = ()  # chat: the tool schemas the template lists
     prompt: str | None = None  # completions: the whole text so far
+    prompt_ids: tuple[int, ...] | None = None  # completions: the whole context so far as token ids
     max_tokens: int | None = None  # None: as many as the context leaves room for (capped by the server)
     ignore_eos: bool = False  # vLLM's extension: decode max_tokens whatever the model writes
     sampling: tuple[tuple[str, Any], ...] = ()  # the sampling fields the request sets (prorsa/sampling.py)
+    n: int = 1  # replies drawn from the same context, each its own branch of the conversation
 
     @property
     def chat(self) -> bool:
-        return self.prompt is None
+        return self.prompt is None and self.prompt_ids is None
+
+    @property
+    def kind(self) -> str:
+        return "chat" if self.chat else "text" if self.prompt is not None else "ids"
+
+
+def split_reply(text: str) -> tuple[str | None, tuple[ToolCall, ...]]:
+    """A reply holding `<tool_call>{...}</tool_call>` (the Hermes format) -> (the text outside the
+    calls or None, the calls); a reply without calls -> (the text, ())."""
+    parsed = _PARSER.parse(text)
+    if not parsed.calls:
+        return text, ()
+    return parsed.content or None, parsed.calls
 
 
 @dataclass
@@ -54,6 +80,11 @@ class Transcript:
     _last: Ask | None = None
     _reply: str = ""  # the last reply's text as the client got it
     _ended: bool = False  # the last reply ended with the model's EOS
+
+    @property
+    def opened(self) -> bool:
+        """Whether a first request has set this conversation's prompt."""
+        return self._last is not None
 
     @property
     def eos_text(self) -> str:
@@ -67,6 +98,9 @@ class Transcript:
             raise BadAsk(f"the model's chat template cannot write these messages ({type(e).__name__}: {e})") from e
 
     def open(self, ask: Ask) -> str:
+        if ask.kind == "ids":
+            self._last = ask
+            return self.tokenizer.decode(list(ask.prompt_ids), skip_special_tokens=False)
         text = self._render(ask.messages, ask.tools, cue=True) if ask.chat else ask.prompt
         self._last = ask
         return text
@@ -84,9 +118,32 @@ class Transcript:
     def replied(self, text: str, ended: bool) -> None:
         self._reply, self._ended = text, ended
 
+    def follow_ids(self, ask: Ask, context: Sequence[int]) -> list[int] | None:
+        last = self._last
+        if last is None or last.kind != "ids" or ask.kind != "ids":
+            return None
+        ids, n = ask.prompt_ids, len(context)
+        if len(ids) <= n or list(ids[:n]) != list(context):
+            return None
+        self._last = ask
+        return list(ids[n:])
+
+    def echoes(self, ask: Ask) -> bool:
+        """Whether the assistant message after the last request's messages is the last reply as the
+        client got it (content, and tool calls by name and arguments; call ids are the client's to keep)."""
+        last = self._last
+        if last is None or not ask.chat or not last.chat or len(ask.messages) <= len(last.messages):
+            return False
+        echoed = ask.messages[len(last.messages)]
+        content, calls = split_reply(self._reply)
+        given = [((c.get("function") or {}).get("name"), _arguments((c.get("function") or {}).get("arguments")))
+                 for c in echoed.get("tool_calls") or ()]
+        return ((echoed.get("content") or None) == (content or None)
+                and given == [(c.name, dict(c.arguments)) for c in calls])
+
     def follow(self, ask: Ask) -> str | None:
         last = self._last
-        if last is None or ask.chat != last.chat:
+        if last is None or ask.kind != last.kind or ask.kind == "ids":
             return None
         added = self._follow_chat(last, ask) if ask.chat else self._follow_prompt(last, ask)
         if added is not None:
@@ -112,3 +169,12 @@ class Transcript:
         if not full.startswith(upto):
             return None
         return close + full[len(upto):]
+
+
+def _arguments(given: Any) -> Any:
+    if isinstance(given, str):
+        try:
+            return json.loads(given)
+        except ValueError:
+            return given
+    return given

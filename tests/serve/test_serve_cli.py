@@ -22,6 +22,11 @@ def test_it_listens_on_loopback_unless_told():
         sock.close()
 
 
+def test_the_api_key_may_come_from_the_environment():
+    [key] = [p for p in serve.params if p.name == "api_key"]
+    assert key.envvar == "PRORSA_API_KEY"
+
+
 def test_a_taken_port_is_one_error_line_and_no_run_folder(tmp_path):
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))

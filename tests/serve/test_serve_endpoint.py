@@ -46,17 +46,19 @@ class Scripted:
                           token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic())
 
 
-def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling(), max_request_bytes=2**24):
+def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling(), max_request_bytes=2**24,
+          weight_version=0, version=None, **app_options):
     """Run the app and driver; `requests(client)` is a coroutine making requests; -> (its value,
-    the trajectories, the runner)."""
+    the trajectories, the runner). `version`: a trainer's version hook; app_options: make_app's."""
     runner = runner or Scripted(tok)
 
     async def main():
         hub = Hub(idle_s=idle_s)
         done = []
-        driver = ServeDriver(hub, tok, Served("swe", 0, max_context=max_context, max_tokens=64, sampling=sampling))
-        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append)))
-        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, max_request_bytes))
+        driver = ServeDriver(hub, tok, Served("swe", 0, max_context=max_context, max_tokens=64, sampling=sampling,
+                                              weight_version=weight_version))
+        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append, version=version)))
+        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, max_request_bytes, **app_options))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             value = await requests(client)
         hub.close()
@@ -75,7 +77,11 @@ def chat(messages, **extra):
     (b'{"model": "tiny"}', "messages", "'messages' is a required property"),
     (b'{"messages": []}', "messages", "messages"),
     (b'{"messages": [{"role": "robot", "content": "x"}]}', "messages.0.role", "messages.0.role"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "stream": true}', "stream", "streaming is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}', "presence_penalty",
+     "presence_penalty is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}', "stream_options",
+     "only allowed with stream=true"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "n", "n"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens", "max_tokens"),
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": -1}', "temperature", "temperature"),
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": 99}', "temperature", "temperature"),

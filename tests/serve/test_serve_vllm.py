@@ -8,7 +8,11 @@ save it and exit cleanly; the saved trajectories' ids must be the conversations'
 prefill on the prefill engine and each decode on the decode engine.
 
 The policy is prorsa, which may switch an engine's role; engine groups hold each engine to one role
-(engines.groups: a prefill group and a decode group), so the legs stay split under it by design."""
+(engines.groups: a prefill group and a decode group), so the legs stay split under it by design.
+
+One server for the module (starting two engines is most of its time): before the agent, a streamed
+chat with tools, an n=4 chat and a token-id completion against the same text's run on it; the
+agent's test comes last, as it stops the server."""
 
 import asyncio
 import json
@@ -71,47 +75,126 @@ def _started(proc, deadline: float) -> str:
     raise AssertionError("the server did not start:\n" + "".join(lines))
 
 
-def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_saved(tmp_path):
-    from openai import AsyncOpenAI
+class Server:
+    """One `prorsa serve` on two vLLM engines for the whole module; stop() sends Ctrl-C once."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--port", "0",
+                                      "--output", str(run_dir), "runtime.dashboard_address=null", "policy=prorsa",
+                                      "engines.groups=[{count: 1, roles: [prefill]}, {count: 1, roles: [decode]}]",
+                                      "engines.vllm.start_timeout_s=900"],  # a loaded CI machine starts servers slowly
+                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.url = _started(self.proc, time.time() + 960)
+        self.out: str | None = None
+
+    def client(self):
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(base_url=self.url, api_key="none", max_retries=0, timeout=120)
+
+    def stop(self) -> str:
+        if self.out is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.out, _ = self.proc.communicate(timeout=120)
+        return self.out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve") / "run")
+    try:
+        yield s
+    finally:
+        s.kill()
+
+
+@pytest.fixture(scope="module")
+def tok():
     from transformers import AutoTokenizer
 
+    return AutoTokenizer.from_pretrained(str(ROOT / ".prorsa" / "models" / "tiny-llama-s0-v2048"))
+
+
+def test_a_streamed_chat_with_tools_joins_to_the_reply_and_its_ids(server, tok):
+    async def streamed():
+        stream = await server.client().chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "What is 2 + 3? Use the add tool."}], tools=TOOLS,
+            max_tokens=24, stream=True, stream_options={"include_usage": True},
+            extra_headers={"X-Session-Id": "streamed"}, extra_body={"return_token_ids": True})
+        return [c async for c in stream]
+
+    chunks = asyncio.run(streamed())
+    usage = chunks[-1].usage
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    ids = [i for d in deltas for i in d.model_extra.get("token_ids") or ()]
+    text = "".join(d.delta.content or "" for d in deltas)
+    calls = [call for d in deltas for call in d.delta.tool_calls or ()]
+    assert len(ids) == usage.completion_tokens > 0 and chunks[-1].choices == []
+    finish = deltas[-1].finish_reason
+    ended = finish in ("stop", "tool_calls") and ids[-1] == tok.eos_token_id
+    reply = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+    if calls:  # the random tiny model seldom writes a whole call: when it does, it comes as deltas
+        assert finish == "tool_calls" and all(c.function.name for c in calls)
+    else:
+        assert text == reply and finish in ("stop", "length")
+
+
+def test_n_samples_share_the_prompt_and_a_token_id_prompt_is_the_text_s(server, tok):
+    text = "Count: one, two,"
+    prompt = tok.encode(text, add_special_tokens=False)
+
+    async def ask():
+        oa = server.client()
+        n4 = await oa.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}], n=4,
+                                              max_tokens=12, temperature=1.0, extra_headers={"X-Session-Id": "n4"},
+                                              extra_body={"return_token_ids": True})
+        by_text = await oa.completions.create(model="tiny", prompt=text, max_tokens=12, temperature=0, user="by-text",
+                                              extra_body={"return_token_ids": True})
+        by_ids = await oa.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0, user="by-ids",
+                                             extra_body={"return_token_ids": True})
+        return n4, by_text, by_ids
+
+    n4, by_text, by_ids = asyncio.run(ask())
+    assert [c.index for c in n4.choices] == [0, 1, 2, 3]
+    assert n4.usage.completion_tokens == sum(len(c.model_extra["token_ids"]) for c in n4.choices)
+    assert len({tuple(c.model_extra["token_ids"]) for c in n4.choices}) > 1  # four draws, not one four times
+    assert by_ids.choices[0].model_extra["prompt_token_ids"] == prompt
+    assert by_text.choices[0].model_extra["token_ids"] == by_ids.choices[0].model_extra["token_ids"]
+    assert by_ids.choices[0].text == by_text.choices[0].text
+
+
+def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_saved(server, tok):
+    """Last in the module: it stops the server and reads what the run folder kept."""
     from prorsa.serve.samples import served_samples
 
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--port", "0",
-                             "--output", str(run_dir), "runtime.dashboard_address=null", "policy=prorsa",
-                             "engines.groups=[{count: 1, roles: [prefill]}, {count: 1, roles: [decode]}]",
-                             "engines.vllm.start_timeout_s=900"],  # a loaded CI machine starts servers slowly
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = _started(proc, time.time() + 960)
+    run_dir = server.run_dir
 
-        async def agents():
-            client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
-            return await asyncio.gather(*(agent(client, f"agent-{i}", i + 2, 3 * i + 1) for i in range(CONVERSATIONS)))
+    async def agents():
+        client = server.client()
+        return await asyncio.gather(*(agent(client, f"agent-{i}", i + 2, 3 * i + 1) for i in range(CONVERSATIONS)))
 
-        async def greedy():  # the same request three times, greedy: the same reply, however it is batched
-            client = AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
-            ask = [{"role": "user", "content": "Count: one, two,"}]
-            replies = await asyncio.gather(*(client.chat.completions.create(
-                model="tiny", messages=ask, max_tokens=16, temperature=0, extra_headers={"X-Session-Id": f"greedy-{k}"})
-                for k in range(3)))
-            return [r.choices[0].message.content for r in replies]
+    async def greedy():  # the same request three times, greedy: the same reply, however it is batched
+        client = server.client()
+        ask = [{"role": "user", "content": "Count: one, two,"}]
+        replies = await asyncio.gather(*(client.chat.completions.create(
+            model="tiny", messages=ask, max_tokens=16, temperature=0, extra_headers={"X-Session-Id": f"greedy-{k}"})
+            for k in range(3)))
+        return [r.choices[0].message.content for r in replies]
 
-        conversations = asyncio.run(agents())
-        greedy_replies = asyncio.run(greedy())
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, out
+    conversations = asyncio.run(agents())
+    greedy_replies = asyncio.run(greedy())
+    out = server.stop()
+    assert server.proc.returncode == 2, out  # stopped by a signal: exit 2, with every conversation saved
     assert f"wrote {run_dir}" in out and "Traceback" not in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["policy"] == "prorsa" and summary["role_switches"] == 0  # the groups held each role
 
-    tok = AutoTokenizer.from_pretrained(str(ROOT / ".prorsa" / "models" / "tiny-llama-s0-v2048"))
     assert len(set(greedy_replies)) == 1 and greedy_replies[0], greedy_replies
     rows = {r["task_id"]: r for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist()
             if r["task_id"].startswith("agent-")}
@@ -138,3 +221,9 @@ def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_save
         assert [i for i, m in zip(sample.token_ids, sample.loss_mask) if m] == generated
         assert all(math.isfinite(x) and x <= 0 for x, m in zip(sample.rollout_logprobs, sample.loss_mask) if m)
         assert sample.loss_mask[0] == 0 and 0 < sum(sample.loss_mask) < len(sample.loss_mask)
+    # an n=4 request's four replies (test above): four trajectories of one prompt, when it ran
+    branches = [r for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist() if r["task_id"] == "n4"]
+    if branches:
+        assert sorted(r["traj_id"] for r in branches) == sorted(f"{branches[0]['traj_id'].split('-')[0]}{s}"
+                                                                for s in ("", "-1", "-2", "-3"))
+        assert len({tuple(r["prompt_ids"]) for r in branches}) == 1

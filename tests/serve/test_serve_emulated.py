@@ -1,0 +1,74 @@
+"""`prorsa serve` as a user starts it, on emulated engines (a real Dask run, no model): the key from
+the environment, n > 1 branches, a stream and a token-id prompt through the real `openai` client,
+and what the run folder keeps of them. Emulated engines write token counts, not text, so replies
+are empty here; their text is tested over a scripted runner (test_serve_openai.py)."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pyarrow.parquet as pq
+from openai import AsyncOpenAI
+
+from tests.serve.test_serve_vllm import _started
+
+ROOT = Path(__file__).resolve().parents[2]
+ASK = [{"role": "user", "content": "What is 2+3?"}]
+
+
+async def _drive(url: str):
+    wrong = AsyncOpenAI(base_url=url, api_key="wrong", max_retries=0, timeout=120)
+    try:
+        await wrong.models.list()
+        refused = None
+    except openai.AuthenticationError as e:
+        refused = e.status_code
+    oa = AsyncOpenAI(base_url=url, api_key="sesame", max_retries=0, timeout=120)
+    n4 = await oa.chat.completions.create(model="tiny", messages=ASK, n=4, max_tokens=8,
+                                          extra_headers={"X-Session-Id": "n4"})
+    stream = await oa.chat.completions.create(model="tiny", messages=ASK, max_tokens=6, stream=True,
+                                              stream_options={"include_usage": True},
+                                              extra_headers={"X-Session-Id": "streamed"})
+    chunks = [c async for c in stream]
+    ids = await oa.completions.create(model="tiny", prompt=[5, 6, 7, 8], max_tokens=4, user="ids",
+                                      extra_body={"return_token_ids": True})
+    return refused, n4, chunks, ids
+
+
+def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--engine", "emulated",
+                             "--port", "0", "--output", str(run_dir), "runtime.dashboard_address=null"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=os.environ | {"PRORSA_API_KEY": "sesame"})
+    try:
+        url = _started(proc, time.time() + 300)
+        refused, n4, chunks, ids = asyncio.run(_drive(url))
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert refused == 401
+    assert len(n4.choices) == 4 and n4.usage.completion_tokens == 4 * 8 and n4.model_extra["weight_version"] == 0
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    assert [c.choices[0].finish_reason for c in chunks[:-1] if c.choices[0].finish_reason] == ["length"]
+    assert ids.choices[0].model_extra["prompt_token_ids"] == [5, 6, 7, 8]
+    assert proc.returncode == 2, out  # a stop by a signal exits 2, here with every conversation saved
+
+    rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
+    branches = [r for r in rows if r["task_id"] == "n4"]
+    assert sorted((r["traj_id"], r["group_index"]) for r in branches) == [("c0", 0), ("c0-1", 1), ("c0-2", 2),
+                                                                          ("c0-3", 3)]
+    assert len({tuple(r["prompt_ids"]) for r in branches}) == 1 and all(len(r["turns"]) == 1 for r in branches)
+    assert all(r["turns"][0]["decode_tokens"] == 8 for r in branches)
+    [streamed] = [r for r in rows if r["task_id"] == "streamed"]
+    assert streamed["turns"][0]["decode_tokens"] == 6
+    [by_ids] = [r for r in rows if r["task_id"] == "ids"]
+    assert by_ids["prompt_ids"] == [5, 6, 7, 8]
