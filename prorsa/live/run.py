@@ -49,9 +49,9 @@ from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner
 from prorsa.live.start_progress import start_log, start_progress
 from prorsa.live.training import open_learner, warm_start
+from prorsa.metrics.console import plain
 from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
-from prorsa.metrics.console import plain
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, Drive, roll_out
@@ -269,7 +269,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     backend = backend_of(cfg.engines)
     if backend.launches_servers:  # the model made once here, not once per engine worker
         model_dir = await asyncio.to_thread(backend.model_dir)
-        console.print(f"model: {model_dir}\nengine logs: {run_dir / 'engines'}/engine-<i>.log", soft_wrap=True)
+        say(f"model: {model_dir}")
+        say(f"engine logs: {run_dir / 'engines'}/engine-<i>.log")
 
     links: list[str] = []
 

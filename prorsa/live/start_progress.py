@@ -3,7 +3,8 @@ engine and step, told to the `prorsa.start` logger (INFO) and to `say`.
 
     start_progress(log_dir, engines, say)   async context manager: while it is open, every engine's
                                             log is read as it grows and each step it reaches
-                                            (STEPS) is told once, with the seconds since it opened;
+                                            (STEPS) is told once (the console's clock, or the
+                                            log record's, says when);
                                             a restart is told with its cause (RESTARTS) and its
                                             steps again, for as long as it is open. .stop(): the
                                             engines are up, every step they reached told
@@ -21,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -51,7 +51,6 @@ class _Watch:
         self.read_to = {name: _size(log_dir / f"{name}.log") for name in engines}
         self.step = dict.fromkeys(engines, -1)  # the last step told, per engine
         self.cause = dict.fromkeys(engines, "")  # the restart told since its last step 0
-        self.t0 = time.monotonic()
         self.task: asyncio.Task | None = None
 
     def tell(self, line: str) -> None:
@@ -88,8 +87,7 @@ class _Watch:
                 self.step[name] = i
                 if i == 0:
                     self.cause[name] = ""
-                self.tell(f"{name}: {'server started again' if again else doing} "
-                          f"({time.monotonic() - self.t0:.0f} s)")
+                self.tell(f"{name}: {'server started again' if again else doing}")
 
     def _new_lines(self, name: str) -> list[str]:
         try:

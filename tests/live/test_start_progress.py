@@ -29,10 +29,8 @@ def test_each_step_is_said_once_per_engine_as_the_logs_grow(tmp_path):
             watch.stop()
 
     asyncio.run(main())
-    steps = [line.split(" (")[0] for line in said]
-    assert steps == [f"engine-0: {STEPS[0][1]}", f"engine-0: {STEPS[1][1]}",
+    assert said == [f"engine-0: {STEPS[0][1]}", f"engine-0: {STEPS[1][1]}",
                      f"engine-0: {STEPS[3][1]}", f"engine-1: {STEPS[0][1]}", f"engine-1: {STEPS[3][1]}"], said
-    assert all(line.endswith(" s)") for line in said)
 
 
 def test_restarts_are_told_with_their_cause_and_every_line_goes_to_the_start_logger(tmp_path, caplog):
@@ -59,8 +57,7 @@ def test_restarts_are_told_with_their_cause_and_every_line_goes_to_the_start_log
                 await asyncio.sleep(0.05)
 
     asyncio.run(main())
-    steps = [line.split(" (")[0] if "restarting" not in line else line for line in said]
-    assert steps == [
+    assert said == [
         "engine-0: server started",
         "engine-0: restarting: lost a race for a port to another engine (Address already in use); "
         "starting again on fresh ports",
