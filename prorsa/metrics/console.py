@@ -24,8 +24,6 @@ from rich.console import Console
 
 # a pipe has no width: rich would take 80 columns and cut a table's cells ("colocat…")
 PIPE_WIDTH = 1000
-
-
 STARTED = time.time()  # when this process began a command, near enough: the clock's zero
 
 
