@@ -68,7 +68,7 @@ def serve_makespan(pipeline: Path, engine: str, out: Path, specs_by_step: list[l
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         said = []
-        while (line := proc.stdout.readline()) and not line.startswith("serving "):
+        while (line := proc.stdout.readline()) and not line.split("] ", 1)[-1].startswith("serving "):
             said.append(line)
         if not line:
             sys.exit(f"error: prorsa serve did not start (exit {proc.wait()}):\n{''.join(said[-10:])}")

@@ -10,6 +10,7 @@ into every engine in place between batches, as a trainer's step would push them.
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 from pathlib import Path
 
@@ -35,6 +36,9 @@ def main() -> None:
     ap.add_argument("--engine", choices=["emulated", "vllm"], help="override engines.backend")
     ap.add_argument("--batches", type=int, default=2)
     args = ap.parse_args()
+    # the engines' start-up (minutes for vLLM on CPU) and any restart, as they go
+    logging.basicConfig(format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("prorsa.start").setLevel(logging.INFO)
     overrides = {"engines.backend": args.engine} if args.engine else {}
     with prorsa.Rollout(args.pipeline, **overrides) as rollout:
         for b in range(args.batches):

@@ -29,6 +29,7 @@ calculator (every sample scores the same, every advantage is 0). Warm it up firs
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -171,6 +172,9 @@ def main() -> None:
     ap.add_argument("--output", default="trl-grpo-out", help="TRL's output_dir")
     ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
+    # the engines' start-up (minutes for vLLM on CPU) and any restart, as they go
+    logging.basicConfig(format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("prorsa.start").setLevel(logging.INFO)
     if args.model is not None and not (Path(args.model) / "config.json").is_file():
         raise SystemExit(f"error: --model: {args.model}: not a model directory (no config.json)")
     try:

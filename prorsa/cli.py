@@ -6,7 +6,8 @@
     prorsa run --resume RUN_DIR                                     finish a stopped run
     prorsa serve PIPELINE [KEY=VALUE...] [--host H] [--port N]      an OpenAI-compatible endpoint on
                                                                    the pipeline's engines
-    prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR]  the same in virtual time
+    prorsa sim PIPELINE [KEY=VALUE...] [--policy P,Q,...] [--gpus N] [--output DIR] [--format table|csv|json]
+                                                                   the same in virtual time
     prorsa sweep SWEEP [KEY=VALUE...] [--cluster FILE|ADDRESS] [--output DIR] [--workers N]  a grid of sims
     prorsa validate FILE... [--plan [--cluster FILE] [--gpus-per-node N]]  check pipelines, sweeps, cluster
                                                                    files, traces
@@ -22,8 +23,9 @@
 KEY=VALUE overrides any field of the pipeline (workload.prompts=64, engines.vllm.model=DIR), read as
 YAML and checked by the same schema (on sweep: fixed for every point, as the file's overrides:).
 --output is always exactly where the command writes: the run folder of run, the results folder of
-sim and sweep, the report folder, the profile file of calibrate. -v logs more, before or after the
-command. Bad input ends with one line on stderr and exit code 2; no traceback.
+sim and sweep, the report folder, the profile file of calibrate. -v logs Prorsa's own steps, -vv
+Dask's and vLLM's too, before or after the command. Bad input ends with one line on stderr and
+exit code 2; no traceback.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import click
 # and a refused argument load no more than click.
 
 OVERRIDES = click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")
+
 
 def NODE(command):  # noqa: N802 (a decorator, like the constants above)
     """--gpus-per-node and --devices: the GPU node a plan is for, where this machine is not one."""
@@ -55,32 +58,43 @@ PRIOR = click.option("--prior", metavar="RUN_DIR", type=click.Path(),
                           "pipeline's prior:, else none (start all mixed and learn).")
 
 
-def _log_level(verbose: bool) -> None:
+def _log_level(verbosity: int) -> None:
+    """0: warnings; -v: Prorsa's own log (INFO of the `prorsa` loggers, workers' too); -vv: Dask's,
+    tornado's and vLLM's as well."""
     import dask
 
+    libraries = "info" if verbosity >= 2 else "error"
+    levels = {"distributed": libraries, "tornado": libraries, "bokeh": libraries,
+              "prorsa": "info" if verbosity >= 1 else "warning"}
     # distributed configures its own loggers on import; tell it before it is imported
-    quiet = {name: "info" if verbose else "error" for name in ("distributed", "tornado", "bokeh")}
-    dask.config.set({"logging": quiet})
+    dask.config.set({"logging": levels})
     # worker processes a run spawns set up their logging as they import distributed, from the
     # environment, before any config the driver sends them
-    os.environ.update({f"DASK_LOGGING__{name.upper()}": level for name, level in quiet.items()})
-    level = logging.INFO if verbose else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger().setLevel(level)  # a second call (-v after the command) has a handler already
+    os.environ.update({f"DASK_LOGGING__{name.upper()}": level for name, level in levels.items()})
+    from prorsa.metrics.console import ClockFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(ClockFormatter())  # the console's clock, not the time of day
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger().setLevel(logging.INFO if verbosity >= 2 else logging.WARNING)
+    logging.getLogger("vllm").setLevel(logging.INFO if verbosity >= 2 else logging.WARNING)
+    logging.getLogger("prorsa").setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)
+    # the start-up is on the console already, on its clock (live/start_progress.py)
+    logging.getLogger("prorsa.start").propagate = False
 
 
-def _verbose_after(ctx: click.Context, param: click.Parameter, verbose: bool) -> None:
-    if verbose:  # `prorsa run X -v`: the group has set the quiet level already
-        _log_level(True)
+def _verbose_after(ctx: click.Context, param: click.Parameter, verbosity: int) -> None:
+    if verbosity:  # `prorsa run X -v`: the group has set the quiet level already
+        _log_level(verbosity + (ctx.find_root().params.get("verbose") or 0))
 
 
-VERBOSE_HELP = "Log what Dask and the engines do."
+VERBOSE_HELP = "-v: Prorsa's own log; -vv: Dask's and vLLM's as well."
 
 
 def _verbose_everywhere(group: click.Group) -> None:
     """-v after the command as well as before it (`prorsa run X -v`, `prorsa -v run X`)."""
     for cmd in group.commands.values():
-        cmd.params.append(click.Option(["-v", "--verbose"], is_flag=True, expose_value=False,
+        cmd.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False,
                                        callback=_verbose_after, help=VERBOSE_HELP))
         if isinstance(cmd, click.Group):
             _verbose_everywhere(cmd)
@@ -100,8 +114,8 @@ class _Prorsa(click.Group):
 
 @click.group(cls=_Prorsa)
 @click.version_option(package_name="prorsa", message="prorsa %(version)s")
-@click.option("-v", "--verbose", is_flag=True, help=VERBOSE_HELP)
-def main(verbose: bool) -> None:
+@click.option("-v", "--verbose", count=True, help=VERBOSE_HELP)
+def main(verbose: int) -> None:
     """Prorsa: agentic RL rollout with prefill/decode disaggregation on Dask."""
     _log_level(verbose)
 
@@ -179,6 +193,8 @@ def serve(**given) -> None:
                    "keep the true one, e.g. prefill=0.8,decode=1.25 (prefill: compute, decode: memory, "
                    "transfer: links).")
 @PRIOR
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="The comparison as a table, or as CSV or JSON rows on stdout (the progress then on stderr).")
 def sim(**given) -> None:
     """Simulate PIPELINE's rollout in virtual time under each policy and compare them.
     KEY=VALUE arguments override the pipeline's fields, e.g. workload.prompts=64."""

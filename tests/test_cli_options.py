@@ -58,18 +58,24 @@ def test_validate_and_sweep_report_the_same_first_error(tmp_path):
 
 
 def test_verbose_is_taken_after_the_command_too(tmp_path):
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
+    root, ours = logging.getLogger(), logging.getLogger("prorsa")
+    level, handlers, our_level = root.level, list(root.handlers), ours.level
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(BASE))
     for args in (["-v", "validate", str(tmp_path / "p.yaml")], ["validate", str(tmp_path / "p.yaml"), "-v"],
                  ["validate", "--verbose", str(tmp_path / "p.yaml")]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 0 and r.output.startswith("ok: "), (args, r.output)
-        assert root.level == logging.INFO, args
+        # -v: Prorsa's own log; the libraries' stay quiet
+        assert ours.level == logging.INFO and root.level == logging.WARNING, args
+        ours.setLevel(our_level)
+    for args in (["-vv", "validate", str(tmp_path / "p.yaml")], ["-v", "validate", str(tmp_path / "p.yaml"), "-v"]):
+        assert CliRunner().invoke(main, args).exit_code == 0
+        assert root.level == logging.INFO and ours.level == logging.INFO, args  # -vv: Dask's and vLLM's too
         root.setLevel(level)
     assert CliRunner().invoke(main, ["validate", str(tmp_path / "p.yaml")]).exit_code == 0
-    assert root.level == logging.WARNING  # without -v
+    assert root.level == logging.WARNING and ours.level == logging.WARNING  # without -v
     root.setLevel(level)
+    ours.setLevel(our_level)
     assert root.handlers == handlers  # pytest's own log capture is left in place
 
 

@@ -110,7 +110,10 @@ class Rollout:
         """`overrides`: pipeline fields, dotted (`**{"workload.group_size": 4}`) or with double
         underscores (`workload__group_size=4`); `run_dir`: where engine logs and pushed weights go
         (default: a temporary directory, removed on exit); `console`: where start-up and progress
-        are told (default: nowhere)."""
+        are told (default: nowhere). The start-up (each engine's steps, minutes for vLLM on CPU,
+        and any restart with its cause) goes to the `prorsa.start` logger at INFO as well, for
+        the host application to route: logging.getLogger("prorsa.start").setLevel(logging.INFO)
+        with a handler (logging.basicConfig) shows it."""
         self.run = _config(pipeline, overrides)
         self.cfg = self.run.cfg
         self._own_dir = run_dir is None

@@ -18,6 +18,7 @@ from prorsa.commands.errors import fail, or_fail
 from prorsa.commands.inputs import check_engines, cluster_from, load_pipeline, node_shape, prior_path, with_options
 from prorsa.commands.run_folder import FAILED, RunFolder, failed_start, new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
+from prorsa.metrics.console import command_console
 from prorsa.metrics.progress import summary_table
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def start_run(request: RunRequest) -> None:
     _import_the_live_body()
     folder = _run_folder(request, cfg)
     journal = _open_journal(cfg, folder)
-    console = Console(stderr=False)
+    console = command_console()
     if journal.complete:
         journal.close()
         console.print(f"{folder.path}: every trajectory is saved; nothing left to run")
@@ -143,7 +144,7 @@ def _planned_only(request: RunRequest, resolved: RunContext, cluster: ClusterSpe
     plans = or_fail(check_launch, resolved, cluster, request.source, request.dry_run, shape)
     if not request.dry_run:
         return False
-    console = Console(stderr=False)
+    console = command_console(clocked=False)  # a plan's commands, to paste: no clock
     print_plan(plans, console, shape)
     if resolved.cfg.runtime.cells > 1:
         from prorsa.rollout.cells import plan_cells

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from prorsa.commands.errors import fail
 from prorsa.commands.inputs import check_engines, load_pipeline, with_options
 from prorsa.commands.run_folder import new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
+from prorsa.metrics.console import command_console, plain
 
 if TYPE_CHECKING:
     from prorsa.rollout.context import RunContext
@@ -51,12 +50,12 @@ def serve_pipeline(request: ServeRequest) -> None:
     tokenizer, sock = _tokenizer_and_socket(request, resolved)
     folder = run_folder_at(Path(request.output)) if request.output else new_run_folder(Path(cfg.output_dir), cfg.name)
     write_pipeline(folder, cfg)
-    console = Console(stderr=False)
+    console = command_console()
     console.print(f"run directory: {folder.path}")
     if (warning := exposure_warning(request.host, request.api_key)) is not None:
         Console(stderr=True).print(warning, markup=False, highlight=False, soft_wrap=True)
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
-                        say=lambda line: console.print(line, soft_wrap=True, markup=False, highlight=False),
+                        say=lambda line: plain(console, line),
                         max_request_bytes=int(request.max_request_mb * 2**20), api_key=request.api_key,
                         request_timeout_s=request.request_timeout_s)
     rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,

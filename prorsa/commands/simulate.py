@@ -2,7 +2,9 @@
 
     SimRequest                 the command's arguments as given
     simulate_policies(request) resolve the pipeline at the GPUs asked for, check every policy,
-                               simulate each (printing as each ends), print and write the comparison
+                               simulate each (printing as each ends), print and write the comparison:
+                               a table, or with --format csv|json rows on stdout (the lines telling
+                               the simulations go to stderr then)
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+import click
 
 from prorsa.commands.errors import fail
 from prorsa.commands.inputs import load_pipeline, prior_path, with_options
@@ -38,10 +40,13 @@ class SimRequest:
     output: str | None
     model_error: str | None
     prior: str | None
+    fmt: str = "table"  # or csv, json (metrics/row_formats.py)
 
 
 def simulate_policies(request: SimRequest) -> None:
-    from prorsa.sim.compare import compare, comparison_table, expand_policies
+    from prorsa.metrics.console import command_console
+    from prorsa.metrics.row_formats import rows_text
+    from prorsa.sim.compare import compare, comparison_rows, comparison_table, expand_policies
     from prorsa.sim.run import write_run
 
     resolved = _resolve(request)
@@ -52,7 +57,7 @@ def simulate_policies(request: SimRequest) -> None:
     specs = expand_policies([p.strip() for p in request.policies.split(",") if p.strip()], cfg.engines.count)
     scale = _model_error(request.model_error)
     _check_policies(resolved, specs)
-    console = Console(stderr=False)
+    console = command_console(stderr=request.fmt != "table")  # csv and json alone on stdout
     console.print(f"simulating {cfg.name}: {_engines_line(cfg)}, {cfg.workload.mode} {cfg.workload.label}, "
                   f"{len(specs)} policies")
     out = Path(request.output) if request.output else None
@@ -61,13 +66,16 @@ def simulate_policies(request: SimRequest) -> None:
 
     def done(run) -> None:
         s = run.summary
-        console.print(f"  {run.policy}: {s['makespan_s']:.2f} s, {s['role_switches']} switches "
-                      f"({run.wall_s:.1f} s to simulate)")
+        console.print(f"{run.policy}: {s['makespan_s']:.2f} simulated s, {s['role_switches']} switches "
+                      f"({run.wall_s:.1f} wall s to simulate)")
         if out is not None:
             write_run(run, out / "runs" / run.policy.replace(":", "_"))
 
     ds, _ = compare(cfg, specs, done, scale)
-    console.print(comparison_table(ds))
+    if request.fmt == "table":
+        console.print(comparison_table(ds))
+    else:
+        click.echo(rows_text(comparison_rows(ds), request.fmt))
     if out is not None:
         from prorsa.metrics.outputs import write_dataset
 

@@ -47,8 +47,9 @@ from prorsa.live.decisions import DecisionTeller
 from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner
-from prorsa.live.start_progress import start_progress
+from prorsa.live.start_progress import start_log, start_progress
 from prorsa.live.training import open_learner, warm_start
+from prorsa.metrics.console import plain
 from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
 from prorsa.metrics.progress import Progress
@@ -249,10 +250,16 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]
-    console.print(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
-                  f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
+
     def say(line: str) -> None:  # a line as it is: engine and policy words hold brackets
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
+        plain(console, line)
+
+    def tell_start(line: str) -> None:  # the start-up, for a host application's logging too
+        start_log.info(line)
+        say(line)
+
+    tell_start(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
+               f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
 
     teller = DecisionTeller(say, policy)
     teller.opening(roles)
@@ -262,7 +269,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     backend = backend_of(cfg.engines)
     if backend.launches_servers:  # the model made once here, not once per engine worker
         model_dir = await asyncio.to_thread(backend.model_dir)
-        console.print(f"model: {model_dir}\nengine logs: {run_dir / 'engines'}/engine-<i>.log", soft_wrap=True)
+        say(f"model: {model_dir}")
+        say(f"engine logs: {run_dir / 'engines'}/engine-<i>.log")
 
     links: list[str] = []
 
@@ -281,7 +289,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         addresses = await engine_addresses(client)
         info = await client.run(_engine_info, workers=[addresses[engines[0]]])
         needs_ids, vocab = next(iter(info.values()))
-        console.print(f"engines ready in {time.time() - t_boot:.1f}s")
+        tell_start(f"engines ready in {time.time() - t_boot:.1f} s")
 
         rec = RunRecorder(engines=engines, slots=cfg.engines.slots if cfg.engines.groups is None else
                           dict(zip(engines, run.engine_slots)),

@@ -1,23 +1,33 @@
-"""What the engines are doing while a run waits for them: one console line per engine and step.
+"""What the engines are doing while a run waits for them, and each restart after: one line per
+engine and step, told to the `prorsa.start` logger (INFO) and to `say`.
 
     start_progress(log_dir, engines, say)   async context manager: while it is open, every engine's
                                             log is read as it grows and each step it reaches
-                                            (STEPS) is said once, with the seconds since it opened;
-                                            .stop() ends the watch (the engines are up)
+                                            (STEPS) is told once (the console's clock, or the
+                                            log record's, says when);
+                                            a restart is told with its cause (RESTARTS) and its
+                                            steps again, for as long as it is open. .stop(): the
+                                            engines are up, every step they reached told
+    start_log                               the `prorsa.start` logger: a host application (the
+                                            Python API's caller) routes the start-up there
 
 A vLLM server on CPU takes a minute or more to start, and a run starts several side by side; the
 steps are read from the logs the servers write anyway (run_dir/engines/engine-<i>.log), so this
 works wherever the driver sees the run directory: a local cluster, or batch jobs on a shared
-file system. A restarted server appends to its log and is reported again.
+file system. A restarted server appends to its log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+
+from prorsa.engine.vllm.engine import RESTART_NOTE
+
+start_log = logging.getLogger("prorsa.start")
 
 # (text a log line holds, what the engine is doing from then on), in the order a start goes
 STEPS = (
@@ -26,6 +36,12 @@ STEPS = (
     ("init engine (profile, create kv cache", "model loaded, KV cache allocated"),
     ("Application startup complete", "healthy; warming up"),
 )
+# (text a log line holds, why the server starts again), for causes the server's own output tells
+RESTARTS = (
+    (RESTART_NOTE, None),  # the cause follows the note
+    ("Address already in use", "lost a race for a port to another engine (Address already in use); "
+                               "starting again on fresh ports"),
+)
 
 
 class _Watch:
@@ -33,14 +49,18 @@ class _Watch:
         self.log_dir, self.engines, self.say, self.poll_s = log_dir, engines, say, poll_s
         # a resumed run's logs hold the last session's starts: read from where they end now
         self.read_to = {name: _size(log_dir / f"{name}.log") for name in engines}
-        self.step = dict.fromkeys(engines, -1)  # the last step said, per engine
-        self.t0 = time.monotonic()
+        self.step = dict.fromkeys(engines, -1)  # the last step told, per engine
+        self.cause = dict.fromkeys(engines, "")  # the restart told since its last step 0
         self.task: asyncio.Task | None = None
 
+    def tell(self, line: str) -> None:
+        start_log.info(line)
+        self.say(line)
+
     def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-        self.poll()  # the last steps, so none is missing from the console
+        """The engines are up: the last steps told now, so none is missing (the watch goes on
+        for restarts)."""
+        self.poll()
 
     async def run(self) -> None:
         while True:
@@ -50,11 +70,24 @@ class _Watch:
     def poll(self) -> None:
         for name in self.engines:
             for line in self._new_lines(name):
-                for i, (text, doing) in enumerate(STEPS):
-                    # a step earlier than the last said is a restart: say it again
-                    if text in line and (i > self.step[name] or i == 0):
-                        self.step[name] = i
-                        self.say(f"{name}: {doing} ({time.monotonic() - self.t0:.0f} s)")
+                self._read(name, line)
+
+    def _read(self, name: str, line: str) -> None:
+        for text, cause in RESTARTS:
+            if text in line:
+                cause = cause or line.split(RESTART_NOTE, 1)[1].strip()
+                if cause != self.cause[name]:
+                    self.cause[name] = cause
+                    self.tell(f"{name}: restarting: {cause}")
+                return
+        for i, (text, doing) in enumerate(STEPS):
+            # a step earlier than the last told is a restart: told again
+            if text in line and (i > self.step[name] or i == 0):
+                again = i == 0 and self.step[name] >= 0
+                self.step[name] = i
+                if i == 0:
+                    self.cause[name] = ""
+                self.tell(f"{name}: {'server started again' if again else doing}")
 
     def _new_lines(self, name: str) -> list[str]:
         try:

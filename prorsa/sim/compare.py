@@ -6,6 +6,7 @@
                                           the makespan lower bound in its attrs (bound_s, ...)
     figure(ds)                            the headline per policy: makespan (sync) or trajectories/s (async)
     speedups(ds)                          that figure relative to colocated (> 1: faster)
+    comparison_rows(ds) -> [dict]         a row per policy: what `prorsa sim --format csv|json` writes
     comparison_table(ds)                  the rich Table `prorsa sim` prints
 
 Every policy replays the same workload (same seed): only the roles differ.
@@ -84,8 +85,9 @@ def speedups(ds: xr.Dataset, baseline: str = "colocated") -> xr.DataArray | None
     return base / fig if ds.attrs["mode"] == "sync" else fig / base
 
 
-def comparison_table(ds) -> Table:
-    """Policies side by side, as `prorsa sim` prints them; * marks the best static split."""
+def comparison_rows(ds: xr.Dataset) -> list[dict]:
+    """A row per policy, as `prorsa sim --format csv|json` writes them (times in simulated seconds,
+    but wall_s_to_simulate); best_static marks the best static split."""
     fig, speed = figure(ds), speedups(ds)
     sync = ds.attrs["mode"] == "sync"
     statics = [p for p in ds.policy.values if str(p).startswith("static:")]
@@ -93,23 +95,35 @@ def comparison_table(ds) -> Table:
     if statics:
         vals = fig.sel(policy=statics)
         best = str((vals.idxmin() if sync else vals.idxmax()).item())
+    rows = []
+    for p in map(str, ds.policy.values):
+        row = ds.sel(policy=p)
+        rows.append({"policy": p, "makespan_s" if sync else "trajectories_per_s": round(float(fig.sel(policy=p)), 4),
+                     "vs_colocated": None if speed is None else round(float(speed.sel(policy=p)), 4),
+                     "role_switches": int(row.role_switches), "prefix_hit_rate": round(float(row.prefix_hit_rate), 4),
+                     "recomputed_tokens": int(row.recomputed_tokens),
+                     "wall_s_to_simulate": round(float(row.sim_wall_s), 2), "best_static": p == best})
+    return rows
+
+
+def comparison_table(ds: xr.Dataset) -> Table:
+    """Policies side by side, as `prorsa sim` prints them; * marks the best static split."""
+    sync = ds.attrs["mode"] == "sync"
     table = Table(title=f"{ds.attrs['name']}: {ds.attrs['engines']} x {ds.attrs['gpu']}, {ds.attrs['model']}, "
-                        f"{ds.attrs['mode']}  ({'makespan' if sync else 'throughput'}, body seconds)")
+                        f"{ds.attrs['mode']}  ({'makespan' if sync else 'throughput'}, simulated seconds)")
     bound = ds.attrs.get("bound_s")
     if bound is not None:
-        table.caption = (f"lower bound: makespan >= {bound:.2f} s (critical path {ds.attrs['critical_path_s']:.2f} s, "
-                         f"work over capacity {ds.attrs['work_s']:.2f} s)")
-    for col in ("policy", "makespan s" if sync else "traj/s", "vs colocated", "switches",
-                "prefix hit", "recomputed tok", "sim s"):
-        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col == "policy")
-    for p in ds.policy.values:
-        p = str(p)
-        row = ds.sel(policy=p)
-        ratio = "" if speed is None else f"{float(speed.sel(policy=p)):.3f}"
-        table.add_row(p + (" *" if p == best else ""), f"{float(fig.sel(policy=p)):.2f}" if sync
-                      else f"{float(fig.sel(policy=p)):.3f}", ratio, f"{int(row.role_switches)}",
-                      f"{float(row.prefix_hit_rate):.1%}", f"{int(row.recomputed_tokens):,}",
-                      f"{float(row.sim_wall_s):.1f}")
+        table.caption = (f"lower bound: makespan >= {bound:.2f} simulated s (critical path "
+                         f"{ds.attrs['critical_path_s']:.2f} s, work over capacity {ds.attrs['work_s']:.2f} s)")
+    for col in ("policy", "makespan, simulated s" if sync else "traj per simulated s", "vs colocated", "switches",
+                "prefix hit", "recomputed tok", "wall s to simulate"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in comparison_rows(ds):
+        ratio = "" if r["vs_colocated"] is None else f"{r['vs_colocated']:.3f}"
+        table.add_row(r["policy"] + (" *" if r["best_static"] else ""),
+                      f"{r['makespan_s']:.2f}" if sync else f"{r['trajectories_per_s']:.3f}", ratio,
+                      f"{r['role_switches']}", f"{r['prefix_hit_rate']:.1%}", f"{r['recomputed_tokens']:,}",
+                      f"{r['wall_s_to_simulate']:.1f}")
     return table
 
 

@@ -38,12 +38,22 @@ def test_switches_are_said_at_once_and_stays_once_per_kind():
     teller.told(snap(4.0, M, D), Decision({}, "vote 1/2: keep P1 D1 M0"))
     teller.told(snap(5.0, M, D), Decision({}, "keep P0 D1 M1 2.0 seq-s: gains 0"))  # said before, within the gap
     assert said == [
-        "reactive at 1.0 s: stays on 2 mixed: no other split gains enough over the horizon to pay for the "
-        "switch (keep P0 D0 M2 3.5 seq-s: gains 0.1)",
-        "reactive at 3.0 s: engine-1 mixed -> decode (move to P0 D1 M1)",
-        "reactive at 4.0 s: stays on 1 decode, 1 mixed: a new split must win several intervals in a row "
-        "first (vote 1/2: keep P1 D1 M0)",
+        "reactive: stays on 2 mixed: no other split gains enough over the horizon to pay for the switch",
+        "reactive: 1 engine (engine-1) mixed -> decode (move to P0 D1 M1)",
+        "reactive: stays on 1 decode, 1 mixed: a new split must win several intervals in a row first",
     ]
+
+
+def test_lines_carry_no_clock_of_their_own_so_the_consoles_orders_them():
+    """Two policy calls in flight at once may end out of their snapshots' order (a step's opening
+    beside an interval): the line is said when the decision is, on the console's clock."""
+    said: list[str] = []
+    teller = DecisionTeller(said.append, make_policy("reactive"))
+    M, D, P = Role.MIXED, Role.DECODE, Role.PREFILL
+    teller.told(snap(7.1, M, M), Decision({"engine-0": P}, "engine-0 -> prefill; prefill queue 900 tok/engine"))
+    teller.told(snap(6.4, M, M), Decision({"engine-1": D}, "engine-1 -> decode; decode KV 95%"))
+    assert said == ["reactive: 1 engine (engine-0) mixed -> prefill (thresholds crossed: prefill queue 900 tok/engine)",
+                    "reactive: 1 engine (engine-1) mixed -> decode (thresholds crossed: decode KV 95%)"]
 
 
 def test_a_fixed_split_says_so_once_and_nothing_after():

@@ -80,7 +80,7 @@ def test_a_prior_the_opening_prompts_contradict_is_set_aside_live(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "run", str(f), f"output_dir={tmp_path / 'runs'}",
                            "workload.prompts=8", "workload.steps=1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    opening = next(line for line in proc.stdout.splitlines() if line.startswith("policy prorsa opens on"))
+    opening = next(line for line in proc.stdout.splitlines() if "] policy prorsa opens on" in line)
     assert "prior dropped: prompt_tokens " in opening and "against its 50 in the 16 prompts the run opens with; " \
         "no prior" in opening, opening
 

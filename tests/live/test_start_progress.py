@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from prorsa.live.start_progress import STEPS, start_progress
 
@@ -28,7 +29,39 @@ def test_each_step_is_said_once_per_engine_as_the_logs_grow(tmp_path):
             watch.stop()
 
     asyncio.run(main())
-    steps = [line.split(" (")[0] for line in said]
-    assert steps == [f"engine-0: {STEPS[0][1]}", f"engine-0: {STEPS[1][1]}",
+    assert said == [f"engine-0: {STEPS[0][1]}", f"engine-0: {STEPS[1][1]}",
                      f"engine-0: {STEPS[3][1]}", f"engine-1: {STEPS[0][1]}", f"engine-1: {STEPS[3][1]}"], said
-    assert all(line.endswith(" s)") for line in said)
+
+
+def test_restarts_are_told_with_their_cause_and_every_line_goes_to_the_start_logger(tmp_path, caplog):
+    """A port race lost on start, and a server the health watch restarts mid-run (its note in the
+    log: engine/vllm/engine.py), each told once with why, and the start it leads to."""
+    from prorsa.engine.vllm.engine import RESTART_NOTE
+
+    said: list[str] = []
+    caplog.set_level(logging.INFO, logger="prorsa.start")
+
+    async def main() -> None:
+        async with start_progress(tmp_path, ["engine-0"], said.append, poll_s=0.01) as watch:
+            with open(tmp_path / "engine-0.log", "a") as log:
+                log.write(f"{STEPS[0][0]} 11\nzmq.error.ZMQError: Address already in use (addr='tcp://...')\n"
+                          "Address already in use\n")  # said once per start
+                log.flush()
+                await asyncio.sleep(0.05)
+                log.write(f"{STEPS[0][0]} 12\n{STEPS[3][0]}.\n")
+                log.flush()
+                await asyncio.sleep(0.05)
+                watch.stop()  # the engines are up: the watch goes on for restarts
+                log.write(f"\n{RESTART_NOTE}the server's process died\n{STEPS[0][0]} 13\n{STEPS[3][0]}.\n")
+                log.flush()
+                await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert said == [
+        "engine-0: server started",
+        "engine-0: restarting: lost a race for a port to another engine (Address already in use); "
+        "starting again on fresh ports",
+        "engine-0: server started again", f"engine-0: {STEPS[3][1]}",
+        "engine-0: restarting: the server's process died",
+        "engine-0: server started again", f"engine-0: {STEPS[3][1]}"], said
+    assert [r.getMessage() for r in caplog.records if r.name == "prorsa.start"] == said

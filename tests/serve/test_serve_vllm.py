@@ -70,7 +70,7 @@ def _started(proc, deadline: float) -> str:
         if not line:
             break
         lines.append(line)
-        if line.startswith("serving "):
+        if line.split("] ", 1)[-1].startswith("serving "):  # after the console's clock
             return line.split(" on ")[1].split()[0]
     raise AssertionError("the server did not start:\n" + "".join(lines))
 

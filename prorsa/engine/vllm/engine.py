@@ -52,6 +52,23 @@ from prorsa.roles import Role
 
 log = logging.getLogger(__name__)
 
+# begins the line a restart writes to its server's log: the run's console reads the cause there
+# (live/start_progress.py), wherever the engine's worker runs
+RESTART_NOTE = "# prorsa: restarting: "
+
+
+def _why_down(server: VllmServer) -> str:
+    return "the server did not answer /health" if server.alive() else "the server's process died"
+
+
+def note_restart(server: VllmServer, cause: str) -> None:
+    try:
+        with open(server.log_path, "a") as f:
+            f.write(f"\n{RESTART_NOTE}{cause}\n")
+    except OSError:  # no log to write to: the worker's own log still says it (engine_host)
+        pass
+
+
 METRICS_FRESH_S = 5.0  # stats() trusts a /metrics snapshot this long
 
 
@@ -136,6 +153,7 @@ class VllmEngine:
         async with self._guard():
             if await asyncio.to_thread(self.server.healthy):
                 return False
+            note_restart(self.server, _why_down(self.server))
             await self.stop()  # from within the restart task: it does not cancel itself
             await self.start()
             if self._weights_dir is not None:
