@@ -4,6 +4,9 @@
     calibrate_from_file(measurements, gpu, model_name, output)
                                                         a GPU profile fitted to a step-time file
     calibrate_from_runs(run_dirs, output)               a profile corrected to finished live runs
+
+Each writes where --output says, else beside what it fitted to (the calibration's run folder, the
+measurements file, the first run), never over a profile Prorsa ships.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from prorsa.commands.stopping import sigterm_as_interrupt
 def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed: int | None) -> None:
     if not pipeline:
         fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
-    output = output or "configs/hardware/cpu.yaml"
     cfg = load_pipeline(pipeline, {}).cfg
     from prorsa.engine.registry import backend_of
 
@@ -32,11 +34,13 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
     from prorsa.engine.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
 
     seed = cfg.seed if seed is None else seed
+    folder = new_run_folder(Path(cfg.output_dir), "calibrate").path
+    output = output or str(folder / "cpu.yaml")  # the model's profile goes beside it
     command = f"prorsa calibrate {pipeline} --output {output} --seed {seed}" + (" --quick" if quick else "")
     sigterm_as_interrupt()  # so the engine is stopped
     try:
-        lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command,
-                                   new_run_folder(Path(cfg.output_dir), "calibrate").path, click.echo, seed=seed)
+        lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command, folder,
+                                   click.echo, seed=seed)
     except KeyboardInterrupt:
         fail("interrupted")
     except ValueError as e:
@@ -46,13 +50,12 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
 
 def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, output: str | None) -> None:
     from prorsa.costmodel.profile_writer import model_path_for
-    from prorsa.costmodel.profiles import config_dir
     from prorsa.costmodel.step_times import calibrate_from_file as fit_step_times
 
     if not gpu:
         fail("--from-measurements needs --gpu NAME: the base hardware profile to fit")
-    if not output:
-        output = gpu if gpu.endswith((".yaml", ".yml")) else str(config_dir() / "hardware" / f"{gpu}.yaml")
+    if not output:  # beside the measurements, the model's profile too
+        output = str(Path(measurements).parent / f"{Path(gpu).stem}-fitted.yaml")
     model_out = model_path_for(Path(output), Path(model_name).stem)
     command = (f"prorsa calibrate --from-measurements {measurements} --gpu {gpu} --model {model_name} "
                f"--output {output}")
@@ -64,7 +67,6 @@ def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, out
 
 
 def calibrate_from_runs(run_dirs: list[Path], output: str | None) -> None:
-    from prorsa.costmodel.profiles import config_dir
     from prorsa.sim.live_calibration import LiveFitError, correct_to_runs, describe, fitted_profile, pool_runs
 
     try:
@@ -72,7 +74,7 @@ def calibrate_from_runs(run_dirs: list[Path], output: str | None) -> None:
     except ValueError as e:
         fail(str(e))
     base, live = pooled.cfg.engines.gpu, pooled.live_s
-    target = Path(output) if output else fitted_profile(pooled.cfg, config_dir() / "hardware")
+    target = Path(output) if output else fitted_profile(pooled.cfg, run_dirs[0])
     names = ", ".join(d.name for d in run_dirs)
     header = (f"{base} corrected to the live run(s) {names} (median makespan {live:.1f} s) by "
               f"`prorsa calibrate --from-run`, {dt.date.today()}")

@@ -89,6 +89,13 @@ def describe(fits: list[LiveFit]) -> list[str]:
             f"KV pull {f.transfer_delta_s * 1e3:+.1f} ms" for i, f in enumerate(fits, 1)]
 
 
+# A corrected profile must reproduce the runs it was fitted to within this: the fidelity goal on a
+# held-out run (benchmarks/README.md, fidelity-vllm: fitted 0.983 on its own runs, 0.945 held out).
+# Past it the fit has not explained the runs (a time-scaled run, a host that changed mid-run),
+# and a profile written anyway would mislead every simulation that used it.
+FIT_BOUND = 0.20
+
+
 class LiveFitError(ValueError):
     """The fit itself failed (not the reading of a run); the message names the first run."""
 
@@ -133,5 +140,9 @@ def correct_to_runs(pooled: PooledRuns, target: Path, header: str) -> Correction
             raise LiveFitError(f"{pooled.run_dirs[0]}: {e}") from None
         fitted = fitted_profile(cfg, Path(tmp))
         after, _ = simulate_with(cfg, str(fitted), Path(tmp) / "fitted")
+        if (off := abs(after / pooled.live_s - 1)) > FIT_BOUND:
+            raise LiveFitError(f"{pooled.run_dirs[0]}: the corrected profile simulates {after:.2f} s against the "
+                               f"live {pooled.live_s:.2f} s ({off:.0%} off, beyond the {FIT_BOUND:.0%} a fit may "
+                               "miss its own runs by); nothing written")
         write_texts({target: fitted.read_text()})
     return Correction(fits, before, after)

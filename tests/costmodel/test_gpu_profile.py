@@ -121,3 +121,28 @@ def test_a_file_of_another_architecture_or_schema_is_refused(tmp_path: Path):
         load_step_times(tmp_path / "other.json")
     res = CliRunner().invoke(cli, ["calibrate", "--from-measurements", str(tmp_path / "steps.json")])
     assert res.exit_code == 2 and "--gpu" in res.output
+
+
+def test_a_fit_that_misses_its_own_measurements_is_refused_and_nothing_is_written(tmp_path: Path):
+    synthetic_file(tmp_path / "steps.json", CostModel.from_names("h200", "qwen3-8b"))
+    record = json.loads((tmp_path / "steps.json").read_text())
+    for i, s in enumerate(record["samples"]):  # every other step 3x slower: no roofline explains it
+        s["seconds"] = s["repeats"][0] = s["seconds"] * (3.0 if i % 2 else 1.0)
+    (tmp_path / "steps.json").write_text(json.dumps(record))
+    res = CliRunner().invoke(cli, ["calibrate", "--from-measurements", str(tmp_path / "steps.json"),
+                                   "--gpu", "h200", "--model", "qwen3-8b"])
+    assert res.exit_code == 2, res.output
+    assert "beyond the 15% a fit may miss by; nothing written" in res.output and "Traceback" not in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.json"]
+
+
+def test_a_fit_goes_beside_its_measurements_unless_told_never_over_a_shipped_profile(tmp_path: Path):
+    from prorsa.costmodel.profiles import config_dir
+
+    shipped = (config_dir() / "hardware" / "h200.yaml").read_text()
+    synthetic_file(tmp_path / "steps.json", CostModel.from_names("h200", "qwen3-8b"))
+    res = CliRunner().invoke(cli, ["calibrate", "--from-measurements", str(tmp_path / "steps.json"),
+                                   "--gpu", "h200", "--model", "qwen3-8b"])
+    assert res.exit_code == 0, res.output
+    assert (config_dir() / "hardware" / "h200.yaml").read_text() == shipped
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h200-fitted.yaml", "qwen3-8b.yaml", "steps.json"]

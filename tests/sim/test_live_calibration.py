@@ -136,3 +136,35 @@ def test_prorsa_calibrate_pools_runs_of_one_pipeline_and_refuses_others(tmp_path
     assert "(median)" in r.output and abs(load_gpu(str(out)).dispatch_latency_s - 0.3) < 0.05
     r = CliRunner().invoke(main, ["calibrate", "--from-run", str(runs[0]), "--from-run", str(runs[2])])
     assert r.exit_code == 2 and "other-seed" in r.output and "same pipeline" in r.output, r.output
+
+
+def test_a_correction_that_cannot_reproduce_its_runs_is_refused_and_nothing_is_written(tmp_path):
+    import json
+
+    from prorsa.costmodel.profiles import config_dir
+
+    truth = _profile(tmp_path, "truth", dispatch_latency_s=0.3)
+    run_dir = tmp_path / "run"
+    simulate_with(cfg(3), truth, run_dir)
+    (run_dir / "pipeline.json").write_text(cfg(3).model_dump_json())
+    # a summary 300x shorter than its turns: a time-scaled run, as `prorsa run` on scaled engines writes
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["makespan_s"] /= 300
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    before = sorted(p.name for p in (config_dir() / "hardware").iterdir())
+    r = CliRunner().invoke(main, ["calibrate", "--from-run", str(run_dir)])
+    assert r.exit_code == 2, r.output
+    assert "beyond the 20% a fit may miss its own runs by); nothing written" in r.output, r.output
+    assert not list(run_dir.glob("*-live.yaml"))
+    assert sorted(p.name for p in (config_dir() / "hardware").iterdir()) == before
+
+
+def test_a_correction_is_written_beside_the_first_run_unless_told(tmp_path):
+    truth = _profile(tmp_path, "truth", dispatch_latency_s=0.3)
+    run_dir = tmp_path / "run"
+    simulate_with(cfg(3), truth, run_dir)
+    (run_dir / "pipeline.json").write_text(cfg(3).model_dump_json())
+    r = CliRunner().invoke(main, ["calibrate", "--from-run", str(run_dir)])
+    assert r.exit_code == 0, r.output
+    [written] = run_dir.glob("*-live.yaml")
+    assert abs(load_gpu(str(written)).dispatch_latency_s - 0.3) < 0.05
