@@ -32,6 +32,7 @@ import argparse
 import logging
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,9 @@ def train(pipeline: str | Path, *, steps: int = 2, output: str | Path = "trl-grp
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    # TRL checks the installed vLLM for its own generation mode (use_vllm), which this example leaves off:
+    # Prorsa's engines generate. Its version warning, repeated at every check, is not about this set-up.
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16

@@ -83,15 +83,26 @@ def start_run(request: RunRequest) -> None:
     summary = _roll_out(request, resolved, folder, journal, cluster, console)
     console.print(summary_table(summary))
     console.print(f"wrote {folder.path}")
+    if _loud_failures(summary, console) or summary["trajectories_failed"]:
+        sys.exit(1)
+
+
+def _loud_failures(summary: dict, console: Console) -> bool:
+    """A reward or a tool that failed throughout said on the console (the summary counts them);
+    True when nothing was scored, which ends the command non-zero."""
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    calls = summary.get("tool_calls") or {}
+    if calls and not calls.get("ok"):
+        said = ", ".join(f"{status} {n}" for status, n in calls.items())
+        say(f"warning: every tool call failed ({said}); the model saw each error as its observation")
     if errors := summary.get("reward_errors"):
         every = summary.get("reward_mean") is None
-        console.print(f"{'error' if every else 'warning'}: the reward raised on {errors} trajectories"
-                      f"{' (every one)' if every else ''}, their reward NaN; the first: "
-                      f"{summary['reward_error_first']}", markup=False, highlight=False)
-        if every:
-            sys.exit(1)
-    if summary["trajectories_failed"]:
-        sys.exit(1)
+        say(f"{'error' if every else 'warning'}: the reward raised on {errors} trajectories"
+            f"{' (every one)' if every else ''}, their reward NaN; the first: {summary['reward_error_first']}")
+        return every
+    return False
 
 
 def _written_out(resolved: RunContext, folder: RunFolder, journal: RunJournal) -> dict:
