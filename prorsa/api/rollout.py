@@ -22,6 +22,14 @@ tool latencies in replay) comes from the pipeline's workload, as in `prorsa run`
 Batches may overlap (submit, then submit again before the first ends: the async RL pattern); they
 share the engines, router, lifecycle tracker and policy. The asyncio loop that drives them runs
 in a thread of its own, so the caller's code stays synchronous.
+
+With the pipeline's `partial_rollout:` section, generate() is a partial rollout's step
+(rollout/partial.py): it starts (1 + over_sample) x workload.prompts groups, returns the first
+workload.prompts of them to be whole, and carries the rest into the next call (under the weights
+of that call: turns are tagged with the version they ran under), or cancels them without carry.
+Carried groups that lag the caller's version by more than max_staleness are dropped
+(`Rollout.dropped`, status stale or cancelled). Such steps run one at a time and draw their
+groups from the pipeline's environment or workload: generate() only, with no task list.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +63,8 @@ from prorsa.live.run import LiveSession, open_live
 from prorsa.live.training import push_weights
 from prorsa.rollout.assemble import beside
 from prorsa.rollout.context import RunContext, resolve
-from prorsa.rollout.drivers import play_spec
+from prorsa.rollout.drivers import Hooks, play_spec
+from prorsa.rollout.partial import PartialPlan, Steps
 from prorsa.sim.run import lend
 
 Tasks = Sequence[Task] | int | None
@@ -83,9 +93,6 @@ def _config(pipeline: str | Path | PipelineConfig | RunContext, overrides: dict[
     if run.cfg.train is not None:
         raise ConfigError("train: the Python API takes its weights from the caller's trainer "
                           "(Rollout.update_weights); remove the train section")
-    if run.cfg.partial_rollout is not None:
-        raise ConfigError("partial_rollout: the Python API's batches are the caller's steps, ended when the "
-                          "caller's batch is; remove the partial_rollout section")
     if run.cfg.scheduling.oracle:
         raise ConfigError("scheduling.oracle reads the workload's future: the simulator's alone (prorsa sim)")
     return run
@@ -134,6 +141,9 @@ class Rollout:
         self._live: LiveSession | None = None
         self._stop: asyncio.Event | None = None
         self._in_flight: set[cf.Future] = set()
+        self._partial = PartialPlan.of(self.cfg)
+        self._steps: Steps | None = None  # a partial rollout's groups, carried across generate() calls
+        self.dropped: list[Trajectory] = []  # partial rollouts: groups cut stale, or cancelled without carry
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -197,7 +207,13 @@ class Rollout:
 
     def submit(self, tasks: Tasks = None) -> list[cf.Future]:
         """Start one batch; a future per trajectory, resolving to its Trajectory."""
+        self._whole_batches_only("submit")
         return self._start(tasks)
+
+    def _whole_batches_only(self, call: str) -> None:
+        if self._partial is not None:
+            raise ValueError(f"{call}: a partial rollout's steps end early and carry their tail into the next, "
+                             "so they run one at a time: use generate()")
 
     def _start(self, tasks: Tasks, report: Callable[[Any], None] | None = None) -> list[cf.Future]:
         """`report`: called on the loop with each Trajectory (or exception) as it ends, in that order."""
@@ -219,12 +235,45 @@ class Rollout:
         return futures
 
     def generate(self, tasks: Tasks = None) -> list[Trajectory]:
-        """One batch to its end: its trajectories in batch order (prompt-major)."""
+        """One batch to its end: its trajectories in batch order (prompt-major); with
+        partial_rollout, the step's workload.prompts first whole groups, in the order they were."""
+        if self._partial is not None:
+            return self._partial_step(tasks)
         return [f.result() for f in self.submit(tasks)]
+
+    def _partial_step(self, tasks: Tasks) -> list[Trajectory]:
+        live = self._up()
+        if tasks is not None and tasks != self._partial.prompts:
+            raise ValueError(f"tasks: a partial rollout's step trains workload.prompts ({self._partial.prompts}) "
+                             "groups drawn from the pipeline (over-sampled ones included): give None")
+        with self._lock:
+            step, self._batches = self._batches, self._batches + 1
+        return asyncio.run_coroutine_threadsafe(self._run_step(step, live), self._loop).result()
+
+    async def _run_step(self, step: int, live: LiveSession) -> list[Trajectory]:
+        vocab = live.runner.vocab_size if live.runner.needs_token_ids else 0
+        trained: list[Trajectory] = []
+
+        def on_done(result: TrajectoryResult) -> None:  # each trajectory once, when its fate is known
+            live.rec.on_done(result)
+            live.controller.trajectory_done(result)
+            (trained if result.trained_step == step else self.dropped).append(trajectory_of(result, vocab))
+
+        if self._steps is None:
+            environment = driver_environment(self.cfg, live.client)
+            self._steps = Steps(self._workload, live.runner, live.now,
+                                Hooks(on_done, live.rec.on_turn, environment.episode if environment else None),
+                                self._partial)
+        self._steps.hooks = replace(self._steps.hooks, on_done=on_done)
+        await live.controller.before_step(step)  # as between `prorsa run`'s steps
+        self._steps.version = self._version
+        await self._steps.run(step, last=False)
+        return trained
 
     def stream(self, tasks: Tasks = None) -> Iterator[Trajectory]:
         """One batch, each trajectory as it finishes (in the order the loop saw them end, which
         as_completed would not keep for those that ended before it looked)."""
+        self._whole_batches_only("stream")
         ended: queue.SimpleQueue = queue.SimpleQueue()
         futures = self._start(tasks, ended.put)
         for _ in futures:

@@ -4,6 +4,9 @@
     run_partial(workload, cfg, runner, now, hooks, partial=plan[, checkpoint=])
                                                  run_sync's contract, steps ended early; roll_out
                                                  calls it instead of run_sync when a plan is given
+    Steps(workload, runner, now, hooks, plan)    the steps themselves, for a caller that drives
+                                                 them one at a time (prorsa.Rollout.generate):
+                                                 set .version, await .run(step, last=False)
 
 A step is `plan.groups` = ceil((1 + over_sample) x prompts) groups in flight. It ends once
 `prompts` groups are whole (every member ended: GRPO weighs a member against its group), the
@@ -101,7 +104,7 @@ async def run_partial(workload: Workload, cfg: WorkloadConfig, runner: TurnRunne
     skip, update_weights, version, before_step = hooks.skip, hooks.update_weights, hooks.version, hooks.before_step
     if skip and saved is None:  # which groups a step started depends on when others ended: not drawable again
         raise ValueError("a partial rollout resumes from the state its journal kept, and there is none")
-    steps = _Steps(workload, runner, now, hooks, partial)
+    steps = Steps(workload, runner, now, hooks, partial)
     if checkpoint is not None:
         checkpoint.current = steps.snapshot
     first = 0 if saved is None else int(saved["step"])
@@ -129,7 +132,7 @@ class Checkpoint:
     current: Callable[[], dict] | None = None
 
 
-class _Steps:
+class Steps:
     """The groups in flight across steps, and each trajectory's fate."""
 
     def __init__(self, workload: Workload, runner: TurnRunner, now: Callable[[], float], hooks: Hooks,

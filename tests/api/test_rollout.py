@@ -120,8 +120,6 @@ def test_misuse_is_told_before_anything_starts(tmp_path):
         prorsa.Rollout(r.cfg, workload__group_size=0)
     with pytest.raises(RuntimeError, match="not running"):
         r.generate()
-    with pytest.raises(ConfigError, match="^partial_rollout: the Python API's batches are the caller's steps"):
-        prorsa.Rollout(tmp_path / "q.yaml", **{"partial_rollout.over_sample": 0.5})
 
 
 def test_closing_with_a_batch_in_flight_cancels_it_and_leaves_nothing(tmp_path):
@@ -137,3 +135,29 @@ def test_closing_with_a_batch_in_flight_cancels_it_and_leaves_nothing(tmp_path):
     assert all(f.cancelled() for f in futures) and not run_dir.exists()
     with pytest.raises(RuntimeError, match="not running"):
         r.submit()
+
+
+def test_a_partial_rollout_trains_whole_groups_each_call_and_carries_the_rest(tmp_path):
+    (tmp_path / "p.yaml").write_text(
+        "name: partial\nseed: 3\npolicy: static:2:1\n"
+        "engines: {backend: emulated, count: 3, slots: 8, time_scale: 0.05}\n"
+        "workload: {family: swe, mode: sync, prompts: 2, group_size: 2, steps: 1, max_turns: 3, token_scale: 0.2,\n"
+        "           tool_time_scale: 0.05}\n"
+        "partial_rollout: {over_sample: 1.0, carry: true}\n"
+        "runtime: {turn_shape: driver, dashboard_address: null}\n")
+    with prorsa.Rollout(tmp_path / "p.yaml") as r:
+        with pytest.raises(ValueError, match="^submit: a partial rollout's steps end early"):
+            r.submit()
+        batches = [r.generate() for _ in range(4)]
+    trained = [t for batch in batches for t in batch]
+    assert [len(batch) for batch in batches] == [4] * 4  # workload.prompts whole groups a call
+    assert len({t.traj_id for t in trained}) == len(trained)  # none trained twice
+    for batch in batches:
+        groups: dict[str, list] = {}
+        for t in batch:
+            groups.setdefault(t.group, []).append(t)
+        assert sorted(map(len, groups.values())) == [2, 2] and {t.status for t in batch} == {"completed"}
+    # 4 groups in flight a step, 2 trained: the other 2 ran on into the next call, none was cut
+    assert r.dropped == []
+    carried = [t for k, batch in enumerate(batches) for t in batch if int(t.traj_id[1:].split("-")[0]) < k]
+    assert carried, [t.traj_id for t in trained]
