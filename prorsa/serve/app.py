@@ -46,6 +46,9 @@ def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
     if first.get("type") == "json_invalid":
         return JSONResponse(error_body("the request body is not valid JSON"), status_code=400)
+    if "json" not in request.headers.get("content-type", ""):  # curl -d's default form encoding
+        return JSONResponse(error_body("the request body must be JSON, sent with Content-Type: application/json "
+                                       f"(got {request.headers.get('content-type') or 'none'})"), status_code=400)
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or (first.get("ctx") or {}).get("loc")  # a whole-body check names its field itself
     msg = first.get("msg", "invalid request")

@@ -105,6 +105,16 @@ def test_bad_chat_requests_get_an_openai_400(tok, body, param, words):
     assert done == [] and runner.sent == []  # nothing reached the engines
 
 
+def test_a_form_encoded_body_is_told_to_be_json(tok):
+    async def requests(client):  # what `curl -d` sends without -H 'Content-Type: application/json'
+        return await client.post("/v1/chat/completions", content=b'{"messages": []}',
+                                 headers={"content-type": "application/x-www-form-urlencoded"})
+
+    r, done, runner = serve(tok, requests)
+    assert r.status_code == 400 and "must be JSON, sent with Content-Type: application/json" in r.json()["error"]["message"]
+    assert done == [] and runner.sent == []
+
+
 def test_a_request_s_sampling_reaches_the_engine_over_the_pipeline_s(tok):
     """What a request sets replaces the pipeline's field by field; the rest stays the pipeline's."""
     pipeline = Sampling(temperature=0.7, top_p=0.9)
