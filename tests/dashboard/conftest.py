@@ -46,6 +46,7 @@ class LiveRun:
         t0 = time.time()
         while time.time() - t0 < timeout:
             for line in list(self.lines):
+                line = line.split("] ", 1)[-1]  # after the console's clock
                 if line.startswith("prorsa page:"):
                     words = line.split()
                     return words[2], words[4]

@@ -406,8 +406,9 @@ class _DeadServer:
     url = "http://127.0.0.1:9"
     kv_capacity_tokens = 0
 
-    def __init__(self) -> None:
+    def __init__(self, log_path: Path) -> None:
         self.up, self.starts = False, 0
+        self.log_path = log_path  # where a restart says why (engine.note_restart)
 
     def healthy(self, timeout_s: float = 5.0) -> bool:
         time.sleep(0.05)
@@ -441,7 +442,7 @@ def test_the_health_watch_and_a_request_that_found_the_server_gone_share_one_res
 
     from prorsa.roles import Role
 
-    server = _DeadServer()
+    server = _DeadServer(tmp_path / "engine-0.log")
     engine = _engine_on(server, tmp_path)
 
     async def go():
@@ -459,6 +460,7 @@ def test_the_health_watch_and_a_request_that_found_the_server_gone_share_one_res
     assert (restarted, again, server.starts) == (True, False, 1)
     assert [type(e) for e in ended] == [EngineUnavailable] * 3, ended
     assert all("ConnectError" in str(e) for e in ended), ended  # sent to the new server
+    assert "restarting: the server's process died" in (tmp_path / "engine-0.log").read_text()  # the console's cause
 
 
 def test_a_leg_waiting_for_a_restart_the_engine_stopped_finds_no_server_not_a_cancellation(tmp_path):
@@ -466,7 +468,7 @@ def test_a_leg_waiting_for_a_restart_the_engine_stopped_finds_no_server_not_a_ca
 
     from prorsa.roles import Role
 
-    engine = _engine_on(_DeadServer(), tmp_path)
+    engine = _engine_on(_DeadServer(tmp_path / "engine-0.log"), tmp_path)
 
     async def go():
         engine._server_lost()
