@@ -57,7 +57,7 @@ def serve_pipeline(request: ServeRequest) -> None:
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
                         say=lambda line: plain(console, line),
                         max_request_bytes=int(request.max_request_mb * 2**20), api_key=request.api_key,
-                        request_timeout_s=request.request_timeout_s)
+                        request_timeout_s=request.request_timeout_s, run_dir=folder.path)
     rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,
                        lend=lend)
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)

@@ -175,6 +175,15 @@ class EndRequest(BaseModel):
     reward: float | None = Field(None, allow_inf_nan=False)
 
 
+class UpdateWeightsRequest(BaseModel):
+    """POST /v1/rl/update_weights, named as SGLang's update_weights_from_disk (slime, Dynamo's clients)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str = Field(min_length=1)  # a model folder or a .safetensors file the engines can read
+    weight_version: int | None = Field(None, ge=0)  # None: one past the served version
+
+
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
