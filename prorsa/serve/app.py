@@ -1,6 +1,6 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over a Hub (serve/conversations.py).
 
-    make_app(hub, model, tokenizer, max_request_bytes, api_key, request_timeout_s, rl) -> FastAPI
+    make_app(hub, model, tokenizer, max_request_bytes, api_key, request_timeout_s, rl, parser) -> FastAPI
         GET  /health                 200 while the server takes requests (vLLM's probe)
         POST /v1/sessions/{id}/end   {"reward": r} optional: the session's conversation ends after
                                      the requests it sent, its trajectory saved with the reward
@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -46,6 +47,7 @@ from prorsa.serve.protocol import (ChatRequest, CompletionRequest, EndRequest, U
                                    completion_response, error_body)
 from prorsa.serve.rl import RlControl, RlError
 from prorsa.serve.streaming import chat_events, completion_events
+from prorsa.serve.tool_calls import DEFAULT, ReplyParser
 from prorsa.serve.transcript import BadAsk
 
 
@@ -138,7 +140,9 @@ class _ApiKey:
 
 def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES,
              api_key: str | None = None, request_timeout_s: float | None = None,
-             rl: RlControl | None = None) -> FastAPI:
+             rl: RlControl | None = None, parser: ReplyParser | None = None) -> FastAPI:
+    """`rl`: the served run's RL gate (None: no /v1/rl/ paths); `parser`: how replies become
+    tool_calls (serve/tool_calls.py; None: hermes)."""
     app = FastAPI(title="prorsa", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -146,6 +150,7 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
     if api_key:  # outermost: a stranger's request is refused before its body is read
         app.add_middleware(_ApiKey, key=api_key)
     vocab = len(tokenizer)
+    parser = parser or ReplyParser(DEFAULT, tokenizer)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -194,7 +199,7 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, body: ChatRequest) -> Response:
-        return await turn(request, body, chat_response, chat_events)
+        return await turn(request, body, partial(chat_response, parser=parser), partial(chat_events, parser=parser))
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest) -> Response:

@@ -43,6 +43,7 @@ from prorsa.rollout.drivers import Hooks, VersionedRunner
 from prorsa.sampling import Sampling
 from prorsa.serve.conversations import Answer, Closed, Conversation, Hub, Pending
 from prorsa.serve.rl import RlControl
+from prorsa.serve.tool_calls import DEFAULT, ReplyParser
 from prorsa.serve.transcript import Ask, BadAsk, Transcript
 
 
@@ -242,8 +243,10 @@ class ServeDriver:
 
     def __init__(self, hub: Hub, tokenizer: Any, bounds: Served,
                  on_ready: Callable[[], Awaitable[None]] | None = None,
-                 on_end: Callable[[], Awaitable[None]] | None = None, rl: RlControl | None = None) -> None:
+                 on_end: Callable[[], Awaitable[None]] | None = None, rl: RlControl | None = None,
+                 parser: ReplyParser | None = None) -> None:
         self.hub, self.tokenizer, self.bounds = hub, tokenizer, bounds
+        self.parser = parser or ReplyParser(DEFAULT, tokenizer)  # the tool calls of the replies clients echo
         self.rl = rl or RlControl(bounds.weight_version)  # a trainer's pause, resume and weight updates
         self.on_ready = on_ready  # awaited once the engines are up: start listening
         self.on_end = on_end  # awaited once every conversation has ended: stop listening
@@ -282,7 +285,7 @@ class ServeDriver:
                 result.policy_version = result.turns[0].policy_version
                 on_done(result)
 
-        episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer), self.bounds, self.rl, on_branch=save)
+        episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer, self.parser), self.bounds, self.rl, on_branch=save)
         try:
             result = await episode.drive(served_spec(conv.index, self.bounds.family, self.bounds.seed), runner, now,
                                          on_turn)
