@@ -10,10 +10,11 @@ policy version of the weights behind it.
                                          while the engines load it, the version moved; -> the version
     RlControl.load                       how the engines load a model directory (the driver sets it:
                                          the RL loop's push, vLLM's reload_weights on every engine)
-    RlControl.close()                    the server is stopping: nothing waits on the gate
 
 A turn in flight finishes on the weights it started with: a trainer pauses (or updates, which
 pauses by itself) so that no reply mixes two policies and every turn's weight_version is true.
+A stop while paused refuses the held turns as any queued request (ServeDriver's cut-off): they
+were never in flight.
 """
 
 from __future__ import annotations
@@ -78,10 +79,6 @@ class RlControl:
     async def _hold(self) -> None:
         self._open.clear()
         await self._idle.wait()
-
-    def close(self) -> None:
-        self._paused_by_client = False
-        self._open.set()
 
     async def update(self, model_path: str, weight_version: int | None = None) -> int:
         """Raises WeightsError (a path that is no model directory nor .safetensors file) before

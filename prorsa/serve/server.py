@@ -143,7 +143,6 @@ class Endpoint:
 
     def stop(self) -> None:
         self.hub.close()
-        self.rl.close()
 
     @property
     def stopped(self) -> bool:
