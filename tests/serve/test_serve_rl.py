@@ -7,10 +7,15 @@ import asyncio
 import json
 import time
 
+import httpx
 import numpy as np
 from safetensors.numpy import save_file
 
-from tests.serve.test_serve_endpoint import Scripted, serve, tok  # noqa: F401 (tok: a fixture)
+from prorsa.rollout.drivers import Hooks
+from prorsa.serve.app import make_app
+from prorsa.serve.conversations import Hub
+from prorsa.serve.episode import ServeDriver, Served
+from tests.serve.test_serve_endpoint import Scripted, chat, serve, tok  # noqa: F401 (tok: a fixture)
 from tests.serve.test_serve_openai import ASK, client
 
 
@@ -56,6 +61,33 @@ def test_a_paused_server_holds_new_turns_until_resumed(tok):
     assert sent_while_paused == 0  # the request reached its conversation, not the engines
     assert resumed["paused"] is False
     assert reply.choices[0].message.content == "reply c0 0" and len(done) == 1
+
+
+def test_a_stop_while_paused_refuses_the_held_turn_and_saves_nothing_of_it(tok):
+    runner = Scripted(tok)
+
+    async def main():
+        hub, done = Hub(idle_s=30), []
+        driver = ServeDriver(hub, tok, Served("swe", 0, max_context=2048, max_tokens=64))
+        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append)))
+        await asyncio.sleep(0)
+        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, rl=driver.rl))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            await http.post("/v1/rl/pause")
+            ask = asyncio.create_task(http.post("/v1/chat/completions", json=chat(ASK)))
+
+            async def held():
+                return driver.rl.waiting == 1
+
+            await until(held, "held at the gate")
+            hub.close()  # what Ctrl-C does (Endpoint.stop)
+            refused = await ask
+        await rollout  # the driver ends: nothing waits on the gate for ever
+        return refused, done
+
+    refused, done = asyncio.run(main())
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+    assert runner.sent == [] and done == []
 
 
 def test_pause_answers_once_the_turn_in_flight_has_finished(tok):
