@@ -35,26 +35,31 @@ def model_dir_for(source: WeightSource, base: Path | None, out: Path) -> Path:
         source = source()
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if path.is_file() and path.suffix == ".safetensors":
+            return _beside_base(base, out, lambda tmp: shutil.copyfile(path, tmp / "model.safetensors"))
         if not (path / "config.json").is_file():
-            raise WeightsError(f"{path}: not a model directory (no config.json)")
+            raise WeightsError(f"{path}: not a model directory (no config.json) nor a .safetensors file")
         return path
     if isinstance(source, (Mapping, Iterable)):
         tensors = dict(source)
     else:
         raise WeightsError(f"update_weights: expected a model directory, a state dict, (name, tensor) pairs "
                            f"or a callable returning one, got {type(source).__name__}")
-    return _write(tensors, base, out)
+    return _beside_base(base, out, lambda tmp: _save(tensors, tmp / "model.safetensors"))
 
 
-def _write(tensors: dict[str, Any], base: Path | None, out: Path) -> Path:
+def _save(tensors: dict[str, Any], file: Path) -> None:
     from safetensors.torch import save_file
 
+    # safetensors wants contiguous CPU tensors, and no two names sharing storage (tied embeddings)
+    save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}, str(file))
+
+
+def _beside_base(base: Path | None, out: Path, write: Callable[[Path], None]) -> Path:
     with written_whole(out) as tmp:
         if base is not None:  # config, tokenizer, generation config: everything but the old weights
             for f in base.iterdir():
                 if f.is_file() and not f.name.endswith(_WEIGHT_FILES) and not f.name.endswith(".index.json"):
                     shutil.copy2(f, tmp / f.name)
-        # safetensors wants contiguous CPU tensors, and no two names sharing storage (tied embeddings)
-        save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()},
-                  str(tmp / "model.safetensors"))
+        write(tmp)
     return out

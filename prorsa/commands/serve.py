@@ -47,7 +47,7 @@ def serve_pipeline(request: ServeRequest) -> None:
 
     resolved = _servable(request)
     cfg = resolved.cfg
-    tokenizer, sock = _tokenizer_and_socket(request, resolved)
+    tokenizer, parser, sock = _tokenizer_and_socket(request, resolved)
     folder = run_folder_at(Path(request.output)) if request.output else new_run_folder(Path(cfg.output_dir), cfg.name)
     write_pipeline(folder, cfg)
     console = command_console()
@@ -57,7 +57,7 @@ def serve_pipeline(request: ServeRequest) -> None:
     endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
                         say=lambda line: plain(console, line),
                         max_request_bytes=int(request.max_request_mb * 2**20), api_key=request.api_key,
-                        request_timeout_s=request.request_timeout_s)
+                        request_timeout_s=request.request_timeout_s, run_dir=folder.path, parser=parser)
     rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,
                        lend=lend)
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)
@@ -82,15 +82,20 @@ def _servable(request: ServeRequest) -> RunContext:
     return resolved
 
 
-def _tokenizer_and_socket(request: ServeRequest, resolved: RunContext) -> tuple[Any, socket.socket]:
+def _tokenizer_and_socket(request: ServeRequest, resolved: RunContext) -> tuple[Any, Any, socket.socket]:
     from prorsa.serve.server import listen, load_tokenizer
+    from prorsa.serve.tool_calls import ReplyParser
 
     try:
         tokenizer = load_tokenizer(resolved)
     except (OSError, ValueError) as e:
         fail(f"{request.pipeline}: engines.vllm.model: cannot load the model's tokenizer ({e})")
     try:
+        parser = ReplyParser(resolved.cfg.engines.vllm.tool_call_parser, tokenizer)
+    except ValueError as e:
+        fail(f"{request.pipeline}: engines.vllm.tool_call_parser: {e}")
+    try:
         sock = listen(request.host, request.port)
     except OSError as e:
         fail(f"--host/--port: cannot listen on {request.host}:{request.port} ({e.strerror or e})")
-    return tokenizer, sock
+    return tokenizer, parser, sock

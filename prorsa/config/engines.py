@@ -13,6 +13,22 @@ from prorsa.config.section import C_LONG, Section
 MAX_ENGINE_GPUS = 4096  # GPUs of one engine; more is a typo
 
 
+def check_tool_parser(name: str) -> str:
+    """`name` if vLLM registers a tool-call parser of that name (hermes also without vLLM, which
+    prorsa parses itself); else ValueError naming the registered ones."""
+    try:
+        from vllm.tool_parsers import ToolParserManager
+    except ImportError:
+        if name == "hermes":
+            return name
+        raise ValueError(f"{name!r} is one of vLLM's tool-call parsers, and vLLM is not installed "
+                         "(./setup.sh); without it only 'hermes'") from None
+    known = ToolParserManager.list_registered()
+    if name not in known:
+        raise ValueError(f"unknown tool-call parser {name!r}; vLLM's are: {', '.join(known)}")
+    return name
+
+
 class VllmSettings(Section):
     # a model directory, or "tiny" (a Llama) / "tiny-moe" (a Qwen3-MoE): made locally under cache_dir on first use
     model: str = "tiny"
@@ -44,6 +60,14 @@ class VllmSettings(Section):
     # vLLM --scheduling-policy: `priority` admits by each request's priority (lower first, ties
     # first come); scheduling.priority launches the engines with it (engine/registry.py)
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    # vLLM --tool-call-parser: how `prorsa serve` reads tool calls out of a reply (hermes, llama3_json,
+    # mistral, qwen3_coder, pythonic, ...: the model's own format)
+    tool_call_parser: str = "hermes"
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return v if v == "hermes" else check_tool_parser(v)  # the default: no vLLM import to check it
 
     @property
     def layout(self) -> EngineLayout:

@@ -48,7 +48,7 @@ from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner
 from prorsa.live.start_progress import start_log, start_progress
-from prorsa.live.training import open_learner, warm_start
+from prorsa.live.training import open_learner, push_weights, warm_start
 from prorsa.metrics.console import plain
 from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
@@ -171,7 +171,8 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             episodes=environment.episode if environment else None,
             update_weights=learner.update if learner else _weight_update(client, live.addresses, live.run),
             skip=frozenset(journal.done_ids),
-            on_stop=journal.flush, driver=driver, **rl)  # interrupted or not, what finished is kept
+            on_stop=journal.flush, driver=driver,  # interrupted or not, what finished is kept
+            load_weights=push_weights(client, live.addresses), **rl)
         plane = await control_plane(client, runner, controller)
 
     saved = journal.finish()

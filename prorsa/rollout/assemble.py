@@ -27,7 +27,7 @@ from prorsa.agent.workload import Workload
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.context import RunContext
 from prorsa.rollout.control_loop import ControlLoop
-from prorsa.rollout.drivers import Episodes, Hooks, Update, run_async, run_sync
+from prorsa.rollout.drivers import Episodes, Hooks, LoadWeights, Update, run_async, run_sync
 from prorsa.rollout.partial import PartialPlan, run_partial
 
 Drive = Callable[..., Awaitable[list[TrajectoryResult]]]  # run_sync's signature
@@ -49,7 +49,8 @@ class Body:
 async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Callable[[TrajectoryResult], None], *,
                    episodes: Episodes | None = None, update_weights: Update | None = None,
                    skip: Container[str] = frozenset(), on_stop: Callable[[], None] | None = None,
-                   workload: Workload | None = None, driver: Drive | None = None, **rl) -> float:
+                   workload: Workload | None = None, driver: Drive | None = None,
+                   load_weights: LoadWeights | None = None, **rl) -> float:
     """`on_stop`: called as the rollout ends, interrupted or not, before the loops beside it stop;
     `workload`: the run's, when the body has drawn it already; `driver`: what starts the
     trajectories instead of the workload's sync or async driver (prorsa serve: its requests);
@@ -66,7 +67,7 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
         drive, extra = run_partial, {"partial": plan, "checkpoint": checkpoint}
     # a trace's releases (start_s) stay on the specs: the driver converts each with the same unit
     hooks = Hooks(on_done, rec.on_turn, episodes, update_weights, skip, rl.pop("version", None), rl.pop("gate", None),
-                  body.controller.before_step if wcfg.mode == "sync" else None, body.clock_unit)
+                  body.controller.before_step if wcfg.mode == "sync" else None, body.clock_unit, load_weights)
     if rl:
         raise TypeError(f"roll_out: unknown RL hooks {sorted(rl)}")
     rollout = drive(workload, wcfg, body.runner, body.now, hooks, **extra)

@@ -24,6 +24,9 @@
       clock_unit                                     wall seconds per second of `now`: a spec's
                                                      release (start_s) is given in wall seconds,
                                                      like its tool latencies
+      load_weights                                   optional: a model directory into every engine
+                                                     (the RL loop's push); a driver whose clients
+                                                     bring weights (prorsa serve) calls it
     play_spec(spec, runner, now, on_done, ...)       one trajectory, tagged with the version it
                                                      started under, each turn with the one it was
                                                      sent under (VersionedRunner; both drivers,
@@ -44,6 +47,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Container
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 from prorsa.agent.loop import (Episode, TrajectoryResult, TurnListener, TurnRequest, TurnResult, TurnRunner,
@@ -55,6 +59,7 @@ Done = Callable[[TrajectoryResult], None]
 Episodes = Callable[[TrajectorySpec], Episode]
 Update = Callable[[], Awaitable[None]]
 Version = Callable[[], int]
+LoadWeights = Callable[[Path], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Hooks:
     gate: Callable[[int], bool] | None = None
     before_step: Callable[[int], Awaitable[None]] | None = None
     clock_unit: float = 1.0
+    load_weights: LoadWeights | None = None
 
 
 def expected_trajectories(cfg: WorkloadConfig) -> int | None:

@@ -1,12 +1,18 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over a Hub (serve/conversations.py).
 
-    make_app(hub, model, tokenizer, max_request_bytes, api_key, request_timeout_s) -> FastAPI
+    make_app(hub, model, tokenizer, max_request_bytes, api_key, request_timeout_s, rl, parser) -> FastAPI
         GET  /health                 200 while the server takes requests (vLLM's probe)
         POST /v1/sessions/{id}/end   {"reward": r} optional: the session's conversation ends after
                                      the requests it sent, its trajectory saved with the reward
         GET  /v1/models              the one model the pipeline serves
         POST /v1/chat/completions    messages (+ tools) -> one turn of the session's trajectory
         POST /v1/completions         a prompt (text or token ids) -> one turn of the session's trajectory
+        POST /v1/rl/pause            new turns wait; answered once the turns in flight have ended
+        POST /v1/rl/resume           waiting turns go on
+        POST /v1/rl/update_weights   {"model_path": folder or .safetensors file, "weight_version": v}
+                                     optional: every engine loads it, turns held meanwhile; later
+                                     turns (responses and saved turns) carry the new version
+        GET  /v1/rl/weight_version   the version new turns run on, whether paused, the turns held
 
 Both take `stream` (server-sent events, serve/streaming.py), `n` (n branches of the conversation,
 serve/episode.py) and vLLM's `return_token_ids`; every response carries `weight_version`.
@@ -16,7 +22,9 @@ Every error is OpenAI's error object: a body that is not JSON or breaks the sche
 a conversation past the model's context 400 (context_length_exceeded), a body past
 `max_request_bytes` 413 before it is read, a missing or wrong key (when `api_key` is set; /health
 stays open) 401, an unknown path 404, no reply within `request_timeout_s` 504, a server that is
-stopping 503, a turn whose engines failed 500.
+stopping 503, a turn whose engines failed 500. The /v1/rl/ paths (serve/rl.py) want the key too;
+a weight file that is not there 400, engines that fail to load it 500. A paused server's requests
+wait (their request_timeout_s runs).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -31,11 +40,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from prorsa.api.weights import WeightsError
 from prorsa.serve.conversations import SESSION_HEADER, Closed, Hub, session_of
 from prorsa.serve.episode import ContextFull
-from prorsa.serve.protocol import (ChatRequest, CompletionRequest, EndRequest, chat_response, completion_response,
-                                   error_body)
+from prorsa.serve.protocol import (ChatRequest, CompletionRequest, EndRequest, UpdateWeightsRequest, chat_response,
+                                   completion_response, error_body)
+from prorsa.serve.rl import RlControl, RlError
 from prorsa.serve.streaming import chat_events, completion_events
+from prorsa.serve.tool_calls import DEFAULT, ReplyParser
 from prorsa.serve.transcript import BadAsk
 
 
@@ -130,7 +142,10 @@ class _ApiKey:
 
 
 def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES,
-             api_key: str | None = None, request_timeout_s: float | None = None) -> FastAPI:
+             api_key: str | None = None, request_timeout_s: float | None = None,
+             rl: RlControl | None = None, parser: ReplyParser | None = None) -> FastAPI:
+    """`rl`: the served run's RL gate (None: no /v1/rl/ paths); `parser`: how replies become
+    tool_calls (serve/tool_calls.py; None: hermes)."""
     app = FastAPI(title="prorsa", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -138,6 +153,7 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
     if api_key:  # outermost: a stranger's request is refused before its body is read
         app.add_middleware(_ApiKey, key=api_key)
     vocab = len(tokenizer)
+    parser = parser or ReplyParser(DEFAULT, tokenizer)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -186,10 +202,41 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, body: ChatRequest) -> Response:
-        return await turn(request, body, chat_response, chat_events)
+        return await turn(request, body, partial(chat_response, parser=parser), partial(chat_events, parser=parser))
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest) -> Response:
         return await turn(request, body, completion_response, completion_events)
 
+    if rl is not None:
+        _rl_routes(app, rl)
     return app
+
+
+def _rl_routes(app: FastAPI, rl: RlControl) -> None:
+    def state() -> dict:
+        return {"weight_version": rl.weight_version, "paused": rl.paused, "waiting": rl.waiting}
+
+    @app.post("/v1/rl/pause")
+    async def pause() -> dict:
+        await rl.pause()
+        return state()
+
+    @app.post("/v1/rl/resume")
+    async def resume() -> dict:
+        rl.resume()
+        return state()
+
+    @app.post("/v1/rl/update_weights")
+    async def update_weights(body: UpdateWeightsRequest) -> JSONResponse:
+        try:
+            await rl.update(body.model_path, body.weight_version)
+        except WeightsError as e:
+            return JSONResponse(error_body(f"model_path: {e}", param="model_path"), 400)
+        except RlError as e:
+            return JSONResponse(error_body(str(e), "server_error", code="weights_not_loaded"), 500)
+        return JSONResponse({"success": True, "message": f"loaded {body.model_path}"} | state())
+
+    @app.get("/v1/rl/weight_version")
+    async def weight_version() -> dict:
+        return state()

@@ -7,7 +7,8 @@
                                  is held to
     ServeDriver(hub, tokenizer, served, ...)   a driver for roll_out (rollout/assemble.py): one trajectory
                                  per conversation, from the first request to the hub's close or the
-                                 conversation's idle end; awaited like run_sync, until the hub closes
+                                 conversation's idle end; awaited like run_sync, until the hub closes;
+                                 its turns pass the RlControl gate (serve/rl.py) and carry its version
 
 A turn, as the trajectory keeps it:
 
@@ -41,6 +42,8 @@ from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.rollout.drivers import Hooks, VersionedRunner
 from prorsa.sampling import Sampling
 from prorsa.serve.conversations import Answer, Closed, Conversation, Hub, Pending
+from prorsa.serve.rl import RlControl
+from prorsa.serve.tool_calls import DEFAULT, ReplyParser
 from prorsa.serve.transcript import Ask, BadAsk, Transcript
 
 
@@ -71,6 +74,7 @@ class ServedEpisode:
     hub: Hub
     transcript: Transcript
     bounds: Served
+    rl: RlControl
     on_branch: Callable[[TrajectoryResult], None] = lambda result: None  # a branch the client left
     branches: list[Branch] = field(default_factory=list)  # as far as they have run
     pending: Pending | None = None  # the request being answered
@@ -116,8 +120,9 @@ class ServedEpisode:
             sampling = replace(self.bounds.sampling, **dict(ask.sampling))
             requests = [self._request(b, k, spec, ask, sampling, j, len(added_ids), room, runner.needs_token_ids)
                         for j, b in enumerate(branches)]
-            played = await asyncio.gather(*(play_turn(runner, req, b.result, on_turn)
-                                            for req, b in zip(requests, branches)))
+            async with self.rl.turn():  # paused by a trainer: the request waits here, its arrival kept
+                played = await asyncio.gather(*(play_turn(runner, req, b.result, on_turn)
+                                                for req, b in zip(requests, branches)))
             if any(res is None for res in played):
                 self.hub.answered(pending, RuntimeError(next(b.result.error for b, res in zip(branches, played)
                                                              if res is None)))
@@ -238,16 +243,20 @@ class ServeDriver:
 
     def __init__(self, hub: Hub, tokenizer: Any, bounds: Served,
                  on_ready: Callable[[], Awaitable[None]] | None = None,
-                 on_end: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_end: Callable[[], Awaitable[None]] | None = None, rl: RlControl | None = None,
+                 parser: ReplyParser | None = None) -> None:
         self.hub, self.tokenizer, self.bounds = hub, tokenizer, bounds
+        self.parser = parser or ReplyParser(DEFAULT, tokenizer)  # the tool calls of the replies clients echo
+        self.rl = rl or RlControl(bounds.weight_version)  # a trainer's pause, resume and weight updates
         self.on_ready = on_ready  # awaited once the engines are up: start listening
         self.on_end = on_end  # awaited once every conversation has ended: stop listening
 
     async def __call__(self, workload, cfg, runner: TurnRunner, now: Callable[[], float],
                        hooks: Hooks) -> list[TrajectoryResult]:
         on_done, on_turn = hooks.on_done, hooks.on_turn
-        # every turn tagged with the weights it ran on: a trainer's updates, else the served model's own
-        version = hooks.version or (lambda: self.bounds.weight_version)
+        # every turn tagged with the weights it ran on: the outside trainer's updates, else the served model's own
+        version = hooks.version or (lambda: self.rl.weight_version)
+        self.rl.load = hooks.load_weights
         runner = VersionedRunner(runner, version)
         self.hub.clock = now  # requests' arrival times on the turns' clock: the gaps are tool times
         if self.on_ready is not None:
@@ -276,7 +285,7 @@ class ServeDriver:
                 result.policy_version = result.turns[0].policy_version
                 on_done(result)
 
-        episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer), self.bounds, on_branch=save)
+        episode = ServedEpisode(conv, self.hub, Transcript(self.tokenizer, self.parser), self.bounds, self.rl, on_branch=save)
         try:
             result = await episode.drive(served_spec(conv.index, self.bounds.family, self.bounds.seed), runner, now,
                                          on_turn)

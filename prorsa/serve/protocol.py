@@ -6,15 +6,16 @@
                                           endpoint cannot do (a forced tool call, a response format,
                                           penalties, best_of, ...) is refused by name, not ignored
     ChatRequest.ask() / CompletionRequest.ask() -> Ask   what the conversation needs of a request
-    chat_response(answers, model, tokenizer, req)         the response bodies: a choice per answer,
+    chat_response(answers, model, tokenizer, req, parser) the response bodies: a choice per answer,
     completion_response(answers, model, tokenizer, req)   `weight_version`, and with vLLM's
                                           `return_token_ids` the prompt's and each choice's token ids
                                           (the streamed form: serve/streaming.py)
     error_body(message, type, param, code)   OpenAI's error object
 
-A reply that holds `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (the Hermes format
-the tiny model's template teaches) comes back as `tool_calls`, the text outside the calls as
-`content`; the trajectory keeps the model's tokens either way.
+A reply that holds tool calls in the format of the pipeline's engines.vllm.tool_call_parser (vLLM's
+parser of that name, serve/tool_calls.py; hermes by default, as the tiny model's template teaches)
+comes back as `tool_calls`, the text outside the calls as `content`; the trajectory keeps the
+model's tokens either way.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from prorsa.serve.conversations import Answer
-from prorsa.serve.transcript import Ask, split_reply
+from prorsa.serve.tool_calls import ReplyParser
+from prorsa.serve.transcript import Ask
 
 
 class Message(BaseModel):
@@ -175,6 +177,15 @@ class EndRequest(BaseModel):
     reward: float | None = Field(None, allow_inf_nan=False)
 
 
+class UpdateWeightsRequest(BaseModel):
+    """POST /v1/rl/update_weights, named as SGLang's update_weights_from_disk (slime, Dynamo's clients)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str = Field(min_length=1)  # a model folder or a .safetensors file the engines can read
+    weight_version: int | None = Field(None, ge=0)  # None: one past the served version
+
+
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
@@ -190,11 +201,11 @@ def finish_reason(a: Answer, calls: list) -> str:
     return "tool_calls" if calls else "stop" if a.ended else "length"
 
 
-def tool_calls(a: Answer) -> tuple[list[dict], str | None]:
-    content, calls = split_reply(a.text)
-    return [{"id": c.call_id or f"call-{a.traj_id}-{a.turn}-{i}", "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments))}}
-            for i, c in enumerate(calls)], content
+def tool_calls(a: Answer, parser: ReplyParser, req: ChatRequest) -> tuple[list[dict], str | None]:
+    content, calls = parser.split(a.text, req.tools or ())
+    # ids of our own, not the parser's random ones: a trajectory's calls are named alike on every replay
+    return [{"id": f"call-{a.traj_id}-{a.turn}-{i}", "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}} for i, c in enumerate(calls)], content
 
 
 def token_texts(tokenizer: Any, ids: tuple[int, ...]) -> list[str]:
@@ -206,10 +217,10 @@ def chat_logprobs(tokenizer: Any, a: Answer) -> dict:
                         for t, x in zip(token_texts(tokenizer, a.token_ids), a.logprobs)]}
 
 
-def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest) -> dict:
+def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest, parser: ReplyParser) -> dict:
     choices = []
     for i, a in enumerate(answers):
-        calls, content = tool_calls(a)
+        calls, content = tool_calls(a, parser, req)
         message = {"role": "assistant", "content": content} | ({"tool_calls": calls} if calls else {})
         lp = chat_logprobs(tokenizer, a) if req.logprobs else None
         choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": finish_reason(a, calls)}

@@ -6,7 +6,9 @@
     exposure_warning(host, api_key)         the console's warning when they can and need no key
     served_version(run) -> int              the served model's policy version (weight_version):
                                             its policy.json's when a trainer saved it, else 0
-    Endpoint(run, sock, idle_s, max_tokens) the pieces of one served run
+    Endpoint(run, sock, idle_s, max_tokens, ..., run_dir)   the pieces of one served run; an outside
+                                            trainer's weight files become model folders under
+                                            run_dir/weights (serve/rl.py)
     Endpoint.driver -> ServeDriver          what roll_out drives instead of the workload: the
                                             HTTP server starts once the engines are up, and stops
                                             when the hub closes and every conversation has ended
@@ -33,6 +35,8 @@ from prorsa.rollout.context import RunContext, sampling_of
 from prorsa.serve.app import MAX_REQUEST_BYTES, make_app
 from prorsa.serve.conversations import Hub
 from prorsa.serve.episode import ServeDriver, Served
+from prorsa.serve.rl import RlControl
+from prorsa.serve.tool_calls import ReplyParser
 
 DEFAULT_MAX_TOKENS = 256  # a reply's cap when a request sets none
 
@@ -98,17 +102,25 @@ class _Server(uvicorn.Server):
 class Endpoint:
     def __init__(self, run: RunContext, sock: socket.socket, tokenizer: Any, idle_s: float,
                  max_tokens: int = DEFAULT_MAX_TOKENS, say=print, max_request_bytes: int = MAX_REQUEST_BYTES,
-                 api_key: str | None = None, request_timeout_s: float | None = None) -> None:
+                 api_key: str | None = None, request_timeout_s: float | None = None,
+                 run_dir: Path | None = None, parser: ReplyParser | None = None) -> None:
+        from prorsa.engine.registry import backend_of
+
         cfg = run.cfg
         self.sock, self.say = sock, say
         self.hub = Hub(idle_s)
         self.model = Path(cfg.engines.vllm.model).name  # "tiny", or the model folder's name
-        app = make_app(self.hub, self.model, tokenizer, max_request_bytes, api_key, request_timeout_s)
+        self.rl = RlControl(served_version(run), backend_of(cfg.engines).model_dir(),
+                            run_dir / "weights" if run_dir is not None else None)
+        parser = parser or ReplyParser(cfg.engines.vllm.tool_call_parser, tokenizer)
+        app = make_app(self.hub, self.model, tokenizer, max_request_bytes, api_key, request_timeout_s, self.rl,
+                       parser)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
         bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, max_tokens,
                         sampling_of(cfg), served_version(run))
-        self.driver = ServeDriver(self.hub, tokenizer, bounds, on_ready=self._start, on_end=self._stop_server)
+        self.driver = ServeDriver(self.hub, tokenizer, bounds, on_ready=self._start, on_end=self._stop_server,
+                                  rl=self.rl, parser=parser)
 
     @property
     def url(self) -> str:

@@ -1,6 +1,6 @@
 """A turn's answers as server-sent events in OpenAI's chunk format (`stream: true`).
 
-    chat_events(answers, model, tokenizer, req) -> Iterator[str]        chat.completion.chunk events
+    chat_events(answers, model, tokenizer, req, parser) -> Iterator[str]   chat.completion.chunk events
     completion_events(answers, model, tokenizer, req) -> Iterator[str]  text_completion events
 
 Each choice: a chunk per generated token (its text, and its logprob and id when asked), its tool
@@ -21,6 +21,7 @@ from typing import Any
 from prorsa.serve.conversations import Answer
 from prorsa.serve.protocol import (ChatRequest, CompletionRequest, chat_logprobs, completion_logprobs, finish_reason,
                                    tool_calls, usage)
+from prorsa.serve.tool_calls import ReplyParser
 
 DONE = "data: [DONE]\n\n"
 
@@ -55,7 +56,8 @@ def _pieces(tokenizer: Any, a: Answer) -> list[str]:
     return text_pieces(tokenizer, a.token_ids[:n], a.text) + [""] * (len(a.token_ids) - n)
 
 
-def chat_events(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest) -> Iterator[str]:
+def chat_events(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest,
+                parser: ReplyParser) -> Iterator[str]:
     first = answers[0]
     head = {"id": f"chatcmpl-{first.traj_id}-{first.turn}", "object": "chat.completion.chunk",
             "created": int(time.time()), "model": model, "weight_version": first.weight_version}
@@ -70,7 +72,7 @@ def chat_events(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequ
         yield _event(head | extra_usage | opening | {"choices": [{"index": i, "delta": {"role": "assistant",
                                                                                           "content": ""},
                                                                  "logprobs": None, "finish_reason": None}]})
-        calls, content = tool_calls(a)
+        calls, content = tool_calls(a, parser, req)
         lps = chat_logprobs(tokenizer, a)["content"] if req.logprobs else None
         if calls:  # the calls are whole only at the end of the text: the tokens in one chunk, then each call
             more = ({"logprobs": {"content": lps}} if lps is not None else {}) | (

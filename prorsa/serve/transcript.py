@@ -1,7 +1,8 @@
 """A served conversation as the model reads it: text in, token ids kept, the model's own tokens untouched.
 
     Ask                              one request: chat messages (with tools) or a completion prompt
-    Transcript(tokenizer)            one conversation's text so far
+    Transcript(tokenizer, parser)    one conversation's text so far (parser: serve/tool_calls.py's,
+                                     reading the tool calls of the replies it echoes)
     Transcript.open(ask) -> str      the first request: the whole prompt text (chat template applied);
                                      BadAsk (here and in follow) when the template cannot write it
     Transcript.follow(ask, reply) -> str | None
@@ -14,7 +15,6 @@
     Transcript.echoes(ask) -> bool   the request's echoed assistant message is this transcript's
                                      last reply (picks the branch an n > 1 request's client went on with)
     Transcript.reply_text(ids) -> (text, ended)   the model's reply as the client gets it
-    split_reply(text) -> (content, calls)   the Hermes tool calls of a reply and the text outside them
 
 Why text deltas and not re-tokenizing the whole chat: the model's tokens must stay what it
 generated (their logprobs are what a trainer needs), and a BPE tokenizer need not write a decoded
@@ -32,11 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prorsa.agent.tools.base import ToolCall
-from prorsa.agent.tools.parser import ToolCallParser
+from prorsa.serve.tool_calls import ReplyParser
 
 _MARK = "\x00REPLY\x00"
-_PARSER = ToolCallParser(formats=("hermes",))
 
 
 class BadAsk(ValueError):
@@ -65,18 +63,10 @@ class Ask:
         return "chat" if self.chat else "text" if self.prompt is not None else "ids"
 
 
-def split_reply(text: str) -> tuple[str | None, tuple[ToolCall, ...]]:
-    """A reply holding `<tool_call>{...}</tool_call>` (the Hermes format) -> (the text outside the
-    calls or None, the calls); a reply without calls -> (the text, ())."""
-    parsed = _PARSER.parse(text)
-    if not parsed.calls:
-        return text, ()
-    return parsed.content or None, parsed.calls
-
-
 @dataclass
 class Transcript:
     tokenizer: Any
+    parser: ReplyParser
     _last: Ask | None = None
     _reply: str = ""  # the last reply's text as the client got it
     _ended: bool = False  # the last reply ended with the model's EOS
@@ -135,11 +125,11 @@ class Transcript:
         if last is None or not ask.chat or not last.chat or len(ask.messages) <= len(last.messages):
             return False
         echoed = ask.messages[len(last.messages)]
-        content, calls = split_reply(self._reply)
+        content, calls = self.parser.split(self._reply, last.tools)
         given = [((c.get("function") or {}).get("name"), _arguments((c.get("function") or {}).get("arguments")))
                  for c in echoed.get("tool_calls") or ()]
         return ((echoed.get("content") or None) == (content or None)
-                and given == [(c.name, dict(c.arguments)) for c in calls])
+                and given == [(c.name, _arguments(c.arguments)) for c in calls])
 
     def follow(self, ask: Ask) -> str | None:
         last = self._last

@@ -1,6 +1,7 @@
 """`prorsa serve` as a user starts it, on emulated engines (a real Dask run, no model): the key from
 the environment, n > 1 branches, a stream and a token-id prompt through the real `openai` client,
-and what the run folder keeps of them. Emulated engines write token counts, not text, so replies
+an outside trainer's pause, weight update (pushed to every engine worker) and resume, and what the
+run folder keeps of them. Emulated engines write token counts, not text, so replies
 are empty here; their text is tested over a scripted runner (test_serve_openai.py)."""
 
 import asyncio
@@ -11,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+import numpy as np
 import openai
 import pyarrow.parquet as pq
 from openai import AsyncOpenAI
+from safetensors.numpy import save_file
 
 from tests.serve.test_serve_vllm import _started
 
@@ -21,7 +25,17 @@ ROOT = Path(__file__).resolve().parents[2]
 ASK = [{"role": "user", "content": "What is 2+3?"}]
 
 
-async def _drive(url: str):
+async def _trainer(url: str, weights: Path, oa: AsyncOpenAI):
+    """Pause, update, resume as an RL trainer does between steps; then a turn on the new weights."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer sesame"}, timeout=120) as http:
+        paused = (await http.post("/rl/pause")).json()
+        updated = (await http.post("/rl/update_weights", json={"model_path": str(weights)})).json()
+        resumed = (await http.post("/rl/resume")).json()
+    after = await oa.chat.completions.create(model="tiny", messages=ASK, max_tokens=4, user="after")
+    return paused, updated, resumed, after
+
+
+async def _drive(url: str, weights: Path):
     wrong = AsyncOpenAI(base_url=url, api_key="wrong", max_retries=0, timeout=120)
     try:
         await wrong.models.list()
@@ -37,18 +51,20 @@ async def _drive(url: str):
     chunks = [c async for c in stream]
     ids = await oa.completions.create(model="tiny", prompt=[5, 6, 7, 8], max_tokens=4, user="ids",
                                       extra_body={"return_token_ids": True})
-    return refused, n4, chunks, ids
+    return refused, n4, chunks, ids, await _trainer(url, weights, oa)
 
 
 def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
     run_dir = tmp_path / "run"
+    weights = tmp_path / "step-1.safetensors"
+    save_file({"w": np.ones((2, 2), dtype=np.float32)}, str(weights))
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", "pipelines/serve.yaml", "--engine", "emulated",
                              "--port", "0", "--output", str(run_dir), "runtime.dashboard_address=null"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=os.environ | {"PRORSA_API_KEY": "sesame"})
     try:
         url = _started(proc, time.time() + 300)
-        refused, n4, chunks, ids = asyncio.run(_drive(url))
+        refused, n4, chunks, ids, (paused, updated, resumed, after) = asyncio.run(_drive(url, weights))
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -60,6 +76,9 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
     assert [c.choices[0].finish_reason for c in chunks[:-1] if c.choices[0].finish_reason] == ["length"]
     assert ids.choices[0].model_extra["prompt_token_ids"] == [5, 6, 7, 8]
+    assert paused["paused"] and updated["weight_version"] == 1 and not resumed["paused"]
+    assert after.model_extra["weight_version"] == 1
+    assert (run_dir / "weights" / "v1" / "model.safetensors").read_bytes() == weights.read_bytes()
     assert proc.returncode == 2, out  # a stop by a signal exits 2, here with every conversation saved
 
     rows = pq.read_table(run_dir / "trajectories.parquet").to_pylist()
@@ -72,3 +91,6 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
     assert streamed["turns"][0]["decode_tokens"] == 6
     [by_ids] = [r for r in rows if r["task_id"] == "ids"]
     assert by_ids["prompt_ids"] == [5, 6, 7, 8]
+    assert by_ids["policy_version"] == 0
+    [later] = [r for r in rows if r["task_id"] == "after"]
+    assert later["policy_version"] == 1 and [t["policy_version"] for t in later["turns"]] == [1]

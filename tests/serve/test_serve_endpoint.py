@@ -47,18 +47,22 @@ class Scripted:
 
 
 def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling(), max_request_bytes=2**24,
-          weight_version=0, version=None, **app_options):
+          weight_version=0, version=None, load_weights=None, parser=None, **app_options):
     """Run the app and driver; `requests(client)` is a coroutine making requests; -> (its value,
-    the trajectories, the runner). `version`: a trainer's version hook; app_options: make_app's."""
+    the trajectories, the runner). `version`: a trainer's version hook; `load_weights`: the engines'
+    (the RL loop's push); `parser`: the tool-call parser; app_options: make_app's."""
     runner = runner or Scripted(tok)
 
     async def main():
         hub = Hub(idle_s=idle_s)
         done = []
         driver = ServeDriver(hub, tok, Served("swe", 0, max_context=max_context, max_tokens=64, sampling=sampling,
-                                              weight_version=weight_version))
-        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, Hooks(done.append, version=version)))
-        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, max_request_bytes, **app_options))
+                                              weight_version=weight_version), parser=parser)
+        hooks = Hooks(done.append, version=version, load_weights=load_weights)
+        rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, hooks))
+        await asyncio.sleep(0)  # the driver under way, as before a real server listens
+        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, max_request_bytes, rl=driver.rl,
+                                                     parser=parser, **app_options))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             value = await requests(client)
         hub.close()

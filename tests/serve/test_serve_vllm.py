@@ -11,8 +11,9 @@ The policy is prorsa, which may switch an engine's role; engine groups hold each
 (engines.groups: a prefill group and a decode group), so the legs stay split under it by design.
 
 One server for the module (starting two engines is most of its time): before the agent, a streamed
-chat with tools, an n=4 chat and a token-id completion against the same text's run on it; the
-agent's test comes last, as it stops the server."""
+chat with tools, an n=4 chat, a token-id completion against the same text's, and an outside
+trainer's pause, weight update and resume run on it; the agent's test comes last, as it stops the
+server."""
 
 import asyncio
 import json
@@ -167,6 +168,44 @@ def test_n_samples_share_the_prompt_and_a_token_id_prompt_is_the_text_s(server, 
     assert by_ids.choices[0].model_extra["prompt_token_ids"] == prompt
     assert by_text.choices[0].model_extra["token_ids"] == by_ids.choices[0].model_extra["token_ids"]
     assert by_ids.choices[0].text == by_text.choices[0].text
+
+
+def test_a_trainer_s_weights_reach_both_engines_and_later_replies_carry_their_version(server, tmp_path):
+    import httpx
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = ROOT / ".prorsa" / "models" / "tiny-llama-s0-v2048"
+    noise = torch.Generator().manual_seed(0)
+    moved = {k: v + 0.5 * torch.randn(v.shape, generator=noise, dtype=v.dtype)
+             for k, v in load_file(str(model / "model.safetensors")).items()}
+    step = tmp_path / "step-1.safetensors"
+    save_file(moved, str(step))
+
+    async def trainer():
+        oa = server.client()
+
+        async def greedy(session):
+            r = await oa.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Count: one,"}],
+                                                 max_tokens=16, temperature=0, extra_headers={"X-Session-Id": session})
+            return r.choices[0].message.content, r.model_extra["weight_version"]
+
+        async with httpx.AsyncClient(base_url=server.url, timeout=600) as http:
+            before = await greedy("before")
+            paused = (await http.post("/rl/pause")).json()
+            updated = (await http.post("/rl/update_weights", json={"model_path": str(step)})).json()
+            await http.post("/rl/resume")
+            after = await greedy("after")
+            # the served model's own weights back, as a folder: the agent's test below runs on them
+            restored = (await http.post("/rl/update_weights", json={"model_path": str(model)})).json()
+            again = await greedy("again")
+        return before, paused, updated, after, restored, again
+
+    before, paused, updated, after, restored, again = asyncio.run(trainer())
+    assert paused["paused"] and updated["success"] and updated["weight_version"] == 1
+    assert before[1] == 0 and after[1] == 1 and again[1] == restored["weight_version"] == 2
+    assert after[0] != before[0]  # the engines decode with the new weights
+    assert again[0] == before[0]  # and with the old ones once they are back
 
 
 def test_an_openai_agent_runs_conversations_through_split_legs_and_they_are_saved(server, tok):
