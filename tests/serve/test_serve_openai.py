@@ -225,10 +225,16 @@ def test_an_api_key_guards_every_path_but_health(tok):
 
 
 def test_a_request_past_its_timeout_is_a_504_and_its_conversation_ends(tok):
+    released, finished = asyncio.Event(), asyncio.Event()
+
     class Slow(Scripted):
         async def run_turn(self, req):
             if req.traj_id == "c0" and req.turn == 1:
-                await asyncio.sleep(3)  # far past the timeout below
+                await released.wait()  # held past the timeout, until the client has had its 504
+                try:
+                    return await super().run_turn(req)
+                finally:
+                    finished.set()
             return await super().run_turn(req)
 
     async def requests(http):
@@ -242,11 +248,12 @@ def test_a_request_past_its_timeout_is_a_504_and_its_conversation_ends(tok):
             timed_out = None
         except openai.APIStatusError as e:
             timed_out = e
-        await asyncio.sleep(3.5)  # the slow turn ends on the engines meanwhile
+        released.set()
+        await finished.wait()  # the slow turn ends on the engines meanwhile
         later = await oa.chat.completions.create(model="tiny", messages=messages, extra_headers=h)
         return timed_out, later
 
-    (timed_out, later), done, _ = serve(tok, requests, Slow(tok), request_timeout_s=0.5)
+    (timed_out, later), done, _ = serve(tok, requests, Slow(tok), request_timeout_s=2.0)
     assert timed_out is not None and timed_out.status_code == 504
     assert timed_out.body["code"] == "request_timeout"
     # the reply the client never saw ends its trajectory; the retry starts a new one
