@@ -36,6 +36,10 @@ STEPS = (
     ("init engine (profile, create kv cache", "model loaded, KV cache allocated"),
     ("Application startup complete", "healthy; warming up"),
 )
+# what a start with no cause before it in the log means: the health watch notes its restarts and a
+# port race shows in the server's output, so only the engine's worker process itself, dead or killed
+# and started again by its Nanny, starts a server without a word
+WORKER_RESTARTED = "its worker process started again (it died or was killed)"
 # (text a log line holds, why the server starts again), for causes the server's own output tells
 RESTARTS = (
     (RESTART_NOTE, None),  # the cause follows the note
@@ -84,6 +88,8 @@ class _Watch:
             # a step earlier than the last told is a restart: told again
             if text in line and (i > self.step[name] or i == 0):
                 again = i == 0 and self.step[name] >= 0
+                if again and not self.cause[name]:  # no note, no port race: a new worker started it
+                    self.tell(f"{name}: restarting: {WORKER_RESTARTED}")
                 self.step[name] = i
                 if i == 0:
                     self.cause[name] = ""

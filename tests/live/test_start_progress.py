@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prorsa.live.start_progress import STEPS, start_progress
+from prorsa.live.start_progress import STEPS, WORKER_RESTARTED, start_progress
 
 
 def test_each_step_is_said_once_per_engine_as_the_logs_grow(tmp_path):
@@ -55,6 +55,9 @@ def test_restarts_are_told_with_their_cause_and_every_line_goes_to_the_start_log
                 log.write(f"\n{RESTART_NOTE}the server's process died\n{STEPS[0][0]} 13\n{STEPS[3][0]}.\n")
                 log.flush()
                 await asyncio.sleep(0.05)
+                log.write(f"{STEPS[0][0]} 14\n")  # no note: a new worker process started the server
+                log.flush()
+                await asyncio.sleep(0.05)
 
     asyncio.run(main())
     assert said == [
@@ -63,5 +66,6 @@ def test_restarts_are_told_with_their_cause_and_every_line_goes_to_the_start_log
         "starting again on fresh ports",
         "engine-0: server started again", f"engine-0: {STEPS[3][1]}",
         "engine-0: restarting: the server's process died",
-        "engine-0: server started again", f"engine-0: {STEPS[3][1]}"], said
+        "engine-0: server started again", f"engine-0: {STEPS[3][1]}",
+        f"engine-0: restarting: {WORKER_RESTARTED}", "engine-0: server started again"], said
     assert [r.getMessage() for r in caplog.records if r.name == "prorsa.start"] == said
