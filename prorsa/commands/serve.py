@@ -8,7 +8,7 @@ trajectory of the run folder.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +79,15 @@ def _servable(request: ServeRequest) -> RunContext:
         fail(f"{pipeline}: partial_rollout: prorsa serve has no steps, its clients' conversations are the "
              "trajectories; drop the partial_rollout: section")
     check_engines(cfg, pipeline)
+    if cfg.runtime.output_flush_s > SAVED_WITHIN_S / 2:
+        # a conversation the client ended is on disk within a second (a trainer may read it next):
+        # the journal's timer ticks every output_flush_s and commits rows older than that
+        runtime = cfg.runtime.model_copy(update={"output_flush_s": SAVED_WITHIN_S / 2})
+        resolved = replace(resolved, cfg=cfg.model_copy(update={"runtime": runtime}))
     return resolved
+
+
+SAVED_WITHIN_S = 1.0
 
 
 def _tokenizer_and_socket(request: ServeRequest, resolved: RunContext) -> tuple[Any, Any, socket.socket]:

@@ -51,7 +51,25 @@ async def _drive(url: str, weights: Path):
     chunks = [c async for c in stream]
     ids = await oa.completions.create(model="tiny", prompt=[5, 6, 7, 8], max_tokens=4, user="ids",
                                       extra_body={"return_token_ids": True})
-    return refused, n4, chunks, ids, await _trainer(url, weights, oa)
+    trainer = await _trainer(url, weights, oa)
+    bad = None
+    try:
+        await oa.chat.completions.create(model="tiny", messages=ASK, temperature=-1, user="bad")
+    except openai.BadRequestError as e:
+        bad = e.body
+    return refused, n4, chunks, ids, trainer, bad
+
+
+async def _ended_and_saved(url: str, run_dir: Path) -> tuple[dict, float]:
+    """The client ends a conversation with a reward: how long until the run folder holds it."""
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer sesame"}, timeout=120) as http:
+        ended = (await http.post("/sessions/ids/end", json={"reward": 0.5})).json()
+    t0 = time.monotonic()
+    while not any(r["task_id"] == "ids" and r["reward"] == 0.5 for part in sorted((run_dir / "parts").glob("*.parquet"))
+                  for r in pq.read_table(part, columns=["task_id", "reward"]).to_pylist()):
+        assert time.monotonic() - t0 < 60, "the ended conversation was never saved"
+        await asyncio.sleep(0.05)
+    return ended, time.monotonic() - t0
 
 
 def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
@@ -64,7 +82,8 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
                             env=os.environ | {"PRORSA_API_KEY": "sesame"})
     try:
         url = _started(proc, time.time() + 300)
-        refused, n4, chunks, ids, (paused, updated, resumed, after) = asyncio.run(_drive(url, weights))
+        refused, n4, chunks, ids, (paused, updated, resumed, after), bad = asyncio.run(_drive(url, weights))
+        ended, saved_after_s = asyncio.run(_ended_and_saved(url, run_dir))
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -72,6 +91,9 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
             proc.kill()
             proc.communicate()
     assert refused == 401
+    assert bad is not None and bad.get("error", bad)["param"] == "temperature"  # refused by name
+    assert ended["session"] == "ids" and ended["ended"] and ended["reward"] == 0.5, ended
+    print(f"an ended conversation was on disk {saved_after_s:.2f} s after its end")
     assert len(n4.choices) == 4 and n4.usage.completion_tokens == 4 * 8 and n4.model_extra["weight_version"] == 0
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
     assert [c.choices[0].finish_reason for c in chunks[:-1] if c.choices[0].finish_reason] == ["length"]
