@@ -13,5 +13,9 @@ class Sampling:
     temperature: float = 1.0  # 0: greedy
     top_p: float = 1.0
     top_k: int = -1  # -1: every token
+    min_p: float = 0.0  # tokens below min_p x the likeliest token's probability are left out
+    presence_penalty: float = 0.0  # OpenAI's: against tokens already in the reply
+    frequency_penalty: float = 0.0  # OpenAI's: by how often a token is in the reply
+    repetition_penalty: float = 1.0  # vLLM's: against tokens in the prompt and the reply
     stop: tuple[str, ...] = ()  # strings that end the reply (not included in it)
     seed: int | None = None  # a served request's own; else each turn's (TurnRequest.seed)

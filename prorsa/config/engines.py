@@ -303,3 +303,7 @@ class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0, le=10)  # 0: greedy
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(-1, ge=-1)  # -1: every token
+    min_p: float = Field(0.0, ge=0, le=1)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0, le=2)

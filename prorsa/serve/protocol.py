@@ -53,8 +53,7 @@ MAX_N = 16  # choices in one request: each is a whole turn on the engines
 
 # OpenAI and vLLM fields the endpoint does not honour, and the value that asks nothing of it: any
 # other value is refused by name rather than dropped
-_UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "logit_bias": None, "presence_penalty": 0,
-                "frequency_penalty": 0, "repetition_penalty": 1, "min_p": 0, "functions": None, "function_call": None,
+_UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "logit_bias": None, "functions": None, "function_call": None,
                 "prediction": None, "audio": None, "parallel_tool_calls": True, "top_logprobs": 0,
                 "min_tokens": 0, "prompt_logprobs": None}
 
@@ -82,6 +81,10 @@ class _Request(BaseModel):
     top_k: int | None = Field(None, ge=-1)
     seed: int | None = None
     stop: str | list[str] | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(None, gt=0, le=2)  # vLLM's extension
     response_format: dict[str, Any] | None = None
 
     @model_validator(mode="after")
@@ -114,7 +117,9 @@ class _Request(BaseModel):
     def sampling(self) -> tuple[tuple[str, Any], ...]:
         """The sampling fields this request sets, for the turn's engine (prorsa/sampling.py)."""
         given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed,
-                 "stop": tuple(self.stop) if self.stop is not None else None}
+                 "stop": tuple(self.stop) if self.stop is not None else None, "min_p": self.min_p,
+                 "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
+                 "repetition_penalty": self.repetition_penalty}
         return tuple((k, v) for k, v in given.items() if v is not None)
 
     @property

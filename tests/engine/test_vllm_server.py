@@ -88,9 +88,14 @@ def test_a_cpu_dp_engine_binds_a_core_per_rank_and_asks_for_the_dp_patch():
 def test_completion_body_sends_token_ids():
     body = completion_body((3, 4, 5), max_tokens=8, sampling=Sampling(temperature=0.7), seed=11)
     assert body["prompt"] == [3, 4, 5] and body["max_tokens"] == 8 and body["seed"] == 11
-    assert body["temperature"] == 0.7 and not {"top_p", "top_k", "stop"} & set(body)  # vLLM's defaults unsent
+    assert body["temperature"] == 0.7 and not {"top_p", "top_k", "stop", "min_p", "presence_penalty",
+                                                "frequency_penalty", "repetition_penalty"} & set(body)  # defaults unsent
     asked = completion_body((3,), max_tokens=8, sampling=Sampling(temperature=0.0, top_p=0.9, top_k=20, stop=("\n",)))
     assert (asked["temperature"], asked["top_p"], asked["top_k"], asked["stop"]) == (0.0, 0.9, 20, ["\n"])
+    penalised = completion_body((3,), max_tokens=8, sampling=Sampling(min_p=0.1, presence_penalty=0.5,
+                                                                      frequency_penalty=-0.5, repetition_penalty=1.2))
+    assert [penalised[k] for k in ("min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")] == \
+        [0.1, 0.5, -0.5, 1.2]
     assert body["return_token_ids"] is True and body["logprobs"] == 0 and body["ignore_eos"] is True
     assert "logprobs" not in completion_body((1,), max_tokens=1, logprobs=False)
     with pytest.raises(ValueError, match="token ids"):

@@ -81,8 +81,10 @@ def chat(messages, **extra):
     (b'{"model": "tiny"}', "messages", "'messages' is a required property"),
     (b'{"messages": []}', "messages", "messages"),
     (b'{"messages": [{"role": "robot", "content": "x"}]}', "messages.0.role", "messages.0.role"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5}', "presence_penalty",
-     "presence_penalty is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "logit_bias": {"7": 5}}', "logit_bias",
+     "logit_bias is not supported"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "presence_penalty": 3}', "presence_penalty",
+     "presence_penalty"),
     (b'{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}', "stream_options",
      "only allowed with stream=true"),
     (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "n", "n"),
@@ -128,13 +130,15 @@ def test_a_request_s_sampling_reaches_the_engine_over_the_pipeline_s(tok):
         await client.post("/v1/chat/completions", json=chat(user, temperature=0, seed=5, stop="\n"),
                           headers={"X-Session-Id": "a"})
         await client.post("/v1/chat/completions", json=chat(user), headers={"X-Session-Id": "b"})
-        await client.post("/v1/completions", json={"prompt": "2+3=", "top_p": 0.5, "top_k": 4})
+        await client.post("/v1/completions", json={"prompt": "2+3=", "top_p": 0.5, "top_k": 4, "min_p": 0.05,
+                                                   "frequency_penalty": 0.5, "repetition_penalty": 1.1})
 
     _, _, runner = serve(tok, requests, sampling=pipeline)
     asked = {r.traj_id: r.sampling for r in runner.sent}
     assert sorted(asked.values(), key=repr) == sorted([
         Sampling(temperature=0.0, top_p=0.9, seed=5, stop=("\n",)), pipeline,
-        Sampling(temperature=0.7, top_p=0.5, top_k=4)], key=repr)
+        Sampling(temperature=0.7, top_p=0.5, top_k=4, min_p=0.05, frequency_penalty=0.5, repetition_penalty=1.1)],
+        key=repr)
 
 
 def test_tool_choice_none_offers_no_tools(tok):

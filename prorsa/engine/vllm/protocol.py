@@ -76,6 +76,9 @@ def completion_body(
         body["top_p"] = sampling.top_p
     if sampling.top_k != -1:
         body["top_k"] = sampling.top_k
+    for name, default in _SAMPLING_DEFAULTS.items():
+        if (value := getattr(sampling, name)) != default:
+            body[name] = value
     if sampling.stop:
         body["stop"] = list(sampling.stop)
     if logprobs:
@@ -85,6 +88,10 @@ def completion_body(
     if ms := priority_ms(priority):
         body["priority"] = ms
     return body
+
+
+# vLLM's defaults of the sampling fields sent only when a pipeline or request sets another value
+_SAMPLING_DEFAULTS = {"min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0}
 
 
 def priority_ms(priority: float) -> int:
