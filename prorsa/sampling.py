@@ -17,5 +17,8 @@ class Sampling:
     presence_penalty: float = 0.0  # OpenAI's: against tokens already in the reply
     frequency_penalty: float = 0.0  # OpenAI's: by how often a token is in the reply
     repetition_penalty: float = 1.0  # vLLM's: against tokens in the prompt and the reply
+    # not a draw setting but what the engine reports of it: the likeliest alternatives to each
+    # generated token, with their logprobs (a served request's top_logprobs)
+    top_logprobs: int = 0
     stop: tuple[str, ...] = ()  # strings that end the reply (not included in it)
     seed: int | None = None  # a served request's own; else each turn's (TurnRequest.seed)

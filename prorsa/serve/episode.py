@@ -195,7 +195,8 @@ class ServedEpisode:
         text, ended = b.transcript.reply_text(res.token_ids)
         b.transcript.replied(text, ended)
         return Answer(b.result.spec.traj_id, res.turn, text, ended, res.token_ids, res.decode_tokens, res.logprobs,
-                      prompt_tokens, res.prefill_engine, res.decode_engine, prompt_ids, res.policy_version)
+                      prompt_tokens, res.prefill_engine, res.decode_engine, prompt_ids, res.policy_version,
+                      res.top_logprobs)
 
     @staticmethod
     def _ended(result: TrajectoryResult, now: Callable[[], float]) -> TrajectoryResult:

@@ -50,11 +50,12 @@ class Message(BaseModel):
 
 
 MAX_N = 16  # choices in one request: each is a whole turn on the engines
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 
 # OpenAI and vLLM fields the endpoint does not honour, and the value that asks nothing of it: any
 # other value is refused by name rather than dropped
-_UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "logit_bias": None, "functions": None, "function_call": None,
-                "prediction": None, "audio": None, "parallel_tool_calls": True, "top_logprobs": 0,
+_UNSUPPORTED = {"echo": False, "best_of": 1, "suffix": None, "logit_bias": None, "functions": None,
+                "function_call": None, "prediction": None, "audio": None, "parallel_tool_calls": True,
                 "min_tokens": 0, "prompt_logprobs": None}
 
 
@@ -116,11 +117,16 @@ class _Request(BaseModel):
 
     def sampling(self) -> tuple[tuple[str, Any], ...]:
         """The sampling fields this request sets, for the turn's engine (prorsa/sampling.py)."""
-        given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed,
+        given = {"top_logprobs": self.alternatives() or None,
+                 "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "seed": self.seed,
                  "stop": tuple(self.stop) if self.stop is not None else None, "min_p": self.min_p,
                  "presence_penalty": self.presence_penalty, "frequency_penalty": self.frequency_penalty,
                  "repetition_penalty": self.repetition_penalty}
         return tuple((k, v) for k, v in given.items() if v is not None)
+
+    def alternatives(self) -> int:
+        """How many likeliest tokens to report beside each generated one (0: none)."""
+        return 0
 
     @property
     def include_usage(self) -> bool:
@@ -135,6 +141,16 @@ class ChatRequest(_Request):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # needs logprobs, as OpenAI's
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self):
+        if self.top_logprobs and not self.logprobs:
+            raise PydanticCustomError("unsupported", "top_logprobs needs logprobs=true", {"loc": "top_logprobs"})
+        return self
+
+    def alternatives(self) -> int:
+        return self.top_logprobs or 0
 
     @field_validator("tool_choice")
     @classmethod
@@ -155,7 +171,10 @@ class CompletionRequest(_Request):
     # text, or token ids as vLLM takes them (an RL client's exact context); one prompt per request
     prompt: str | list[str] | list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]]
     max_tokens: int = Field(16, ge=1)  # OpenAI's default
-    logprobs: int | None = Field(None, ge=0)
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # the likeliest tokens reported per token
+
+    def alternatives(self) -> int:
+        return self.logprobs or 0
 
     @field_validator("prompt")
     @classmethod
@@ -217,9 +236,17 @@ def token_texts(tokenizer: Any, ids: tuple[int, ...]) -> list[str]:
     return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
 
 
-def chat_logprobs(tokenizer: Any, a: Answer) -> dict:
-    return {"content": [{"token": t, "logprob": x, "bytes": list(t.encode()), "top_logprobs": []}
-                        for t, x in zip(token_texts(tokenizer, a.token_ids), a.logprobs)]}
+def _top(tokenizer: Any, a: Answer, k: int, n: int) -> list[tuple[str, float]]:
+    """Token k's n likeliest alternatives, as text (vLLM's also holds the sampled one past the n)."""
+    alternatives = a.top_logprobs[k][:n] if k < len(a.top_logprobs) else ()
+    return list(zip(token_texts(tokenizer, tuple(i for i, _ in alternatives)), (x for _, x in alternatives)))
+
+
+def chat_logprobs(tokenizer: Any, a: Answer, n: int = 0) -> dict:
+    return {"content": [{"token": t, "logprob": x, "bytes": list(t.encode()),
+                         "top_logprobs": [{"token": u, "logprob": y, "bytes": list(u.encode())}
+                                          for u, y in _top(tokenizer, a, k, n)]}
+                        for k, (t, x) in enumerate(zip(token_texts(tokenizer, a.token_ids), a.logprobs))]}
 
 
 def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequest, parser: ReplyParser) -> dict:
@@ -227,7 +254,7 @@ def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRe
     for i, a in enumerate(answers):
         calls, content = tool_calls(a, parser, req)
         message = {"role": "assistant", "content": content} | ({"tool_calls": calls} if calls else {})
-        lp = chat_logprobs(tokenizer, a) if req.logprobs else None
+        lp = chat_logprobs(tokenizer, a, req.alternatives()) if req.logprobs else None
         choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": finish_reason(a, calls)}
                        | ({"token_ids": list(a.token_ids)} if req.return_token_ids else {}))
     first = answers[0]
@@ -236,13 +263,16 @@ def chat_response(answers: list[Answer], model: str, tokenizer: Any, req: ChatRe
             | ({"prompt_token_ids": list(first.prompt_ids)} if req.return_token_ids else {}))
 
 
-def completion_logprobs(tokenizer: Any, a: Answer) -> dict:
-    return {"tokens": token_texts(tokenizer, a.token_ids), "token_logprobs": list(a.logprobs)}
+def completion_logprobs(tokenizer: Any, a: Answer, n: int = 0) -> dict:
+    out = {"tokens": token_texts(tokenizer, a.token_ids), "token_logprobs": list(a.logprobs)}
+    if n:
+        out["top_logprobs"] = [dict(_top(tokenizer, a, k, n)) for k in range(len(a.token_ids))]
+    return out
 
 
 def completion_response(answers: list[Answer], model: str, tokenizer: Any, req: CompletionRequest) -> dict:
-    choices = [{"index": i, "text": a.text, "logprobs": completion_logprobs(tokenizer, a) if req.logprobs is not None
-                else None, "finish_reason": finish_reason(a, [])}
+    choices = [{"index": i, "text": a.text, "finish_reason": finish_reason(a, []),
+                "logprobs": completion_logprobs(tokenizer, a, req.alternatives()) if req.logprobs is not None else None}
                | ({"prompt_token_ids": list(a.prompt_ids), "token_ids": list(a.token_ids)} if req.return_token_ids
                   else {})
                for i, a in enumerate(answers)]

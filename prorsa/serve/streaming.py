@@ -73,7 +73,7 @@ def chat_events(answers: list[Answer], model: str, tokenizer: Any, req: ChatRequ
                                                                                           "content": ""},
                                                                  "logprobs": None, "finish_reason": None}]})
         calls, content = tool_calls(a, parser, req)
-        lps = chat_logprobs(tokenizer, a)["content"] if req.logprobs else None
+        lps = chat_logprobs(tokenizer, a, req.alternatives())["content"] if req.logprobs else None
         if calls:  # the calls are whole only at the end of the text: the tokens in one chunk, then each call
             more = ({"logprobs": {"content": lps}} if lps is not None else {}) | (
                 {"token_ids": list(a.token_ids)} if req.return_token_ids else {})
@@ -97,7 +97,7 @@ def completion_events(answers: list[Answer], model: str, tokenizer: Any, req: Co
             "model": model, "weight_version": first.weight_version}
     extra_usage = {"usage": None} if req.include_usage else {}
     for i, a in enumerate(answers):
-        lps = completion_logprobs(tokenizer, a) if req.logprobs is not None else None
+        lps = completion_logprobs(tokenizer, a, req.alternatives()) if req.logprobs is not None else None
         for k, piece in enumerate(_pieces(tokenizer, a)):
             choice = {"index": i, "text": piece, "finish_reason": None,
                       "logprobs": {key: v[k:k + 1] for key, v in lps.items()} if lps is not None else None}

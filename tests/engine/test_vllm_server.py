@@ -154,6 +154,21 @@ def test_engine_sends_each_legs_priority():
     assert sent == [-1500, 2500, 2500, None]
 
 
+def test_top_logprobs_are_asked_by_id_and_read_likeliest_first():
+    body = completion_body((3,), max_tokens=2, sampling=Sampling(top_logprobs=2))
+    assert body["logprobs"] == 2 and body["return_tokens_as_token_ids"] is True
+    assert "return_tokens_as_token_ids" not in completion_body((3,), max_tokens=2)
+    # vLLM 0.32 with logprobs=2 and return_tokens_as_token_ids: the 2 likeliest and the sampled one
+    resp = {"choices": [{"token_ids": [5, 9], "finish_reason": "length",
+                         "logprobs": {"token_logprobs": [-0.1, -2.5], "tokens": ["token_id:5", "token_id:9"],
+                                      "top_logprobs": [{"token_id:5": -0.1, "token_id:7": -3.0},
+                                                       {"token_id:8": -0.4, "token_id:4": -1.2,
+                                                        "token_id:9": -2.5}]}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
+    r = parse_completion(resp, wall_s=0.1)
+    assert r.top_logprobs == (((5, -0.1), (7, -3.0)), ((8, -0.4), (4, -1.2), (9, -2.5)))
+
+
 def test_parse_completion_response():
     # shape of a vLLM 0.32 /v1/completions response with return_token_ids, logprobs=0,
     # --enable-prompt-tokens-details and --enable-per-request-metrics

@@ -42,8 +42,11 @@ class Scripted:
     async def run_turn(self, req: TurnRequest) -> TurnResult:
         self.sent.append(req)
         ids = tuple(self.tok.encode(self.reply(req), add_special_tokens=False)) + (self.tok.eos_token_id,)
+        # asked for alternatives, it gives one more than asked, as vLLM does (the sampled token beside)
+        top = tuple(tuple((t + j, -0.5 - j) for j in range(req.sampling.top_logprobs + 1)) for t in ids)
         return TurnResult(req.traj_id, req.turn, "engine-0", "engine-1", req.appended_tokens, 0, len(ids),
-                          token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic())
+                          token_ids=ids, logprobs=(-0.5,) * len(ids), end_s=time.monotonic(),
+                          top_logprobs=top if req.sampling.top_logprobs else ())
 
 
 def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Sampling(), max_request_bytes=2**24,
@@ -109,6 +112,25 @@ def test_bad_chat_requests_get_an_openai_400(tok, body, param, words):
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param and words in err["message"], err
     assert done == [] and runner.sent == []  # nothing reached the engines
+
+
+def test_top_logprobs_name_the_likeliest_tokens_beside_each_generated_one(tok):
+    async def requests(client):
+        user = [{"role": "user", "content": "hi"}]
+        chat_r = await client.post("/v1/chat/completions", json=chat(user, logprobs=True, top_logprobs=2))
+        text_r = await client.post("/v1/completions", json={"prompt": "2+3=", "logprobs": 2})
+        refused = await client.post("/v1/chat/completions", json=chat(user, top_logprobs=2))
+        return chat_r.json(), text_r.json(), refused
+
+    (chat_r, text_r, refused), _, runner = serve(tok, requests)
+    assert [r.sampling.top_logprobs for r in runner.sent] == [2, 2]
+    content = chat_r["choices"][0]["logprobs"]["content"]
+    for item in content:  # the two likeliest, as text, not the third the engine gave beside them
+        assert [a["logprob"] for a in item["top_logprobs"]] == [-0.5, -1.5]
+        assert item["top_logprobs"][0]["token"] == item["token"]  # here the sampled token is the likeliest
+    lp = text_r["choices"][0]["logprobs"]
+    assert len(lp["top_logprobs"]) == len(lp["tokens"]) and all(len(d) <= 2 for d in lp["top_logprobs"])
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
 
 
 def test_a_form_encoded_body_is_told_to_be_json(tok):

@@ -250,6 +250,7 @@ class VllmEngine:
             n_tokens=len(reply.token_ids),
             token_ids=reply.token_ids,
             logprobs=reply.logprobs,
+            top_logprobs=reply.top_logprobs[:len(reply.token_ids)],
             cached_tokens=reply.cached_tokens,
             queue_s=reply.queue_s,
             transfer_s=reply.first_token_s if kv is not None else 0.0,

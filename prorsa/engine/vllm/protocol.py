@@ -9,6 +9,9 @@ Where things are in a /v1/completions response (vLLM 0.32, flags as server.py se
 
     choices[0].token_ids                      generated ids          (request: return_token_ids)
     choices[0].logprobs.token_logprobs        their logprobs         (request: logprobs=0)
+    choices[0].logprobs.top_logprobs          per token {"token_id:N": logprob}, the N likeliest and
+                                              the sampled one (request: logprobs=N,
+                                              return_tokens_as_token_ids)
     usage.prompt_tokens_details.cached_tokens local prefix-cache hits (--enable-prompt-tokens-details;
                                               KV pulled over NIXL is not counted here)
     kv_transfer_params                        prefill leg: the handle a decode engine needs
@@ -43,6 +46,7 @@ class Reply:
     first_token_s: float  # scheduled to first token: prefill, or KV pull + last prompt token
     decode_s: float  # first to last token
     wall_s: float  # the HTTP round trip
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob), likeliest first
 
 
 GREEDY = Sampling(temperature=0.0)  # measurements and tests: the same tokens every time
@@ -81,8 +85,10 @@ def completion_body(
             body[name] = value
     if sampling.stop:
         body["stop"] = list(sampling.stop)
-    if logprobs:
-        body["logprobs"] = 0  # 0 top alternatives: just the sampled token's logprob
+    if logprobs:  # 0 alternatives: just the sampled token's logprob
+        body["logprobs"] = sampling.top_logprobs
+        if sampling.top_logprobs:  # alternatives named by id, not by a decoded piece of text
+            body["return_tokens_as_token_ids"] = True
     if seed is not None:
         body["seed"] = seed
     if ms := priority_ms(priority):
@@ -120,7 +126,17 @@ def parse_completion(resp: dict[str, Any], wall_s: float) -> Reply:
         first_token_s=seconds("time_to_first_token_ms") if metrics else wall_s,
         decode_s=seconds("generation_time_ms"),
         wall_s=wall_s,
+        top_logprobs=_alternatives(lp.get("top_logprobs")),
     )
+
+
+def _alternatives(per_token: list[dict[str, float] | None] | None) -> tuple:
+    """vLLM's {"token_id:N": logprob} per token (the likeliest and the sampled one) as (id, logprob)
+    pairs, likeliest first."""
+    if not per_token:
+        return ()
+    return tuple(tuple(sorted(((int(k.rsplit(":", 1)[1]), float(v)) for k, v in (step or {}).items()),
+                              key=lambda kv: -kv[1])) for step in per_token)
 
 
 def gauge(text: str, name: str) -> float:
