@@ -45,7 +45,8 @@ import httpx
 
 from prorsa.config.engines import VllmSettings
 from prorsa.config.layout import EngineLayout
-from prorsa.engine.vllm.errors import EngineUnavailable
+from prorsa.engine.vllm.errors import EngineUnavailable, PatchBroken
+from prorsa.engine.vllm.patches import BROKEN
 from prorsa.engine.vllm.protocol import SERVED_NAME
 
 WARMUP_PROMPT = tuple(16 + (7 * i) % 200 for i in range(300))  # > 2 KV blocks of 128 tokens
@@ -401,14 +402,18 @@ class VllmServer:
             self.stop()
             raise
 
-    def _port_clash(self) -> bool:
-        """This start's log shows a lost race for a port (the server may hang rather than exit)."""
+    def _this_start(self) -> str:
+        """This start's output in the log."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_from)
-                return b"Address already in use" in f.read()
+                return f.read().decode(errors="replace")
         except OSError:
-            return False
+            return ""
+
+    def _port_clash(self) -> bool:
+        """This start's log shows a lost race for a port (the server may hang rather than exit)."""
+        return "Address already in use" in self._this_start()
 
     def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
@@ -427,6 +432,9 @@ class VllmServer:
         if self._proc is None:  # stop() from another thread: the worker is going
             raise EngineUnavailable("vLLM server stopped while starting")
         if self._proc.poll() is not None:
+            # a patch the launcher refused (patches.py): its line says what changed, and is the failure
+            if broken := [ln for ln in self._this_start().splitlines() if ln.startswith(BROKEN)]:
+                raise PatchBroken("\n".join(broken) + f" (log: {self.log_path})")
             raise EngineUnavailable(
                 f"vLLM server exited with code {self._proc.returncode} while starting; "
                 f"last lines of {self.log_path}:\n{self.log_tail()}"
