@@ -284,6 +284,9 @@ def _kill_group(pid: int) -> None:
 
 
 PORT_CLASH_ATTEMPTS = 3
+# written to the server's log once GET /health answers 200 and /v1/models lists our model: vLLM's
+# own endpoints say the server is up and serving (live/start_progress.py shows the step)
+HEALTHY_NOTE = "# prorsa: /health 200, model served"
 
 
 class PortClash(EngineUnavailable):
@@ -394,6 +397,7 @@ class VllmServer:
                 return
             self._wait_healthy(t0 + self.spec.start_timeout_s)
             self.start_s = time.monotonic() - t0
+            self._note(HEALTHY_NOTE)
             self._warm_up()
             self.kv_capacity_tokens = self._read_kv_capacity()
             if self.peers is not None:
@@ -401,6 +405,14 @@ class VllmServer:
         except BaseException:
             self.stop()
             raise
+
+    def _note(self, text: str) -> None:
+        """A line of our own in the server's log, where the run's console reads the start's steps."""
+        try:
+            with open(self.log_path, "a") as log:
+                log.write(f"{text}\n")
+        except OSError:
+            pass
 
     def _this_start(self) -> str:
         """This start's output in the log."""
