@@ -147,3 +147,23 @@ def test_a_start_the_launcher_refused_fails_with_its_line_not_the_log_tail(tmp_p
     with pytest.raises(PatchBroken) as refused:
         server._check_running()
     assert str(refused.value) == f"{line} (log: {tmp_path / 'engine-0.log'})"
+
+
+_LAUNCH_ON_CHANGED_VLLM = """
+import runpy, sys
+from vllm.v1.engine.async_llm import AsyncLLM
+AsyncLLM.shutdown = lambda self: None  # a vLLM whose shutdown takes no timeout
+sys.argv = ["_launch.py", "--model", "no-such-model"]
+runpy.run_module("prorsa.engine.vllm._launch", run_name="__main__")
+"""
+
+
+@pytest.mark.vllm  # imports vLLM in a fresh process: seconds, minutes on a loaded machine
+def test_the_real_launcher_on_a_changed_vllm_exits_2_with_one_line_and_starts_nothing():
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH_ON_CHANGED_VLLM], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = [line for line in proc.stderr.splitlines() if "prorsa" in line]
+    assert err == [f"{BROKEN}shutdown-reader-first (written for vLLM 0.32.0) does not fit vLLM 0.32.0: "
+                   f"AsyncLLM.shutdown takes (self), the patch expects (self, timeout); see {patches.SHUTDOWN.upstream}"]
+    assert "Traceback" not in proc.stderr and patches.APPLIED not in proc.stdout
