@@ -15,6 +15,13 @@ A vLLM server on CPU takes a minute or more to start, and a run starts several s
 steps are read from the logs the servers write anyway (run_dir/engines/engine-<i>.log), so this
 works wherever the driver sees the run directory: a local cluster, or batch jobs on a shared
 file system. A restarted server appends to its log.
+
+Where vLLM's own endpoints say it, the step comes from them: "healthy" is GET /health answering 200
+with /v1/models listing our model, which the engine's worker polls anyway and notes in the log
+(server.HEALTHY_NOTE). vLLM binds its HTTP port only once the model is loaded and its KV cache
+allocated, so the steps before (loading the model, KV cache allocated) have no endpoint to ask and
+are read from vLLM's own log lines. The launcher's line naming the patches it applied
+(engine/vllm/patches.py) is told once a run, not once an engine.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from prorsa.engine.vllm.engine import RESTART_NOTE
+from prorsa.engine.vllm.patches import APPLIED
+from prorsa.engine.vllm.server import HEALTHY_NOTE
 
 start_log = logging.getLogger("prorsa.start")
 
@@ -34,7 +43,7 @@ STEPS = (
     ("# prorsa: server pid", "server started"),
     ("Initializing a V1 LLM engine", "loading the model"),
     ("init engine (profile, create kv cache", "model loaded, KV cache allocated"),
-    ("Application startup complete", "healthy; warming up"),
+    (HEALTHY_NOTE, "healthy; warming up"),
 )
 # what a start with no cause before it in the log means: the health watch notes its restarts and a
 # port race shows in the server's output, so only the engine's worker process itself, dead or killed
@@ -56,6 +65,7 @@ class _Watch:
         self.step = dict.fromkeys(engines, -1)  # the last step told, per engine
         self.cause = dict.fromkeys(engines, "")  # the restart told since its last step 0
         self.task: asyncio.Task | None = None
+        self.patches_told: set[str] = set()  # the engines' patch lines, each told once a run
 
     def tell(self, line: str) -> None:
         start_log.info(line)
@@ -77,6 +87,11 @@ class _Watch:
                 self._read(name, line)
 
     def _read(self, name: str, line: str) -> None:
+        if line.startswith(APPLIED):
+            if line not in self.patches_told:
+                self.patches_told.add(line)
+                self.tell(line)
+            return
         for text, cause in RESTARTS:
             if text in line:
                 cause = cause or line.split(RESTART_NOTE, 1)[1].strip()

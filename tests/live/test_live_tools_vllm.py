@@ -38,6 +38,8 @@ def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
     assert f"engine logs: {tmp_path / 'engines'}" in said
     assert said.index("engine-0: server started") < said.index("engine-0: loading the model") < \
         said.index("engine-0: healthy; warming up") < said.index("engines ready"), said
+    # the launcher's patches, checked against the installed vLLM and applied, said once
+    assert said.count("prorsa patches applied (vLLM 0.32.0): nixl-progress-nice, shutdown-reader-first\n") == 1, said
     assert summary["trajectories_completed"] == 4 and summary["trajectories_failed"] == 0
     rows = pq.read_table(tmp_path / "trajectories.parquet").to_pylist()
     assert len({r["traj_id"] for r in rows}) == 4

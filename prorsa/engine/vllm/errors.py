@@ -5,6 +5,8 @@
                        with kv=None (prefill locally) or prefill again elsewhere
     EngineUnavailable  the server is down, unreachable or did not start; the engine needs
                        `ensure_healthy()` and the turn must be retried on another engine
+    PatchBroken        (an EngineUnavailable) the launcher refused a patch whose vLLM target changed
+                       shape (patches.py); its message is the launcher's line
 """
 
 from __future__ import annotations
@@ -20,3 +22,7 @@ class KvTransferFailed(EngineError):
 
 class EngineUnavailable(EngineError):
     """The engine's server is not serving (dead process, refused connection, failed start)."""
+
+
+class PatchBroken(EngineUnavailable):
+    """A patch of the launcher no longer fits the installed vLLM: a restart cannot help."""

@@ -45,7 +45,8 @@ import httpx
 
 from prorsa.config.engines import VllmSettings
 from prorsa.config.layout import EngineLayout
-from prorsa.engine.vllm.errors import EngineUnavailable
+from prorsa.engine.vllm.errors import EngineUnavailable, PatchBroken
+from prorsa.engine.vllm.patches import BROKEN
 from prorsa.engine.vllm.protocol import SERVED_NAME
 
 WARMUP_PROMPT = tuple(16 + (7 * i) % 200 for i in range(300))  # > 2 KV blocks of 128 tokens
@@ -283,6 +284,9 @@ def _kill_group(pid: int) -> None:
 
 
 PORT_CLASH_ATTEMPTS = 3
+# written to the server's log once GET /health answers 200 and /v1/models lists our model: vLLM's
+# own endpoints say the server is up and serving (live/start_progress.py shows the step)
+HEALTHY_NOTE = "# prorsa: /health 200, model served"
 
 
 class PortClash(EngineUnavailable):
@@ -393,6 +397,7 @@ class VllmServer:
                 return
             self._wait_healthy(t0 + self.spec.start_timeout_s)
             self.start_s = time.monotonic() - t0
+            self._note(HEALTHY_NOTE)
             self._warm_up()
             self.kv_capacity_tokens = self._read_kv_capacity()
             if self.peers is not None:
@@ -401,14 +406,26 @@ class VllmServer:
             self.stop()
             raise
 
-    def _port_clash(self) -> bool:
-        """This start's log shows a lost race for a port (the server may hang rather than exit)."""
+    def _note(self, text: str) -> None:
+        """A line of our own in the server's log, where the run's console reads the start's steps."""
+        try:
+            with open(self.log_path, "a") as log:
+                log.write(f"{text}\n")
+        except OSError:
+            pass
+
+    def _this_start(self) -> str:
+        """This start's output in the log."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._log_from)
-                return b"Address already in use" in f.read()
+                return f.read().decode(errors="replace")
         except OSError:
-            return False
+            return ""
+
+    def _port_clash(self) -> bool:
+        """This start's log shows a lost race for a port (the server may hang rather than exit)."""
+        return "Address already in use" in self._this_start()
 
     def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
@@ -427,6 +444,9 @@ class VllmServer:
         if self._proc is None:  # stop() from another thread: the worker is going
             raise EngineUnavailable("vLLM server stopped while starting")
         if self._proc.poll() is not None:
+            # a patch the launcher refused (patches.py): its line says what changed, and is the failure
+            if broken := [ln for ln in self._this_start().splitlines() if ln.startswith(BROKEN)]:
+                raise PatchBroken("\n".join(broken) + f" (log: {self.log_path})")
             raise EngineUnavailable(
                 f"vLLM server exited with code {self._proc.returncode} while starting; "
                 f"last lines of {self.log_path}:\n{self.log_tail()}"
