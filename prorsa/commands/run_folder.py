@@ -90,6 +90,9 @@ def interrupted(folder: RunFolder) -> str:
     committed is a start that did not finish."""
     from prorsa.metrics.journal import MANIFEST
 
-    if (folder.path / MANIFEST).exists():
+    manifest = folder.path / MANIFEST
+    if manifest.exists():
+        if json.loads(manifest.read_text()).get("complete"):  # stopped as it ended: its outputs written
+            return f"interrupted as the run ended; it is complete in {folder.path}"
         return f"interrupted; finished trajectories kept in {folder.path} (prorsa run --resume {folder.path})"
     return failed_start(folder, "interrupted before any trajectory was saved")

@@ -145,11 +145,18 @@ async def run_interruptible(coro: Coroutine[Any, Any, Any],
         loop.add_signal_handler(sig, _watch.on_signal)
         signal.signal(sig, _watch.arm)  # after asyncio's, which it replaces; the wakeup fd stays
     try:
-        return await task
+        result = await task
     except asyncio.CancelledError:
         if _watch.signalled.is_set():
             raise Interrupted from None
         raise
+    else:
+        # a signal during the write-out (synchronous: the loop sees it only once that is done) or
+        # as the run ended stops it as one during the rollout would, with what it wrote kept; a
+        # wind-down (prorsa serve) that ended the rollout by itself is a stop the caller says
+        if _watch.timer is not None and _watch.wind_down is None:
+            raise Interrupted
+        return result
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)

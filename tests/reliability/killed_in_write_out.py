@@ -1,6 +1,6 @@
-"""`prorsa run` as a process that SIGKILLs itself at the K-th Python call of its write-out (from
-the journal's finish to its seal), so a test can stop it at instants spread over the whole
-window; K 0 runs it through and prints how many calls the write-out made.
+"""`prorsa run` as a process that SIGKILLs itself (or sends itself WRITE_OUT_SIGNAL) at the K-th
+Python call of its write-out (from the journal's finish to its seal), so a test can stop it at
+instants spread over the whole window; K 0 runs it through and prints how many calls it made.
 
     python killed_in_write_out.py K prorsa-run-args...
 """
@@ -12,6 +12,7 @@ import sys
 from prorsa.metrics.journal import RunJournal
 
 KILL_AT = int(sys.argv[1])
+SIGNAL = signal.Signals[os.environ.get("WRITE_OUT_SIGNAL", "SIGKILL")]
 calls = 0
 
 
@@ -20,7 +21,7 @@ def _count(frame, event, arg) -> None:
     if event == "call":
         calls += 1
         if calls == KILL_AT:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), SIGNAL)
 
 
 finish, seal = RunJournal.finish, RunJournal.seal

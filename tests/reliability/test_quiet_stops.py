@@ -4,11 +4,13 @@ traceback from any process (the Nannies' workers included), and no process of th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +63,22 @@ def test_ctrl_c_to_the_group_ends_a_run_quietly_at_every_stage(tmp_path, stage, 
         assert errors[0].startswith("error: interrupted; finished trajectories kept in "), errors
     else:
         assert errors[0].startswith("error: interrupted"), errors
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["in-process", "processes"])
+def test_ctrl_c_during_the_write_out_finishes_it_and_exits_2(tmp_path, processes):
+    # the write-out runs after the cluster closed: the signal reaches the driver alone, as it sends
+    # it itself at the write-out's first call (killed_in_write_out.py)
+    pipeline = write_pipeline(tmp_path / "p.yaml", time_scale=0.05,
+                              runtime=", processes: true" if processes else "")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "killed_in_write_out.py"), "1", "run",
+                           str(pipeline), "--output", str(out)], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"WRITE_OUT_SIGNAL": "SIGINT"})
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert [line for line in text.splitlines() if line.startswith("error: ")] == [
+        f"error: interrupted as the run ended; it is complete in {out}"], text
+    assert json.loads((out / "manifest.json").read_text())["complete"]
+    assert (out / "summary.json").exists() and (out / "metrics.nc").exists()
