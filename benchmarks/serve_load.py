@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -38,13 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 2**20  # bytes per write of the big body
 
 
-@dataclass
 class Tally:
-    """What the clients saw: (start on the client's clock, seconds to the answer, status, turn) per chat request."""
+    """What the clients saw."""
 
-    answers: list[tuple[float, float, int, int]] = field(default_factory=list)
-    ends: dict[int, int] = field(default_factory=dict)  # status of POST /v1/sessions/{id}/end -> count
-    failures: dict[str, int] = field(default_factory=dict)  # transport errors by kind (no status at all)
+    def __init__(self) -> None:
+        # (start on the client's clock, seconds to the answer, status, turn) per chat request
+        self.answers: list[tuple[float, float, int, int]] = []
+        self.ends: dict[int, int] = {}  # status of POST /v1/sessions/{id}/end -> count
+        self.failures: dict[str, int] = {}  # transport errors by kind (no status at all)
 
 
 class RssSampler:
