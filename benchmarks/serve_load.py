@@ -20,12 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
-import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +30,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import one another by bare name
+
+from serve_overhead import provenance, serving  # noqa: E402
+
 CHUNK = 2**20  # bytes per write of the big body
 
 
@@ -209,33 +209,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", str(args.pipeline), "--engine",
-                                 "emulated", "--port", "0", "--output", str(out), "runtime.dashboard_address=null"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            said = []
-            while (line := proc.stdout.readline()) and not line.split("] ", 1)[-1].startswith("serving "):
-                said.append(line)
-            if not line:
-                sys.exit(f"error: prorsa serve did not start (exit {proc.wait()}):\n{''.join(said[-10:])}")
-            # the console's progress lines fill the pipe unless read
-            threading.Thread(target=lambda: [said.append(x) for x in proc.stdout], daemon=True).start()
-            figures = asyncio.run(load(line.split(" on ")[1].split()[0], proc.pid, args))
-            proc.send_signal(signal.SIGINT)
-            code = proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        stopped: list[int] = []
+        with serving(args.pipeline, "emulated", out, stopped) as (url, proc):
+            figures = asyncio.run(load(url, proc.pid, args))
         rows = pq.read_table(out / "trajectories.parquet", columns=["status", "turns"]).to_pylist()
     doc = {
-        "command": " ".join(["python benchmarks/serve_load.py", *sys.argv[1:]]),
-        "date": dt.date.today().isoformat(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True).stdout.strip(),
-        "machine": f"{platform.machine()}, {platform.system()}",
+        **provenance("serve_load.py"),
         "pipeline": args.pipeline.name, "engine": "emulated", "sessions": args.sessions, "seconds": args.seconds,
         "turns": args.turns, "max_tokens": args.max_tokens, **figures,
-        "exit_code": code, "trajectories_saved": len(rows), "turns_saved": sum(len(r["turns"]) for r in rows),
+        "exit_code": stopped[0], "trajectories_saved": len(rows), "turns_saved": sum(len(r["turns"]) for r in rows),
     }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(json.dumps(doc, indent=2))
