@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import platform
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -62,7 +64,19 @@ async def replay(url: str, specs_by_step: list[list]) -> float:
     return time.perf_counter() - t0
 
 
-def serve_makespan(pipeline: Path, engine: str, out: Path, specs_by_step: list[list]) -> float:
+def provenance(script: str) -> dict:
+    """What a results file says of the run behind it: the command (as run from the repository), date,
+    commit, machine."""
+    return {"command": " ".join([f"python benchmarks/{script}", *sys.argv[1:]]), "date": dt.date.today().isoformat(),
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                     text=True).stdout.strip(),
+            "machine": f"{platform.machine()}, {platform.system()}"}
+
+
+@contextlib.contextmanager
+def serving(pipeline: Path, engine: str, out: Path, stopped: list[int] | None = None):
+    """`prorsa serve PIPELINE` on a free port while the block runs -> (its base URL, its process);
+    then SIGINT, and its exit code appended to `stopped`."""
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", str(pipeline), "--engine", engine,
                              "--port", "0", "--output", str(out), "runtime.dashboard_address=null"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -72,13 +86,21 @@ def serve_makespan(pipeline: Path, engine: str, out: Path, specs_by_step: list[l
             said.append(line)
         if not line:
             sys.exit(f"error: prorsa serve did not start (exit {proc.wait()}):\n{''.join(said[-10:])}")
-        makespan = asyncio.run(replay(line.split(" on ")[1].split()[0], specs_by_step))
+        # its console's progress lines fill the pipe unless read
+        threading.Thread(target=lambda: [said.append(x) for x in proc.stdout], daemon=True).start()
+        yield line.split(" on ")[1].split()[0], proc
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=120)
+        code = proc.wait(timeout=300)
+        if stopped is not None:
+            stopped.append(code)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return makespan
+
+
+def serve_makespan(pipeline: Path, engine: str, out: Path, specs_by_step: list[list]) -> float:
+    with serving(pipeline, engine, out) as (url, _):
+        return asyncio.run(replay(url, specs_by_step))
 
 
 def main() -> None:
@@ -106,11 +128,7 @@ def main() -> None:
                 print(f"{door} {r}: {m:.2f} s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in runs.items()}
     doc = {
-        "command": " ".join(["python benchmarks/serve_overhead.py", *sys.argv[1:]]),
-        "date": dt.date.today().isoformat(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                 text=True).stdout.strip(),
-        "machine": f"{platform.machine()}, {platform.system()}",
+        **provenance("serve_overhead.py"),
         "pipeline": args.pipeline.name, "engine": args.engine,
         "trajectories": sum(len(s) for s in steps), "turns": sum(len(t.turns) for s in steps for t in s),
         "runs": runs, "median_s": med, "ratio": round(med["serve"] / med["run"], 3),

@@ -1009,6 +1009,30 @@ def serve_overhead_table(file: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def t_serve_load(d: dict) -> list[str]:
+    """prorsa serve under many concurrent sessions, and the oversized bodies sent among them."""
+    doc = d["serve-load.json"]
+
+    def q(key: str) -> str:
+        return f"{doc[key]['p50']:.2f} / {doc[key]['p99']:.2f} / {doc[key]['max']:.2f} s"
+
+    failures = ", ".join(f"{n} {kind}" for kind, n in doc["transport_errors"].items()) or "0"
+    load = table(["sessions", "for", "requests", "requests/s", "5xx", "no answer (transport)", "p50 / p99 / max",
+                  "first turns", "later turns"],
+                 [[str(doc["sessions"]), f"{doc['seconds']:g} s", str(doc["requests"]), f"{doc['requests_per_s']:.1f}",
+                   str(doc["server_errors"]), failures, q("latency_s"), q("latency_first_turn_s"),
+                   q("latency_later_turns_s")]])
+    bigs = table(["body", "sent with", "answer", "to the answer", "server RSS growth",
+                  "other answers in the 2 s after"],
+                 [[f"{b['mb']:g} MB", "its length" if b["length"] == "declared" else "no length (chunked)",
+                   f"{b['status']} {b['code']}", f"{b['to_413_s']:.3f} s", f"{b['rss_growth_mb']:.1f} MB",
+                   str(b["answered_meanwhile"])] for b in doc["big_bodies"]])
+    return load + [""] + bigs + [
+        "", f"`{doc['pipeline']}` on {doc['engine']} engines, {doc['turns']} turns of {doc['max_tokens']} tokens per "
+            f"session, then the session ended with a reward; stopped by SIGINT: exit {doc['exit_code']}, "
+            f"{doc['trajectories_saved']} conversations saved ({doc['turns_saved']} turns)."]
+
+
 def t_tail_reserve(d: dict) -> list[str]:
     """Isolating the longest trajectories on reserved engines: the oracle's ceiling, and what a run could know."""
     doc = d["tail-reserve.json"]
@@ -1108,6 +1132,7 @@ TABLES: dict[str, Table] = {
     "cells-processes": Table(["cells-processes.json"], t_cells_processes),
     "serve-overhead": Table(["serve-overhead.json"], serve_overhead_table("serve-overhead.json")),
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
+    "serve-load": Table(["serve-load.json"], t_serve_load),
 }
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+
 from prorsa.commands.errors import fail
 from prorsa.commands.inputs import check_engines, load_pipeline, with_options
 from prorsa.commands.run_folder import new_run_folder, run_folder_at, write_pipeline

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 from functools import partial
 from typing import Any
 
@@ -52,6 +53,7 @@ from prorsa.serve.transcript import BadAsk
 
 
 MAX_REQUEST_BYTES = 16 * 2**20  # ~4M tokens of text: far past any model's context
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")  # visible ASCII, inner spaces
 
 
 def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -163,7 +165,9 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
 
     async def turn(request: Request, body: ChatRequest | CompletionRequest, respond, events) -> Response:
         session = session_of(request.headers.get(SESSION_HEADER), body.user, hub.fresh_session)
-        headers = {SESSION_HEADER: session}
+        # a `user` an HTTP header cannot carry (non-ASCII, control characters) is not echoed: the
+        # client names its session in the body, and the server would fail writing the header
+        headers = {SESSION_HEADER: session} if _HEADER_VALUE.fullmatch(session) else {}
         ask = body.ask()
         if ask.prompt_ids is not None and max(ask.prompt_ids) >= vocab:
             return JSONResponse(error_body(f"prompt: token id {max(ask.prompt_ids)} is past the model's vocabulary "

@@ -55,3 +55,26 @@ def test_a_model_folder_without_a_tokenizer_is_one_error_line(tmp_path):
                                   "--output", str(tmp_path / "run")])
     assert r.exit_code == 2 and "cannot load the model's tokenizer" in r.output, r.output
     assert not (tmp_path / "run").exists()
+
+
+def test_serving_beyond_loopback_without_a_key_warns_and_serves(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", PIPELINE, "--engine", "emulated",
+                             "--host", "0.0.0.0", "--port", "0", "--output", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.split("] ", 1)[-1].startswith("serving ") or "Traceback" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        text = "".join(lines) + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "warning: serving on 0.0.0.0, beyond this machine, with no API key" in text, text
+    assert "Traceback" not in text and proc.returncode == 2, text
