@@ -145,9 +145,11 @@ class _ApiKey:
 
 def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES,
              api_key: str | None = None, request_timeout_s: float | None = None,
-             rl: RlControl | None = None, parser: ReplyParser | None = None) -> FastAPI:
+             rl: RlControl | None = None, parser: ReplyParser | None = None,
+             max_context: int | None = None) -> FastAPI:
     """`rl`: the served run's RL gate (None: no /v1/rl/ paths); `parser`: how replies become
-    tool_calls (serve/tool_calls.py; None: hermes)."""
+    tool_calls (serve/tool_calls.py; None: hermes); `max_context`: the engines' context in tokens,
+    for a check of a request's length before it is tokenized."""
     app = FastAPI(title="prorsa", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -155,6 +157,9 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
     if api_key:  # outermost: a stranger's request is refused before its body is read
         app.add_middleware(_ApiKey, key=api_key)
     vocab = len(tokenizer)
+    # no token spells more characters than the vocabulary's longest: text past max_context times
+    # that cannot fit, whatever it tokenizes to, and is refused before a tokenizer spends seconds on it
+    max_chars = None if max_context is None else max_context * max(map(len, tokenizer.get_vocab()))
     parser = parser or ReplyParser(DEFAULT, tokenizer)
 
     @app.get("/health")
@@ -169,6 +174,11 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
         # client names its session in the body, and the server would fail writing the header
         headers = {SESSION_HEADER: session} if _HEADER_VALUE.fullmatch(session) else {}
         ask = body.ask()
+        if max_chars is not None and ask.chars() > max_chars:
+            return JSONResponse(error_body(f"the request holds {ask.chars()} characters, more than the model's "
+                                           f"{max_context} tokens of context can take",
+                                           param="messages" if ask.chat else "prompt",
+                                           code="context_length_exceeded"), 400, headers)
         if ask.prompt_ids is not None and max(ask.prompt_ids) >= vocab:
             return JSONResponse(error_body(f"prompt: token id {max(ask.prompt_ids)} is past the model's vocabulary "
                                            f"({vocab} ids)", param="prompt"), 400, headers)

@@ -114,7 +114,7 @@ class Endpoint:
                             run_dir / "weights" if run_dir is not None else None)
         parser = parser or ReplyParser(cfg.engines.vllm.tool_call_parser, tokenizer)
         app = make_app(self.hub, self.model, tokenizer, max_request_bytes, api_key, request_timeout_s, self.rl,
-                       parser)
+                       parser, max_context=cfg.engines.vllm.max_model_len)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
         bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, max_tokens,

@@ -58,6 +58,10 @@ class Ask:
     def chat(self) -> bool:
         return self.prompt is None and self.prompt_ids is None
 
+    def chars(self) -> int:
+        """The text it holds, counted without a tokenizer (the messages' content, the prompt)."""
+        return len(self.prompt or "") + sum(len(str(m.get("content") or "")) for m in self.messages)
+
     @property
     def kind(self) -> str:
         return "chat" if self.chat else "text" if self.prompt is not None else "ids"

@@ -133,6 +133,30 @@ def test_top_logprobs_name_the_likeliest_tokens_beside_each_generated_one(tok):
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
 
 
+def test_text_no_context_can_hold_is_refused_before_it_is_tokenized(tok):
+    from prorsa.serve.app import make_app
+    from prorsa.serve.conversations import Hub
+
+    longest = max(map(len, tok.get_vocab()))
+    hub = Hub(30)
+    app = make_app(hub, "tiny", tok, max_context=64)
+    tokenized: list = []
+    tok_encode, tok.encode = tok.encode, lambda *a, **k: tokenized.append(a) or tok_encode(*a, **k)
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            return await client.post("/v1/chat/completions",
+                                     json=chat([{"role": "user", "content": "x" * (64 * longest + 1)}]))
+
+    try:
+        r = asyncio.run(main())
+    finally:
+        tok.encode = tok_encode
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "messages", err
+    assert tokenized == []  # refused before any tokenizer saw it
+
+
 def test_a_form_encoded_body_is_told_to_be_json(tok):
     async def requests(client):  # what `curl -d` sends without -H 'Content-Type: application/json'
         return await client.post("/v1/chat/completions", content=b'{"messages": []}',
