@@ -7,7 +7,8 @@ go on (a hung worker, a network that stops answering), `tool` SIGKILLs a tool wo
 (the search tool's calls run there; its Nanny starts a new one), and with --engine vllm `server`
 SIGKILLs a vLLM server's whole process group under a live engine worker (the worker restarts the
 server). Faults arrive as a Poisson process at --rate per minute from each session's first saved
-trajectory on, each of a kind drawn from --kinds on a target drawn at random, all from --seed.
+trajectory on (with --partial: its first step's batch, as a step saves its fates when it ends),
+each of a kind drawn from --kinds on a target drawn at random, all from --seed.
 The same pipeline runs first without faults, as the baseline.
 
 With --kill-driver F the driver itself (and every process it started) is SIGKILLed once, F of
@@ -44,6 +45,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -298,8 +300,14 @@ def one_run(args, workdir: Path, faults: bool, kill_driver_at: float | None = No
     if faults:
         result["faults"] = all_faults
     if code != 0:
-        result["output_tail"] = output[-2000:]
+        result["output_tail"] = scrub(output[-2000:], workdir)
     return result
+
+
+def scrub(text: str, workdir: Path) -> str:
+    """Console text for a results file: the temporary run folder and this machine's paths left out."""
+    text = text.replace(str(workdir), "WORKDIR")
+    return re.sub(r"/(?:[\w.+-]+/)+(?=[\w.+-]+\.py\b)", "", text)  # a Python file's folders
 
 
 def report_head(script: str, args, faults: list[dict], ended_well: bool) -> dict:

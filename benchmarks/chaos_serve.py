@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import ENGINES, REPO, Injector, pipeline, report_head  # noqa: E402
+from chaos import ENGINES, REPO, Injector, pipeline, report_head, scrub  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "chaos-serve.json"
 
@@ -158,6 +158,14 @@ def saved_turns(rows: list[dict], answered: list[tuple[str, int]]) -> dict:
             "statuses": dict(Counter(r["status"] for r in rows))}
 
 
+def _raised(traceback: str) -> str:
+    """A traceback's last frame and the exception it ends with."""
+    lines = traceback.splitlines()[1:]
+    end = next((i for i, line in enumerate(lines) if line and not line.startswith(" ")), len(lines))
+    frames = [line.strip() for line in lines[:end] if line.strip().startswith("File ")]
+    return " | ".join([*frames[-1:], *lines[end:end + 1]])
+
+
 def run(args, workdir: Path) -> dict:
     f = workdir / "serve.yaml"
     f.write_text(yaml.safe_dump(serve_pipeline(args)))
@@ -202,13 +210,14 @@ def run(args, workdir: Path) -> dict:
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     return {"exit_code": code, "start_s": round(up_s, 2), "wall_s": round(time.monotonic() - t0, 2),
             "tracebacks": text.count("Traceback"),
+            "traceback_ends": [scrub(_raised(t), workdir) for t in text.split("Traceback (most recent call last):")[1:]],
             # the run folder is a temporary one: named as the command line would
             "errors": [ln.replace(str(out), "RUN_DIR") for ln in text.splitlines() if ln.startswith("error: ")],
             "outcomes": dict(clients.outcomes), "retries": clients.retries, "gave_up": clients.gave_up,
             "conversations_ended": clients.conversations, "end_refused": clients.end_refused,
             **saved_turns(rows, clients.answered),
             "turns_retried": summary.get("turns_retried"), "legs_rescued": summary.get("legs_rescued"),
-            "faults": injector.faults, **({"output_tail": text[-2000:]} if code != 2 else {})}
+            "faults": injector.faults, **({"output_tail": scrub(text[-2000:], workdir)} if code != 2 else {})}
 
 
 def main() -> None:
