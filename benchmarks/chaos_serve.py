@@ -13,8 +13,8 @@ client got a 200 for is in trajectories.parquet exactly once: the response's id 
 trajectory and turn (chatcmpl-<trajectory>-<turn>); lost counts answered turns with no saved
 turn, duplicated rows beyond one per trajectory and turns saved twice within one. Turns saved
 that no client saw (answered after its client gave up, or cut by the stop) are counted apart.
-Serve has no --resume, so the driver is not killed. Serve's tool workers carry no calls (a
-client runs its tools), so a tool fault shows only that the run survives it.
+Serve has no --resume, so the driver is not killed. Serve starts no tool host (a client runs its
+own tools), so a `tool` fault finds no process to kill and is skipped, as any whose target has none.
 
     .venv/bin/python benchmarks/chaos_serve.py [--clients 8] [--duration 60] [--rate 6]
         [--kinds kill,stall,tool] [--engine vllm --kinds server,tool]
