@@ -689,19 +689,35 @@ def t_fidelity_vllm(d: dict) -> list[str]:
 
 
 def t_chaos(d: dict) -> list[str]:
-    rows = []
+    """chaos.py's runs (plain, or --partial: trained trajectories, drops beside) and chaos_serve.py's
+    (answered turns; its failed: requests a client gave up on; no clean run to compare)."""
+    rows, notes = [], []
     for f, doc in d.items():
-        bad, clean, kinds = doc["faulty_run"], doc["clean_run"], doc["faults_by_kind"]
+        kinds = doc["faults_by_kind"]
+        faults = f"{doc['faults_injected']} ({', '.join(f'{n} {k}' for k, n in kinds.items())})"
+        if "turns_lost" in doc:
+            run = doc["run"]
+            rows.append([f"`{f}`", f"{run['turns_answered']} turns answered ({run['rows']} conversations)", "-",
+                         faults, str(doc["faults_survived"]),
+                         f"{doc['turns_lost']} / {doc['turns_duplicated']} / {run['gave_up']}", "-",
+                         str(run["legs_rescued"]), str(run["turns_retried"]), "-", "-"])
+            outcomes = ", ".join(f"{n} {k}" for k, n in sorted(run["outcomes"].items(), key=lambda kv: -kv[1]))
+            notes.append(f"`{f}`: exit {run['exit_code']}, {run['tracebacks']} tracebacks on its console; client "
+                         f"outcomes {outcomes}; {run['retries']} retries.")
+            continue
+        bad, clean = doc["faulty_run"], doc["clean_run"]
         which = "makespan_s" if doc["makespan_overhead"] is not None else "wall_s"
         over = doc["makespan_overhead"] if which == "makespan_s" else doc["wall_overhead"]
-        rows.append([f"`{f}`", str(bad["trajectories_expected"]), str(doc["driver_kills"]),
-                     f"{doc['faults_injected']} ({', '.join(f'{n} {k}' for k, n in kinds.items())})",
-                     str(doc["faults_survived"]),
+        count = str(bad["trajectories_expected"])
+        if "trajectories_trained" in doc:
+            count = f"{doc['trajectories_trained']} of {count} trained, {doc['trajectories_dropped']} dropped"
+        rows.append([f"`{f}`", count, str(doc["driver_kills"]), faults, str(doc["faults_survived"]),
                      f"{doc['trajectories_lost']} / {doc['trajectories_duplicated']} / {doc['trajectories_failed']}",
                      str(bad["trajectories_resumed"]), str(bad["legs_rescued"]), str(bad["turns_retried"]),
                      f"{which.removesuffix('_s')} {bad[which]:.1f} s vs {clean[which]:.1f} s", f"{over:+.1%}"])
-    return table(["results", "trajectories", "driver kills", "faults", "survived", "lost / duplicated / failed",
-                  "resumed", "legs re-bound", "turns retried", "faulty vs clean", "overhead"], rows)
+    lines = table(["results", "trajectories", "driver kills", "faults", "survived", "lost / duplicated / failed",
+                   "resumed", "legs re-bound", "turns retried", "faulty vs clean", "overhead"], rows)
+    return lines + ["", *notes] if notes else lines
 
 
 # ------------------------------------------------------------------------------------ control plane
@@ -1121,7 +1137,8 @@ TABLES: dict[str, Table] = {
     "live-real-time": Table(REAL_TIME, t_real_time),
     "fidelity": Table(["fidelity.json"], t_fidelity),
     "fidelity-vllm": Table(["fidelity-vllm.json"], t_fidelity_vllm),
-    "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json", "chaos-vllm.json", "chaos-vllm-soak.json"], t_chaos),
+    "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json", "chaos-vllm.json", "chaos-vllm-soak.json",
+                    "chaos-partial-vllm.json", "chaos-serve-vllm.json"], t_chaos),
     "api-overhead": Table(["api-overhead.json"], t_api_overhead),
     "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
