@@ -31,6 +31,7 @@ from prorsa.cluster.worker_logs import quiet_survived_faults
 from prorsa.config.engines import EnginesConfig
 from prorsa.engine.base import Engine
 from prorsa.engine.registry import engine_name, make_engine
+from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role
 from prorsa.train.weights import newest_version
 
@@ -103,6 +104,9 @@ class EngineHost(WorkerPlugin):
                     self.restarts += 1
                     log.warning("%s was %s and has been restarted", self.engine.engine_id,
                                 "unresponsive" if alive else "dead")
+            except EngineUnavailable as e:  # the new server went too (killed again as it started)
+                log.warning("%s: restart failed, tried again next interval: %s", self.engine.engine_id,
+                            str(e).splitlines()[0])
             except Exception:  # a failed restart is retried next interval; never kill the worker
                 log.exception("%s: restart failed", self.engine.engine_id)
 

@@ -69,8 +69,8 @@ def write_out(run: RunContext, run_dir: Path, journal: RunJournal) -> dict:
         cfg = run.cfg
         rec = RunRecorder(engines=[engine_name(i) for i in range(cfg.engines.count)], slots=cfg.engines.slots,
                           expected=expected_trajectories(cfg.workload), completed=journal.completed_before,
-                          failed=journal.failed_before)
+                          failed=journal.failed_before, dropped=journal.dropped_before)
         write_run(run_dir, run, rec, 0.0, cfg.policy, ControlPlane(0, 0, 0, [], [], 0.0, 0),
-                  journal.completed_before + journal.failed_before, resumed_figures(saved, journal.elapsed_before))
+                  journal.saved_before, resumed_figures(saved, journal.elapsed_before))
     journal.seal()
     return json.loads(summary.read_text())

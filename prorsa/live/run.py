@@ -176,7 +176,7 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         plane = await control_plane(client, runner, controller)
 
     saved = journal.finish()
-    resumed = journal.completed_before + journal.failed_before
+    resumed = journal.saved_before
     summary = write_run(run_dir, live.run, rec, makespan, live.policy.name, plane, resumed,
                         ({"train": learner.summary()} if learner else {}) | (
                             # every figure over all sessions, not this one's alone
@@ -296,7 +296,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
                           dict(zip(engines, run.engine_slots)),
                           expected=None if open_ended else expected_trajectories(cfg.workload),
                           completed=journal.completed_before if journal is not None else 0,
-                          failed=journal.failed_before if journal is not None else 0)
+                          failed=journal.failed_before if journal is not None else 0,
+                          dropped=journal.dropped_before if journal is not None else 0)
         t0 = time.time()
         if journal is not None:
             journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run

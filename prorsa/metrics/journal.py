@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.metrics.outputs import TRAJECTORY_SCHEMA, trajectory_row
+from prorsa.metrics.recorder import DROPPED
 
 MANIFEST = "manifest.json"
 PARTS = "parts"
@@ -86,6 +87,7 @@ class RunJournal:
     done_ids: set[str] = field(default_factory=set)
     completed_before: int = 0  # finished in earlier sessions, by status
     failed_before: int = 0
+    dropped_before: int = 0  # a partial rollout's cancelled and stale: untrained, no failure
     complete: bool = False
     rolled_out: bool = False  # every trajectory is saved; what is left is the write-out
     sessions_before: list[float] = field(default_factory=list)  # earlier sessions' rollout seconds
@@ -131,6 +133,8 @@ class RunJournal:
                 self.done_ids.add(traj)
                 if status == "completed":
                     self.completed_before += 1
+                elif status in DROPPED:
+                    self.dropped_before += 1
                 else:
                     self.failed_before += 1
 
@@ -190,6 +194,11 @@ class RunJournal:
     def seal(self) -> None:
         self.complete = True
         self._write_manifest()
+
+    @property
+    def saved_before(self) -> int:
+        """Trajectories earlier sessions saved, whatever their status."""
+        return self.completed_before + self.failed_before + self.dropped_before
 
     @property
     def committed(self) -> int:

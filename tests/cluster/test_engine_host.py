@@ -157,3 +157,42 @@ def test_every_worker_process_is_quiet_from_its_start_plugin_or_none(tmp_path):
 
     seen = asyncio.run(main())
     assert seen and all("SurvivedFaults" in names for names in seen.values()), seen
+
+
+def test_a_restart_whose_new_server_dies_too_is_one_warning_not_a_traceback(tmp_path, caplog):
+    """A server killed again while it restarts: the watch says so in a line and tries again."""
+    import asyncio
+    import logging
+
+    from prorsa.cluster.engine_host import EngineHost
+    from prorsa.engine.vllm.errors import EngineUnavailable
+
+    class DeadServer:
+        def alive(self):
+            return False
+
+    class Engine:
+        engine_id, server, tries = "engine-0", DeadServer(), 0
+
+        async def ensure_healthy(self):
+            self.tries += 1
+            raise EngineUnavailable("vLLM server exited with code -9 while starting; last lines of x.log:\nboom")
+
+    from prorsa.config.engines import EnginesConfig
+    from prorsa.roles import Role
+
+    host = EngineHost(0, Role.MIXED, EnginesConfig(), str(tmp_path))
+    host.engine, host.health_interval_s, host.health_misses = Engine(), 0.01, 1
+
+    async def main():
+        watch = asyncio.create_task(host._watch_health())
+        while host.engine.tries < 2:
+            await asyncio.sleep(0.01)
+        watch.cancel()
+
+    with caplog.at_level(logging.WARNING, logger="prorsa.cluster.engine_host"):
+        asyncio.run(main())
+    records = [r for r in caplog.records if "restart failed" in r.getMessage()]
+    assert records and all(r.levelno == logging.WARNING and r.exc_info is None for r in records)
+    assert records[0].getMessage() == ("engine-0: restart failed, tried again next interval: vLLM server exited "
+                                       "with code -9 while starting; last lines of x.log:")
