@@ -65,7 +65,8 @@ class TurnResult:
     decode_tokens: int
     token_ids: tuple[int, ...] = ()  # generated this turn
     logprobs: tuple[float, ...] = ()
-    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob) alternatives, when the request asked
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob) alternatives, if asked
+    sampling: Sampling | None = None  # how its tokens were drawn (the pipeline's or a request's)
     start_s: float = 0.0  # the body's clock, seconds since the rollout began
     end_s: float = 0.0
     queue_s: float = 0.0

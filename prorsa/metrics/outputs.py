@@ -35,6 +35,7 @@ from prorsa.control.forecast import ForecastSummary
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.metrics.summary import RunSummary
 from prorsa.roles import Role
+from prorsa.sampling import Sampling
 
 ROLE_CODES = {Role.PREFILL: 0, Role.DECODE: 1, Role.MIXED: 2}
 
@@ -69,6 +70,13 @@ _TURN = pa.struct([
     _f("observation", pa.string(), "the tool's observation text"),
     _f("observation_tokens", pa.int32(), "tokens of the observation", "tokens"),
     _f("policy_version", pa.int32(), "weights version the turn was sent under"),
+    _f("sampling", pa.struct([
+        _f("temperature", pa.float32(), "0: greedy"), _f("top_p", pa.float32(), "nucleus share"),
+        _f("top_k", pa.int32(), "-1: every token"), _f("min_p", pa.float32(), "share of the likeliest token's"),
+        _f("presence_penalty", pa.float32(), "OpenAI's"), _f("frequency_penalty", pa.float32(), "OpenAI's"),
+        _f("repetition_penalty", pa.float32(), "vLLM's; 1: none"), _f("seed", pa.int64(), "the request's own"),
+        _f("stop", pa.list_(pa.string()), "strings that end the reply")]),
+       "how the turn's tokens were drawn: the pipeline's sampling:, or a served request's"),
 ])
 TRAJECTORY_SCHEMA = pa.schema([
     _f("traj_id", pa.string(), "trajectory id"),
@@ -103,8 +111,8 @@ def _atomic(path: Path, write) -> None:
 
 def trajectory_row(r: TrajectoryResult) -> dict[str, Any]:
     turns = [
-        {k: getattr(t, k) for k in _TURN.names if k not in ("token_ids", "logprobs")}
-        | {"token_ids": list(t.token_ids), "logprobs": list(t.logprobs)}
+        {k: getattr(t, k) for k in _TURN.names if k not in ("token_ids", "logprobs", "sampling")}
+        | {"token_ids": list(t.token_ids), "logprobs": list(t.logprobs), "sampling": _sampling_row(t.sampling)}
         for t in r.turns
     ]
     return {
@@ -118,6 +126,13 @@ def trajectory_row(r: TrajectoryResult) -> dict[str, Any]:
         "response_logprobs": [x for t in r.turns for x in t.logprobs],
         "turns": turns,
     }
+
+
+def _sampling_row(s: Sampling | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {k: getattr(s, k) for k in ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                                       "frequency_penalty", "repetition_penalty", "seed")} | {"stop": list(s.stop)}
 
 
 def write_trajectories(path: Path, results: list[TrajectoryResult]) -> None:

@@ -46,6 +46,7 @@ async def _drive(url: str, weights: Path):
     n4 = await oa.chat.completions.create(model="tiny", messages=ASK, n=4, max_tokens=8,
                                           extra_headers={"X-Session-Id": "n4"})
     stream = await oa.chat.completions.create(model="tiny", messages=ASK, max_tokens=6, stream=True,
+                                              temperature=0.5,
                                               stream_options={"include_usage": True},
                                               extra_headers={"X-Session-Id": "streamed"})
     chunks = [c async for c in stream]
@@ -111,6 +112,9 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
     assert all(r["turns"][0]["decode_tokens"] == 8 for r in branches)
     [streamed] = [r for r in rows if r["task_id"] == "streamed"]
     assert streamed["turns"][0]["decode_tokens"] == 6
+    # each turn keeps how it was drawn: the request's temperature, else the pipeline's sampling:
+    assert streamed["turns"][0]["sampling"]["temperature"] == 0.5
+    assert {r["turns"][0]["sampling"]["temperature"] for r in branches} == {1.0}
     [by_ids] = [r for r in rows if r["task_id"] == "ids"]
     assert by_ids["prompt_ids"] == [5, 6, 7, 8]
     assert by_ids["policy_version"] == 0
