@@ -88,7 +88,7 @@ class DecodeResult:
     n_tokens: int  # tokens generated
     token_ids: tuple[int, ...] = ()  # empty when the engine works from counts
     logprobs: tuple[float, ...] = ()
-    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob) alternatives, when asked
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob), when asked
     cached_tokens: int = 0  # when this engine prefilled: tokens served from its prefix cache
     queue_s: float = 0.0
     transfer_s: float = 0.0  # pulling the KV from the prefill engine

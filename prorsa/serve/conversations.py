@@ -57,7 +57,7 @@ class Answer:
     decode_engine: str
     prompt_ids: tuple[int, ...] = ()  # that context's ids
     weight_version: int = 0  # the policy version of the engines that wrote it
-    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob) alternatives, when asked
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()  # per token: (id, logprob), when asked
 
 
 @dataclass
