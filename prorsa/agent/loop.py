@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -111,6 +111,7 @@ class TrajectoryResult:
     # partial rollouts (rollout/partial.py): the step whose batch trained it; None: not trained
     # there (cancelled, stale), or a run without partial rollouts (its own step's batch)
     trained_step: int | None = None
+    metadata: dict[str, Any] | None = None  # what a served conversation's client attached as it ended it
 
 
 class TurnRunner(Protocol):

@@ -100,6 +100,7 @@ TRAJECTORY_SCHEMA = pa.schema([
     _f("response_ids", pa.list_(pa.int32()), "every generated token id, turns concatenated"),
     _f("response_logprobs", pa.list_(pa.float32()), "their log-probabilities", "nats"),
     _f("turns", pa.list_(_TURN), "one struct per turn"),
+    _f("metadata", pa.string(), "prorsa serve: what the client attached as it ended the conversation (JSON)"),
 ])
 
 
@@ -125,6 +126,7 @@ def trajectory_row(r: TrajectoryResult) -> dict[str, Any]:
         "response_ids": [i for t in r.turns for i in t.token_ids],
         "response_logprobs": [x for t in r.turns for x in t.logprobs],
         "turns": turns,
+        "metadata": None if r.metadata is None else json.dumps(r.metadata),
     }
 
 

@@ -203,7 +203,7 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
 
     @app.post("/v1/sessions/{session}/end")
     async def end(session: str, body: EndRequest | None = None) -> JSONResponse:
-        conv = hub.finish(session, body.reward if body is not None else None)
+        conv = hub.finish(session, *((body.reward, body.metadata) if body is not None else ()))
         if conv is None:
             return JSONResponse(error_body(f"session {session!r} has no open conversation", "not_found_error",
                                            param="session"), 404)

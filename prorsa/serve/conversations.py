@@ -31,6 +31,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prorsa.serve.transcript import Ask
 
@@ -76,6 +77,7 @@ class Conversation:
     ended: bool = False
     finished: bool = False  # the client ended it (Hub.finish): no later request continues it
     reward: float | None = None  # what the client scored it, when it ended it
+    metadata: dict[str, Any] | None = None  # and what else it attached then
 
     async def next(self) -> Pending | None:
         try:
@@ -120,11 +122,12 @@ class Hub:
         self._arrivals.put_nowait(conv)
         return conv
 
-    def finish(self, session: str, reward: float | None = None) -> Conversation | None:
+    def finish(self, session: str, reward: float | None = None,
+               metadata: dict[str, Any] | None = None) -> Conversation | None:
         conv = self._open.get(session)
         if conv is None or conv.ended or conv.finished:
             return None
-        conv.finished, conv.reward = True, reward
+        conv.finished, conv.reward, conv.metadata = True, reward, metadata
         conv.queue.put_nowait(None)  # after what the session queued: those turns are still its own
         return conv
 

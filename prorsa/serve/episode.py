@@ -150,6 +150,7 @@ class ServedEpisode:
                 b.result.status = TrajectoryStatus.COMPLETED
             if self.conv.reward is not None:  # the client scored the conversation: every line it left open
                 b.result.reward = self.conv.reward
+            b.result.metadata = self.conv.metadata
         self._leave(self.branches, keep=self.branches[0], now=now)
         return self._ended(self.branches[0].result, now)
 

@@ -199,6 +199,7 @@ class EndRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reward: float | None = Field(None, allow_inf_nan=False)
+    metadata: dict[str, Any] | None = None  # kept with the trajectory (trajectories.parquet `metadata`, JSON)
 
 
 class UpdateWeightsRequest(BaseModel):

@@ -5,6 +5,7 @@ run folder keeps of them. Emulated engines write token counts, not text, so repl
 are empty here; their text is tested over a scripted runner (test_serve_openai.py)."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 from openai import AsyncOpenAI
 from safetensors.numpy import save_file
 
+from prorsa.serve.client import end_session
 from tests.serve.test_serve_vllm import _started
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,9 +64,10 @@ async def _drive(url: str, weights: Path):
 
 
 async def _ended_and_saved(url: str, run_dir: Path) -> tuple[dict, float]:
-    """The client ends a conversation with a reward: how long until the run folder holds it."""
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer sesame"}, timeout=120) as http:
-        ended = (await http.post("/sessions/ids/end", json={"reward": 0.5})).json()
+    """The client ends a conversation with a reward and metadata (the small client helper): how long
+    until the run folder holds it."""
+    ended = await asyncio.to_thread(end_session, url, "ids", reward=0.5, metadata={"tests_passed": 3},
+                                    api_key="sesame")
     t0 = time.monotonic()
     while not any(r["task_id"] == "ids" and r["reward"] == 0.5 for part in sorted((run_dir / "parts").glob("*.parquet"))
                   for r in pq.read_table(part, columns=["task_id", "reward"]).to_pylist()):
@@ -117,6 +120,7 @@ def test_a_served_run_keeps_n_branches_streams_and_token_id_prompts(tmp_path):
     assert {r["turns"][0]["sampling"]["temperature"] for r in branches} == {1.0}
     [by_ids] = [r for r in rows if r["task_id"] == "ids"]
     assert by_ids["prompt_ids"] == [5, 6, 7, 8]
+    assert (by_ids["reward"], json.loads(by_ids["metadata"])) == (0.5, {"tests_passed": 3})
     assert by_ids["policy_version"] == 0
     [later] = [r for r in rows if r["task_id"] == "after"]
     assert later["policy_version"] == 1 and [t["policy_version"] for t in later["turns"]] == [1]
