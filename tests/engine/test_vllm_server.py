@@ -167,6 +167,9 @@ def test_top_logprobs_are_asked_by_id_and_read_likeliest_first():
             "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
     r = parse_completion(resp, wall_s=0.1)
     assert r.top_logprobs == (((5, -0.1), (7, -3.0)), ((8, -0.4), (4, -1.2), (9, -2.5)))
+    # asked for none (logprobs=0), vLLM still lists the sampled token, by its text: no alternatives
+    resp["choices"][0]["logprobs"]["top_logprobs"] = [{"hel": -0.1}, {"lo": -2.5}]
+    assert parse_completion(resp, wall_s=0.1).top_logprobs == ()
 
 
 def test_parse_completion_response():

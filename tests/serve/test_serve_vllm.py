@@ -159,9 +159,16 @@ def test_n_samples_share_the_prompt_and_a_token_id_prompt_is_the_text_s(server, 
                                               extra_body={"return_token_ids": True})
         by_ids = await oa.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0, user="by-ids",
                                              extra_body={"return_token_ids": True})
-        return n4, by_text, by_ids
+        top = await oa.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}],
+                                               max_tokens=6, temperature=0, logprobs=True, top_logprobs=3, user="top")
+        return n4, by_text, by_ids, top
 
-    n4, by_text, by_ids = asyncio.run(ask())
+    n4, by_text, by_ids, top = asyncio.run(ask())
+    # greedy: each token is its position's likeliest, and vLLM's 3 alternatives come likeliest first
+    for item in top.choices[0].logprobs.content:
+        alternatives = [a.logprob for a in item.top_logprobs]
+        assert len(alternatives) == 3 and alternatives == sorted(alternatives, reverse=True)
+        assert item.top_logprobs[0].token == item.token and abs(alternatives[0] - item.logprob) < 1e-4
     assert [c.index for c in n4.choices] == [0, 1, 2, 3]
     assert n4.usage.completion_tokens == sum(len(c.model_extra["token_ids"]) for c in n4.choices)
     assert len({tuple(c.model_extra["token_ids"]) for c in n4.choices}) > 1  # four draws, not one four times

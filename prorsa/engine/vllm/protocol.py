@@ -132,11 +132,15 @@ def parse_completion(resp: dict[str, Any], wall_s: float) -> Reply:
 
 def _alternatives(per_token: list[dict[str, float] | None] | None) -> tuple:
     """vLLM's {"token_id:N": logprob} per token (the likeliest and the sampled one) as (id, logprob)
-    pairs, likeliest first."""
-    if not per_token:
+    pairs, likeliest first. Keys of decoded text (a request that asked for no alternatives: vLLM
+    still lists the sampled token, by its text) give none."""
+    if not per_token or any(not k.startswith(_BY_ID) for step in per_token for k in (step or {})):
         return ()
-    return tuple(tuple(sorted(((int(k.rsplit(":", 1)[1]), float(v)) for k, v in (step or {}).items()),
+    return tuple(tuple(sorted(((int(k[len(_BY_ID):]), float(v)) for k, v in (step or {}).items()),
                               key=lambda kv: -kv[1])) for step in per_token)
+
+
+_BY_ID = "token_id:"  # vLLM's name of a token with return_tokens_as_token_ids
 
 
 def gauge(text: str, name: str) -> float:
