@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -67,10 +68,7 @@ def _log_level(verbosity: int) -> None:
     levels = {"distributed": libraries, "tornado": libraries, "bokeh": libraries,
               "prorsa": "info" if verbosity >= 1 else "warning"}
     # distributed configures its own loggers on import; tell it before it is imported
-    dask.config.set({"logging": levels})
-    # worker processes a run spawns set up their logging as they import distributed, from the
-    # environment, before any config the driver sends them
-    os.environ.update({f"DASK_LOGGING__{name.upper()}": level for name, level in levels.items()})
+    dask.config.set({"logging": levels})  # the worker processes a local run spawns too (worker_setup.py)
     from prorsa.metrics.console import ClockFormatter
 
     handler = logging.StreamHandler()
@@ -109,7 +107,11 @@ class _Prorsa(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)
-            ctx.exit(2)
+        # at once: an interrupt that lands inside an import leaves modules half made, and the
+        # interpreter's own shutdown of them then died of the interrupt now and then (exit -2)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
 
 
 @click.group(cls=_Prorsa)

@@ -24,6 +24,7 @@ forks each worker with distributed and Prorsa's worker modules already imported.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
 
@@ -49,9 +50,16 @@ def spawned_by_a_run() -> bool:
 
 
 def deaf_worker_processes() -> None:
-    """Nannies of this process fork their workers from a forkserver that ignores SIGINT. Called
-    before the first Nanny starts (the forkserver reads its preloads once, when it starts)."""
+    """Nannies of this process fork their workers from a forkserver that ignores SIGINT, and that
+    logs at the driver's levels. Called before the first Nanny starts (the forkserver reads its
+    preloads and environment once, when it starts)."""
     from distributed.utils import get_mp_context
 
+    # a worker process sets up its logging as it imports distributed, from the environment, before
+    # any config its Nanny sends it; only local worker processes: a batch job's workers log to their
+    # own files, at their own level
+    levels = dask.config.get("logging", {})
+    os.environ.update({f"DASK_LOGGING__{name.upper()}": str(level) for name, level in levels.items()
+                       if isinstance(level, str)})
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     get_mp_context().set_forkserver_preload(FORKSERVER_PRELOAD)  # after dask's own choice, in its place
