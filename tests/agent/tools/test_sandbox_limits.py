@@ -102,9 +102,11 @@ def test_eight_children_of_a_gib_each_are_held_to_the_calls_memory():
     assert describe(run, limits) == (ToolStatus.CRASH, "[memory limit of 256 MiB for the whole program "
                                                        "reached; it was stopped]")
     # Per process each child could hold ~200 MiB under RLIMIT_AS (1.6 GiB in all); the call as a
-    # whole stops at its budget, past it by at most what a few polls let through.
-    assert held * MiB <= budget + 128 * MiB
-    assert peak.peak <= budget + 128 * MiB
+    # whole stops at its budget, past it by what the polls let through: a few tens of MiB on a quiet
+    # machine, more when a loaded one delays them (546 MiB seen at a load average of 15), so the
+    # bound only tells a budget for the call from one per process
+    assert held * MiB <= 3 * budget
+    assert peak.peak <= 3 * budget
 
 
 def test_the_calls_cpu_seconds_are_summed_over_its_processes():
