@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,27 @@ class Call:
     arguments: str  # JSON text
 
 
+class _Unreadable(logging.Filter):
+    """vLLM's parsers log a reply they cannot read (a model's malformed call) with its traceback,
+    and return it as text, as the client gets it: one debug line here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info:
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.msg = f"{record.getMessage()} ({record.exc_info[1]!r}); the reply is text"
+        record.args, record.exc_info, record.exc_text = (), None, None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def _quiet(module: str) -> None:
+    logger = logging.getLogger(module)
+    if not any(isinstance(f, _Unreadable) for f in logger.filters):
+        logger.addFilter(_Unreadable())
+
+
 class ReplyParser:
     """One parser object per tool list (a parser may read the tools' schemas, and building one
     reads the whole vocabulary), reused across requests: agents send the same tools every turn."""
@@ -47,6 +69,7 @@ class ReplyParser:
             self._cls = None
         else:
             self._cls = ToolParserManager.get_tool_parser(name)
+            _quiet(self._cls.__module__)
         self._for_tools = functools.lru_cache(maxsize=16)(self._build)
         if self._cls is not None:
             try:  # now, not at the first reply: a parser that cannot read this tokenizer stops the start

@@ -50,6 +50,14 @@ def test_a_reply_without_a_call_stays_text(special_tok, name):
     assert ReplyParser(name, special_tok).split("It is 5.", TOOLS) == ("It is 5.", ())
 
 
+def test_a_malformed_call_stays_text_without_a_traceback(tok, capfd):
+    # a random or early model writes <tool_call> with no JSON after it: vLLM's parser logs why,
+    # traceback and all, on the server's console; it says so in a debug line instead
+    reply = "hello <tool_call>{not json</tool_call>"
+    assert ReplyParser("hermes", tok).split(reply, TOOLS) == (reply, ())
+    assert "Traceback" not in "".join(capfd.readouterr())
+
+
 @pytest.mark.parametrize("name, token", [("llama3_json", "<|python_tag|>"), ("mistral", "tool call token")])
 def test_a_parser_whose_tokens_the_tokenizer_lacks_is_refused_at_once(tok, name, token):
     with pytest.raises(ValueError, match=f"{name}.*{token}".replace("|", r"\|")):
