@@ -103,6 +103,12 @@ class _Prorsa(click.Group):
     report) ends as the commands' own stops do: one line and exit 2, not click's "Aborted!" and 1."""
 
     def invoke(self, ctx: click.Context):
+        import threading
+
+        from prorsa.commands.stopping import sigterm_as_interrupt
+
+        if threading.current_thread() is threading.main_thread():
+            sigterm_as_interrupt()  # until a command that starts engines installs its own stop
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
