@@ -119,7 +119,7 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         at = cfg.group_of_engine()
         return [EngineLaunch(engine_name(i), role, f"tp{groups[at[i]].tp} ep{groups[at[i]].ep}", "emulated", None, (), ())
                 for i, role in enumerate(roles)]
-    from prorsa.engine.vllm.server import ServerSpec
+    from prorsa.engine.vllm.command import ServerSpec
 
     placed = _node_plans(cfg, len(roles), local, environ, count_gpus, shape)
     several = len({node for node, _, _ in placed.values()}) > 1
@@ -144,7 +144,7 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
 def _servers(spec, span: NodeSpan | None, index: int, leader: str, ports: _Ports):
     """The engine's servers' command lines and environments (the first node's, then its followers'
     where it spans nodes) on ports of their own; the first's HTTP port; why they need our launcher."""
-    from prorsa.engine.vllm.server import hand_command
+    from prorsa.engine.vllm.command import hand_command
 
     commands, envs, needs, first_port = [], [], (), None
     for k in range(span.nodes if span else 1):

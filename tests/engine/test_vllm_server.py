@@ -11,7 +11,8 @@ import pytest
 from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.vllm.protocol import completion_body, gauge, parse_completion
 from prorsa.engine.vllm.errors import EngineUnavailable
-from prorsa.engine.vllm.server import ServerSpec, VllmServer, build_command, build_env, omp_bind
+from prorsa.engine.vllm.command import ServerSpec, build_command, build_env, omp_bind
+from prorsa.engine.vllm.server import VllmServer
 from prorsa.sampling import Sampling
 
 
