@@ -101,11 +101,12 @@ def control_interval_wall(args, family: str) -> float:
     return max(args.control_interval * (scale if scale > 0 else 1.0), args.min_control_wall)
 
 
-def given_pipeline(path: str, routing: dict):
+def given_pipeline(path: str, routing: dict, overrides: dict | None = None):
     """--pipeline FILE: that pipeline as the one cell, each policy put in its place."""
     from prorsa.config.load import load_pipeline
 
-    cfg = load_pipeline(path, {"runtime.dashboard_address": None} | {f"runtime.{k}": v for k, v in routing.items()})
+    cfg = load_pipeline(path, {"runtime.dashboard_address": None} | {f"runtime.{k}": v for k, v in routing.items()}
+                        | (overrides or {}))
     cell = (cfg.workload.family or "trace", cfg.engines.model, cfg.workload.mode)
     return cfg, cell, lambda policy: cfg.model_copy(update={"policy": policy})
 
@@ -181,6 +182,37 @@ def one_run(cfg, timeout_s: float) -> dict:
             problems.append(f"completed {done}/{exp} trajectories, {failed} failed")
     return {"summary": summary, "wall_s": wall, "problems": problems, "warnings": handler.records,
             "load1": [round(load_before, 2), round(load_after, 2)]}
+
+
+def simulated(cfg) -> dict:
+    """The simulator's figure for the same cell and policy: the run in virtual time, on the cost
+    model's own clock. Emulated engines run live at `time_scale` wall seconds a cost-model second,
+    and tools and the control interval with them, so all three are put back on that clock (vLLM
+    engines run in real time: nothing to put back)."""
+    from prorsa.sim.run import simulate
+
+    e = cfg.engines
+    scale = e.time_scale if e.backend == "emulated" and e.time_scale > 0 else 1.0
+    sim_cfg = cfg.model_copy(update={
+        "engines": e.model_copy(update={"time_scale": 1.0}),
+        "workload": cfg.workload.model_copy(update={"tool_time_scale": cfg.workload.tool_time_scale / scale}),
+        "runtime": cfg.runtime.model_copy(update={"control_interval_s": cfg.runtime.control_interval_s / scale}),
+    })
+    s = simulate(sim_cfg).summary
+    return {k: s.get(k) for k in ("makespan_s", "trajectories_per_s", "role_switches", "sim_wall_s")}
+
+
+def sim_result(sims: dict[str, dict], mode: str) -> dict:
+    """The simulator's ratios vs colocated per policy and prorsa's to the better of colocated and
+    the best static split, as cell_result gives them for the live runs."""
+    colo = figure(sims["colocated"], mode)
+    ratios = {p: ratio(figure(s, mode), colo, mode) for p, s in sims.items()}
+    statics = [p for p in ratios if p.startswith("static:") and ratios[p] is not None]
+    best = max(statics, key=lambda p: ratios[p], default=None)
+    baseline = max([1.0] + ([ratios[best]] if best else []))
+    pr = ratios.get("prorsa")
+    return {"per_policy": {p: {**sims[p], "ratio": ratios[p]} for p in sims}, "best_static": best,
+            "prorsa_vs_best": pr / baseline if pr is not None else None}
 
 
 def figure(summary: dict, mode: str) -> float | None:
@@ -335,8 +367,13 @@ def main() -> None:
                                     "--models and --modes (to re-run a few with more repeats)")
     ap.add_argument("--pipeline", help="one cell: this pipeline file as it is (engines, workload, time scale), "
                                        "every policy in turn; the sizing options above do not apply")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --pipeline: override a field of it, as `prorsa run FILE KEY=VALUE` does (repeatable)")
     ap.add_argument("--sticky-overload", metavar="X|cost|none",
                     help="runtime.sticky_overload of every run (default: the pipeline's, cost)")
+    ap.add_argument("--sim", action="store_true",
+                    help="also simulate every cell and policy (virtual time, the same seeded workload) and "
+                         "record the simulator's ratios beside the live ones")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/policies_live.json"))
     args = ap.parse_args()
     routing = {}
@@ -381,7 +418,12 @@ def main() -> None:
         ap.error(str(e))
     make = lambda family, model, mode, policy: pipeline(args, family, model, mode, policy, routing)  # noqa: E731
     if args.pipeline:
-        given, cell, with_policy = given_pipeline(args.pipeline, routing)
+        from prorsa.config.load import ConfigError, parse_overrides
+
+        try:
+            given, cell, with_policy = given_pipeline(args.pipeline, routing, parse_overrides(args.set))
+        except ConfigError as e:
+            ap.error(str(e))
         make = lambda family, model, mode, policy: with_policy(policy)  # noqa: E731
         cells_spec, args.engines, args.time_scale = [cell], given.engines.count, given.engines.time_scale
         args.slots, args.gpu, args.family_scale = given.engines.slots, given.engines.gpu, ""
@@ -444,11 +486,16 @@ def main() -> None:
             console.print(f"[yellow]{family} {model} {mode}: turns retried (engine or worker failures): "
                           f"{retried}[/]", highlight=False)
         cfg = make(family, model, mode, "colocated")
+        sim = None
+        if args.sim:
+            sim = sim_result({p: simulated(make(family, model, mode, p)) for p in pols}, mode)
+            console.print(f"{family} {model} {mode}: simulated prorsa / best {_fmt(sim['prorsa_vs_best'], '.3f')}"
+                          f" (best static {sim['best_static']})", highlight=False, markup=False)
         cells.append({"family": family, "model": model, "ep": cfg.engines.ep, "mode": mode,
                       "time_scale": cfg.engines.time_scale,
                       "control_interval_wall_s": cfg.runtime.control_interval_s,
                       "workload": cfg.workload.model_dump(mode="json"),
-                      "result": cell_result(runs, mode), "runs": runs})
+                      "result": cell_result(runs, mode), "sim": sim, "runs": runs})
         _write(out, args, command, cells, violations, time.perf_counter() - t_start)
 
     console.print(table(cells, args.engines, args))

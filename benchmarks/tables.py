@@ -566,26 +566,39 @@ def t_phases(d: dict) -> list[str]:
 # ------------------------------------------------------------------------------------ the live tables
 
 def grid_table(file: str) -> Callable[[dict], list[str]]:
+    """The live grid; where the file has them, the simulator's figures for the same cells beside."""
     def render(d: dict) -> list[str]:
         doc = d[file]
         statics = sorted({p for c in doc["cells"] for p in c["result"]["per_policy"] if p.startswith("static:")})
-        rows, met, kept = [], 0, 0
+        reactive = any("reactive" in c["result"]["per_policy"] for c in doc["cells"])
+        sims = all(c.get("sim") for c in doc["cells"])
+        rows, met, kept, sim_met = [], 0, 0, 0
         for c in doc["cells"]:
             res, per = c["result"], c["result"]["per_policy"]
             pr = per["prorsa"]
             mape = pr["forecast_mape"] or {}
-            rows.append([c["family"], live_model(c), c["mode"], fig(per["colocated"]["figure"], c["mode"]),
-                         *[f2(per[s]["ratio"]) + ("*" if s == res["best_static"] else "") for s in statics],
-                         f2(per["reactive"]["ratio"]), f3(pr["ratio"]), f3(res["prorsa_vs_best"]),
-                         f"{pr['role_switches']:.0f}",
-                         f"{f2(mape.get('prefill_tps'))} / {f2(mape.get('decode_seqs'))}", f2(pr["prefix_hit"])])
+            row = [c["family"], live_model(c), c["mode"], fig(per["colocated"]["figure"], c["mode"]),
+                   *[f2(per[s]["ratio"]) + ("*" if s == res["best_static"] else "") for s in statics],
+                   *([f2(per["reactive"]["ratio"])] if reactive else []), f3(pr["ratio"]),
+                   f3(res["prorsa_vs_best"]), f"{pr['role_switches']:.0f}"]
+            if sims:
+                sim = c["sim"]
+                row += [f"{f3(sim['prorsa_vs_best'])} ({split(sim['best_static'])})",
+                        f"{sim['per_policy']['prorsa']['role_switches']:.0f}"]
+                sim_met += sim["prorsa_vs_best"] >= doc["goal"]
+            rows.append(row + [f"{f2(mape.get('prefill_tps'))} / {f2(mape.get('decode_seqs'))}",
+                               f2(pr["prefix_hit"])])
             met += bool(res["goal_met"])
             kept += pr["role_switches"] == 0
         n = len(doc["cells"])
-        return table(["family", "model", "mode", "colocated", *map(split, statics), "reactive", "prorsa",
-                      "prorsa / best", "switches", "MAPE P / D", "hit"], rows) + [
+        head = ["family", "model", "mode", "colocated", *map(split, statics), *(["reactive"] if reactive else []),
+                "prorsa", "prorsa / best", "switches",
+                *(["simulated prorsa / best (best static)", "simulated switches"] if sims else []),
+                "MAPE P / D", "hit"]
+        return table(head, rows) + [
             "", f"prorsa at {doc['goal']} or more of the better of colocated and the best static split in {met} of "
-                f"{n} cells; colocated's roles kept (0 switches) in {kept} of {n}."]
+                f"{n} cells" + (f" live, {sim_met} of {n} simulated" if sims else "")
+                + f"; prorsa switched no role in {kept} of {n}."]
     return render
 
 
@@ -647,6 +660,31 @@ def t_real_time(d: dict) -> list[str]:
                      " / ".join(f"{x:.1f}" for x in loads)])
     return table(["family", "model", "mode", "colocated", "static 1:3", "prorsa", "prorsa / best", "switches",
                   "1-min load: colocated / 1:3 / prorsa"], rows)
+
+
+def t_vllm_cell(d: dict) -> list[str]:
+    """One pipeline live on vLLM engines, every policy, beside the simulator's figure for each."""
+    doc = d["policies_live-vllm-quickstart.json"]
+    c = doc["cells"][0]
+    per, sim, mode = c["result"]["per_policy"], c["sim"]["per_policy"], c["mode"]
+    rows = [[p, ", ".join(f"{x:.2f}" for x in run_figures(c, p)), fig(v["figure"], mode), f3(v["ratio"]),
+             f"{v['role_switches']:.0f}", fig(figure_of(sim[p], mode), mode), f3(sim[p]["ratio"]),
+             f"{sim[p]['role_switches']:.0f}"] for p, v in per.items()]
+    load = max(x for rs in c["runs"].values() for r in rs for x in r["load1"])
+    return table(["policy", "live runs", f"live (median of {doc['args']['repeats']})", "vs colocated", "switches",
+                  "simulated", "vs colocated", "switches"], rows) + [
+        "", f"prorsa over the best fixed split: live {f3(c['result']['prorsa_vs_best'])} ({best_fixed(per)}), "
+            f"simulated {f3(c['sim']['prorsa_vs_best'])} ({best_fixed(sim)}). Highest 1-min load around the "
+            f"runs {load:.1f}."]
+
+
+def best_fixed(per: dict) -> str:
+    """The fastest of colocated and the static splits, by their ratio to colocated."""
+    return split(max((p for p in per if p == "colocated" or p.startswith("static:")), key=lambda p: per[p]["ratio"]))
+
+
+def figure_of(point: dict, mode: str) -> float | None:
+    return point.get("makespan_s") if mode == "sync" else point.get("trajectories_per_s")
 
 
 def t_moe_step(d: dict) -> list[str]:
@@ -1126,9 +1164,9 @@ TABLES: dict[str, Table] = {
     "phases": Table(PHASES, t_phases),
     "moe-step": Table(["policies_live-moe-step.json"], t_moe_step),
     "live-grid": Table(["policies_live.json"], grid_table("policies_live.json")),
+    "live-vllm-cell": Table(["policies_live-vllm-quickstart.json"], t_vllm_cell),
     "live-grid-ratio": Table(["policies_live-ratio.json"], grid_table("policies_live-ratio.json")),
-    "live-repeats": Table(["policies_live-cost-repeats.json", "policies_live.json"],
-                          repeats_table(["policies_live-cost-repeats.json"], "policies_live.json", ranges=False)),
+    "live-repeats": Table(["policies_live-moe-repeats.json"], grid_table("policies_live-moe-repeats.json")),
     "live-repeats-ratio": Table(
         ["policies_live_repeats.json", "policies_live-math-tir-moe-async.json", "policies_live-ratio.json"],
         repeats_table(["policies_live_repeats.json", "policies_live-math-tir-moe-async.json"],
