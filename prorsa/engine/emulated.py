@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,12 +72,20 @@ from prorsa.roles import Role
 _SHARED_STRETCH = 8  # decode steps between looks at the neighbours, while cores are shared
 
 
+@dataclass(frozen=True)
+class KvMemory:
+    """An emulated engine's KV memory: its size and how its prefix cache evicts."""
+
+    capacity: int | None = None  # tokens; None: what the cost model's layout holds
+    prefix_cache: str = "ideal"  # engine/prefix_cache.py
+
+
 class EmulatedEngine:
     needs_token_ids = False  # works from token counts
 
     def __init__(self, engine_id: str, role: Role, cost: CostModel | RoleCosts, slots: int,
                  time_scale: float = 1.0, max_batched_tokens: int = 8192,
-                 kv_capacity: int | None = None, prefix_cache: str = "ideal", cores: CoreShare | None = None):
+                 memory: KvMemory = KvMemory(), cores: CoreShare | None = None):
         if slots < 1 or max_batched_tokens < 1 or time_scale < 0:
             raise ValueError(f"need slots >= 1, max_batched_tokens >= 1, time_scale >= 0; got "
                              f"{slots}, {max_batched_tokens}, {time_scale}")
@@ -85,8 +94,8 @@ class EmulatedEngine:
         self.layouts = cost if isinstance(cost, RoleCosts) else RoleCosts.uniform(cost)
         self.time_scale = time_scale
         self.max_batched_tokens = max_batched_tokens
-        self._kv_given = kv_capacity
-        self._prefix_kind = prefix_cache
+        self._kv_given = memory.capacity
+        self._prefix_kind = memory.prefix_cache
         self.cores = cores  # the CPU host shared with the other engines, if any
         self._lay_out(self.layouts.of(role))
         self._batch = Batcher(slots, self.kv_capacity, self.ranks)

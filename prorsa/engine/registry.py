@@ -85,14 +85,14 @@ class EmulatedBackend:
             raise ValueError("engines.parallelism: per-role parallelism is simulated only (prorsa sim); "
                              "live engines use engines.tp and engines.ep")
         from prorsa.costmodel import CostModel
-        from prorsa.engine.emulated import EmulatedEngine
+        from prorsa.engine.emulated import EmulatedEngine, KvMemory
 
         # engine groups: this engine's own layout and slots
         group = cfg.engine_groups[cfg.group_of_engine()[index]] if cfg.groups is not None else None
         tp, ep, slots = (group.tp, group.ep, group.slots) if group is not None else (cfg.tp, cfg.ep, cfg.slots)
         cost = CostModel.from_names(cfg.gpu, cfg.model, tp=tp, ep=ep)
         return EmulatedEngine(engine_name(index), role, cost, slots=slots, time_scale=cfg.time_scale,
-                              prefix_cache=cfg.prefix_cache)
+                              memory=KvMemory(prefix_cache=cfg.prefix_cache))
 
     def model_dir(self) -> None:
         return None

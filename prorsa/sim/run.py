@@ -39,7 +39,7 @@ from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import load_gpu
 from prorsa.costmodel.misfit import ModelScale
 from prorsa.engine.core_share import CoreShare
-from prorsa.engine.emulated import EmulatedEngine
+from prorsa.engine.emulated import EmulatedEngine, KvMemory
 from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
@@ -126,7 +126,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     cores = host_cores(cfg, names)
     # each engine steps with its own group's layout and slots (engines.groups)
     costs, slots = run.engine_costs or (run.costs,) * len(names), run.engine_slots or (e.slots,) * len(names)
-    engines = {name: EmulatedEngine(name, role, cost, slots=n, time_scale=1.0, prefix_cache=e.prefix_cache, cores=cores)
+    engines = {name: EmulatedEngine(name, role, cost, slots=n, time_scale=1.0,
+                                     memory=KvMemory(prefix_cache=e.prefix_cache), cores=cores)
                for name, role, cost, n in zip(names, roles, costs, slots)}
     for engine in engines.values():
         await engine.start()
