@@ -1,6 +1,7 @@
 """The live control loop: the scheduler's lifecycle view -> the policy -> role switches on Dask.
 
-    LiveController(client, policy, router, addresses, recorder, ...)   a ControlLoop (control_loop.py)
+    LiveController(client, policy, router, addresses, recorder, capacity, pace)   a ControlLoop
+                                   (control_loop.py); EngineCapacity and ControlPace records
     observe()                      one scheduler call: lifecycle events and what each engine holds
                                    (with a dashboard feed, the same call carries the page's data)
     pause()                        the wait before the next step: control_interval_s, or longer
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.lifecycle_plugin import observe_and_publish
@@ -105,23 +106,44 @@ def _give_up_when_drained(address: str, phases: tuple[str, ...], resources: dict
     return True
 
 
+@dataclass(frozen=True)
+class EngineCapacity:
+    """Slots and KV tokens of the engines: one figure for engines alike, or each engine's (engines.groups)."""
+
+    slots: int | dict[str, int]
+    kv_tokens: int | dict[str, int]
+
+    def slots_of(self, engine: str) -> int:
+        return self.slots[engine] if isinstance(self.slots, dict) else self.slots
+
+    def kv_of(self, engine: str) -> int:
+        return self.kv_tokens[engine] if isinstance(self.kv_tokens, dict) else self.kv_tokens
+
+
+@dataclass(frozen=True)
+class ControlPace:
+    """The live control loop's clock and how often and how long it may act."""
+
+    started_wall: float  # wall time the run's clock starts from
+    interval_s: float  # between steps, wall seconds
+    time_unit: float = 1.0  # wall seconds per body second
+    drain_timeout_s: float = 120.0
+    max_cpu_share: float = 0.05  # of one core, averaged over the last few steps
+
+
 class LiveController(ControlLoop):
     def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
-                 recorder: RunRecorder, slots: int | dict[str, int], kv_capacity: int | dict[str, int],
-                 started_wall: float,
-                 interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0,
-                 feed: DashboardFeed | None = None, max_cpu_share: float = 0.05) -> None:
-        self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
-        super().__init__(policy, router, recorder, interval_s,
-                         lambda: (time.time() - started_wall) / self.unit)
+                 recorder: RunRecorder, capacity: EngineCapacity, pace: ControlPace,
+                 feed: DashboardFeed | None = None) -> None:
+        self.unit = pace.time_unit if pace.time_unit > 0 else 1.0  # wall seconds per body second
+        super().__init__(policy, router, recorder, pace.interval_s,
+                         lambda: (time.time() - pace.started_wall) / self.unit)
         self.client = client
         self.addresses = addresses
-        # one figure for engines alike, or each engine's (engines.groups)
-        self.slots = slots
-        self.kv_capacity = kv_capacity
-        self.drain_timeout_s = drain_timeout_s
+        self.capacity = capacity
+        self.drain_timeout_s = pace.drain_timeout_s
         self.feed = feed
-        self.max_cpu_share = max_cpu_share  # of one core, averaged over the last few steps
+        self.max_cpu_share = pace.max_cpu_share
 
     def pause(self) -> float:
         # The policy's CPU comes out of the process that carries the rollout (in-process workers
@@ -136,15 +158,9 @@ class LiveController(ControlLoop):
         self.spent(time.thread_time() - c)
         events, loads, cpu = await self.client.run_on_scheduler(_observe_timed, report)
         c = time.thread_time()
-        engines = tuple(_admitted(loads[e], self._slots(e), self._kv(e)) for e in sorted(loads))
+        engines = tuple(_admitted(loads[e], self.capacity.slots_of(e), self.capacity.kv_of(e)) for e in sorted(loads))
         self.spent(cpu + time.thread_time() - c)
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(events))
-
-    def _slots(self, engine: str) -> int:
-        return self.slots[engine] if isinstance(self.slots, dict) else self.slots
-
-    def _kv(self, engine: str) -> int:
-        return self.kv_capacity[engine] if isinstance(self.kv_capacity, dict) else self.kv_capacity
 
     async def call_policy(self, fn, snap: Snapshot) -> Decision:
         # prorsa's plan takes tens of ms of numpy and Python (a rehearsal between steps, seconds);
@@ -155,7 +171,7 @@ class LiveController(ControlLoop):
         return decision
 
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
-        address, slots = self.addresses[engine], self._slots(engine)
+        address, slots = self.addresses[engine], self.capacity.slots_of(engine)
         drain = legs_to_drain(new)
         try:
             # serve both legs while the old ones drain: nothing already sent here is stranded

@@ -35,6 +35,7 @@ from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
+from prorsa.rollout.drivers import Hooks
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -133,7 +134,8 @@ class SimCell:
         body = Body(self.runner, self.controller, self.now, clock_unit=self.run.unit, sample=sample,
                     sample_interval_s=max(self.run.cfg.runtime.metrics_interval_s / self.run.unit, 1.0))
         try:
-            self.makespan = await roll_out(self.run, body, self.rec, self.rec.on_done, workload=workload, skip=skip)
+            self.makespan = await roll_out(self.run, body, self.rec, Hooks(self.rec.on_done, skip=skip),
+                                           workload=workload)
         finally:
             self.finished = True
         for engine in list(self.engines.values()):

@@ -45,7 +45,7 @@ from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, wr
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
-from prorsa.rollout.drivers import expected_trajectories
+from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
 from prorsa.sim.rehearse import future_run, misfit, rehearser
@@ -147,8 +147,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     # a simulated rollout may span an hour of body time: a sample a second is plenty
     body = Body(runner, controller, now, clock_unit=unit, sample=sample,
                 sample_interval_s=max(cfg.runtime.metrics_interval_s / unit, 1.0))
-    makespan = await roll_out(run, body, rec, rec.on_done, workload=workload,
-                              update_weights=_weight_update(engines, run.body_s(cfg.workload.weight_update_s)))
+    update = _weight_update(engines, run.body_s(cfg.workload.weight_update_s))
+    makespan = await roll_out(run, body, rec, Hooks(rec.on_done, update_weights=update), workload=workload)
     for engine in engines.values():
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {

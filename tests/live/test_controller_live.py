@@ -20,7 +20,7 @@ from prorsa.cluster.local import engine_addresses, start_local_cluster
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
-from prorsa.live.controller import LiveController, _legs_on
+from prorsa.live.controller import ControlPace, EngineCapacity, LiveController, _legs_on
 from prorsa.live.runtime import DaskTurnRunner
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
@@ -92,7 +92,8 @@ def test_a_leg_bound_for_a_switching_engine_still_runs_there(tmp_path):
             router = Router(dict(zip(engines, [Role.PREFILL, Role.MIXED])))
             runner = DaskTurnRunner(client, router, addresses, "driver", False, 0, t0)
             rec = RunRecorder(engines=engines, slots=4, expected=None)
-            ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, 4, 10**6, t0, 0.05)
+            ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, EngineCapacity(4, 10**6),
+                                 ControlPace(t0, 0.05))
             turn = asyncio.create_task(runner.run_turn(_turn("t0", 30_000, 8)))  # ~0.5 s of prefill
             # its decode leg bound for engine-1 as the drain sees it: on the scheduler (the router
             # counts it a loop tick before its graph gets there)
@@ -127,7 +128,8 @@ def test_switch_back_and_forth_under_load_loses_nothing(tmp_path):
             router = Router(dict(zip(engines, roles)))
             runner = DaskTurnRunner(client, router, addresses, "driver", False, 0, t0)
             rec = RunRecorder(engines=engines, slots=4, expected=None)
-            ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, 4, 10**6, t0, 0.05)
+            ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, EngineCapacity(4, 10**6),
+                                 ControlPace(t0, 0.05))
             turns = [asyncio.create_task(runner.run_turn(_turn(f"t{i}", 2000 + 500 * i, 32))) for i in range(24)]
             for target in (Role.PREFILL, Role.MIXED, Role.DECODE, Role.MIXED):
                 await ctl.switch("engine-0", target, "test")
@@ -172,8 +174,8 @@ def test_a_dear_policy_waits_longer_between_steps_and_its_cpu_is_counted(tmp_pat
         loop sleeps for: the steps are counted, not a wall-clock window)."""
         router = Router(dict(zip(engines, [Role.MIXED, Role.MIXED])))
         rec = RunRecorder(engines=engines, slots=4, expected=None)
-        ctl = LiveController(client, _Dear(0.04), router, addresses, rec, 4, 10**6, time.time(), 0.05,
-                             max_cpu_share=share)
+        ctl = LiveController(client, _Dear(0.04), router, addresses, rec, EngineCapacity(4, 10**6),
+                             ControlPace(time.time(), 0.05, max_cpu_share=share))
         waits, pause, enough = [], ctl.pause, asyncio.Event()
 
         def recorded() -> float:
