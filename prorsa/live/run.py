@@ -254,10 +254,8 @@ def _opening_policy(run: RunContext, policy: Policy | None, open_ended: bool,
     return run, context, policy or make_policy(cfg.policy, context)
 
 
-def _engine_capacity(run: RunContext, engines: list[str], context: PolicyContext) -> EngineCapacity:
-    """One figure for all engines, or with engines.groups each engine its own group's."""
-    if run.cfg.engines.groups is None:
-        return EngineCapacity(run.cfg.engines.slots, context.kv_capacity_tokens)
+def _engine_capacity(run: RunContext, engines: list[str]) -> EngineCapacity:
+    """Each engine's slots and KV tokens: its group's (an MoE engine's KV is every DP rank's)."""
     return EngineCapacity(dict(zip(engines, run.engine_slots)),
                           {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)})
 
@@ -345,7 +343,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         needs_ids, vocab = next(iter((await client.run(_engine_info, workers=[addresses[engines[0]]])).values()))
         tell_start(f"engines ready in {time.time() - t_boot:.1f} s")
 
-        capacity = _engine_capacity(run, engines, context)
+        capacity = _engine_capacity(run, engines)
         rec = _recorder(engines, capacity.slots, cfg, open_ended, journal)
         t0 = time.time()
         if journal is not None:

@@ -135,7 +135,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
                            scheduler=make_scheduler(run, future=context.future),
                            context_budget=context_budget(cfg.workload))
-    rec = RunRecorder(engines=list(engines), slots=e.slots if e.groups is None else dict(zip(names, slots)),
+    rec = RunRecorder(engines=list(engines), slots=dict(zip(names, slots)),
                       expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
     if cfg.scheduling.tail_layout:
