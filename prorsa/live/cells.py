@@ -128,7 +128,7 @@ class LiveCell:
         self.controller = LiveController(client, self.policy, self.router, self.addresses, self.rec,
                                          cfg.engines.slots, run.policy.kv_capacity_tokens, self.t0,
                                          cfg.runtime.control_interval_s, run.unit,
-                                         max_cpu_share=cfg.runtime.control_cpu_share)
+                                         max_cpu_share=cfg.runtime.control_cpu_share, restarts=run.switch == "restart")
 
     async def _sample(self, t: float) -> None:
         try:

@@ -320,7 +320,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
             kv = {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)}
         controller = LiveController(client, policy, router, addresses, rec, slots,
                                     kv, t0, cfg.runtime.control_interval_s, unit,
-                                    feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
+                                    feed=feed, max_cpu_share=cfg.runtime.control_cpu_share,
+                                    restarts=run.switch == "restart")
         controller.on_decision = teller.told
         flush = [] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)]
         with Progress(rec, console) as progress:
