@@ -67,6 +67,13 @@ def test_auto_keeps_kv_both_while_vllm_has_it_and_restarts_once_it_is_gone(vllm_
         switch_path("in_place", without)
 
 
+def test_without_vllm_auto_keeps_the_prices_as_they_were(monkeypatch):
+    """A vLLM pipeline simulated where vLLM is not installed: nothing to detect, no engine starts."""
+    monkeypatch.setattr(kv_roles, "_config_source", lambda: None)
+    assert switch_path("auto") == switch_path("in_place") == "in_place"
+    assert switch_path("restart") == "restart"
+
+
 def test_prefill_exports_kv_and_decode_and_mixed_pull_it():
     assert [kv_role(r, "restart") for r in (Role.PREFILL, Role.DECODE, Role.MIXED)] == \
         ["kv_producer", "kv_consumer", "kv_consumer"]

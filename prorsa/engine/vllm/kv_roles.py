@@ -3,8 +3,9 @@
     accepts_kv_both(source)        whether the installed vLLM still takes kv_role kv_both (read off
                                    its config source, not imported: importing vLLM takes seconds)
     switch_path(setting)           engines.role_switch resolved: "in_place" or "restart" (auto:
-                                   in_place while vLLM accepts kv_both); ValueError for in_place
-                                   on a vLLM without it
+                                   in_place while vLLM accepts kv_both, or where no vLLM is installed
+                                   and only the simulator prices the switches); ValueError for
+                                   in_place on a vLLM without it
     kv_role(role, path)            kv_both in place; else kv_producer for a prefill engine,
                                    kv_consumer for a decode or mixed one (roles.py)
     describe(path)                 one line for the launch plan
@@ -64,7 +65,8 @@ def _strings(node: ast.AST | None, aliases: dict[str, ast.AST], depth: int) -> s
 def switch_path(setting: str, source: Path | None = None) -> str:
     if setting == RESTART:
         return RESTART
-    if accepts_kv_both(source):
+    source = source or _config_source()
+    if source is None or accepts_kv_both(source):  # no vLLM: no engine starts, prices stay as they were
         return IN_PLACE
     if setting == IN_PLACE:
         raise ValueError("engines.role_switch: in_place needs kv_role kv_both, which the installed vLLM "
