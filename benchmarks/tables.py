@@ -110,6 +110,54 @@ def t_paper(d: dict) -> list[str]:
             f"{MODEL.get(low['model'], low['model'])} {low['mode']}), lowest prorsa / oracle {to_oracle:.3f}."]
 
 
+def t_paper_restart(d: dict) -> list[str]:
+    """The paper cells with every switch priced and carried out by restart (paper.py --restart-s)."""
+    base, restart = d["paper.json"]["cells"], d["paper-restart.json"]["cells"]
+    rows, kept = [], []
+    for b, r in zip(base, restart):
+        vb, vr = b["vs_colocated"], r["vs_colocated"]
+        rows.append([b["family"], MODEL.get(b["model"], b["model"]), b["mode"],
+                     f"{f3(vb['prorsa'])} / {f3(vr['prorsa'])}", f"{f3(b['prorsa_vs_best'])} / {f3(r['prorsa_vs_best'])}",
+                     f"{b['switches']['prorsa']} / {r['switches']['prorsa']}", f"{f3(vb['oracle'])} / {f3(vr['oracle'])}",
+                     f"{f3(vb['reactive'])} / {f3(vr['reactive'])}"])
+        if vb["prorsa"] > 1.01:
+            kept.append((vr["prorsa"] - 1) / (vb["prorsa"] - 1))
+    geo = {k: math.exp(statistics.fmean(math.log(c["vs_colocated"]["prorsa"]) for c in cells))
+           for k, cells in (("in place", base), ("restart", restart))}
+    restart_s = options(d["paper-restart.json"]["command"]).get("restart-s", "?")
+    return table(["family", "model", "mode", "prorsa vs colocated", "prorsa / best", "prorsa switches",
+                  "oracle vs colocated", "reactive vs colocated"], rows) + [
+        "", f"Each pair: in place (kv_both, `paper.json`) / by restart at {restart_s} s a switch. prorsa over "
+            f"colocated, geometric mean of the {len(base)} cells: {geo['in place']:.3f} in place, {geo['restart']:.3f} "
+            f"by restart; of its gain in the {len(kept)} cells where it gains more than 1% in place, "
+            + (f"{statistics.median(kept):.0%} survives (median; {min(kept):.0%}-{max(kept):.0%})." if kept else "none.")]
+
+
+def t_role_restart(d: dict) -> list[str]:
+    doc = d["role-restart.json"]
+    rows = []
+    for path, runs in doc["runs"].items():
+        for to in ("decode", "prefill"):
+            rs = [r for r in runs if r["to"] == to]
+            extra = "-" if path == "in_place" else ", ".join(
+                f"{r['drain_s']:.1f} + {r['restart_s']:.1f} s (start {r['server_start_s']:.1f}, warm-up {r['warmup_s']:.1f})"
+                for r in rs)
+            rows.append([path.replace("_", " "), f"to {to}", ", ".join(f"{r['unavailable_s']:.2f}" for r in rs),
+                         f"{statistics.median(r['unavailable_s'] for r in rs):.2f} s", extra,
+                         f"{statistics.median(r['first_turn_s'] for r in rs):.2f} s",
+                         "yes" if all(r["probe_matches"] for r in rs) else "NO"])
+    pr, m = doc["prices"], doc["median_unavailable_s"]
+    return table(["path", "switch", "unavailable (s, each)", "median", "drain + restart", "first turn after",
+                  "output = colocated"], rows) + [
+        "", f"Medians over every switch: in place {m['in_place']:.2f} s, by restart {m['restart']:.2f} s "
+            f"({m['restart'] / max(m['in_place'], 1e-3):.0f}x), with {doc['old_legs']} old-direction turns in flight. "
+            f"The allocator's price (Qwen3-8B on an H200, engines.restart_s {doc['restart_s']:g} s): prefill to decode "
+            f"{pr['in_place']['prefill_to_decode_s']:.2f} s in place, {pr['restart']['prefill_to_decode_s']:.2f} s by "
+            f"restart; decode (22 x 32k contexts, 1000 tokens left) to prefill {pr['in_place']['decode_to_prefill_s']:.1f} s "
+            f"/ {pr['restart']['decode_to_prefill_s']:.1f} s; decode to mixed {pr['restart']['decode_to_mixed_s']:.1f} s "
+            "either way (both pull KV)."]
+
+
 def t_paper_rules(d: dict) -> list[str]:
     """The paper cells under the router's three rules (runtime.sticky_overload)."""
     files = {"cost": "paper.json", "2": "paper-ratio.json", "none": "paper-sticky.json"}
@@ -1088,6 +1136,8 @@ TABLES: dict[str, Table] = {
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
     "groups-prorsa": Table(["groups-prorsa.json"], t_groups_prorsa),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
+    "paper-restart": Table(["paper.json", "paper-restart.json"], t_paper_restart),
+    "role-restart": Table(["role-restart.json"], t_role_restart),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),
     "priors-drivers-steps3": Table(["priors-drivers-steps3.json"], priors_cells_table("priors-drivers-steps3.json")),

@@ -14,6 +14,8 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
     reshards(role)          whether serving `role` needs another layout (engines.parallelism)
     relayout(role)          an empty engine takes `role`'s layout: weights move, the prefix cache goes
+    restart_as(role)        an empty engine switched by restart (cost.restart_s) across the KV
+                            connector's sides: held restart_s, the prefix cache gone; else set_role
     stats()                 queue, batch, KV written and counters; no I/O
     queued, active, kv_tokens   the first of them alone, read without building stats()
     reset_prefix_cache()    forget every cached prefix (after a weight update)
@@ -67,7 +69,7 @@ from prorsa.engine.batching import Batcher, SeqState
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.prefix_cache import make_prefix_cache
 from prorsa.loads import EngineLoad
-from prorsa.roles import Role
+from prorsa.roles import Role, restarts_kv
 
 _SHARED_STRETCH = 8  # decode steps between looks at the neighbours, while cores are shared
 
@@ -153,6 +155,20 @@ class EmulatedEngine:
         loop = asyncio.get_running_loop()
         self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
         await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
+
+    async def restart_as(self, role: Role) -> None:
+        """Take `role`; across the KV connector's sides on an engine switched by restart, as a real
+        server would: it must be empty, holds restart_s and comes back with no cached prefix."""
+        seconds = self.cost.restart_s
+        if seconds is not None and restarts_kv(self.role, role):
+            if self._batch.active or self._batch.waiting:
+                raise RuntimeError(f"engine {self.engine_id}: restart with {self._batch.active} sequences "
+                                   f"running and {len(self._batch.waiting)} waiting; drain it first")
+            self._prefix.clear()
+            loop = asyncio.get_running_loop()
+            self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
+            await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
+        self.role = role
 
     async def update_weights(self, seconds: float) -> None:
         """Returns once the new weights are in; meanwhile no step starts (the one in flight ends)."""

@@ -126,7 +126,8 @@ class LiveCell:
         self.runner = DaskTurnRunner(client, self.router, self.addresses, cfg.runtime.turn_shape, False, 0, self.t0,
                                      turn_options(run))
         self.controller = LiveController(client, self.policy, self.router, self.addresses, self.rec,
-                                         EngineCapacity(cfg.engines.slots, run.policy.kv_capacity_tokens),
+                                         EngineCapacity(cfg.engines.slots, run.policy.kv_capacity_tokens,
+                                                        restarts=run.switch == "restart"),
                                          ControlPace(self.t0, cfg.runtime.control_interval_s, run.unit,
                                                      max_cpu_share=cfg.runtime.control_cpu_share))
 

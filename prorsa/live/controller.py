@@ -24,6 +24,11 @@ The switch protocol (engine E from role A to role B):
      alone, so no A-leg can be placed on E after that look (one arriving between a look and a
      later retag would sit at the head of E's queue for good); then E's worker itself, and the
      switch is recorded with its drain time
+By restart (engines.role_switch, a switch across the KV connector's sides: roles.py restarts_kv),
+E takes no new work from step 1; once no leg is on E or bound for it and no decode elsewhere still
+pulls KV from it (_restart_ready), its server restarts into the other side (VllmEngine.restart_as)
+and its worker is retagged to B. Nothing E held is lost: the KV of its prefills dies with the
+server only after every decode that needed it is done.
 Legs are never moved between workers: a task the scheduler has sent stays where it is, so none is
 lost or run twice. That is also why work stealing is off (cluster/local.py): a stolen leg leaves the
 engine that holds its prefix, and a leg stolen onto a worker whose resources then change blocks
@@ -46,15 +51,35 @@ from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.dashboard.feed import DashboardFeed
 from prorsa.loads import EngineLoad
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.roles import Role, role_resources
+from prorsa.roles import Role, restarts_kv, role_resources
 from prorsa.rollout.control_loop import ControlLoop, timed
-from prorsa.rollout.legs import legs_to_drain
+from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS, legs_to_drain
 from prorsa.rollout.router import Router
 
 
 async def _retag(role: str, slots: int, dask_worker=None) -> None:
     await dask_worker.set_resources(**role_resources(Role(role), slots))
     engine_here(dask_worker).set_role(Role(role))
+
+
+async def _restart_as(role: str, slots: int, dask_worker=None) -> None:
+    await engine_here(dask_worker).restart_as(Role(role))
+    await dask_worker.set_resources(**role_resources(Role(role), slots))
+
+
+def _restart_ready(address: str, force: bool, dask_scheduler=None) -> bool:
+    """No leg is on the worker or bound for it, and no decode elsewhere still needs the KV of a
+    prefill that ran there (its result is the KV handle, kept on the worker: has_what); or `force`."""
+    s = dask_scheduler
+    if force:
+        return True
+    if _legs_on(address, PREFILL_LEGS + DECODE_LEGS + WARM_LEGS, s):
+        return False
+    ws = s.workers.get(address)
+    held = () if ws is None else ws.has_what
+    return not any((ts.annotations or {}).get("phase") in PREFILL_LEGS and
+                   any(d.state not in ("memory", "released", "forgotten", "erred") for d in ts.dependents)
+                   for ts in held)
 
 
 def _wake(address: str, dask_scheduler=None) -> None:
@@ -112,6 +137,7 @@ class EngineCapacity:
 
     slots: int | dict[str, int]
     kv_tokens: int | dict[str, int]
+    restarts: bool = False  # engines switch across the KV connector's sides by restart (engines.role_switch)
 
     def slots_of(self, engine: str) -> int:
         return self.slots[engine] if isinstance(self.slots, dict) else self.slots
@@ -170,8 +196,19 @@ class LiveController(ControlLoop):
         self.spent(cpu)
         return decision
 
+    def empties(self, engine: str, old: Role, new: Role) -> bool:
+        return self.capacity.restarts and restarts_kv(old, new)
+
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         address, slots = self.addresses[engine], self.capacity.slots_of(engine)
+        if self.empties(engine, old, new):  # the router sends it nothing meanwhile (ControlLoop.switch)
+            w0 = time.time()
+            while not await self.client.run_on_scheduler(_restart_ready, address,
+                                                         time.time() - w0 >= self.drain_timeout_s):
+                await asyncio.sleep(min(0.05, self.interval_s))
+            await self.client.run(_restart_as, new.value, slots, workers=[address])
+            await self.client.run_on_scheduler(_wake, address)
+            return
         drain = legs_to_drain(new)
         try:
             # serve both legs while the old ones drain: nothing already sent here is stranded

@@ -257,7 +257,8 @@ def _opening_policy(run: RunContext, policy: Policy | None, open_ended: bool,
 def _engine_capacity(run: RunContext, engines: list[str]) -> EngineCapacity:
     """Each engine's slots and KV tokens: its group's (an MoE engine's KV is every DP rank's)."""
     return EngineCapacity(dict(zip(engines, run.engine_slots)),
-                          {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)})
+                          {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)},
+                          restarts=run.switch == "restart")
 
 
 def _dashboard_shower(console: Console, cfg: PipelineConfig, links: list[str]):
