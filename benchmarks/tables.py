@@ -492,14 +492,16 @@ def t_async_updates(d: dict) -> list[str]:
         "", f"Lowest prorsa / best fixed split: {min(c['prorsa_vs_best'] for c in doc['cells']):.3f}."]
 
 
-def t_overlap_split(d: dict) -> list[str]:
+def overlap_split_table(name: str) -> Callable[[dict], list[str]]:
     """Partial rollouts (overlapped or not) under every fixed split and prorsa: trained trajectories per second."""
-    cells = d["overlap-split.json"]["cells"]
-    rows = [[c["model"], c["mode"], f"{split(c['best_fixed'])} {c['best_trained_per_s']:.4f}",
-             f"{c['colocated_trained_per_s']:.4f}", f"{c['prorsa_trained_per_s']:.4f}", f"{c['prorsa_vs_best']:.3f}",
-             f"{c['prorsa_vs_colocated']:.3f}", str(c["switches"])] for c in cells]
-    return table(["model", "mode", "best fixed (trained/s)", "colocated", "prorsa", "prorsa / best",
-                  "prorsa / colocated", "switches"], rows)
+    def render(d: dict) -> list[str]:
+        cells = d[name]["cells"]
+        rows = [[c["model"], c["mode"], f"{split(c['best_fixed'])} {c['best_trained_per_s']:.4f}",
+                 f"{c['colocated_trained_per_s']:.4f}", f"{c['prorsa_trained_per_s']:.4f}",
+                 f"{c['prorsa_vs_best']:.3f}", f"{c['prorsa_vs_colocated']:.3f}", str(c["switches"])] for c in cells]
+        return table(["model", "mode", "best fixed (trained/s)", "colocated", "prorsa", "prorsa / best",
+                      "prorsa / colocated", "switches"], rows)
+    return render
 
 
 def t_rl_toy_partial(d: dict) -> list[str]:
@@ -1158,7 +1160,8 @@ TABLES: dict[str, Table] = {
     "async-updates": Table(["async-updates.json"], t_async_updates),
     "sim-cost": Table(["sim-cost.json"], t_sim_cost),
     "rl-toy-partial": Table(["rl-toy-partial.json"], t_rl_toy_partial),
-    "overlap-split": Table(["overlap-split.json"], t_overlap_split),
+    "overlap-split": Table(["overlap-split.json"], overlap_split_table("overlap-split.json")),
+    "overlap-split-dense": Table(["overlap-split-dense.json"], overlap_split_table("overlap-split-dense.json")),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),
