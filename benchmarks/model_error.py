@@ -32,6 +32,9 @@ time taken out of start-to-start gaps at the fastest rate they imply; a synchron
 releases (relative to the step), an asynchronous run replays them in order and a repeat of the trace
 one period (its last release) later.
 
+--prefill P,...: only the fixed splits of these prefill engine counts (P:D and P beside mixed, and
+colocated), a coarser grid where every split of many engines costs too much (32 engines: 63 splits).
+
 --reuse keeps the points an earlier results file holds and simulates only those it lacks and those
 --rerun names (POLICY, or POLICY:FAMILY for one family's), after a change that moves only them.
 
@@ -57,10 +60,10 @@ EP = 4  # the paper's MoE width: paper.py's MODELS["moe"]
 SHIFT_STREAM = 0x5A1F7  # the async shift's draws: a stream no family draw shares
 
 
-def fixed_splits(engines: int) -> list[str]:
-    """Colocated, every P:D and every P beside mixed engines."""
-    return ["colocated", *(f"static:{p}:{engines - p}" for p in range(1, engines)),
-            *(f"static:{p}:0:{engines - p}" for p in range(1, engines))]
+def fixed_splits(engines: int, prefill: list[int] | None = None) -> list[str]:
+    """Colocated, every P:D and every P beside mixed engines (only the P in `prefill` when given)."""
+    ps = [p for p in range(1, engines) if prefill is None or p in prefill]
+    return ["colocated", *(f"static:{p}:{engines - p}" for p in ps), *(f"static:{p}:0:{engines - p}" for p in ps)]
 
 
 FIXED = fixed_splits(ENGINES)
@@ -181,6 +184,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1, help="synchronous steps per run (calibration acts between them)")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--engines", type=int, default=ENGINES, help="engines in every cell (the paper's: 8)")
+    ap.add_argument("--prefill", help="the fixed splits' prefill engine counts, comma-separated (default: "
+                                      "every one from 1 to engines - 1): a coarser grid for many engines")
     ap.add_argument("--ep", help=f"EP ranks an engine, comma-separated widths (the paper's: {EP}); 32 slots "
                                  "and the paper's load a rank; recorded in the results when given")
     ap.add_argument("--errors", default="default", help="';'-separated model scales, e.g. 'exact;decode=1.25'")
@@ -205,6 +210,10 @@ def main() -> None:
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
         widths = [None] if args.ep is None else [int(w) for w in args.ep.split(",")]
+        args.prefill = None if args.prefill is None else [int(p) if p.strip().isdigit() else -1
+                                                          for p in args.prefill.split(",")]
+        if args.prefill is not None and not all(0 < p < args.engines for p in args.prefill):
+            raise ValueError(f"--prefill: counts from 1 to {args.engines - 1}, not {args.prefill}")
         if any(w is not None and w < 1 for w in widths):
             raise ValueError(f"--ep: widths of at least 1, not {args.ep}")
         for e in errors:
@@ -228,7 +237,8 @@ def run(args, families: list[str], traces: dict[str, tuple[str, str]], seeds: li
     cells = [(f, m, s, w) for w in widths for s in seeds for f in families
              for m in args.modes.split(",") if m == "sync" or args.steps == 1 or ":" in f]
     grouped = {f: path for f, (_, path) in traces.items()}
-    jobs = [(f, m, s, steps(f, m), p, "exact", n, w, grouped.get(f)) for f, m, s, w in cells for p in fixed_splits(n)]
+    jobs = [(f, m, s, steps(f, m), p, "exact", n, w, grouped.get(f)) for f, m, s, w in cells
+            for p in fixed_splits(n, args.prefill)]
     jobs += [(f, m, s, steps(f, m), "prorsa", e, n, w, grouped.get(f)) for f, m, s, w in cells for e in errors]
     t0 = time.perf_counter()
     rerun = set(filter(None, args.rerun.split(",")))

@@ -71,7 +71,15 @@ def test_a_trace_cell_replays_each_recording_as_a_group_released_when_it_was(me,
     assert [s.start_s for s in step[:8]] == [starts[0]] * 8 and step[8].start_s == pytest.approx(starts[1])
 
 
+def test_a_coarser_grid_keeps_colocated_and_both_kinds_of_split_for_each_count(me):
+    assert len(me.fixed_splits(32)) == 63
+    assert me.fixed_splits(32, [1, 16]) == ["colocated", "static:1:31", "static:16:16", "static:1:0:31",
+                                            "static:16:0:16"]
+
+
 @pytest.mark.parametrize("argv, says", [
+    (["--engines", "4", "--prefill", "1,4"], "--prefill: counts from 1 to 3"),
+    (["--prefill", "two"], "--prefill: counts from 1 to 7"),
     (["--families", "swe:nope"], "--families: 'swe:nope'"),
     (["--families", "swe:math-tir", "--modes", "sync"], "--steps: a shifting mix"),
     (["--families", "none"], "no cells"),
