@@ -1111,6 +1111,7 @@ TABLES: dict[str, Table] = {
     "held-out-ep": Table(["held-out-ep.json"], held_out_ep_table("held-out-ep.json")),
     "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
     "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
+    "held-out-engines-32": Table(["held-out-engines-32.json"], held_out_table("held-out-engines-32.json")),
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
