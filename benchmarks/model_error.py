@@ -19,7 +19,7 @@ drivers.py's EP1 row.
 
     .venv/bin/python benchmarks/model_error.py [--families swe,search,math-tir,terminal]
         [--modes sync,async] [--steps 1] [--seeds 0] [--engines 8] [--ep 4] [--errors default]
-        [--workers 2] [--out FILE] [--trace FILE[,FILE...]]
+        [--workers 2] [--out FILE] [--trace FILE[,FILE...]] [--prefill P,...]
         [--reuse FILE --rerun prorsa:math-tir,...]
 
 --families takes, beside a family, FROM:TO, a task mix that shifts from one family to the other (the
