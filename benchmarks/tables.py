@@ -1059,6 +1059,32 @@ def held_out_ep_table(file: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def held_out_table(*files: str) -> Callable[[dict], list[str]]:
+    """benchmarks/model_error.py on the held-out workloads (shifting mixes, traces) and engine counts:
+    prorsa (exact model, no prior) over the best fixed split and over colocated, with its switches."""
+    def workload(c: dict) -> str:
+        return c["family"].replace(":", " -> ") + (" (trace)" if c.get("trace") else "")
+
+    def render(d: dict) -> list[str]:
+        cells = [c for f in files for c in d[f]["cells"]]
+        sync = {id(c): c["mode"] == "sync" for c in cells}
+
+        def vs_colocated(c: dict) -> float:  # prorsa over colocated, from its ratio to the best
+            return c["prorsa_vs_best"]["exact"] * (c["colocated"] / c["best_figure"] if sync[id(c)]
+                                                   else c["best_figure"] / c["colocated"])
+        rows = [[workload(c), c["mode"], str(c["seed"]), str(c["engines"]), str(c["steps"]),
+                 split(c["best_fixed"]), f3(c["prorsa_vs_best"]["exact"]), f3(vs_colocated(c)),
+                 str(c["switches"]["exact"])] for c in cells]
+        low = min(cells, key=lambda c: c["prorsa_vs_best"]["exact"])
+        return table(["workload", "mode", "seed", "engines", "steps", "best fixed", "prorsa / best",
+                      "prorsa / colocated", "prorsa switches"], rows) + [
+            "", f"Over the {len(cells)} cells, lowest prorsa / best fixed {low['prorsa_vs_best']['exact']:.3f} "
+                f"({workload(low)} {low['mode']} seed {low['seed']}), "
+                f"{sum(c['prorsa_vs_best']['exact'] >= 0.97 for c in cells)} of {len(cells)} at 0.97 or better; "
+                f"lowest prorsa / colocated {min(map(vs_colocated, cells)):.3f}."]
+    return render
+
+
 class Table(NamedTuple):
     files: list[str]  # results files it reads, in benchmarks/results
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
@@ -1133,6 +1159,10 @@ TABLES: dict[str, Table] = {
     "held-out-engines": Table(["held-out-engines-4.json"], model_error_table("held-out-engines-4.json")),
     "held-out-engines-16": Table(["held-out-engines-16.json"], model_error_table("held-out-engines-16.json")),
     "held-out-ep": Table(["held-out-ep.json"], held_out_ep_table("held-out-ep.json")),
+    "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
+    "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
+    "held-out-engines-32": Table(["held-out-engines-32.json", "held-out-engines-32-coarse.json"],
+                                 held_out_table("held-out-engines-32.json", "held-out-engines-32-coarse.json")),
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
