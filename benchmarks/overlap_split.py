@@ -10,6 +10,7 @@ the best fixed split's.
 
     .venv/bin/python benchmarks/overlap_split.py [--models moe] [--modes partial:0.25,overlap:0.25]
         [--workers 1] [--out benchmarks/results/overlap-split.json]
+    .venv/bin/python benchmarks/overlap_split.py --models dense --out benchmarks/results/overlap-split-dense.json
 """
 
 from __future__ import annotations

@@ -8,8 +8,12 @@ Sync: one step of 32 prompts x 8 samples; async: 256 trajectories, 128 in flight
 Every policy replays the same workload; the figures are virtual-time results, deterministic.
 
     .venv/bin/python benchmarks/paper.py [--families swe,search,math-tir,terminal] [--workers 2]
-                                         [--sticky-overload cost|2|none] [--out FILE]
+                                         [--sticky-overload cost|2|none] [--restart-s S] [--out FILE]
                                          [--reuse FILE --rerun prorsa,oracle]
+
+--restart-s switches engines by restart (engines.role_switch: restart, restart_s S): a switch
+between prefill and decode or mixed empties the engine and holds it S seconds, and the policies
+price it so; the policies that never switch run alike either way (reuse their points).
 
 --reuse keeps the points an earlier results file holds (same seed and cells) and simulates only the
 points it lacks and the policies --rerun names (after a change to the forecaster, say).
@@ -31,13 +35,16 @@ STATICS = [f"static:{p}:{ENGINES - p}" for p in range(1, ENGINES)]
 ADAPTIVE = ["reactive", "prorsa", "oracle"]
 
 
-def config(family: str, model: str, mode: str, seed: int, sticky_overload: float | str | None = "cost"):
+def config(family: str, model: str, mode: str, seed: int, sticky_overload: float | str | None = "cost",
+           restart_s: float | None = None):
     from prorsa.config.pipeline import PipelineConfig
 
     name, ep, slots = MODELS[model]
+    restart = {} if restart_s is None else {"role_switch": "restart", "restart_s": restart_s}
     return PipelineConfig.model_validate({
         "name": f"paper-{family}-{model}-{mode}", "seed": seed, "policy": "colocated",
-        "engines": {"backend": "emulated", "count": ENGINES, "slots": slots, "gpu": "h200", "model": name, "ep": ep},
+        "engines": {"backend": "emulated", "count": ENGINES, "slots": slots, "gpu": "h200", "model": name, "ep": ep,
+                    **restart},
         "workload": {"family": family, "mode": mode, "prompts": 32, "group_size": 8, "concurrency": 128,
                      "trajectories": 256, "max_turns": 12},
         "runtime": {"sticky_overload": sticky_overload},
@@ -47,8 +54,8 @@ def config(family: str, model: str, mode: str, seed: int, sticky_overload: float
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
 
-    family, model, mode, seed, overload, policy = job
-    s = simulate(config(family, model, mode, seed, overload), policy).summary
+    family, model, mode, seed, overload, restart_s, policy = job
+    s = simulate(config(family, model, mode, seed, overload, restart_s), policy).summary
     return {"family": family, "model": model, "mode": mode, "seed": seed, "policy": policy,
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"], "prefix_hit_rate": s["prefix_hit_rate"],
@@ -92,6 +99,8 @@ def main() -> None:
     ap.add_argument("--sticky-overload", default="cost", metavar="X|cost|none",
                     help="runtime.sticky_overload of every run (cost: a turn leaves its engines when the move "
                          "pays for its recompute; X: past X times the least-loaded engine's turns; none: never)")
+    ap.add_argument("--restart-s", type=float, default=None, metavar="S",
+                    help="switch engines by restart, each holding its engine S seconds (engines.restart_s)")
     args = ap.parse_args()
     from prorsa.config.pipeline import sticky_overload_from
 
@@ -107,12 +116,13 @@ def main() -> None:
 
     cells = [(f, m, md) for f in args.families.split(",") for m in args.models.split(",")
              for md in args.modes.split(",")]
-    jobs = [(f, m, md, args.seed, overload, p) for f, m, md in cells for p in ["colocated", *STATICS, *ADAPTIVE]]
+    jobs = [(f, m, md, args.seed, overload, args.restart_s, p) for f, m, md in cells
+            for p in ["colocated", *STATICS, *ADAPTIVE]]
     t0 = time.perf_counter()
     points = reused_points(args.reuse, set(filter(None, args.rerun.split(","))), args.seed)
     have = {(p["family"], p["model"], p["mode"], p["policy"]) for p in points}
     points = [p for p in points if (p["family"], p["model"], p["mode"]) in cells]
-    jobs = [j for j in jobs if (j[0], j[1], j[2], j[5]) not in have]
+    jobs = [j for j in jobs if (j[0], j[1], j[2], j[6]) not in have]
     with Pool(args.workers) as pool:
         points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['model']} {p['mode']} {p['policy']}: "
                   f"{p['figure']:.3f}"))

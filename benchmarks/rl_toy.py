@@ -1,6 +1,6 @@
 """Does the RL loop still learn with partial rollouts on? `pipelines/rl-toy.yaml` (a tiny Llama on
 3 vLLM CPU engines learns to call the calculator; tests/live/test_rl_loop.py holds it to learning
-as shipped), run as a user would with `partial_rollout: {over_sample: X, carry: true}`.
+with over_sample 0.25), run as a user would with `partial_rollout: {over_sample: X, carry: true}`.
 
 Per trained step (the step whose batch trained a trajectory; plain sync: its own step): the mean
 reward and the share of first turns that call the calculator, the first and last four steps'

@@ -110,6 +110,54 @@ def t_paper(d: dict) -> list[str]:
             f"{MODEL.get(low['model'], low['model'])} {low['mode']}), lowest prorsa / oracle {to_oracle:.3f}."]
 
 
+def t_paper_restart(d: dict) -> list[str]:
+    """The paper cells with every switch priced and carried out by restart (paper.py --restart-s)."""
+    base, restart = d["paper.json"]["cells"], d["paper-restart.json"]["cells"]
+    rows, kept = [], []
+    for b, r in zip(base, restart):
+        vb, vr = b["vs_colocated"], r["vs_colocated"]
+        rows.append([b["family"], MODEL.get(b["model"], b["model"]), b["mode"],
+                     f"{f3(vb['prorsa'])} / {f3(vr['prorsa'])}", f"{f3(b['prorsa_vs_best'])} / {f3(r['prorsa_vs_best'])}",
+                     f"{b['switches']['prorsa']} / {r['switches']['prorsa']}", f"{f3(vb['oracle'])} / {f3(vr['oracle'])}",
+                     f"{f3(vb['reactive'])} / {f3(vr['reactive'])}"])
+        if vb["prorsa"] > 1.01:
+            kept.append((vr["prorsa"] - 1) / (vb["prorsa"] - 1))
+    geo = {k: math.exp(statistics.fmean(math.log(c["vs_colocated"]["prorsa"]) for c in cells))
+           for k, cells in (("in place", base), ("restart", restart))}
+    restart_s = options(d["paper-restart.json"]["command"]).get("restart-s", "?")
+    return table(["family", "model", "mode", "prorsa vs colocated", "prorsa / best", "prorsa switches",
+                  "oracle vs colocated", "reactive vs colocated"], rows) + [
+        "", f"Each pair: in place (kv_both, `paper.json`) / by restart at {restart_s} s a switch. prorsa over "
+            f"colocated, geometric mean of the {len(base)} cells: {geo['in place']:.3f} in place, {geo['restart']:.3f} "
+            f"by restart; of its gain in the {len(kept)} cells where it gains more than 1% in place, "
+            + (f"{statistics.median(kept):.0%} survives (median; {min(kept):.0%}-{max(kept):.0%})." if kept else "none.")]
+
+
+def t_role_restart(d: dict) -> list[str]:
+    doc = d["role-restart.json"]
+    rows = []
+    for path, runs in doc["runs"].items():
+        for to in ("decode", "prefill"):
+            rs = [r for r in runs if r["to"] == to]
+            extra = "-" if path == "in_place" else ", ".join(
+                f"{r['drain_s']:.1f} + {r['restart_s']:.1f} s (start {r['server_start_s']:.1f}, warm-up {r['warmup_s']:.1f})"
+                for r in rs)
+            rows.append([path.replace("_", " "), f"to {to}", ", ".join(f"{r['unavailable_s']:.2f}" for r in rs),
+                         f"{statistics.median(r['unavailable_s'] for r in rs):.2f} s", extra,
+                         f"{statistics.median(r['first_turn_s'] for r in rs):.2f} s",
+                         "yes" if all(r["probe_matches"] for r in rs) else "NO"])
+    pr, m = doc["prices"], doc["median_unavailable_s"]
+    return table(["path", "switch", "unavailable (s, each)", "median", "drain + restart", "first turn after",
+                  "output = colocated"], rows) + [
+        "", f"Medians over every switch: in place {m['in_place']:.2f} s, by restart {m['restart']:.2f} s "
+            f"({m['restart'] / max(m['in_place'], 1e-3):.0f}x), with {doc['old_legs']} old-direction turns in flight. "
+            f"The allocator's price (Qwen3-8B on an H200, engines.restart_s {doc['restart_s']:g} s): prefill to decode "
+            f"{pr['in_place']['prefill_to_decode_s']:.2f} s in place, {pr['restart']['prefill_to_decode_s']:.2f} s by "
+            f"restart; decode (22 x 32k contexts, 1000 tokens left) to prefill {pr['in_place']['decode_to_prefill_s']:.1f} s "
+            f"/ {pr['restart']['decode_to_prefill_s']:.1f} s; decode to mixed {pr['restart']['decode_to_mixed_s']:.1f} s "
+            "either way (both pull KV)."]
+
+
 def t_paper_rules(d: dict) -> list[str]:
     """The paper cells under the router's three rules (runtime.sticky_overload)."""
     files = {"cost": "paper.json", "2": "paper-ratio.json", "none": "paper-sticky.json"}
@@ -444,14 +492,16 @@ def t_async_updates(d: dict) -> list[str]:
         "", f"Lowest prorsa / best fixed split: {min(c['prorsa_vs_best'] for c in doc['cells']):.3f}."]
 
 
-def t_overlap_split(d: dict) -> list[str]:
+def overlap_split_table(name: str) -> Callable[[dict], list[str]]:
     """Partial rollouts (overlapped or not) under every fixed split and prorsa: trained trajectories per second."""
-    cells = d["overlap-split.json"]["cells"]
-    rows = [[c["model"], c["mode"], f"{split(c['best_fixed'])} {c['best_trained_per_s']:.4f}",
-             f"{c['colocated_trained_per_s']:.4f}", f"{c['prorsa_trained_per_s']:.4f}", f"{c['prorsa_vs_best']:.3f}",
-             f"{c['prorsa_vs_colocated']:.3f}", str(c["switches"])] for c in cells]
-    return table(["model", "mode", "best fixed (trained/s)", "colocated", "prorsa", "prorsa / best",
-                  "prorsa / colocated", "switches"], rows)
+    def render(d: dict) -> list[str]:
+        cells = d[name]["cells"]
+        rows = [[c["model"], c["mode"], f"{split(c['best_fixed'])} {c['best_trained_per_s']:.4f}",
+                 f"{c['colocated_trained_per_s']:.4f}", f"{c['prorsa_trained_per_s']:.4f}",
+                 f"{c['prorsa_vs_best']:.3f}", f"{c['prorsa_vs_colocated']:.3f}", str(c["switches"])] for c in cells]
+        return table(["model", "mode", "best fixed (trained/s)", "colocated", "prorsa", "prorsa / best",
+                      "prorsa / colocated", "switches"], rows)
+    return render
 
 
 def t_rl_toy_partial(d: dict) -> list[str]:
@@ -1047,6 +1097,32 @@ def held_out_ep_table(file: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def held_out_table(*files: str) -> Callable[[dict], list[str]]:
+    """benchmarks/model_error.py on the held-out workloads (shifting mixes, traces) and engine counts:
+    prorsa (exact model, no prior) over the best fixed split and over colocated, with its switches."""
+    def workload(c: dict) -> str:
+        return c["family"].replace(":", " -> ") + (" (trace)" if c.get("trace") else "")
+
+    def render(d: dict) -> list[str]:
+        cells = [c for f in files for c in d[f]["cells"]]
+        sync = {id(c): c["mode"] == "sync" for c in cells}
+
+        def vs_colocated(c: dict) -> float:  # prorsa over colocated, from its ratio to the best
+            return c["prorsa_vs_best"]["exact"] * (c["colocated"] / c["best_figure"] if sync[id(c)]
+                                                   else c["best_figure"] / c["colocated"])
+        rows = [[workload(c), c["mode"], str(c["seed"]), str(c["engines"]), str(c["steps"]),
+                 split(c["best_fixed"]), f3(c["prorsa_vs_best"]["exact"]), f3(vs_colocated(c)),
+                 str(c["switches"]["exact"])] for c in cells]
+        low = min(cells, key=lambda c: c["prorsa_vs_best"]["exact"])
+        return table(["workload", "mode", "seed", "engines", "steps", "best fixed", "prorsa / best",
+                      "prorsa / colocated", "prorsa switches"], rows) + [
+            "", f"Over the {len(cells)} cells, lowest prorsa / best fixed {low['prorsa_vs_best']['exact']:.3f} "
+                f"({workload(low)} {low['mode']} seed {low['seed']}), "
+                f"{sum(c['prorsa_vs_best']['exact'] >= 0.97 for c in cells)} of {len(cells)} at 0.97 or better; "
+                f"lowest prorsa / colocated {min(map(vs_colocated, cells)):.3f}."]
+    return render
+
+
 class Table(NamedTuple):
     files: list[str]  # results files it reads, in benchmarks/results
     render: Callable[[dict], list[str]]  # {file name: parsed JSON} -> markdown lines
@@ -1121,11 +1197,17 @@ TABLES: dict[str, Table] = {
     "held-out-engines": Table(["held-out-engines-4.json"], model_error_table("held-out-engines-4.json")),
     "held-out-engines-16": Table(["held-out-engines-16.json"], model_error_table("held-out-engines-16.json")),
     "held-out-ep": Table(["held-out-ep.json"], held_out_ep_table("held-out-ep.json")),
+    "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
+    "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
+    "held-out-engines-32": Table(["held-out-engines-32.json", "held-out-engines-32-coarse.json"],
+                                 held_out_table("held-out-engines-32.json", "held-out-engines-32-coarse.json")),
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
     "groups-prorsa": Table(["groups-prorsa.json"], t_groups_prorsa),
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
+    "paper-restart": Table(["paper.json", "paper-restart.json"], t_paper_restart),
+    "role-restart": Table(["role-restart.json"], t_role_restart),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),
     "priors-drivers-steps3": Table(["priors-drivers-steps3.json"], priors_cells_table("priors-drivers-steps3.json")),
@@ -1146,7 +1228,8 @@ TABLES: dict[str, Table] = {
     "async-updates": Table(["async-updates.json"], t_async_updates),
     "sim-cost": Table(["sim-cost.json"], t_sim_cost),
     "rl-toy-partial": Table(["rl-toy-partial.json"], t_rl_toy_partial),
-    "overlap-split": Table(["overlap-split.json"], t_overlap_split),
+    "overlap-split": Table(["overlap-split.json"], overlap_split_table("overlap-split.json")),
+    "overlap-split-dense": Table(["overlap-split-dense.json"], overlap_split_table("overlap-split-dense.json")),
     "tail-live-migrate": Table(["tail-live-migrate.json"], t_tail_live_migrate),
     "ep-headline": Table(["drivers-ep.json", "drivers-ep-wide.json"], t_ep_headline),
     "drivers-ep": Table(["drivers-ep.json"], drivers_table("drivers-ep.json", "EP ranks")),

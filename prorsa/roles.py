@@ -9,6 +9,11 @@ disaggregated turn run on any engine, so a switch is draining plus bookkeeping.
              \      drain decodes       /
               \                        /
                +------>  MIXED  <-----+     (both phases, chunked prefill co-batched with decode)
+
+Where the KV connector has no role for both sides (vLLM deprecates kv_both for NIXL), an engine
+is started as the side its role needs: a PREFILL engine exports KV, DECODE and MIXED engines pull
+it (a mixed engine runs its own turns whole and decodes what prefill engines ship it, and never
+prefills for another engine). A switch across that line is a restart (restarts_kv).
 """
 
 from __future__ import annotations
@@ -28,6 +33,17 @@ class Role(str, Enum):
     @property
     def serves_decode(self) -> bool:
         return self is not Role.PREFILL
+
+    @property
+    def exports_kv(self) -> bool:
+        """Whether an engine started for one side of the connector must be its producer."""
+        return self is Role.PREFILL
+
+
+def restarts_kv(old: Role, new: Role) -> bool:
+    """Whether a switch old -> new changes the connector side, which an engine started without
+    a role for both sides takes only by restarting."""
+    return old.exports_kv != new.exports_kv
 
 
 def role_resources(role: Role, slots: int) -> dict[str, float]:

@@ -8,7 +8,8 @@
                     node_gpus: one per node, nodes.py); DevicePlanError when they do not fit
     nodes_needed(plans, shape) -> str | None        how many nodes of the shape the engines take
     plan_table(plans) -> rich Table                 engines, roles, where they run, layouts, ports
-    print_plan(plans, console, shape)               the table, then every server's command line whole
+    print_plan(plans, console, shape)               the table, how engines change role (kv_role),
+                                                    then every server's command line whole
 
 Nothing is started, no model is made or read. Each command is one a person can paste on the node
 (server.py hand_command, built by the same code as the command a start runs): `vllm serve MODEL`
@@ -63,6 +64,7 @@ class EngineLaunch:
     node: int = 0  # the planned node it runs on (nodes of a NodeShape; 0 otherwise)
     port: int | None = None  # its HTTP port
     launcher: tuple[str, ...] = ()  # why it runs our launcher rather than `vllm serve`; () it does not
+    switch: str = ""  # how it changes role (engine/vllm/kv_roles.py describe); "" emulated
 
     def shell(self, node: int = 0) -> str:
         """Node `node`'s command line as a shell would take it, its environment in front."""
@@ -120,7 +122,9 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         return [EngineLaunch(engine_name(i), role, f"tp{groups[at[i]].tp} ep{groups[at[i]].ep}", "emulated", None, (), ())
                 for i, role in enumerate(roles)]
     from prorsa.engine.vllm.command import ServerSpec
+    from prorsa.engine.vllm.kv_roles import describe, kv_role
 
+    path = backend_of(cfg).switch_path()
     placed = _node_plans(cfg, len(roles), local, environ, count_gpus, shape)
     several = len({node for node, _, _ in placed.values()}) > 1
     # a local run: CPU engines spanning "nodes" of engines.vllm.node_ranks, all on this machine
@@ -132,12 +136,12 @@ def launch_plan(cfg: EnginesConfig, roles: list[Role], local: bool = True,
         cores = engine_cores(i, cfg.vllm.cores_per_engine) if cfg.vllm.device == "cpu" else None
         node, plan, slot = placed.get(i, (0, None, 0))
         gpus = plan.for_slot(slot) if plan is not None else None
-        spec = ServerSpec.from_settings(settings, _model_dir(cfg), cores, gpus)
+        spec = ServerSpec.from_settings(settings, _model_dir(cfg), cores, gpus, kv_role(role, path))
         commands, envs, port, needs = _servers(spec, spans.get(i), i, "127.0.0.1" if local else LEADER_HOST, ports)
         where = _runs_on(cfg, spec, spans.get(i), gpus)
         out.append(EngineLaunch(engine_name(i), role, settings.layout.describe(),
                                 f"node {node}: {where}" if several else where, gpus, commands[0], envs[0],
-                                commands[1:], envs[1:], node, port, needs))
+                                commands[1:], envs[1:], node, port, needs, describe(path)))
     return out
 
 
@@ -210,6 +214,8 @@ def print_plan(plans: list[EngineLaunch], console: Console, shape: NodeShape | N
     (an engine spanning nodes: one per node, the first node's API server first), below a comment
     saying why where it runs our launcher rather than `vllm serve`."""
     console.print(plan_table(plans))
+    if plans and plans[0].switch:
+        console.print(plans[0].switch, soft_wrap=True, markup=False, highlight=False)
     if line := nodes_needed(plans, shape):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
     for p in plans:

@@ -44,7 +44,8 @@ def serve_pipeline(request: ServeRequest) -> None:
     from prorsa.live.resume import open_journal
     from prorsa.live.run import run_live
     from prorsa.metrics.progress import summary_table
-    from prorsa.serve.server import Endpoint, exposure_warning
+    from prorsa.serve.app import Guards
+    from prorsa.serve.server import Endpoint, Limits, exposure_warning
     from prorsa.sim.run import lend
 
     resolved = _servable(request)
@@ -56,10 +57,9 @@ def serve_pipeline(request: ServeRequest) -> None:
     console.print(f"run directory: {folder.path}")
     if (warning := exposure_warning(request.host, request.api_key)) is not None:
         Console(stderr=True).print(warning, markup=False, highlight=False, soft_wrap=True)
-    endpoint = Endpoint(resolved, sock, tokenizer, request.idle_s, request.max_tokens,
-                        say=lambda line: plain(console, line),
-                        max_request_bytes=int(request.max_request_mb * 2**20), api_key=request.api_key,
-                        request_timeout_s=request.request_timeout_s, run_dir=folder.path, parser=parser)
+    guards = Guards(int(request.max_request_mb * 2**20), request.api_key, request.request_timeout_s)
+    endpoint = Endpoint(resolved, sock, tokenizer, Limits(request.idle_s, request.max_tokens, guards),
+                        say=lambda line: plain(console, line), run_dir=folder.path, parser=parser)
     rollout = run_live(resolved, folder.path, console, journal=open_journal(cfg, folder.path), driver=endpoint.driver,
                        lend=lend)
     summary = roll_out(rollout, folder, request.pipeline, wind_down=endpoint.stop)

@@ -160,6 +160,13 @@ class EnginesConfig(Section):
     # emulated: which contexts stay in an engine's KV between turns (engine/prefix_cache.py):
     # ideal = all, forever; lru = idle contexts share the free KV, least recently used dropped first
     prefix_cache: Literal["ideal", "lru"] = "ideal"
+    # how an engine changes role: in_place (the KV connector's role for both sides, kv_both: a
+    # drain and bookkeeping), restart (started as the side its role needs, restarted into the
+    # other), auto (vLLM: in_place while the installed vLLM accepts kv_both; emulated: in_place)
+    role_switch: Literal["auto", "in_place", "restart"] = "auto"
+    # seconds a restart into the other side holds an engine, on the modelled GPU: the cost model's
+    # price of such a switch and the emulated engine's hold (benchmarks/role_restart.py)
+    restart_s: float = Field(30.0, ge=0, le=86400)
     parallelism: Parallelism | None = None  # None: every role uses tp and ep (emulated engines only)
     vllm: VllmSettings = VllmSettings()
     # the GPUs of the node a run places its vLLM engines on, in order (CUDA indices or GPU-/MIG-

@@ -101,22 +101,55 @@ def group_splits(groups: Sequence[Group]) -> np.ndarray:
     return counts[serves_both(counts)]
 
 
+@dataclass(frozen=True)
+class _Prices:
+    """What score_groups prices alike in every bin: each group's capacity in each role, the turn a
+    prefill serves, and each group's per-engine prefill rate and latency, KV pull and ranks."""
+
+    roles: list[tuple]  # (prefill, decode, mixed) capacity of each group
+    a: float  # a prefill turn's tokens (prefill_turn)
+    a_p: float
+    prefix: float
+    chunk: float
+    rate_p: np.ndarray  # (G,)
+    lat_p: np.ndarray
+    xfer: np.ndarray  # the decode engine pulls
+    ranks: np.ndarray
+
+    @classmethod
+    def of(cls, groups: Sequence[Group], fc: Forecast) -> _Prices:
+        roles = [tuple(g.capacity.for_role(r) for r in ROLES) for g in groups]
+        a, a_p, prefix = prefill_turn(fc)
+        return cls(roles, a, a_p, prefix, float(groups[0].capacity.chunk_tokens),
+                   np.array([cp.prefill_rate(a_p, prefix) * a for cp, _, _ in roles]),
+                   np.array([cp.prefill_latency(a_p, prefix) for cp, _, _ in roles]),
+                   np.array([cd.transfer_time(a) for _, cd, _ in roles]),
+                   np.array([cm.ranks for _, _, cm in roles], dtype=float))
+
+    def steps(self, per: np.ndarray, per_m: np.ndarray, fill: np.ndarray, ctx: float) -> list[tuple]:
+        """Each group's decode step and mixed steps (a piece, a whole chunk) at this bin's fill."""
+        piece, out = min(self.a, self.chunk), []
+        for j, (_, cd, cm) in enumerate(self.roles):
+            grid = np.linspace(0.0, max(per[j], per_m[j], 1e-9), 17)
+            beta_d, beta_m = fill * per[j], fill * per_m[j]
+            td = np.interp(beta_d, grid, cd.decode_steps(grid, ctx))
+            a, prefix = self.a, self.prefix
+            tp, tc = (np.interp(beta_m, grid, ys) for ys in (cm.mixed_steps(grid, ctx, piece, a, prefix),
+                                                             cm.mixed_steps(grid, ctx, self.chunk, a, prefix)))
+            out.append((td, tp, tc))
+        return out
+
+
 def score_groups(groups: Sequence[Group], fc: Forecast, counts: np.ndarray) -> np.ndarray:
     """Predicted sequence-seconds over the horizon of each split (k, G, 3) (module docstring)."""
     counts = np.asarray(counts, dtype=float)
-    first = groups[0].capacity
     P, D, M = (counts[:, :, k] for k in range(3))  # (k, G)
-    roles = [tuple(g.capacity.for_role(r) for r in ROLES) for g in groups]
-    dt, chunk = fc.bin_s, float(first.chunk_tokens)
-    a, a_p, prefix = prefill_turn(fc)
-    rate_p = np.array([cp.prefill_rate(a_p, prefix) * a for cp, _, _ in roles])  # per engine, each group
-    lat_p = np.array([cp.prefill_latency(a_p, prefix) for cp, _, _ in roles])
-    xfer = np.array([cd.transfer_time(a) for _, cd, _ in roles])  # the decode engine pulls
-    ranks = np.array([cm.ranks for _, _, cm in roles], dtype=float)
-    cap_p = P @ rate_p
+    pr = _Prices.of(groups, fc)
+    dt, chunk, a, prefix, roles, ranks = fc.bin_s, pr.chunk, pr.a, pr.prefix, pr.roles, pr.ranks
+    cap_p = P @ pr.rate_p
     # a prefill's latency: each group's, weighted by the turns it clears; its KV's pull into a
     # decode engine, weighted by the decode slots each group holds (where the decode lands)
-    lat_own = np.divide((P * rate_p) @ lat_p, cap_p, out=np.zeros(len(P)), where=cap_p > 0)
+    lat_own = np.divide((P * pr.rate_p) @ pr.lat_p, cap_p, out=np.zeros(len(P)), where=cap_p > 0)
     piece = min(a, chunk)
     k = len(P)
     q = np.full(k, float(fc.backlog_tokens))
@@ -132,18 +165,11 @@ def score_groups(groups: Sequence[Group], fc: Forecast, counts: np.ndarray) -> n
         present = s + (owed / u if u > 0 else 0.0)
         served = np.minimum(present, slots)
         fill = np.divide(served, slots, out=np.zeros(k), where=slots > 0)  # every engine to this share
-        lat = lat_own + np.divide(held @ xfer, slots, out=np.zeros(k), where=slots > 0)
+        lat = lat_own + np.divide(held @ pr.xfer, slots, out=np.zeros(k), where=slots > 0)
         arriving = float(fc.prefill_tokens_per_s[b])
         want = q / dt + arriving
         x_p = np.minimum(want, cap_p)
-        steps = []
-        for j, (_, cd, cm) in enumerate(roles):
-            grid = np.linspace(0.0, max(per[j], per_m[j], 1e-9), 17)
-            beta_d, beta_m = fill * per[j], fill * per_m[j]
-            td = np.interp(beta_d, grid, cd.decode_steps(grid, ctx))
-            tp, tc = (np.interp(beta_m, grid, ys) for ys in (cm.mixed_steps(grid, ctx, piece, a, prefix),
-                                                             cm.mixed_steps(grid, ctx, chunk, a, prefix)))
-            steps.append((td, tp, tc))
+        steps = pr.steps(per, per_m, fill, ctx)
         cap_mg = np.stack([M[:, j] * ranks[j] * chunk / tc for j, (_, _, tc) in enumerate(steps)], axis=1)
         cap_m = cap_mg.sum(axis=1)
         x_m = np.minimum(want - x_p, cap_m)
@@ -280,7 +306,7 @@ class GroupAllocator:
         reach = (leave <= movable[None]).all(axis=(1, 2))
         k = leave.sum(axis=(1, 2))
         head = f"{fmt(cur)} {cost_now:.1f} seq-s, best {fmt(best)} {float(costs.min()):.1f}"
-        pick = self._goal(cur, ref, cands, costs, k, reach, cost_ref, movers, forecast.horizon_s)
+        pick = self._goal(cur, ref, _Candidates(cands, costs, k, reach), cost_ref, movers, forecast.horizon_s)
         if pick is None or not (math.isinf(cost_ref) or cost_ref - pick[0] > self.min_gain * cost_ref):
             if not (ref != cur and ref in index and bool(reach[index[ref]])):
                 why = "nothing can move" if pick is None else f"{fmt(pick[1])} gains {cost_ref - pick[2]:.1f}, too little"
@@ -316,9 +342,10 @@ class GroupAllocator:
                     out.append(tuple(tuple(s) if i == j else c for i, c in enumerate(cur)))
         return out
 
-    def _goal(self, cur, ref, cands, costs, k, reach, cost_ref, movers, horizon_s):
+    def _goal(self, cur, ref, priced: _Candidates, cost_ref, movers, horizon_s):
         """(net, split, cost, switch cost) of the reachable split other than ref with the least
         cost + hysteresis x switch cost, or None."""
+        cands, costs, k, reach = priced.splits, priced.costs, priced.moves, priced.reach
         ok = np.flatnonzero(reach & (k > 0) & ~(cands == np.array(ref)[None]).all(axis=(1, 2)))
         order = ok[np.lexsort((k[ok], costs[ok]))]
         pick = None
@@ -333,6 +360,17 @@ class GroupAllocator:
             if pick is None or net < pick[0]:
                 pick = (net, split, float(costs[i]), sw)
         return pick
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The splits priced this interval, and for each its cost, the engines it moves from cur and
+    whether the movable engines reach it."""
+
+    splits: np.ndarray  # (k, G, 3)
+    costs: np.ndarray  # (k,)
+    moves: np.ndarray  # (k,)
+    reach: np.ndarray  # (k,) bool
 
 
 class _Seen:

@@ -32,6 +32,7 @@ it plans with the fluid model alone.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,71 +58,95 @@ class TrueFutureForecaster(Forecaster):
         self.future = future
 
     def predict(self, now_s: float, tracker: LifecycleTracker) -> Forecast:
-        n, bin_s = self.n_bins, self.bin_s
-        end = now_s + n * bin_s
-        mids = now_s + (np.arange(n) + 0.5) * bin_s
-        rate = self.decode_rate()
-        wait = self._wait.mean(self.priors.wait_s)
-        arrive_tok, arrive_n = np.zeros(n), np.zeros(n)
-        seqs, kv = np.zeros(n), np.zeros(n)
-        backlog = backlog_turns = fresh = 0.0
-        under: list[tuple[float, float]] = []  # (weight, cached context under a prefill)
-        dec_of_arrivals: list[float] = []
-        remaining: list[float] = []
+        ahead = _Ahead(now_s, self.bin_s, self.n_bins, self.decode_rate(), self._wait.mean(self.priors.wait_s))
         live = tracker.live()
         for s in live:
-            turns = self.future(s.traj_id).turns
-            k, ctx = s.turn, s.context  # ctx: before turn k's append
-            turn = turns[k]
-            if s.phase.rank <= Phase.PREFILL.rank:
-                backlog += turn.appended_tokens
-                backlog_turns += 1
-                fresh += k == 0
-                under.append((1.0, ctx))
-                start = max(s.since_s + wait, now_s)
-            elif s.phase is Phase.DECODE:
-                start = s.since_s
-                remaining.append(max(turn.decode_tokens - (now_s - s.since_s) * rate, 1.0))
-            else:  # TOOL: turn k's decode is over
-                start = None
-            while k < len(turns):
-                turn = turns[k]
-                if start is not None:  # turn k decodes from `start`
-                    stop = max(start + turn.decode_tokens / rate, now_s)
-                    on = (mids >= start) & (mids < stop)
-                    seqs += on
-                    kv += on * (ctx + turn.appended_tokens + (mids - start).clip(0) * rate)
-                    if turn.done:
-                        break
-                    tool_end = stop + turn.tool_latency_s
-                elif turn.done:  # the last turn's (empty) tool: it is about to end
-                    break
-                else:
-                    tool_end = max(s.since_s + turn.tool_latency_s, now_s)
-                ctx += turn.appended_tokens + turn.decode_tokens
-                k += 1
-                if tool_end >= end or k >= len(turns):
-                    break
-                nxt = turns[k]
-                b = int((tool_end - now_s) // bin_s)
-                arrive_tok[b] += nxt.appended_tokens
-                arrive_n[b] += 1
-                under.append((1.0, ctx))
-                dec_of_arrivals.append(nxt.decode_tokens)
-                start = tool_end + wait
-        w = sum(x for x, _ in under)
-        fc = Forecast(
-            start_s=now_s, bin_s=bin_s, prefill_tokens_per_s=arrive_tok / bin_s,
-            prefill_turns_per_s=arrive_n / bin_s, decode_seqs=seqs, kv_tokens=kv,
-            backlog_tokens=backlog, backlog_turns=backlog_turns, backlog_fresh_turns=fresh,
-            prefill_prefix_tokens=sum(x * c for x, c in under) / w if w else 0.0,
-            decode_tokens_per_turn=(float(np.mean(dec_of_arrivals)) if dec_of_arrivals
-                                    else self._pool.decode_tokens.mean(self.priors.decode_tokens)),
-            decode_tps_per_seq=rate,
-            decode_remaining_tokens=float(np.mean(remaining)) if remaining else 0.0, live=len(live))
+            ahead.walk(s, self.future(s.traj_id).turns)
+        fc = ahead.forecast(self._pool.decode_tokens.mean(self.priors.decode_tokens), len(live))
         self.book.remember(now_s, fc.prefill_tokens_per_s, fc.decode_seqs)
         self.book.score(now_s)
         return fc
+
+
+@dataclass
+class _Ahead:
+    """What the live trajectories' remaining turns bring over the horizon, summed as each is walked."""
+
+    now_s: float
+    bin_s: float
+    n: int  # bins
+    rate: float  # decode tokens per second of one sequence
+    wait: float  # a turn's wait from its arrival to its prefill
+    backlog: float = 0.0
+    backlog_turns: float = 0.0
+    fresh: float = 0.0
+    under: list[tuple[float, float]] = field(default_factory=list)  # (weight, cached context under a prefill)
+    dec_of_arrivals: list[float] = field(default_factory=list)
+    remaining: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.end = self.now_s + self.n * self.bin_s
+        self.mids = self.now_s + (np.arange(self.n) + 0.5) * self.bin_s
+        self.arrive_tok, self.arrive_n = np.zeros(self.n), np.zeros(self.n)
+        self.seqs, self.kv = np.zeros(self.n), np.zeros(self.n)
+
+    def walk(self, s, turns) -> None:
+        """Trajectory `s`'s turn in hand and those after it, up to the horizon's end."""
+        k, ctx = s.turn, s.context  # ctx: before turn k's append
+        start = self._start(s, turns[k], k, ctx)
+        while k < len(turns):
+            turn = turns[k]
+            if start is not None:  # turn k decodes from `start`
+                stop = max(start + turn.decode_tokens / self.rate, self.now_s)
+                on = (self.mids >= start) & (self.mids < stop)
+                self.seqs += on
+                self.kv += on * (ctx + turn.appended_tokens + (self.mids - start).clip(0) * self.rate)
+                if turn.done:
+                    break
+                tool_end = stop + turn.tool_latency_s
+            elif turn.done:  # the last turn's (empty) tool: it is about to end
+                break
+            else:
+                tool_end = max(s.since_s + turn.tool_latency_s, self.now_s)
+            ctx += turn.appended_tokens + turn.decode_tokens
+            k += 1
+            if tool_end >= self.end or k >= len(turns):
+                break
+            self._arrival(turns[k], tool_end, ctx)
+            start = tool_end + self.wait
+
+    def _start(self, s, turn, k: int, ctx: float) -> float | None:
+        """When turn k decodes, by the phase it is in; None: its decode is over (a tool runs)."""
+        if s.phase.rank <= Phase.PREFILL.rank:
+            self.backlog += turn.appended_tokens
+            self.backlog_turns += 1
+            self.fresh += k == 0
+            self.under.append((1.0, ctx))
+            return max(s.since_s + self.wait, self.now_s)
+        if s.phase is Phase.DECODE:
+            self.remaining.append(max(turn.decode_tokens - (self.now_s - s.since_s) * self.rate, 1.0))
+            return s.since_s
+        return None  # TOOL: turn k's decode is over
+
+    def _arrival(self, nxt, tool_end: float, ctx: float) -> None:
+        b = int((tool_end - self.now_s) // self.bin_s)
+        self.arrive_tok[b] += nxt.appended_tokens
+        self.arrive_n[b] += 1
+        self.under.append((1.0, ctx))
+        self.dec_of_arrivals.append(nxt.decode_tokens)
+
+    def forecast(self, decode_tokens_prior: float, live: int) -> Forecast:
+        """`decode_tokens_prior`: a turn's decode tokens when no turn arrives within the horizon."""
+        w = sum(x for x, _ in self.under)
+        return Forecast(
+            start_s=self.now_s, bin_s=self.bin_s, prefill_tokens_per_s=self.arrive_tok / self.bin_s,
+            prefill_turns_per_s=self.arrive_n / self.bin_s, decode_seqs=self.seqs, kv_tokens=self.kv,
+            backlog_tokens=self.backlog, backlog_turns=self.backlog_turns, backlog_fresh_turns=self.fresh,
+            prefill_prefix_tokens=sum(x * c for x, c in self.under) / w if w else 0.0,
+            decode_tokens_per_turn=(float(np.mean(self.dec_of_arrivals)) if self.dec_of_arrivals
+                                    else decode_tokens_prior),
+            decode_tps_per_seq=self.rate,
+            decode_remaining_tokens=float(np.mean(self.remaining)) if self.remaining else 0.0, live=live)
 
 
 @register("oracle")

@@ -88,7 +88,7 @@ class TailLayout:
         if width not in self._wide:
             c = self.cost
             self._wide[width] = CostModel(c.gpu, c.model, tp=c.tp * width, ep=c.ep, mem_fraction=c.mem_fraction,
-                                          switch_prefill_tokens=c.switch_prefill_tokens)
+                                          switch_prefill_tokens=c.switch_prefill_tokens, restart_s=c.restart_s)
         return self._wide[width]
 
     @staticmethod

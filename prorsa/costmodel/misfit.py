@@ -69,7 +69,7 @@ class ModelScale:
                       hbm_bw=g.hbm_bw * self.decode, nvlink_bw=g.nvlink_bw * self.transfer,
                       net_bw=g.net_bw * self.transfer)
         return CostModel(gpu, cost.model, tp=cost.tp, ep=cost.ep, mem_fraction=cost.mem_fraction,
-                         switch_prefill_tokens=cost.switch_prefill_tokens)
+                         switch_prefill_tokens=cost.switch_prefill_tokens, restart_s=cost.restart_s)
 
     def of_roles(self, costs: RoleCosts) -> RoleCosts:
         if self.exact:

@@ -40,14 +40,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from prorsa.costmodel.profiles import GpuProfile, ModelProfile, load_gpu, load_model
-from prorsa.roles import Role
+from prorsa.roles import Role, restarts_kv
 
 _ACT_BYTES = 2  # bf16 activations in collectives
 
 
 class CostModel:
     def __init__(self, gpu: GpuProfile, model: ModelProfile, tp: int = 1, ep: int = 1, *,
-                 mem_fraction: float = 0.9, switch_prefill_tokens: int = 8192):
+                 mem_fraction: float = 0.9, switch_prefill_tokens: int = 8192, restart_s: float | None = None):
         if tp < 1 or ep < 1:
             raise ValueError(f"tp and ep must be >= 1, got tp={tp} ep={ep}")
         if ep > 1 and not model.is_moe:
@@ -57,6 +57,9 @@ class CostModel:
         self.gpu, self.model, self.tp, self.ep = gpu, model, tp, ep
         self.mem_fraction = mem_fraction  # like vLLM's gpu_memory_utilization
         self.switch_prefill_tokens = switch_prefill_tokens  # the prefill step a switch waits out
+        # engines switched by restart (engines.role_switch): what a restart into the other KV
+        # connector side costs once the engine is empty; None: every switch is in place
+        self.restart_s = restart_s
 
         m, g = model, gpu
         peak = (g.peak_flops_fp8 if m.weight_bytes == 1 else g.peak_flops) * tp
@@ -235,15 +238,17 @@ class CostModel:
         uniform, so the longest is ~2x the mean and the batch shrinks linearly to zero.
         Into another layout (stage-specific parallelism) the engine empties first, whatever the
         roles: a sequence's KV is sharded by the old layout and no engine reshards KV in flight;
-        then the weights move (reshard_time).
+        then the weights move (reshard_time). Across the KV connector's sides on an engine switched
+        by restart (roles.py restarts_kv) it empties too, then restarts (restart_s).
         """
-        if to_cost is not None and to_cost.layout != self.layout:
+        restart = self.restart_s is not None and restarts_kv(from_role, to_role)
+        if restart or (to_cost is not None and to_cost.layout != self.layout):
             drain = 0.0
             if from_role.serves_decode:
                 drain = self._decode_drain(inflight_decode_tokens, batch, context_tokens)
             if from_role.serves_prefill:
                 drain = max(drain, self.prefill_time([(self.switch_prefill_tokens, 0)]))
-            return drain + self.reshard_time(to_cost)
+            return drain + (self.restart_s if restart else 0.0) + (self.reshard_time(to_cost) if to_cost else 0.0)
         if from_role is to_role or to_role is Role.MIXED:
             return 0.0
         if to_role is Role.DECODE:  # from PREFILL or MIXED: a prefill chunk may be in flight

@@ -58,18 +58,27 @@ class _Page:
         self.sent_points = 0  # folds already streamed
         self.sent_forecasts = 0
         self.n_switches = -1
-        x_label = X_LABEL
 
         self.summary = Div(name="prorsa-summary", text="waiting for the first control interval",
                            sizing_mode="stretch_width")
-
-        # roles: one lane per engine, a bar per span of a role, a marker per finished switch
         self.roles_src = ColumnDataSource({"engine": [], "left": [], "right": [], "role": [], "color": []})
         self.switch_src = ColumnDataSource({"t": [], "engine": [], "change": [], "reason": [], "drain_s": []})
+        self.series_src = ColumnDataSource(self._empty_series())
+        self.fc_src = ColumnDataSource({"t": [], "mid": [], "prefill_tps": [], "decode_seqs": []})
+        self.kv_src = ColumnDataSource({"engine": [], "kv_use": [], "bar": [], "color": [], "text": []})
+
         x_range = DataRange1d()  # one time axis for every time plot: pan or zoom one, all follow
+        prefill, decode = self._demand_figures(x_range)
+        self.root = column(self.summary, self._roles_figure(x_range), row(prefill, decode, sizing_mode="stretch_width"),
+                           row(self._trajectories_figure(x_range), self._queues_figure(x_range), self._kv_figure(),
+                               sizing_mode="stretch_width"),
+                           Div(text="<b>Role switches</b>"), self._switch_table(), sizing_mode="stretch_width")
+
+    def _roles_figure(self, x_range: DataRange1d):
+        """One lane per engine, a bar per span of a role, a marker per finished switch."""
         roles = figure(name="prorsa-roles", title="Engine roles (observed) and role switches",
                        height=70 + 28 * len(self.engines), y_range=FactorRange(*reversed(self.engines)),
-                       x_range=x_range, x_axis_label=x_label,
+                       x_range=x_range, x_axis_label=X_LABEL,
                        sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", toolbar_location="above")
         roles.hbar(y="engine", left="left", right="right", height=0.7, color="color", source=self.roles_src,
                    legend_field="role")
@@ -78,12 +87,12 @@ class _Page:
         roles.add_tools(HoverTool(renderers=[marks], tooltips=[("switch", "@engine: @change"), ("t", "@t{0.0} s"),
                                                                ("drain", "@drain_s{0.00} s"), ("why", "@reason")]))
         roles.add_layout(roles.legend[0], "right")
+        return roles
 
-        # demand: what arrived beside what the policy forecast (horizon means, drawn at their centre)
-        self.series_src = ColumnDataSource(self._empty_series())
-        self.fc_src = ColumnDataSource({"t": [], "mid": [], "prefill_tps": [], "decode_seqs": []})
+    def _demand_figures(self, x_range: DataRange1d):
+        """What arrived beside what the policy forecast (horizon means, drawn at their centre)."""
         prefill = figure(name="prorsa-demand-prefill", title="Prefill demand: prompt tokens arriving",
-                         height=260, x_axis_label=x_label, y_axis_label="tokens per second",
+                         height=260, x_axis_label=X_LABEL, y_axis_label="tokens per second",
                          sizing_mode="stretch_width", tools="xpan,xwheel_zoom,reset", x_range=x_range)
         prefill.yaxis.formatter = NumeralTickFormatter(format="0.[0]a")  # 200k, not 2.000e+5
         prefill.line("t", "prefill_tps", source=self.series_src, color=ROLE_COLOURS["prefill"], line_width=2,
@@ -93,23 +102,27 @@ class _Page:
         prefill.scatter("mid", "prefill_tps", source=self.fc_src, color=FORECAST, size=5,
                         legend_label="forecast (later turns)")
         decode = figure(name="prorsa-demand-decode", title="Decode demand: sequences decoding", height=260,
-                        x_axis_label=x_label, y_axis_label="sequences", sizing_mode="stretch_width",
+                        x_axis_label=X_LABEL, y_axis_label="sequences", sizing_mode="stretch_width",
                         tools="xpan,xwheel_zoom,reset", x_range=x_range)
         decode.line("t", "decode_seqs", source=self.series_src, color=ROLE_COLOURS["decode"], line_width=2,
                     legend_label="realised")
         decode.scatter("mid", "decode_seqs", source=self.fc_src, color=FORECAST, size=5, legend_label="forecast")
         for f in (prefill, decode):
             _legend_beside(f)
+        return prefill, decode
 
+    def _trajectories_figure(self, x_range: DataRange1d):
         trajs = figure(name="prorsa-trajectories", title="Trajectories by lifecycle state", height=260,
-                       x_axis_label=x_label, y_axis_label="trajectories", sizing_mode="stretch_width",
+                       x_axis_label=X_LABEL, y_axis_label="trajectories", sizing_mode="stretch_width",
                        tools="xpan,xwheel_zoom,reset", x_range=x_range)
         areas = trajs.varea_stack([f"s_{s}" for s in LIVE_STATES], x="t", source=self.series_src,
                                   color=[STATE_COLOURS[s] for s in LIVE_STATES])
         trajs.add_layout(Legend(items=[(s, [a]) for s, a in zip(LIVE_STATES, areas)]), "right")
+        return trajs
 
-        # engines in colours no role uses (palette.py), so a line is not read as a role
-        queues = figure(name="prorsa-queues", title="Queue depth per engine", height=260, x_axis_label=x_label,
+    def _queues_figure(self, x_range: DataRange1d):
+        """Engines in colours no role uses (palette.py), so a line is not read as a role."""
+        queues = figure(name="prorsa-queues", title="Queue depth per engine", height=260, x_axis_label=X_LABEL,
                         y_axis_label="requests waiting", sizing_mode="stretch_width",
                         tools="xpan,xwheel_zoom,reset", x_range=x_range)
         for i, e in enumerate(self.engines):
@@ -117,8 +130,9 @@ class _Page:
             queues.step("t", f"q{i}", source=self.series_src, mode="after", color=colour, line_dash=dash,
                         line_width=1.5, legend_label=e)
         _legend_beside(queues)
+        return queues
 
-        self.kv_src = ColumnDataSource({"engine": [], "kv_use": [], "bar": [], "color": [], "text": []})
+    def _kv_figure(self):
         kv = figure(name="prorsa-kv", title="KV use per engine (now)", height=70 + 28 * len(self.engines),
                     y_range=FactorRange(*reversed(self.engines)), x_range=(0, 1), sizing_mode="stretch_width",
                     tools="", toolbar_location=None)
@@ -128,19 +142,18 @@ class _Page:
         kv.text(x=0.02, y="engine", text="text", source=self.kv_src, text_baseline="middle", text_font_size="10px")
         kv.xaxis.axis_label = "share of the engine's KV capacity (bar colour: role)"
         kv.xaxis.formatter = NumeralTickFormatter(format="0%")
+        return kv
 
-        table = DataTable(name="prorsa-switches", source=self.switch_src, height=180, sizing_mode="stretch_width",
-                          index_position=None, columns=[
-                              TableColumn(field="t", title="t (wall s)", formatter=NumberFormatter(format="0.0"),
-                                          width=70),
-                              TableColumn(field="engine", title="engine", width=80),
-                              TableColumn(field="change", title="switch", width=120),
-                              TableColumn(field="drain_s", title="drain (s)", formatter=NumberFormatter(format="0.00"),
-                                          width=70),
-                              TableColumn(field="reason", title="reason", width=600)])
-        self.root = column(self.summary, roles, row(prefill, decode, sizing_mode="stretch_width"),
-                           row(trajs, queues, kv, sizing_mode="stretch_width"),
-                           Div(text="<b>Role switches</b>"), table, sizing_mode="stretch_width")
+    def _switch_table(self) -> DataTable:
+        return DataTable(name="prorsa-switches", source=self.switch_src, height=180, sizing_mode="stretch_width",
+                         index_position=None, columns=[
+                             TableColumn(field="t", title="t (wall s)", formatter=NumberFormatter(format="0.0"),
+                                         width=70),
+                             TableColumn(field="engine", title="engine", width=80),
+                             TableColumn(field="change", title="switch", width=120),
+                             TableColumn(field="drain_s", title="drain (s)", formatter=NumberFormatter(format="0.00"),
+                                         width=70),
+                             TableColumn(field="reason", title="reason", width=600)])
 
     def _empty_series(self) -> dict[str, list]:
         cols = ["t", "prefill_tps", "prefill_tps_all", "decode_seqs"]

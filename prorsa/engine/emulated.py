@@ -14,6 +14,8 @@ The simulator runs it on a virtual-clock event loop; live runs put it on Dask wo
     set_role(role)          bookkeeping: the runtime decides what to send; held work finishes
     reshards(role)          whether serving `role` needs another layout (engines.parallelism)
     relayout(role)          an empty engine takes `role`'s layout: weights move, the prefix cache goes
+    restart_as(role)        an empty engine switched by restart (cost.restart_s) across the KV
+                            connector's sides: held restart_s, the prefix cache gone; else set_role
     stats()                 queue, batch, KV written and counters; no I/O
     queued, active, kv_tokens   the first of them alone, read without building stats()
     reset_prefix_cache()    forget every cached prefix (after a weight update)
@@ -56,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,9 +69,17 @@ from prorsa.engine.batching import Batcher, SeqState
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.prefix_cache import make_prefix_cache
 from prorsa.loads import EngineLoad
-from prorsa.roles import Role
+from prorsa.roles import Role, restarts_kv
 
 _SHARED_STRETCH = 8  # decode steps between looks at the neighbours, while cores are shared
+
+
+@dataclass(frozen=True)
+class KvMemory:
+    """An emulated engine's KV memory: its size and how its prefix cache evicts."""
+
+    capacity: int | None = None  # tokens; None: what the cost model's layout holds
+    prefix_cache: str = "ideal"  # engine/prefix_cache.py
 
 
 class EmulatedEngine:
@@ -76,7 +87,7 @@ class EmulatedEngine:
 
     def __init__(self, engine_id: str, role: Role, cost: CostModel | RoleCosts, slots: int,
                  time_scale: float = 1.0, max_batched_tokens: int = 8192,
-                 kv_capacity: int | None = None, prefix_cache: str = "ideal", cores: CoreShare | None = None):
+                 memory: KvMemory = KvMemory(), cores: CoreShare | None = None):
         if slots < 1 or max_batched_tokens < 1 or time_scale < 0:
             raise ValueError(f"need slots >= 1, max_batched_tokens >= 1, time_scale >= 0; got "
                              f"{slots}, {max_batched_tokens}, {time_scale}")
@@ -85,8 +96,8 @@ class EmulatedEngine:
         self.layouts = cost if isinstance(cost, RoleCosts) else RoleCosts.uniform(cost)
         self.time_scale = time_scale
         self.max_batched_tokens = max_batched_tokens
-        self._kv_given = kv_capacity
-        self._prefix_kind = prefix_cache
+        self._kv_given = memory.capacity
+        self._prefix_kind = memory.prefix_cache
         self.cores = cores  # the CPU host shared with the other engines, if any
         self._lay_out(self.layouts.of(role))
         self._batch = Batcher(slots, self.kv_capacity, self.ranks)
@@ -144,6 +155,20 @@ class EmulatedEngine:
         loop = asyncio.get_running_loop()
         self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
         await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
+
+    async def restart_as(self, role: Role) -> None:
+        """Take `role`; across the KV connector's sides on an engine switched by restart, as a real
+        server would: it must be empty, holds restart_s and comes back with no cached prefix."""
+        seconds = self.cost.restart_s
+        if seconds is not None and restarts_kv(self.role, role):
+            if self._batch.active or self._batch.waiting:
+                raise RuntimeError(f"engine {self.engine_id}: restart with {self._batch.active} sequences "
+                                   f"running and {len(self._batch.waiting)} waiting; drain it first")
+            self._prefix.clear()
+            loop = asyncio.get_running_loop()
+            self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
+            await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
+        self.role = role
 
     async def update_weights(self, seconds: float) -> None:
         """Returns once the new weights are in; meanwhile no step starts (the one in flight ends)."""

@@ -133,11 +133,11 @@ def calibration_engine(cfg, log_dir: Path):
     not how the machine's other processes share its core."""
     from prorsa.engine.core_share import engine_cores
     from prorsa.engine.registry import resolve_model_dir
-    from prorsa.engine.vllm import VllmEngine
+    from prorsa.engine.vllm import Placement, VllmEngine
 
     settings = cfg.engines.vllm.model_copy(update={"nice": 0})
     cores = engine_cores(0, settings.cores_per_engine) if settings.device == "cpu" else None
-    return VllmEngine("calibrate", Role.MIXED, settings, resolve_model_dir(cfg.engines), cores, log_dir)
+    return VllmEngine("calibrate", Role.MIXED, settings, resolve_model_dir(cfg.engines), Placement(cores), log_dir)
 
 
 async def measure_pipeline(cfg, plan: Plan, log_dir: Path, *, seed: int = 0,

@@ -13,7 +13,7 @@ answers every question the rest of prorsa asks of a backend, so nothing past the
 An EngineBackend, for one engines section (EmulatedBackend, VllmBackend):
     name, time_scaled, launches_servers, measurable, vllm_layout    what the backend is (class-wide)
     on_gpus, pins_cores, start_timeout_s                            where its engines run, how long one starts
-    make_engine(...), model_dir(), unavailable(), portable(), admitting_by_priority()
+    make_engine(...), model_dir(), unavailable(), portable(), admitting_by_priority(), switch_path()
 
 Imports are lazy so a machine without vLLM runs emulated engines.
 """
@@ -63,6 +63,9 @@ class EngineBackend(Protocol):
     def admitting_by_priority(self) -> EnginesConfig:
         """The engines section with its engines admitting requests by their priority."""
 
+    def switch_path(self) -> str:
+        """How its engines change role, engines.role_switch resolved: "in_place" or "restart"."""
+
 
 @dataclass(frozen=True)
 class EmulatedBackend:
@@ -85,14 +88,15 @@ class EmulatedBackend:
             raise ValueError("engines.parallelism: per-role parallelism is simulated only (prorsa sim); "
                              "live engines use engines.tp and engines.ep")
         from prorsa.costmodel import CostModel
-        from prorsa.engine.emulated import EmulatedEngine
+        from prorsa.engine.emulated import EmulatedEngine, KvMemory
 
         # engine groups: this engine's own layout and slots
         group = cfg.engine_groups[cfg.group_of_engine()[index]] if cfg.groups is not None else None
         tp, ep, slots = (group.tp, group.ep, group.slots) if group is not None else (cfg.tp, cfg.ep, cfg.slots)
-        cost = CostModel.from_names(cfg.gpu, cfg.model, tp=tp, ep=ep)
+        restart_s = cfg.restart_s if self.switch_path() == "restart" else None
+        cost = CostModel.from_names(cfg.gpu, cfg.model, tp=tp, ep=ep, restart_s=restart_s)
         return EmulatedEngine(engine_name(index), role, cost, slots=slots, time_scale=cfg.time_scale,
-                              prefix_cache=cfg.prefix_cache)
+                              memory=KvMemory(prefix_cache=cfg.prefix_cache))
 
     def model_dir(self) -> None:
         return None
@@ -105,6 +109,9 @@ class EmulatedBackend:
 
     def admitting_by_priority(self) -> EnginesConfig:
         return self.engines  # an emulated engine always admits by priority
+
+    def switch_path(self) -> str:
+        return "restart" if self.engines.role_switch == "restart" else "in_place"  # auto: no connector here
 
 
 @dataclass(frozen=True)
@@ -132,13 +139,13 @@ class VllmBackend:
 
     def make_engine(self, index: int, role: Role, run_dir: Path, gpus: tuple[str, ...] | None = None,
                     peers=None) -> Engine:
-        from prorsa.engine.vllm import VllmEngine
+        from prorsa.engine.vllm import Placement, VllmEngine
 
         cfg = self.engines
         model_dir = resolve_model_dir(cfg)
         server = node_server(index, cfg, run_dir, peers, gpus) if peers is not None else None
-        engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir, _cores(index, cfg),
-                            run_dir / "engines", gpus, server)
+        engine = VllmEngine(engine_name(index), role, cfg.engine_vllm(index), model_dir,
+                            Placement(_cores(index, cfg), gpus), run_dir / "engines", server, self.switch_path())
         engine.vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
         return engine
 
@@ -164,6 +171,11 @@ class VllmBackend:
         # a server on the default fcfs policy would not look at a request's priority
         vllm = self.engines.vllm.model_copy(update={"scheduling_policy": "priority"})
         return self.engines.model_copy(update={"vllm": vllm})
+
+    def switch_path(self) -> str:
+        from prorsa.engine.vllm.kv_roles import switch_path
+
+        return switch_path(self.engines.role_switch)
 
 
 BACKENDS: dict[str, type[EngineBackend]] = {b.name: b for b in (EmulatedBackend, VllmBackend)}

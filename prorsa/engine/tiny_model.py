@@ -1,6 +1,6 @@
 """A tiny Llama model and tokenizer made locally, so real vLLM engines run offline and fast.
 
-    make_tiny_model(out_dir, seed)    write a model directory (config, weights, tokenizer)
+    make_tiny_model(out_dir, seed[, shape])   write a model directory (config, weights, tokenizer)
     ensure_tiny_model(cache_dir, seed)  make it once under cache_dir and reuse it afterwards
     make_tiny_moe(out_dir, seed)      the same for a tiny Qwen3-MoE (8 experts, top-2): what DP
                                       attention and expert parallelism run on
@@ -20,6 +20,8 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 # Qwen/Hermes-style chat and tool-call markers; special, so BPE never splits them.
@@ -108,17 +110,20 @@ def _train_tokenizer(vocab_size: int):
     )
 
 
-def make_tiny_model(
-    out_dir: Path,
-    seed: int = 0,
-    vocab_size: int = 2048,
-    hidden_size: int = 128,
-    layers: int = 2,
-    heads: int = 4,
-    kv_heads: int = 2,
-    max_positions: int = 4096,
-    init_std: float = 0.2,
-) -> Path:
+@dataclass(frozen=True)
+class TinyShape:
+    """The tiny Llama's shape."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    max_positions: int = 4096
+    init_std: float = 0.2
+
+
+def make_tiny_model(out_dir: Path, seed: int = 0, shape: TinyShape = TinyShape()) -> Path:
     """Write a LlamaForCausalLM with random weights (deterministic from `seed`) into `out_dir`.
 
     head_dim = hidden_size / heads = 32 (the CPU attention backend accepts 32). `init_std` is
@@ -131,17 +136,17 @@ def make_tiny_model(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(vocab_size)
+    tokenizer = _train_tokenizer(shape.vocab_size)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 4,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads,
-        max_position_embeddings=max_positions,
-        initializer_range=init_std,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.hidden_size * 4,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.hidden_size // shape.heads,
+        max_position_embeddings=shape.max_positions,
+        initializer_range=shape.init_std,
         tie_word_embeddings=False,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -206,7 +211,8 @@ def tiny_model_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048)
 
 def ensure_tiny_model(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
     """The tiny model for `seed` under `cache_dir`, made on first use."""
-    return _ensure(Path(cache_dir), tiny_model_dir(cache_dir, seed, vocab_size), make_tiny_model, seed, vocab_size)
+    return _ensure(Path(cache_dir), tiny_model_dir(cache_dir, seed, vocab_size),
+                   lambda out: make_tiny_model(out, seed, TinyShape(vocab_size=vocab_size)))
 
 
 def tiny_moe_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
@@ -216,10 +222,11 @@ def tiny_moe_dir(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -
 
 def ensure_tiny_moe(cache_dir: Path | str, seed: int = 0, vocab_size: int = 2048) -> Path:
     """The tiny MoE for `seed` under `cache_dir`, made on first use."""
-    return _ensure(Path(cache_dir), tiny_moe_dir(cache_dir, seed, vocab_size), make_tiny_moe, seed, vocab_size)
+    return _ensure(Path(cache_dir), tiny_moe_dir(cache_dir, seed, vocab_size),
+                   lambda out: make_tiny_moe(out, seed, vocab_size))
 
 
-def _ensure(cache_dir: Path, target: Path, make, seed: int, vocab_size: int) -> Path:
+def _ensure(cache_dir: Path, target: Path, make: Callable[[Path], Path]) -> Path:
     """Built in a temporary sibling directory and renamed into place, so a concurrent or crashed
     maker never leaves a half-written model where another process would load it."""
     if (target / WEIGHTS_FILE).exists():
@@ -227,7 +234,7 @@ def _ensure(cache_dir: Path, target: Path, make, seed: int, vocab_size: int) -> 
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
     try:
-        make(tmp, seed=seed, vocab_size=vocab_size)
+        make(tmp)
         try:
             os.rename(tmp, target)
         except OSError:

@@ -42,7 +42,7 @@ from distributed.deploy.subprocess import SubprocessScheduler
 from rich.console import Console
 
 from prorsa.agent.loop import TrajectoryResult
-from prorsa.agent.workload import Workload, context_budget
+from prorsa.agent.workload import Workload
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin
 from prorsa.cluster.local import SCHEDULER_CONFIG, engine_addresses, tool_name, worker_specs
@@ -51,15 +51,16 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
-from prorsa.live.controller import LiveController, _legs_on
+from prorsa.live.controller import ControlPace, EngineCapacity, LiveController, _legs_on
 from prorsa.live.run import ControlPlane, _both, control_plane, write_run
-from prorsa.live.runtime import DaskTurnRunner
+from prorsa.live.runtime import DaskTurnRunner, turn_options
 from prorsa.metrics.journal import RunJournal
 from prorsa.metrics.recorder import RunRecorder, merged
 from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve, sampling_of
+from prorsa.rollout.context import RunContext, make_router, resolve
+from prorsa.rollout.drivers import Hooks
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS
 
 log = logging.getLogger(__name__)
@@ -123,12 +124,12 @@ class LiveCell:
         run, cfg = self.run, self.run.cfg
         self.router = make_router(run, dict(self.roles), lambda: self.now() / run.unit)
         self.runner = DaskTurnRunner(client, self.router, self.addresses, cfg.runtime.turn_shape, False, 0, self.t0,
-                                     cfg.runtime.turn_retries, scheduler=make_scheduler(run),
-                                     context_budget=context_budget(cfg.workload), sampling=sampling_of(cfg))
+                                     turn_options(run))
         self.controller = LiveController(client, self.policy, self.router, self.addresses, self.rec,
-                                         cfg.engines.slots, run.policy.kv_capacity_tokens, self.t0,
-                                         cfg.runtime.control_interval_s, run.unit,
-                                         max_cpu_share=cfg.runtime.control_cpu_share)
+                                         EngineCapacity(cfg.engines.slots, run.policy.kv_capacity_tokens,
+                                                        restarts=run.switch == "restart"),
+                                         ControlPace(self.t0, cfg.runtime.control_interval_s, run.unit,
+                                                     max_cpu_share=cfg.runtime.control_cpu_share))
 
     async def _sample(self, t: float) -> None:
         try:
@@ -144,7 +145,7 @@ class LiveCell:
                     sample_interval_s=self.cfg.runtime.metrics_interval_s)
         done = self.rec.on_done if on_done is None else _both(self.rec.on_done, on_done)
         try:
-            self.makespan = await roll_out(self.run, body, self.rec, done, workload=workload, skip=skip)
+            self.makespan = await roll_out(self.run, body, self.rec, Hooks(done, skip=skip), workload=workload)
         finally:
             self.finished = True
 

@@ -1,6 +1,7 @@
 """The live control loop: the scheduler's lifecycle view -> the policy -> role switches on Dask.
 
-    LiveController(client, policy, router, addresses, recorder, ...)   a ControlLoop (control_loop.py)
+    LiveController(client, policy, router, addresses, recorder, capacity, pace)   a ControlLoop
+                                   (control_loop.py); EngineCapacity and ControlPace records
     observe()                      one scheduler call: lifecycle events and what each engine holds
                                    (with a dashboard feed, the same call carries the page's data)
     pause()                        the wait before the next step: control_interval_s, or longer
@@ -23,6 +24,11 @@ The switch protocol (engine E from role A to role B):
      alone, so no A-leg can be placed on E after that look (one arriving between a look and a
      later retag would sit at the head of E's queue for good); then E's worker itself, and the
      switch is recorded with its drain time
+By restart (engines.role_switch, a switch across the KV connector's sides: roles.py restarts_kv),
+E takes no new work from step 1; once no leg is on E or bound for it and no decode elsewhere still
+pulls KV from it (_restart_ready), its server restarts into the other side (VllmEngine.restart_as)
+and its worker is retagged to B. Nothing E held is lost: the KV of its prefills dies with the
+server only after every decode that needed it is done.
 Legs are never moved between workers: a task the scheduler has sent stays where it is, so none is
 lost or run twice. That is also why work stealing is off (cluster/local.py): a stolen leg leaves the
 engine that holds its prefix, and a leg stolen onto a worker whose resources then change blocks
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.lifecycle_plugin import observe_and_publish
@@ -45,15 +51,35 @@ from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.dashboard.feed import DashboardFeed
 from prorsa.loads import EngineLoad
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.roles import Role, role_resources
+from prorsa.roles import Role, restarts_kv, role_resources
 from prorsa.rollout.control_loop import ControlLoop, timed
-from prorsa.rollout.legs import legs_to_drain
+from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS, legs_to_drain
 from prorsa.rollout.router import Router
 
 
 async def _retag(role: str, slots: int, dask_worker=None) -> None:
     await dask_worker.set_resources(**role_resources(Role(role), slots))
     engine_here(dask_worker).set_role(Role(role))
+
+
+async def _restart_as(role: str, slots: int, dask_worker=None) -> None:
+    await engine_here(dask_worker).restart_as(Role(role))
+    await dask_worker.set_resources(**role_resources(Role(role), slots))
+
+
+def _restart_ready(address: str, force: bool, dask_scheduler=None) -> bool:
+    """No leg is on the worker or bound for it, and no decode elsewhere still needs the KV of a
+    prefill that ran there (its result is the KV handle, kept on the worker: has_what); or `force`."""
+    s = dask_scheduler
+    if force:
+        return True
+    if _legs_on(address, PREFILL_LEGS + DECODE_LEGS + WARM_LEGS, s):
+        return False
+    ws = s.workers.get(address)
+    held = () if ws is None else ws.has_what
+    return not any((ts.annotations or {}).get("phase") in PREFILL_LEGS and
+                   any(d.state not in ("memory", "released", "forgotten", "erred") for d in ts.dependents)
+                   for ts in held)
 
 
 def _wake(address: str, dask_scheduler=None) -> None:
@@ -105,23 +131,45 @@ def _give_up_when_drained(address: str, phases: tuple[str, ...], resources: dict
     return True
 
 
+@dataclass(frozen=True)
+class EngineCapacity:
+    """Slots and KV tokens of the engines: one figure for engines alike, or each engine's (engines.groups)."""
+
+    slots: int | dict[str, int]
+    kv_tokens: int | dict[str, int]
+    restarts: bool = False  # engines switch across the KV connector's sides by restart (engines.role_switch)
+
+    def slots_of(self, engine: str) -> int:
+        return self.slots[engine] if isinstance(self.slots, dict) else self.slots
+
+    def kv_of(self, engine: str) -> int:
+        return self.kv_tokens[engine] if isinstance(self.kv_tokens, dict) else self.kv_tokens
+
+
+@dataclass(frozen=True)
+class ControlPace:
+    """The live control loop's clock and how often and how long it may act."""
+
+    started_wall: float  # wall time the run's clock starts from
+    interval_s: float  # between steps, wall seconds
+    time_unit: float = 1.0  # wall seconds per body second
+    drain_timeout_s: float = 120.0
+    max_cpu_share: float = 0.05  # of one core, averaged over the last few steps
+
+
 class LiveController(ControlLoop):
     def __init__(self, client, policy: Policy, router: Router, addresses: dict[str, str],
-                 recorder: RunRecorder, slots: int | dict[str, int], kv_capacity: int | dict[str, int],
-                 started_wall: float,
-                 interval_s: float, time_unit: float = 1.0, drain_timeout_s: float = 120.0,
-                 feed: DashboardFeed | None = None, max_cpu_share: float = 0.05) -> None:
-        self.unit = time_unit if time_unit > 0 else 1.0  # wall seconds per body second
-        super().__init__(policy, router, recorder, interval_s,
-                         lambda: (time.time() - started_wall) / self.unit)
+                 recorder: RunRecorder, capacity: EngineCapacity, pace: ControlPace,
+                 feed: DashboardFeed | None = None) -> None:
+        self.unit = pace.time_unit if pace.time_unit > 0 else 1.0  # wall seconds per body second
+        super().__init__(policy, router, recorder, pace.interval_s,
+                         lambda: (time.time() - pace.started_wall) / self.unit)
         self.client = client
         self.addresses = addresses
-        # one figure for engines alike, or each engine's (engines.groups)
-        self.slots = slots
-        self.kv_capacity = kv_capacity
-        self.drain_timeout_s = drain_timeout_s
+        self.capacity = capacity
+        self.drain_timeout_s = pace.drain_timeout_s
         self.feed = feed
-        self.max_cpu_share = max_cpu_share  # of one core, averaged over the last few steps
+        self.max_cpu_share = pace.max_cpu_share
 
     def pause(self) -> float:
         # The policy's CPU comes out of the process that carries the rollout (in-process workers
@@ -136,15 +184,9 @@ class LiveController(ControlLoop):
         self.spent(time.thread_time() - c)
         events, loads, cpu = await self.client.run_on_scheduler(_observe_timed, report)
         c = time.thread_time()
-        engines = tuple(_admitted(loads[e], self._slots(e), self._kv(e)) for e in sorted(loads))
+        engines = tuple(_admitted(loads[e], self.capacity.slots_of(e), self.capacity.kv_of(e)) for e in sorted(loads))
         self.spent(cpu + time.thread_time() - c)
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(events))
-
-    def _slots(self, engine: str) -> int:
-        return self.slots[engine] if isinstance(self.slots, dict) else self.slots
-
-    def _kv(self, engine: str) -> int:
-        return self.kv_capacity[engine] if isinstance(self.kv_capacity, dict) else self.kv_capacity
 
     async def call_policy(self, fn, snap: Snapshot) -> Decision:
         # prorsa's plan takes tens of ms of numpy and Python (a rehearsal between steps, seconds);
@@ -154,8 +196,19 @@ class LiveController(ControlLoop):
         self.spent(cpu)
         return decision
 
+    def empties(self, engine: str, old: Role, new: Role) -> bool:
+        return self.capacity.restarts and restarts_kv(old, new)
+
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
-        address, slots = self.addresses[engine], self._slots(engine)
+        address, slots = self.addresses[engine], self.capacity.slots_of(engine)
+        if self.empties(engine, old, new):  # the router sends it nothing meanwhile (ControlLoop.switch)
+            w0 = time.time()
+            while not await self.client.run_on_scheduler(_restart_ready, address,
+                                                         time.time() - w0 >= self.drain_timeout_s):
+                await asyncio.sleep(min(0.05, self.interval_s))
+            await self.client.run(_restart_as, new.value, slots, workers=[address])
+            await self.client.run_on_scheduler(_wake, address)
+            return
         drain = legs_to_drain(new)
         try:
             # serve both legs while the old ones drain: nothing already sent here is stranded

@@ -26,7 +26,7 @@ from pathlib import Path
 from distributed import Client
 from rich.console import Console
 
-from prorsa.agent.workload import Workload, context_budget
+from prorsa.agent.workload import Workload
 from prorsa.cluster.engine_host import engine_here
 from prorsa.cluster.launch import open_run_cluster
 from prorsa.cluster.lifecycle_plugin import LifecyclePlugin, hook_cost
@@ -37,16 +37,16 @@ from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
-from prorsa.control.policy import Policy, Rehearse, make_policy
+from prorsa.control.policy import Policy, PolicyContext, Rehearse, make_policy
 from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.base import ModelsWeightUpdates
 from prorsa.engine.registry import backend_of, engine_name
-from prorsa.live.controller import LiveController
+from prorsa.live.controller import ControlPace, EngineCapacity, LiveController
 from prorsa.live.decisions import DecisionTeller
 from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
-from prorsa.live.runtime import DaskTurnRunner
+from prorsa.live.runtime import DaskTurnRunner, turn_options
 from prorsa.live.start_progress import start_log, start_progress
 from prorsa.live.training import open_learner, push_weights, warm_start
 from prorsa.metrics.console import plain
@@ -55,9 +55,10 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, Drive, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve, sampling_of
-from prorsa.rollout.drivers import expected_trajectories
+from prorsa.rollout.context import RunContext, make_router, prior_checked, resolve
+from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.rollout.partial import Checkpoint
+from prorsa.train.learner import Learner
 
 
 log = logging.getLogger(__name__)
@@ -160,19 +161,13 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         environment = driver_environment(cfg, client)
         learner = None if cfg.train is None else await open_learner(
             cfg, run_dir, client, live.addresses, live.now, journal)
-        rl = {} if learner is None else {"version": lambda: learner.version} | (
-            {"gate": learner.may_start} if cfg.workload.mode == "async" else {})
+        point = None
         if cfg.partial_rollout is not None:  # kept with each commit, for a resume (rollout/partial.py)
-            point = rl["checkpoint"] = Checkpoint(saved=journal.saved_state)
+            point = Checkpoint(saved=journal.saved_state)
             journal.driver_state = lambda: point.current() if point.current is not None else None
-        makespan = await roll_out(
-            live.run, live.body, rec, _both(journal.add, rec.on_done, controller.trajectory_done,
-                                            *([learner.on_done] if learner else [])),
-            episodes=environment.episode if environment else None,
-            update_weights=learner.update if learner else _weight_update(client, live.addresses, live.run),
-            skip=frozenset(journal.done_ids),
-            on_stop=journal.flush, driver=driver,  # interrupted or not, what finished is kept
-            load_weights=push_weights(client, live.addresses), **rl)
+        makespan = await roll_out(live.run, live.body, rec, _hooks(live, journal, learner, environment),
+                                  on_stop=journal.flush,  # interrupted or not, what finished is kept
+                                  driver=driver, checkpoint=point)
         plane = await control_plane(client, runner, controller)
 
     saved = journal.finish()
@@ -183,6 +178,19 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
                             resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {}))
     journal.seal()  # last: killed before it, the run is resumed, and writes these files again
     return summary
+
+
+def _hooks(live: LiveSession, journal: RunJournal, learner: Learner | None, environment) -> Hooks:
+    """What the drivers call back: the journal, the recorder, the controller and the learner (RL:
+    its updates, its version on every turn, and the staleness gate of an async run)."""
+    cfg, client = live.run.cfg, live.client
+    done = _both(journal.add, live.rec.on_done, live.controller.trajectory_done,
+                 *([learner.on_done] if learner else []))
+    return Hooks(done, episodes=environment.episode if environment else None,
+                 update_weights=learner.update if learner else _weight_update(client, live.addresses, live.run),
+                 skip=frozenset(journal.done_ids), load_weights=push_weights(client, live.addresses),
+                 version=None if learner is None else (lambda: learner.version),
+                 gate=learner.may_start if learner is not None and cfg.workload.mode == "async" else None)
 
 
 @dataclass(frozen=True)
@@ -233,6 +241,72 @@ def write_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float,
     return summary
 
 
+def _opening_policy(run: RunContext, policy: Policy | None, open_ended: bool,
+                    lend: Lend | None) -> tuple[RunContext, PolicyContext, Policy]:
+    """The run told its opening batch, and the policy it runs with."""
+    cfg = run.cfg
+    if not open_ended and (cfg.environment is None or cfg.environment.mode == "replay"):
+        # the batch the run opens with is in hand, its prompts counted: a prior they contradict goes
+        run = prior_checked(run, Workload.from_config(cfg.workload, cfg.seed))
+    # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
+    # in the policy's thread, while the weights update)
+    context = replace(run.policy, rehearse=lend(run) if lend is not None else None)
+    return run, context, policy or make_policy(cfg.policy, context)
+
+
+def _engine_capacity(run: RunContext, engines: list[str]) -> EngineCapacity:
+    """Each engine's slots and KV tokens: its group's (an MoE engine's KV is every DP rank's)."""
+    return EngineCapacity(dict(zip(engines, run.engine_slots)),
+                          {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)},
+                          restarts=run.switch == "restart")
+
+
+def _dashboard_shower(console: Console, cfg: PipelineConfig, links: list[str]):
+    def show_dashboard(cluster) -> None:  # before the wait for the engines: the status page shows it
+        if cfg.runtime.dashboard_address is not None:
+            quiet_disconnects()  # the scheduler's process, unless it runs elsewhere (then the plugin's)
+            links[:] = dashboard_links(cluster)
+            console.print(f"dashboard: {links[0]}", soft_wrap=True)
+            if wide := dashboard_exposure(cfg.runtime.dashboard_address):
+                console.print(wide, soft_wrap=True, markup=False, highlight=False)
+
+    return show_dashboard
+
+
+def _recorder(engines: list[str], slots: int | dict[str, int], cfg: PipelineConfig, open_ended: bool,
+              journal: RunJournal | None) -> RunRecorder:
+    """Seeded with an earlier session's counts when the journal holds some."""
+    return RunRecorder(engines=engines, slots=slots,
+                       expected=None if open_ended else expected_trajectories(cfg.workload),
+                       completed=journal.completed_before if journal is not None else 0,
+                       failed=journal.failed_before if journal is not None else 0,
+                       dropped=journal.dropped_before if journal is not None else 0)
+
+
+async def _plugins(client: Client, rec: RunRecorder, run: RunContext, policy: Policy, engines: list[str],
+                   kv_capacity: int, t0: float):
+    """The scheduler's lifecycle and rescue plugins, and the dashboard's feed (None without one)."""
+    cfg, unit = run.cfg, run.unit
+    await client.register_plugin(LifecyclePlugin(t0, unit))
+    await client.register_plugin(LegRescue())
+    if cfg.runtime.dashboard_address is None:
+        return None
+    return await add_to_run(
+        client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
+                      "kv_capacity": kv_capacity, "time_unit": unit, "expected": rec.expected}, t0, unit)
+
+
+async def _warm_start(run: RunContext, run_dir: Path, console: Console, say: Callable[[str], None]):
+    """The run on the weights its engines start from (RL: the warmed-up ones), and its engine backend."""
+    run = replace(run, cfg=await warm_start(run.cfg, run_dir, console))
+    backend = backend_of(run.cfg.engines)
+    if backend.launches_servers:  # the model made once here, not once per engine worker
+        model_dir = await asyncio.to_thread(backend.model_dir)
+        say(f"model: {model_dir}")
+        say(f"engine logs: {run_dir / 'engines'}/engine-<i>.log")
+    return run, backend
+
+
 @asynccontextmanager
 async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None = None,
                     cluster: ClusterSpec | None = None, journal: RunJournal | None = None,
@@ -241,14 +315,8 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     assembly of a live run. `journal`: a run's (its counts seed the recorder and it is flushed on a
     timer beside the rollout); None: nothing is written as trajectories finish (the Python API).
     `open_ended`: a driver of its own (prorsa serve) starts as many trajectories as its clients ask for."""
+    run, context, policy = _opening_policy(run, policy, open_ended, lend)
     cfg, unit = run.cfg, run.unit
-    if not open_ended and (cfg.environment is None or cfg.environment.mode == "replay"):
-        # the batch the run opens with is in hand, its prompts counted: a prior they contradict goes
-        run = prior_checked(run, Workload.from_config(cfg.workload, cfg.seed))
-    # between synchronous steps prorsa may rehearse candidate splits in the simulator (seconds of CPU
-    # in the policy's thread, while the weights update)
-    context = replace(run.policy, rehearse=lend(run) if lend is not None else None)
-    policy = policy or make_policy(cfg.policy, context)
     roles = policy.initial_roles(cfg.engines.count)
     engines = [engine_name(i) for i in range(cfg.engines.count)]
 
@@ -261,66 +329,35 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
 
     tell_start(f"starting {cfg.engines.count} {cfg.engines.backend} engines "
                f"({', '.join(r.value for r in roles)}) and {cfg.runtime.tool_workers} tool worker(s)")
-
     teller = DecisionTeller(say, policy)
     teller.opening(roles)
     t_boot = time.time()
-    cfg = await warm_start(cfg, run_dir, console)  # RL: the engines start from the warmed-up weights
-    run = replace(run, cfg=cfg)
-    backend = backend_of(cfg.engines)
-    if backend.launches_servers:  # the model made once here, not once per engine worker
-        model_dir = await asyncio.to_thread(backend.model_dir)
-        say(f"model: {model_dir}")
-        say(f"engine logs: {run_dir / 'engines'}/engine-<i>.log")
+    run, backend = await _warm_start(run, run_dir, console, say)
+    cfg = run.cfg
 
     links: list[str] = []
-
-    def show_dashboard(cluster) -> None:  # before the wait for the engines: the status page shows it
-        if cfg.runtime.dashboard_address is not None:
-            quiet_disconnects()  # the scheduler's process, unless it runs elsewhere (then the plugin's)
-            links[:] = dashboard_links(cluster)
-            console.print(f"dashboard: {links[0]}", soft_wrap=True)
-            if wide := dashboard_exposure(cfg.runtime.dashboard_address):
-                console.print(wide, soft_wrap=True, markup=False, highlight=False)
-
     async with start_progress(run_dir / "engines", engines if backend.launches_servers else [], say) as watch, \
-            open_run_cluster(cluster, cfg, roles, run_dir, console, show_dashboard) as started:
+            open_run_cluster(cluster, cfg, roles, run_dir, console, _dashboard_shower(console, cfg, links)) as started:
         watch.stop()
         client = started.client
         addresses = await engine_addresses(client)
-        info = await client.run(_engine_info, workers=[addresses[engines[0]]])
-        needs_ids, vocab = next(iter(info.values()))
+        needs_ids, vocab = next(iter((await client.run(_engine_info, workers=[addresses[engines[0]]])).values()))
         tell_start(f"engines ready in {time.time() - t_boot:.1f} s")
 
-        rec = RunRecorder(engines=engines, slots=cfg.engines.slots if cfg.engines.groups is None else
-                          dict(zip(engines, run.engine_slots)),
-                          expected=None if open_ended else expected_trajectories(cfg.workload),
-                          completed=journal.completed_before if journal is not None else 0,
-                          failed=journal.failed_before if journal is not None else 0,
-                          dropped=journal.dropped_before if journal is not None else 0)
+        capacity = _engine_capacity(run, engines)
+        rec = _recorder(engines, capacity.slots, cfg, open_ended, journal)
         t0 = time.time()
         if journal is not None:
             journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run
-        await client.register_plugin(LifecyclePlugin(t0, unit))
-        await client.register_plugin(LegRescue())
-        feed = None if cfg.runtime.dashboard_address is None else await add_to_run(
-            client, rec, {"name": cfg.name, "policy": policy.name, "engines": engines, "slots": cfg.engines.slots,
-                          "kv_capacity": context.kv_capacity_tokens, "time_unit": unit,
-                          "expected": rec.expected}, t0, unit)
+        feed = await _plugins(client, rec, run, policy, engines, context.kv_capacity_tokens, t0)
         if links:  # the page and its data exist from here on
             console.print(f"prorsa page: {links[1]}  data: {links[2]}", soft_wrap=True)
         router = make_router(run, dict(zip(engines, roles)), lambda: (time.time() - t0) / unit)
         runner = DaskTurnRunner(client, router, addresses, cfg.runtime.turn_shape, needs_ids, vocab, t0,
-                                cfg.runtime.turn_retries, scheduler=make_scheduler(run),
-                                restart_wait_s=backend.start_timeout_s, context_budget=context_budget(cfg.workload),
-                                sampling=sampling_of(cfg))
-        slots, kv = cfg.engines.slots, context.kv_capacity_tokens
-        if cfg.engines.groups is not None:  # each engine its own group's slots and KV
-            slots = dict(zip(engines, run.engine_slots))
-            kv = {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)}
-        controller = LiveController(client, policy, router, addresses, rec, slots,
-                                    kv, t0, cfg.runtime.control_interval_s, unit,
-                                    feed=feed, max_cpu_share=cfg.runtime.control_cpu_share)
+                                turn_options(run, backend.start_timeout_s))
+        controller = LiveController(client, policy, router, addresses, rec, capacity,
+                                    ControlPace(t0, cfg.runtime.control_interval_s, unit,
+                                                max_cpu_share=cfg.runtime.control_cpu_share), feed)
         controller.on_decision = teller.told
         flush = [] if journal is None else [lambda: flush_every(journal, cfg.runtime.output_flush_s)]
         with Progress(rec, console) as progress:

@@ -1,5 +1,7 @@
 """The live body: a TurnRunner that carries every turn out as keyed Dask tasks.
 
+    DaskTurnRunner(client, router, addresses, shape, needs_token_ids, vocab_size, started_wall, options)
+    turn_options(run[, restart_wait_s]) -> TurnOptions   a run's retries, scheduler, budget and sampling
     DaskTurnRunner.run_turn(turn)   route the turn, submit its task group, await the result; its
                                     legs carry the scheduler's key (control/tail.py)
 
@@ -22,14 +24,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
+from prorsa.agent.workload import context_budget
 from prorsa.control.tail import TurnScheduler
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.live.tasks import dask_priority, leg_graph, tool_graph, turn_annotations, turn_task, warm_submit
+from prorsa.rollout.context import RunContext, make_scheduler, sampling_of
 from prorsa.rollout.legs import warm_request
 from prorsa.rollout.router import Router
 from prorsa.sampling import Sampling
@@ -74,27 +78,32 @@ RETRY_PAUSE_S = 0.5  # the first pause before a turn is retried; it doubles with
 RETRY_PAUSE_MAX_S = 15.0
 
 
+@dataclass(frozen=True)
+class TurnOptions:
+    """How the run wants each turn carried out, beyond where it goes."""
+
+    retries: int = 2  # re-runs of a failed turn
+    scheduler: TurnScheduler | None = None  # None: every turn alike, first come
+    restart_wait_s: float = 0.0  # how long a turn waits out engines that are restarting
+    context_budget: int | None = None  # the run's, in tokens: replies are capped at what it leaves
+    sampling: Sampling | None = None  # the pipeline's, for a turn that asks none of its own
+
+
+def turn_options(run: RunContext, restart_wait_s: float = 0.0) -> TurnOptions:
+    """A run's: its retries, scheduler, context budget and sampling."""
+    cfg = run.cfg
+    return TurnOptions(cfg.runtime.turn_retries, make_scheduler(run), restart_wait_s, context_budget(cfg.workload),
+                       sampling_of(cfg))
+
+
 class DaskTurnRunner:
-    def __init__(
-        self,
-        client,
-        router: Router,
-        addresses: dict[str, str],
-        shape: str,
-        needs_token_ids: bool,
-        vocab_size: int,
-        started_wall: float,
-        retries: int = 2,
-        scheduler: TurnScheduler | None = None,
-        restart_wait_s: float = 0.0,
-        context_budget: int | None = None,
-        sampling: Sampling | None = None,
-    ) -> None:
-        self.context_budget = context_budget  # the run's, in tokens: replies are capped at what it leaves
-        self.sampling = sampling  # the pipeline's, for a turn that asks none of its own
-        self.scheduler = scheduler or TurnScheduler(None)  # None: every turn alike, first come
-        self.retries = retries
-        self.restart_wait_s = restart_wait_s  # how long a turn waits out engines that are restarting
+    def __init__(self, client, router: Router, addresses: dict[str, str], shape: str, needs_token_ids: bool,
+                 vocab_size: int, started_wall: float, options: TurnOptions = TurnOptions()) -> None:
+        self.context_budget = options.context_budget
+        self.sampling = options.sampling
+        self.scheduler = options.scheduler or TurnScheduler(None)
+        self.retries = options.retries
+        self.restart_wait_s = options.restart_wait_s
         self.retried = 0  # turns re-run after a failure
         self.migrated = 0  # turns after which the trajectory moved while its tool ran (scheduling.migrate)
         self.client = client

@@ -12,7 +12,8 @@
                                  calls parsed from the decode's text) or sleeps its replayed
                                  latency                                  -> TurnResult
     turn_task(turn, route)       tool worker: submits its own legs, waits, runs the tool -> TurnResult
-    leg_graph / tool_graph / turn_graph   a turn's task group as delayed tasks, submitted in batches
+    leg_graph / tool_graph       a turn's task group as delayed tasks (the legs, then the tool task
+                                 after them), submitted in batches
 
 A turn's `priority` (engine/base.py: its admission key, lower sooner; 0 everywhere: first come)
 goes on both leg requests, for the engines to admit by, and onto the group's tasks as Dask's
@@ -142,14 +143,6 @@ def dask_priority(priority: float) -> dict:
     """Dask's `priority` annotation for a turn's admission key: higher runs first, so negated;
     none for 0, which leaves Dask's own order (older graphs first)."""
     return {"priority": -priority} if priority else {}
-
-
-def turn_graph(turn: TurnRequest, route: Route, addresses: dict[str, str], key: str,
-               submitted: float, started: float, attempt: int = 0, priority: float = 0.0,
-               budget: int | None = None):
-    """The driver shape's task group: the legs plus the tool task `key` on a tool worker."""
-    pf, df = leg_graph(turn, route, addresses, attempt, priority, budget)
-    return tool_graph(turn, pf, df, key, submitted, started, priority)
 
 
 def tool_graph(turn: TurnRequest, pf, df, key: str, submitted: float, started: float, priority: float = 0.0):

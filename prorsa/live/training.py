@@ -32,7 +32,7 @@ from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.metrics.training import TRAIN_LOG
 from prorsa.metrics.journal import RunJournal
 from prorsa.train.handle import LocalTrainer, TrainerHandle
-from prorsa.train.learner import Finished, Learner, Push
+from prorsa.train.learner import Finished, Learner, LearnerFiles, Push
 from prorsa.train.weights import WEIGHTS
 
 BATCHES = "batches"  # each trained batch, for trainers outside (verl, OpenRLHF, TRL)
@@ -143,9 +143,9 @@ async def open_learner(cfg: PipelineConfig, run_dir: Path, client: Client, addre
     trainer = await open_trainer(cfg, client)
     learner = Learner(cfg.train, trainer, run_dir / WEIGHTS, push_weights(client, addresses),
                       cfg.workload.prompts * cfg.workload.group_size, cfg.workload.mode, now,
-                      log_path=run_dir / TRAIN_LOG, batches_dir=run_dir / BATCHES,
-                      state_dir=run_dir / STATE_DIR if journal is not None else None,
-                      durable=journal.flush if journal is not None else None)
+                      LearnerFiles(run_dir / TRAIN_LOG, run_dir / BATCHES,
+                                   run_dir / STATE_DIR if journal is not None else None,
+                                   journal.flush if journal is not None else None))
     if journal is not None:
         taken = await learner.load_state()
         if journal.done_ids - taken:

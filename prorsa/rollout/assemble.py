@@ -2,7 +2,7 @@
 
     Body                        what a body brings: its turn runner (transport), its control loop,
                                 its clock and how it samples its engines
-    await roll_out(run, body, rec, on_done, **options) -> makespan
+    await roll_out(run, body, rec, hooks, **options) -> makespan   hooks: rollout/drivers.py Hooks
                                 the run's workload driven to its end by the sync or async driver
                                 (sync with partial_rollout: rollout/partial.py's steps ended early),
                                 with the body's sampler and control loop beside it; then a last
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Container
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
 
 from prorsa.agent.loop import TrajectoryResult, TurnRunner
 from prorsa.agent.workload import Workload
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.context import RunContext
 from prorsa.rollout.control_loop import ControlLoop
-from prorsa.rollout.drivers import Episodes, Hooks, LoadWeights, Update, run_async, run_sync
-from prorsa.rollout.partial import PartialPlan, run_partial
+from prorsa.rollout.drivers import Hooks, run_async, run_sync
+from prorsa.rollout.partial import Checkpoint, PartialPlan, run_partial
 
 Drive = Callable[..., Awaitable[list[TrajectoryResult]]]  # run_sync's signature
 
@@ -46,15 +46,15 @@ class Body:
     guard: Callable[[asyncio.Task], Awaitable[None]] | None = None
 
 
-async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Callable[[TrajectoryResult], None], *,
-                   episodes: Episodes | None = None, update_weights: Update | None = None,
-                   skip: Container[str] = frozenset(), on_stop: Callable[[], None] | None = None,
-                   workload: Workload | None = None, driver: Drive | None = None,
-                   load_weights: LoadWeights | None = None, **rl) -> float:
-    """`on_stop`: called as the rollout ends, interrupted or not, before the loops beside it stop;
-    `workload`: the run's, when the body has drawn it already; `driver`: what starts the
-    trajectories instead of the workload's sync or async driver (prorsa serve: its requests);
-    `rl`: the RL loop's hooks for the drivers (version, gate) and a partial rollout's checkpoint."""
+async def roll_out(run: RunContext, body: Body, rec: RunRecorder, hooks: Hooks, *,
+                   on_stop: Callable[[], None] | None = None, workload: Workload | None = None,
+                   driver: Drive | None = None, checkpoint: Checkpoint | None = None) -> float:
+    """`hooks`: what the drivers call back and are told (rollout/drivers.py); its on_turn,
+    before_step and clock_unit are the recorder's and the body's, set here. `on_stop`: called as
+    the rollout ends, interrupted or not, before the loops beside it stop; `workload`: the run's,
+    when the body has drawn it already; `driver`: what starts the trajectories instead of the
+    workload's sync or async driver (prorsa serve: its requests); `checkpoint`: a partial
+    rollout's, kept with each commit."""
     cfg = run.cfg
     workload = workload or Workload.from_config(cfg.workload, cfg.seed)
     wcfg = cfg.workload
@@ -62,14 +62,11 @@ async def roll_out(run: RunContext, body: Body, rec: RunRecorder, on_done: Calla
         wcfg = wcfg.model_copy(update={k: getattr(wcfg, k) / body.clock_unit
                                        for k in ("duration_s", "weight_update_every_s") if getattr(wcfg, k) is not None})
     drive, extra = driver or (run_sync if wcfg.mode == "sync" else run_async), {}
-    checkpoint = rl.pop("checkpoint", None)
     if driver is None and (plan := PartialPlan.of(cfg)) is not None:  # sync only: the schema says so
         drive, extra = run_partial, {"partial": plan, "checkpoint": checkpoint}
     # a trace's releases (start_s) stay on the specs: the driver converts each with the same unit
-    hooks = Hooks(on_done, rec.on_turn, episodes, update_weights, skip, rl.pop("version", None), rl.pop("gate", None),
-                  body.controller.before_step if wcfg.mode == "sync" else None, body.clock_unit, load_weights)
-    if rl:
-        raise TypeError(f"roll_out: unknown RL hooks {sorted(rl)}")
+    before_step = body.controller.before_step if wcfg.mode == "sync" else None
+    hooks = replace(hooks, on_turn=rec.on_turn, before_step=before_step, clock_unit=body.clock_unit)
     rollout = drive(workload, wcfg, body.runner, body.now, hooks, **extra)
     async with beside(body, on_stop):
         if body.guard is None:

@@ -66,6 +66,7 @@ class RunContext:
     # every engine's own, in engine order (engines.groups: its group's layout and slots)
     engine_costs: tuple[RoleCosts, ...] = ()
     engine_slots: tuple[int, ...] = ()
+    switch: str = "in_place"  # how engines change role (engines.role_switch resolved): or "restart"
 
     def body_s(self, wall_s: float) -> float:
         """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
@@ -82,7 +83,8 @@ def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(f"{source}: {problems[0]}{more}" if source is not None else problems[0] + more)
     each = each_engine_costs(cfg)
-    return RunContext(cfg, time_unit(cfg), each[0], policy_context(cfg), each, engine_slots(cfg))
+    return RunContext(cfg, time_unit(cfg), each[0], policy_context(cfg), each, engine_slots(cfg),
+                      backend_of(cfg.engines).switch_path())
 
 
 def check(cfg: PipelineConfig) -> list[str]:
@@ -90,7 +92,21 @@ def check(cfg: PipelineConfig) -> list[str]:
     trainer or readable trace (a user's `package.module:name` is imported here, as the tool workers
     and the learner will)."""
     return [p for p in (_profiles(cfg), _policy(cfg), _reward(cfg), _user_tools(cfg), _trainer(cfg), _trace(cfg),
-                        _prior(cfg), _dashboard(cfg), _hf_dataset(cfg)) if p]
+                        _prior(cfg), _dashboard(cfg), _hf_dataset(cfg), _role_switch(cfg)) if p]
+
+
+def _role_switch(cfg: PipelineConfig) -> str | None:
+    try:
+        backend_of(cfg.engines).switch_path()
+    except ValueError as err:  # in_place on a vLLM that no longer takes kv_both
+        return str(err)
+    return None
+
+
+def restart_price(cfg: PipelineConfig) -> float | None:
+    """What the cost model charges a switch by restart (engines.restart_s), None where every
+    switch is in place. Resolved again wherever a cost model is made: kv_roles reads a file."""
+    return cfg.engines.restart_s if backend_of(cfg.engines).switch_path() == "restart" else None
 
 
 def _trainer(cfg: PipelineConfig) -> str | None:
@@ -227,8 +243,8 @@ def time_unit(cfg: PipelineConfig) -> float:
 
 
 def engine_costs(cfg: PipelineConfig) -> RoleCosts:
-    e = cfg.engines
-    base = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep)
+    e, restart_s = cfg.engines, restart_price(cfg)
+    base = CostModel.from_names(e.gpu, e.model, tp=e.tp, ep=e.ep, restart_s=restart_s)
     if e.parallelism is None:
         return RoleCosts.uniform(base)
     # one model per distinct layout: roles laid out alike share it, so they never reshard
@@ -236,7 +252,7 @@ def engine_costs(cfg: PipelineConfig) -> RoleCosts:
     for role in ("prefill", "decode", "mixed"):
         tp, ep = e.layout(role)
         if (tp, ep) not in models:
-            models[tp, ep] = CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep)
+            models[tp, ep] = CostModel.from_names(e.gpu, e.model, tp=tp, ep=ep, restart_s=restart_s)
     return RoleCosts(*(models[e.layout(role)] for role in ("prefill", "decode", "mixed")))
 
 
@@ -246,9 +262,11 @@ def each_engine_costs(cfg: PipelineConfig) -> tuple[RoleCosts, ...]:
         return (engine_costs(cfg),) * e.count
     # a group's engines share one model; groups laid out alike share it too
     models: dict[tuple[int, int], RoleCosts] = {}
+    restart_s = restart_price(cfg)
     for g in e.engine_groups:
         if (g.tp, g.ep) not in models:
-            models[g.tp, g.ep] = RoleCosts.uniform(CostModel.from_names(e.gpu, e.model, tp=g.tp, ep=g.ep))
+            models[g.tp, g.ep] = RoleCosts.uniform(CostModel.from_names(e.gpu, e.model, tp=g.tp, ep=g.ep,
+                                                                        restart_s=restart_s))
     return tuple(models[g.tp, g.ep] for g in e.engine_groups for _ in range(g.count))
 
 
@@ -290,9 +308,9 @@ def group_shapes(cfg: PipelineConfig) -> tuple[GroupShape, ...] | None:
     """Each engine group as the policy prices it (its own layout, slots and KV); None without groups."""
     if cfg.engines.groups is None:
         return None
-    out = []
+    out, restart_s = [], restart_price(cfg)
     for g in cfg.engines.engine_groups:
-        cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=g.tp, ep=g.ep)
+        cost = CostModel.from_names(cfg.engines.gpu, cfg.engines.model, tp=g.tp, ep=g.ep, restart_s=restart_s)
         out.append(GroupShape(g.count, tuple(Role(r) for r in g.roles), cost, g.slots,
                               cost.kv_capacity_tokens() * cost.ep))
     return tuple(out)
@@ -349,7 +367,8 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
                 engine_prices[name] = shared.setdefault(key, MoveCost(costs.mixed, slots, decode))
     slots = e.slots if e.groups is None else dict(zip(roles, ctx.engine_slots))
     return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=slots,
-                  move_cost=move_cost, clock=clock, engine_prices=engine_prices)
+                  move_cost=move_cost, clock=clock, engine_prices=engine_prices,
+                  mixed_exports_kv=ctx.switch == "in_place")
 
 
 def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | None = None) -> TurnScheduler:

@@ -17,7 +17,9 @@
 Prefills go to PREFILL engines; MIXED engines take the overflow: when every prefill engine holds
 `slots` turns, a turn whose decode engine is MIXED runs whole there (colocated: its context is
 cached there, only the append is prefilled, nothing shipped). With no PREFILL engine at all, the
-MIXED engines prefill for the DECODE engines too. The allocator scores splits the same way
+MIXED engines prefill for the DECODE engines too, unless engines switch by restart
+(`mixed_exports_kv` False: a mixed engine pulls KV and exports none, roles.py); then every engine
+that decodes runs its turns whole. The allocator scores splits the same way
 (control/allocator.py: prefill engines first, mixed engines the overflow).
 
 Decode-local prefill (`local_prefill_tokens` > 0): a later turn that appends at most that many
@@ -55,8 +57,10 @@ class Router(EngineChoice, Migration):
 
     def __init__(self, roles: dict[str, Role], overload: float | str | None = 2.0, local_prefill_tokens: int = 0,
                  slots: int | dict[str, int] | None = None, move_cost: MoveCost | None = None,
-                 clock: Callable[[], float] | None = None, engine_prices: dict[str, MoveCost] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, engine_prices: dict[str, MoveCost] | None = None,
+                 mixed_exports_kv: bool = True) -> None:
         self._init_pools(roles, slots)
+        self.mixed_exports_kv = mixed_exports_kv
         self._init_prices(overload, move_cost, clock, engine_prices)
         # None: never leave for load ("cost" prices every move instead: the ratio is not used)
         self.overload = math.inf if overload is None or overload == "cost" else float(overload)
@@ -83,10 +87,12 @@ class Router(EngineChoice, Migration):
         turn = Turn(context, appended or 0, remaining)
         # with no prefill engine, the mixed engines prefill for the decode engines, which would
         # otherwise idle while the allocator counts them as decoding
-        prefillers = pools.prefillers or (mixed if len(decoders) > len(mixed) else None)
+        exporting = self.mixed_exports_kv and len(decoders) > len(mixed)
+        prefillers = pools.prefillers or (mixed if exporting else None)
         if colocated or not prefillers:
             # no prefill pool: the whole turn runs on one engine that does both phases
-            decode, sticky = self._pick(traj_id, "decode", mixed or decoders, turn, AS_WHOLE)
+            whole = mixed if mixed and (colocated or self.mixed_exports_kv) else decoders
+            decode, sticky = self._pick(traj_id, "decode", whole, turn, AS_WHOLE)
             return self._prefilled_by(decode, Route(prefill=None, decode=decode), turn, sticky)
         if appended is not None and appended <= self.local_prefill_tokens:
             decode, sticky = self._sticky_choice(traj_id, "decode", decoders, turn, AS_WHOLE)

@@ -1,6 +1,6 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over a Hub (serve/conversations.py).
 
-    make_app(hub, model, tokenizer, max_request_bytes, api_key, request_timeout_s, rl, parser) -> FastAPI
+    make_app(hub, model, tokenizer, guards, rl, parser, max_context) -> FastAPI   guards: Guards, what it refuses
         GET  /health                 200 while the server takes requests (vLLM's probe)
         POST /v1/sessions/{id}/end   {"reward": r} optional: the session's conversation ends after
                                      the requests it sent, its trajectory saved with the reward
@@ -33,6 +33,7 @@ import asyncio
 import hmac
 import json
 import re
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -143,63 +144,34 @@ class _ApiKey:
         await send({"type": "http.response.body", "body": body})
 
 
-def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_REQUEST_BYTES,
-             api_key: str | None = None, request_timeout_s: float | None = None,
-             rl: RlControl | None = None, parser: ReplyParser | None = None,
-             max_context: int | None = None) -> FastAPI:
+@dataclass(frozen=True)
+class Guards:
+    """What the HTTP layer refuses before a request reaches a conversation (prorsa serve's options)."""
+
+    max_request_bytes: int = MAX_REQUEST_BYTES  # a larger body: 413 before it is read
+    api_key: str | None = None  # set: every path but /health wants it as a bearer token
+    request_timeout_s: float | None = None  # a request not answered by then: 504
+
+
+def make_app(hub: Hub, model: str, tokenizer: Any, guards: Guards = Guards(), rl: RlControl | None = None,
+             parser: ReplyParser | None = None, max_context: int | None = None) -> FastAPI:
     """`rl`: the served run's RL gate (None: no /v1/rl/ paths); `parser`: how replies become
     tool_calls (serve/tool_calls.py; None: hermes); `max_context`: the engines' context in tokens,
     for a check of a request's length before it is tokenized."""
     app = FastAPI(title="prorsa", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_middleware(_BodyLimit, limit=max_request_bytes)
-    if api_key:  # outermost: a stranger's request is refused before its body is read
-        app.add_middleware(_ApiKey, key=api_key)
-    vocab = len(tokenizer)
-    # no token spells more characters than the vocabulary's longest: text past max_context times
-    # that cannot fit, whatever it tokenizes to, and is refused before a tokenizer spends seconds on it
-    max_chars = None if max_context is None else max_context * max(map(len, tokenizer.get_vocab()))
+    app.add_middleware(_BodyLimit, limit=guards.max_request_bytes)
+    if guards.api_key:  # outermost: a stranger's request is refused before its body is read
+        app.add_middleware(_ApiKey, key=guards.api_key)
     parser = parser or ReplyParser(DEFAULT, tokenizer)
+    turn = _Turns(hub, model, tokenizer, guards.request_timeout_s, max_context)
 
     @app.get("/health")
     async def health() -> JSONResponse:
         if hub.closed:
             return JSONResponse(error_body("the server is stopping", "server_error", code="shutting_down"), 503)
         return JSONResponse({"status": "ok"})
-
-    async def turn(request: Request, body: ChatRequest | CompletionRequest, respond, events) -> Response:
-        session = session_of(request.headers.get(SESSION_HEADER), body.user, hub.fresh_session)
-        # a `user` an HTTP header cannot carry (non-ASCII, control characters) is not echoed: the
-        # client names its session in the body, and the server would fail writing the header
-        headers = {SESSION_HEADER: session} if _HEADER_VALUE.fullmatch(session) else {}
-        ask = body.ask()
-        if max_chars is not None and ask.chars() > max_chars:
-            return JSONResponse(error_body(f"the request holds {ask.chars()} characters, more than the model's "
-                                           f"{max_context} tokens of context can take",
-                                           param="messages" if ask.chat else "prompt",
-                                           code="context_length_exceeded"), 400, headers)
-        if ask.prompt_ids is not None and max(ask.prompt_ids) >= vocab:
-            return JSONResponse(error_body(f"prompt: token id {max(ask.prompt_ids)} is past the model's vocabulary "
-                                           f"({vocab} ids)", param="prompt"), 400, headers)
-        try:
-            answers = await asyncio.wait_for(hub.ask(session, ask), request_timeout_s)
-        except asyncio.TimeoutError:
-            return JSONResponse(error_body(f"no reply within {request_timeout_s:g} s (prorsa serve "
-                                           "--request-timeout-s); the conversation ends with this turn",
-                                           "timeout_error", code="request_timeout"), 504, headers)
-        except Closed as e:
-            return JSONResponse(error_body(str(e), "server_error", code="shutting_down"), 503, headers)
-        except ContextFull as e:
-            return JSONResponse(error_body(str(e), param="messages", code="context_length_exceeded"), 400, headers)
-        except BadAsk as e:
-            return JSONResponse(error_body(str(e), param="messages"), 400, headers)
-        except RuntimeError as e:
-            return JSONResponse(error_body(f"the turn failed: {e}", "server_error"), 500, headers)
-        if body.stream:
-            return StreamingResponse(events(answers, model, tokenizer, body), media_type="text/event-stream",
-                                     headers=headers)
-        return JSONResponse(respond(answers, model, tokenizer, body), headers=headers)
 
     @app.post("/v1/sessions/{session}/end")
     async def end(session: str, body: EndRequest | None = None) -> JSONResponse:
@@ -225,6 +197,63 @@ def make_app(hub: Hub, model: str, tokenizer: Any, max_request_bytes: int = MAX_
     if rl is not None:
         _rl_routes(app, rl)
     return app
+
+
+class _Turns:
+    """A chat or completion request as one turn of its session's conversation: refused when it
+    cannot fit the model, else the hub's answer, as JSON or as server-sent events."""
+
+    def __init__(self, hub: Hub, model: str, tokenizer: Any, timeout_s: float | None, max_context: int | None):
+        self.hub, self.model, self.tokenizer = hub, model, tokenizer
+        self.timeout_s, self.max_context = timeout_s, max_context
+        self.vocab = len(tokenizer)
+        # no token spells more characters than the vocabulary's longest: text past max_context times
+        # that cannot fit, whatever it tokenizes to, and is refused before a tokenizer spends seconds on it
+        self.max_chars = None if max_context is None else max_context * max(map(len, tokenizer.get_vocab()))
+
+    async def __call__(self, request: Request, body: ChatRequest | CompletionRequest, respond, events) -> Response:
+        session = session_of(request.headers.get(SESSION_HEADER), body.user, self.hub.fresh_session)
+        # a `user` an HTTP header cannot carry (non-ASCII, control characters) is not echoed: the
+        # client names its session in the body, and the server would fail writing the header
+        headers = {SESSION_HEADER: session} if _HEADER_VALUE.fullmatch(session) else {}
+        ask = body.ask()
+        refused = self._refusal(ask)
+        if refused is None:
+            answers, refused = await self._answers(session, ask)
+        if refused is not None:
+            return JSONResponse(*refused, headers)
+        if body.stream:
+            return StreamingResponse(events(answers, self.model, self.tokenizer, body), media_type="text/event-stream",
+                                     headers=headers)
+        return JSONResponse(respond(answers, self.model, self.tokenizer, body), headers=headers)
+
+    def _refusal(self, ask) -> tuple[dict, int] | None:
+        """(error body, status) of a request no engine needs to see; None: it may go on."""
+        if self.max_chars is not None and ask.chars() > self.max_chars:
+            return error_body(f"the request holds {ask.chars()} characters, more than the model's "
+                              f"{self.max_context} tokens of context can take",
+                              param="messages" if ask.chat else "prompt", code="context_length_exceeded"), 400
+        if ask.prompt_ids is not None and max(ask.prompt_ids) >= self.vocab:
+            return error_body(f"prompt: token id {max(ask.prompt_ids)} is past the model's vocabulary "
+                              f"({self.vocab} ids)", param="prompt"), 400
+        return None
+
+    async def _answers(self, session: str, ask) -> tuple[list | None, tuple[dict, int] | None]:
+        """(the hub's answers, None), or (None, (error body, status)) of a turn that got none."""
+        try:
+            return await asyncio.wait_for(self.hub.ask(session, ask), self.timeout_s), None
+        except asyncio.TimeoutError:
+            return None, (error_body(f"no reply within {self.timeout_s:g} s (prorsa serve --request-timeout-s); "
+                                     "the conversation ends with this turn", "timeout_error",
+                                     code="request_timeout"), 504)
+        except Closed as e:
+            return None, (error_body(str(e), "server_error", code="shutting_down"), 503)
+        except ContextFull as e:
+            return None, (error_body(str(e), param="messages", code="context_length_exceeded"), 400)
+        except BadAsk as e:
+            return None, (error_body(str(e), param="messages"), 400)
+        except RuntimeError as e:
+            return None, (error_body(f"the turn failed: {e}", "server_error"), 500)
 
 
 def _rl_routes(app: FastAPI, rl: RlControl) -> None:

@@ -68,6 +68,19 @@ class Branch:
         return Branch(result, copy.copy(self.transcript), list(self.ids), self.context)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One request as turn k of every branch it draws on."""
+
+    k: int
+    spec: TrajectorySpec  # the conversation's first branch
+    ask: Ask
+    sampling: Sampling  # the served run's, with the request's own fields
+    appended: int  # tokens the request adds to the context
+    room: int  # tokens left in the model's context after them
+    with_ids: bool  # the engines want the context's token ids
+
+
 @dataclass
 class ServedEpisode:
     conv: Conversation
@@ -118,8 +131,8 @@ class ServedEpisode:
             ask = pending.ask
             branches += [branch.fork(spec.traj_id, next(forks)) for _ in range(ask.n - 1)]
             sampling = replace(self.bounds.sampling, **dict(ask.sampling))
-            requests = [self._request(b, k, spec, ask, sampling, j, len(added_ids), room, runner.needs_token_ids)
-                        for j, b in enumerate(branches)]
+            asked = _Asked(k, spec, ask, sampling, len(added_ids), room, runner.needs_token_ids)
+            requests = [self._request(b, j, asked) for j, b in enumerate(branches)]
             async with self.rl.turn():  # paused by a trainer: the request waits here, its arrival kept
                 played = await asyncio.gather(*(play_turn(runner, req, b.result, on_turn)
                                                 for req, b in zip(requests, branches)))
@@ -154,14 +167,15 @@ class ServedEpisode:
         self._leave(self.branches, keep=self.branches[0], now=now)
         return self._ended(self.branches[0].result, now)
 
-    def _request(self, b: Branch, k: int, spec: TrajectorySpec, ask: Ask, sampling: Sampling, j: int, appended: int,
-                 room: int, with_ids: bool) -> TurnRequest:
+    def _request(self, b: Branch, j: int, asked: _Asked) -> TurnRequest:
+        """Branch b's turn of the request, its j-th sample."""
+        k, spec, ask, sampling = asked.k, asked.spec, asked.ask, asked.sampling
         if j and sampling.seed is not None:  # n seeded samples: n different draws, as vLLM gives
             sampling = replace(sampling, seed=sampling.seed + j)
-        return TurnRequest(b.result.spec.traj_id, k, spec.family, appended, b.context,
-                           min(ask.max_tokens or self.bounds.max_tokens, room), 0.0, False, spec.seed + k + 7919 * j,
-                           tuple(b.ids) if with_ids else None, to_eos=not ask.ignore_eos, group=spec.traj_id,
-                           sampling=sampling)
+        return TurnRequest(b.result.spec.traj_id, k, spec.family, asked.appended, b.context,
+                           min(ask.max_tokens or self.bounds.max_tokens, asked.room), 0.0, False,
+                           spec.seed + k + 7919 * j, tuple(b.ids) if asked.with_ids else None,
+                           to_eos=not ask.ignore_eos, group=spec.traj_id, sampling=sampling)
 
     def _pick(self, branches: list[Branch], ask: Ask) -> tuple[Branch, str, list[int]] | None:
         """The branch the request continues, the text it adds and its ids; None when it continues none."""

@@ -6,7 +6,7 @@
     exposure_warning(host, api_key)         the console's warning when they can and need no key
     served_version(run) -> int              the served model's policy version (weight_version):
                                             its policy.json's when a trainer saved it, else 0
-    Endpoint(run, sock, idle_s, max_tokens, ..., run_dir)   the pieces of one served run; an outside
+    Endpoint(run, sock, tokenizer, limits, ..., run_dir)   the pieces of one served run; an outside
                                             trainer's weight files become model folders under
                                             run_dir/weights (serve/rl.py)
     Endpoint.driver -> ServeDriver          what roll_out drives instead of the workload: the
@@ -26,13 +26,14 @@ import asyncio
 import contextlib
 import json
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from prorsa.rollout.context import RunContext, sampling_of
-from prorsa.serve.app import MAX_REQUEST_BYTES, make_app
+from prorsa.serve.app import Guards, make_app
 from prorsa.serve.conversations import Hub
 from prorsa.serve.episode import ServeDriver, Served
 from prorsa.serve.rl import RlControl
@@ -99,25 +100,32 @@ class _Server(uvicorn.Server):
         return contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one endpoint holds its clients to (prorsa serve's options)."""
+
+    idle_s: float  # a conversation with no request for this long ends
+    max_tokens: int = DEFAULT_MAX_TOKENS  # a reply's cap when a request sets none
+    guards: Guards = Guards()
+
+
 class Endpoint:
-    def __init__(self, run: RunContext, sock: socket.socket, tokenizer: Any, idle_s: float,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, say=print, max_request_bytes: int = MAX_REQUEST_BYTES,
-                 api_key: str | None = None, request_timeout_s: float | None = None,
+    def __init__(self, run: RunContext, sock: socket.socket, tokenizer: Any, limits: Limits, say=print,
                  run_dir: Path | None = None, parser: ReplyParser | None = None) -> None:
         from prorsa.engine.registry import backend_of
 
         cfg = run.cfg
         self.sock, self.say = sock, say
-        self.hub = Hub(idle_s)
+        self.hub = Hub(limits.idle_s)
         self.model = Path(cfg.engines.vllm.model).name  # "tiny", or the model folder's name
         self.rl = RlControl(served_version(run), backend_of(cfg.engines).model_dir(),
                             run_dir / "weights" if run_dir is not None else None)
         parser = parser or ReplyParser(cfg.engines.vllm.tool_call_parser, tokenizer)
-        app = make_app(self.hub, self.model, tokenizer, max_request_bytes, api_key, request_timeout_s, self.rl,
-                       parser, max_context=cfg.engines.vllm.max_model_len)
+        app = make_app(self.hub, self.model, tokenizer, limits.guards, self.rl, parser,
+                       max_context=cfg.engines.vllm.max_model_len)
         self._server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
-        bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, max_tokens,
+        bounds = Served(cfg.workload.family or "trace", cfg.seed, cfg.engines.vllm.max_model_len, limits.max_tokens,
                         sampling_of(cfg), served_version(run))
         self.driver = ServeDriver(self.hub, tokenizer, bounds, on_ready=self._start, on_end=self._stop_server,
                                   rl=self.rl, parser=parser)

@@ -29,12 +29,13 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
 from prorsa.costmodel import load_gpu
-from prorsa.engine.emulated import EmulatedEngine
+from prorsa.engine.emulated import EmulatedEngine, KvMemory
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.cells import coordinate, join_loop, leave_loop, plan_cells
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, resolve
+from prorsa.rollout.drivers import Hooks
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -70,7 +71,8 @@ class SimCell:
         context = replace(run.policy, rehearse=rehearser(run, simulate_async))
         self.policy = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
         roles = self.policy.initial_roles(len(names))
-        self.engines = {n: EmulatedEngine(n, r, run.costs, slots=e.slots, time_scale=1.0, prefix_cache=e.prefix_cache)
+        self.engines = {n: EmulatedEngine(n, r, run.costs, slots=e.slots, time_scale=1.0,
+                                       memory=KvMemory(prefix_cache=e.prefix_cache))
                         for n, r in zip(names, roles)}
         self.router = make_router(run, {n: eng.role for n, eng in self.engines.items()}, now)
         self.runner = SimTurnRunner(self.engines, self.router, now, tool_unit=run.unit,
@@ -110,7 +112,8 @@ class SimCell:
     async def admit(self, engine: str, role: Role) -> None:
         await asyncio.sleep(self.restart_s)
         e = self.run.cfg.engines
-        fresh = EmulatedEngine(engine, role, self.run.costs, slots=e.slots, time_scale=1.0, prefix_cache=e.prefix_cache)
+        fresh = EmulatedEngine(engine, role, self.run.costs, slots=e.slots, time_scale=1.0,
+                               memory=KvMemory(prefix_cache=e.prefix_cache))
         await fresh.start()
         self.runner.add_engine(engine, fresh)
         self.controller.engines_changed()
@@ -131,7 +134,8 @@ class SimCell:
         body = Body(self.runner, self.controller, self.now, clock_unit=self.run.unit, sample=sample,
                     sample_interval_s=max(self.run.cfg.runtime.metrics_interval_s / self.run.unit, 1.0))
         try:
-            self.makespan = await roll_out(self.run, body, self.rec, self.rec.on_done, workload=workload, skip=skip)
+            self.makespan = await roll_out(self.run, body, self.rec, Hooks(self.rec.on_done, skip=skip),
+                                           workload=workload)
         finally:
             self.finished = True
         for engine in list(self.engines.values()):

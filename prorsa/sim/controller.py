@@ -9,8 +9,9 @@
     carry_out(engine, old, new)    the live protocol without the transport: the router already
                                    stopped sending old-role work; the engine serves both while the
                                    legs it holds of the old role finish, then serves only the new;
-                                   into another layout (engines.parallelism) it takes no work until
-                                   it is empty, then reshards
+                                   into another layout (engines.parallelism), or across the KV
+                                   connector's sides by restart (engines.role_switch), it takes no
+                                   work until it is empty, then reshards or restarts
 
 No leg moves between engines in either body, so a switch costs the same drain in both.
 """
@@ -23,7 +24,7 @@ from typing import Callable
 from prorsa.control.policy import Decision, Policy, Snapshot
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.metrics.recorder import RunRecorder
-from prorsa.roles import Role
+from prorsa.roles import Role, restarts_kv
 from prorsa.rollout.control_loop import ControlLoop
 from prorsa.rollout.legs import DECODE_LEGS, PREFILL_LEGS, WARM_LEGS, legs_to_drain
 from prorsa.rollout.router import Router
@@ -73,14 +74,15 @@ class SimController(ControlLoop):
         return Snapshot(time_s=self.now(), engines=engines, events=tuple(self.runner.take_events()))
 
     def empties(self, engine: str, old: Role, new: Role) -> bool:
-        return self.engines[engine].reshards(new)
+        e = self.engines[engine]
+        return e.reshards(new) or (e.cost.restart_s is not None and restarts_kv(old, new))
 
     async def carry_out(self, engine: str, old: Role, new: Role) -> None:
         e = self.engines[engine]
-        if e.reshards(new):  # the router sends it nothing (empties): every leg it holds finishes
+        if self.empties(engine, old, new):  # the router sends it nothing: every leg it holds finishes
             await self.runner.drained(engine, PREFILL_LEGS + DECODE_LEGS + WARM_LEGS)
             await e.relayout(new)
-            e.set_role(new)
+            await e.restart_as(new)
             return
         drain = legs_to_drain(new)
         self.engines[engine].set_role(Role.MIXED if drain else new)

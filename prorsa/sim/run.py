@@ -39,13 +39,13 @@ from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import load_gpu
 from prorsa.costmodel.misfit import ModelScale
 from prorsa.engine.core_share import CoreShare
-from prorsa.engine.emulated import EmulatedEngine
+from prorsa.engine.emulated import EmulatedEngine, KvMemory
 from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
-from prorsa.rollout.drivers import expected_trajectories
+from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
 from prorsa.sim.rehearse import future_run, misfit, rehearser
@@ -126,7 +126,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     cores = host_cores(cfg, names)
     # each engine steps with its own group's layout and slots (engines.groups)
     costs, slots = run.engine_costs or (run.costs,) * len(names), run.engine_slots or (e.slots,) * len(names)
-    engines = {name: EmulatedEngine(name, role, cost, slots=n, time_scale=1.0, prefix_cache=e.prefix_cache, cores=cores)
+    engines = {name: EmulatedEngine(name, role, cost, slots=n, time_scale=1.0,
+                                     memory=KvMemory(prefix_cache=e.prefix_cache), cores=cores)
                for name, role, cost, n in zip(names, roles, costs, slots)}
     for engine in engines.values():
         await engine.start()
@@ -134,7 +135,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
                            scheduler=make_scheduler(run, future=context.future),
                            context_budget=context_budget(cfg.workload))
-    rec = RunRecorder(engines=list(engines), slots=e.slots if e.groups is None else dict(zip(names, slots)),
+    rec = RunRecorder(engines=list(engines), slots=dict(zip(names, slots)),
                       expected=expected_trajectories(cfg.workload))
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
     if cfg.scheduling.tail_layout:
@@ -146,8 +147,8 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     # a simulated rollout may span an hour of body time: a sample a second is plenty
     body = Body(runner, controller, now, clock_unit=unit, sample=sample,
                 sample_interval_s=max(cfg.runtime.metrics_interval_s / unit, 1.0))
-    makespan = await roll_out(run, body, rec, rec.on_done, workload=workload,
-                              update_weights=_weight_update(engines, run.body_s(cfg.workload.weight_update_s)))
+    update = _weight_update(engines, run.body_s(cfg.workload.weight_update_s))
+    makespan = await roll_out(run, body, rec, Hooks(rec.on_done, update_weights=update), workload=workload)
     for engine in engines.values():
         await engine.stop()
     summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {

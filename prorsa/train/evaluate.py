@@ -1,6 +1,6 @@
 """How the model does on a tool-use task's first turn, measured with transformers' `generate`.
 
-    first_turn_eval(model, fmt, tasks, schemas, samples_per_task, ...) -> FirstTurnEval
+    first_turn_eval(model, fmt, tasks, schemas, draws) -> FirstTurnEval   draws: EvalDraws (samples, sampling, seed)
 
 The first turn is where the tool-call format is won or lost: a live episode parses it for a call
 (agent/tools/parser.py) and runs it. A generation counts as a call when the hermes parser finds a
@@ -34,10 +34,22 @@ class FirstTurnEval:
     texts: tuple[str, ...]  # the generations, in task order
 
 
+@dataclass(frozen=True)
+class EvalDraws:
+    """How the generations are drawn."""
+
+    samples_per_task: int = 4
+    max_new_tokens: int = 48
+    do_sample: bool = True  # False: one greedy generation a task
+    temperature: float = 1.0
+    seed: int = 0
+
+
 @torch.no_grad()
 def first_turn_eval(model: torch.nn.Module, fmt: ChatFormat, tasks: Sequence[Task], schemas: list[dict],
-                    samples_per_task: int = 4, max_new_tokens: int = 48, do_sample: bool = True,
-                    temperature: float = 1.0, seed: int = 0) -> FirstTurnEval:
+                    draws: EvalDraws = EvalDraws()) -> FirstTurnEval:
+    samples_per_task, max_new_tokens, do_sample = draws.samples_per_task, draws.max_new_tokens, draws.do_sample
+    temperature, seed = draws.temperature, draws.seed
     parser = ToolCallParser(formats=("hermes",))
     texts, calls, correct, rewards = [], 0, 0, 0.0
     was_training = model.training

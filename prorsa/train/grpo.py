@@ -2,8 +2,8 @@
 
     group_advantages(rewards, groups, eps) -> [float]   (r - mean of its group) / (std of its group + eps)
     token_advantages(advantages, mask) -> Tensor        each sequence's advantage on its masked tokens
-    grpo_loss(new, old, advantages, mask, clip_eps, kl_coef, ref=None, num_tokens=None,
-              loss_agg="token-mean", num_sequences=None) -> (loss, LossStats)
+    grpo_loss(new, old, advantages, mask, settings, ref=None, num_tokens=None, num_sequences=None)
+                                        -> (loss, LossStats); settings: LossSettings(clip_eps, kl_coef, loss_agg)
 
 The loss per generated token t of a sequence with advantage A, ratio rho = exp(new_t - old_t):
 
@@ -62,13 +62,22 @@ def token_advantages(advantages: Sequence[float] | torch.Tensor, mask: torch.Ten
     return adv.to(mask.device)[:, None] * mask
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss's own settings (a trainer's TrainerConfig carries them)."""
+
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0
+    loss_agg: str = "token-mean"  # or LOSS_AGG's other
+
+
 def grpo_loss(new_logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-              mask: torch.Tensor, clip_eps: float = 0.2, kl_coef: float = 0.0,
-              ref_logprobs: torch.Tensor | None = None,
-              num_tokens: int | None = None, loss_agg: str = "token-mean",
+              mask: torch.Tensor, settings: LossSettings = LossSettings(),
+              ref_logprobs: torch.Tensor | None = None, num_tokens: int | None = None,
               num_sequences: int | None = None) -> tuple[torch.Tensor, LossStats]:
     """All tensors are (batch, tokens); `advantages` per token (token_advantages) or per sequence
     (batch,). Gradients flow through `new_logprobs` only."""
+    clip_eps, kl_coef, loss_agg = settings.clip_eps, settings.kl_coef, settings.loss_agg
     mask = mask.to(new_logprobs.dtype)
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(new_logprobs)

@@ -1,6 +1,6 @@
 """The RL loop's learner: finished trajectories in, a trainer's step, new weights out to every engine.
 
-    Learner(train_cfg, trainer, weights_dir, push, batch, mode)   trainer: a TrainerHandle
+    Learner(train_cfg, trainer, weights_dir, push, batch, mode, now, files)   trainer: a TrainerHandle
                                    (train/handle.py), or a PolicyTrainer (train/protocol.py: the
                                    GRPO Trainer or a plug-in) to run in this process
     learner.on_done(result)        the driver's callback: keep a finished trajectory for training
@@ -86,11 +86,20 @@ class UpdateRecord:
     push_s: float
 
 
+@dataclass(frozen=True)
+class LearnerFiles:
+    """What a learner keeps beside its weights, each optional (the module docstring)."""
+
+    log_path: Path | None = None  # train.jsonl: one UpdateRecord a line
+    batches_dir: Path | None = None  # each trained batch, v<N>.parquet
+    state_dir: Path | None = None  # what a resume starts from
+    durable: Callable[[], None] | None = None  # makes every finished trajectory durable before a state names it
+
+
 class Learner:
     def __init__(self, cfg: TrainConfig, trainer, weights_dir: Path, push: Push,
-                 batch: int, mode: str, now: Callable[[], float] = time.monotonic, log_path: Path | None = None,
-                 batches_dir: Path | None = None, state_dir: Path | None = None,
-                 durable: Callable[[], None] | None = None) -> None:
+                 batch: int, mode: str, now: Callable[[], float] = time.monotonic,
+                 files: LearnerFiles = LearnerFiles()) -> None:
         """`trainer`: a TrainerHandle (async methods), or a PolicyTrainer to wrap in LocalTrainer."""
         self.cfg = cfg
         self.trainer: TrainerHandle = trainer if inspect.iscoroutinefunction(getattr(trainer, "step", None)) \
@@ -100,12 +109,12 @@ class Learner:
         self.batch = batch
         self.mode = mode
         self.now = now
-        self.log_path = log_path
-        self.batches_dir = batches_dir
-        self.state_dir = state_dir
-        self.durable = durable
-        if batches_dir is not None:
-            batches_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = files.log_path
+        self.batches_dir = files.batches_dir
+        self.state_dir = files.state_dir
+        self.durable = files.durable
+        if self.batches_dir is not None:
+            self.batches_dir.mkdir(parents=True, exist_ok=True)
         self.version = 0
         self.records: list[UpdateRecord] = []
         self.trained_versions: list[tuple[str, int, int]] = []  # (traj_id, started under, trained at)

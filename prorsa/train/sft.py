@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from prorsa.agent.datasets import arith
 from prorsa.agent.datasets.base import Task
-from prorsa.train.evaluate import FirstTurnEval, first_turn_eval
+from prorsa.train.evaluate import EvalDraws, FirstTurnEval, first_turn_eval
 from prorsa.train.samples import Sample
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def run_sft(trainer: Trainer, tasks: Sequence[Task], eval_tasks: Sequence[Task],
     rng = random.Random(f"sft:{plan.seed}")
 
     def measure(step: int) -> FirstTurnEval:
-        return first_turn_eval(trainer.model, fmt, eval_tasks, schemas, plan.samples_per_task,
-                               seed=plan.seed + step)
+        return first_turn_eval(trainer.model, fmt, eval_tasks, schemas,
+                               EvalDraws(plan.samples_per_task, seed=plan.seed + step))
 
     evals = [(0, measure(0))] if plan.eval_every else []
     stats: list[StepStats] = []

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from prorsa.train.grpo import LOSS_AGG, LossStats, group_advantages, grpo_loss, sft_loss
+from prorsa.train.grpo import LOSS_AGG, LossSettings, LossStats, group_advantages, grpo_loss, sft_loss
 from prorsa.train.samples import Sample
 from prorsa.train.weights import written_whole
 
@@ -154,7 +154,7 @@ class Trainer:
                     ref = sequence_logprobs(self.reference, [s.token_ids for s, _, _ in micro], self.pad_id)
             return grpo_loss(new_lp, _padded([o for _, _, o in micro], width),
                              torch.tensor([a for _, a, _ in micro], dtype=torch.float32), mask,
-                             cfg.clip_eps, cfg.kl_coef, ref, num_tokens, cfg.loss_agg, num_sequences)
+                             LossSettings(cfg.clip_eps, cfg.kl_coef, cfg.loss_agg), ref, num_tokens, num_sequences)
 
         return self._update(rows, loss_fn)
 

@@ -161,6 +161,20 @@ def test_switch_time(h200_8b):
     assert 1.0 < long < 120.0  # FACTS: seconds
 
 
+def test_a_switch_by_restart_empties_the_engine_then_pays_the_restart(h200_8b):
+    """Across the KV connector's sides the engine drains both legs, then restarts; between decode
+    and mixed (both pull KV) it switches in place as before."""
+    c = CostModel.from_names("h200", "qwen3-8b", restart_s=30.0)
+    busy = dict(inflight_decode_tokens=22 * 1000, batch=22, context_tokens=22 * 32768)
+    drain = h200_8b.switch_time(Role.DECODE, Role.PREFILL, **busy)
+    assert c.switch_time(Role.DECODE, Role.PREFILL, **busy) == pytest.approx(drain + 30.0)
+    # leaving prefill: the prefill step in flight, then the restart (was the step alone)
+    assert c.switch_time(Role.PREFILL, Role.DECODE) == pytest.approx(h200_8b.prefill_time([(8192, 0)]) + 30.0)
+    assert c.switch_time(Role.PREFILL, Role.MIXED) > 30.0  # mixed pulls KV: a restart too
+    assert c.switch_time(Role.DECODE, Role.MIXED, **busy) == 0.0
+    assert c.switch_time(Role.MIXED, Role.DECODE) == h200_8b.switch_time(Role.MIXED, Role.DECODE)
+
+
 # How long these calls take is measured by benchmarks/sim_speed.py --calls, not asserted here: a
 # wall-clock bound in a test fails on a loaded host whatever the code does.
 

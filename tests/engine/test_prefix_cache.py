@@ -7,7 +7,7 @@ import pytest
 
 from prorsa.costmodel import CostModel
 from prorsa.engine.base import DecodeRequest
-from prorsa.engine.emulated import EmulatedEngine
+from prorsa.engine.emulated import EmulatedEngine, KvMemory
 from prorsa.engine.prefix_cache import LruCache, make_prefix_cache
 from prorsa.roles import Role
 from prorsa.sim.clock import run_virtual
@@ -39,7 +39,7 @@ def test_an_evicted_context_is_prefilled_again():
     cost = CostModel.from_names("h200", "qwen3-8b")
 
     async def main(kind):
-        e = EmulatedEngine("e", Role.MIXED, cost, slots=4, kv_capacity=9000, prefix_cache=kind)
+        e = EmulatedEngine("e", Role.MIXED, cost, slots=4, memory=KvMemory(9000, kind))
         await e.start()
         for traj in ("a", "b", "c"):
             await e.generate(DecodeRequest(traj, 0, context_tokens=3000, max_tokens=10, new_tokens=3000))

@@ -30,6 +30,7 @@ from prorsa.live.run import open_live
 from prorsa.sim.run import lend
 from prorsa.roles import Role
 from prorsa.rollout.assemble import roll_out
+from prorsa.rollout.drivers import Hooks
 from tests.engine.test_vllm_cpu_dp import GEN, PROMPTS, _engines, _first_divergence, _greedy, _prompt_tokens, gather
 
 pytestmark = pytest.mark.vllm  # slow, and skipped without vLLM (tests/conftest.py)
@@ -101,7 +102,7 @@ async def _span_run(cfg, run_dir, want, other):
         p = PROMPTS[2]
         new = [await asyncio.to_thread(_on_rank, url, p, rank) for rank in (0, 1)]
         assert new[0].token_ids == new[1].token_ids != want[2].token_ids
-        await roll_out(live.run, live.body, live.rec, done.append)
+        await roll_out(live.run, live.body, live.rec, Hooks(done.append))
         # the follower's server killed: the leader restarts (a new launch) and the follower joins it
         follower = next(a for a, w in workers["workers"].items() if w["name"] == follower_name(0, 1))
         os.killpg((await live.client.run(_follower_pid, workers=[follower]))[follower], signal.SIGKILL)

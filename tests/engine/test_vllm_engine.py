@@ -23,7 +23,7 @@ import pytest
 from prorsa.config.pipeline import VllmSettings
 from prorsa.engine.base import DecodeRequest, PrefillRequest
 from prorsa.engine.tiny_model import ensure_tiny_model
-from prorsa.engine.vllm import EngineUnavailable, VllmEngine
+from prorsa.engine.vllm import EngineUnavailable, Placement, VllmEngine
 from prorsa.engine.vllm.protocol import GREEDY
 from prorsa.roles import Role
 from prorsa.sampling import Sampling
@@ -82,8 +82,8 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engines(run, models, tmp_path_factory):
     logs = tmp_path_factory.mktemp("logs")
-    a = VllmEngine("A", Role.PREFILL, SETTINGS, models[0], cores=[0], log_dir=logs)
-    b = VllmEngine("B", Role.DECODE, SETTINGS, models[0], cores=[1], log_dir=logs)
+    a = VllmEngine("A", Role.PREFILL, SETTINGS, models[0], Placement([0]), log_dir=logs)
+    b = VllmEngine("B", Role.DECODE, SETTINGS, models[0], Placement([1]), log_dir=logs)
     try:
         t0 = time.monotonic()
         # both starts run to the end even if one fails, so teardown never races a start
@@ -107,7 +107,7 @@ def test_decode_uses_the_shipped_kv(engines, run, models, tmp_path):
     a, b = engines
     # vLLM refuses KV from another model path unless told: here that is the point
     other = SETTINGS.model_copy(update={"nixl_compat_check": False})
-    c = VllmEngine("C", Role.DECODE, other, models[1], cores=[1], log_dir=tmp_path)
+    c = VllmEngine("C", Role.DECODE, other, models[1], Placement([1]), log_dir=tmp_path)
     run(c.start())
     try:
         ids = context(1)
@@ -139,7 +139,7 @@ def test_priority_policy_admits_the_lowest_key_first(run, models, tmp_path):
     those (equal keys) run in the order they came. On fcfs, or with the priority not sent, the
     last one sent would finish last."""
     settings = SETTINGS.model_copy(update={"scheduling_policy": "priority", "extra_args": ("--max-num-seqs", "1")})
-    e = VllmEngine("P", Role.MIXED, settings, models[0], cores=[1], log_dir=tmp_path)
+    e = VllmEngine("P", Role.MIXED, settings, models[0], Placement([1]), log_dir=tmp_path)
     run(e.start())
     done: list[str] = []
 

@@ -135,10 +135,10 @@ def test_engine_sends_each_legs_priority():
     import asyncio
 
     from prorsa.engine.base import DecodeRequest, PrefillRequest
-    from prorsa.engine.vllm import VllmEngine
+    from prorsa.engine.vllm import Placement, VllmEngine
     from prorsa.roles import Role
 
-    engine = VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), cores=None, log_dir=Path("."))
+    engine = VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), Placement(), log_dir=Path("."))
     sent = []
 
     async def complete(body, leg, kv_tokens):
@@ -311,10 +311,10 @@ def test_weights_pushed_to_a_down_engine_are_kept_for_its_restart(tmp_path):
     its restart) refuses, but its next start loads that version, not the one it had."""
     import asyncio
 
-    from prorsa.engine.vllm import VllmEngine
+    from prorsa.engine.vllm import Placement, VllmEngine
     from prorsa.roles import Role
 
-    engine = VllmEngine("E", Role.MIXED, VllmSettings(), tmp_path / "v0", cores=None, log_dir=tmp_path)
+    engine = VllmEngine("E", Role.MIXED, VllmSettings(), tmp_path / "v0", Placement(), log_dir=tmp_path)
     with pytest.raises(EngineUnavailable, match="not started"):
         asyncio.run(engine.load_weights(tmp_path / "v7"))
     assert engine._weights_dir == tmp_path / "v7"
@@ -326,12 +326,12 @@ def test_cpu_engines_send_no_seed():
     import asyncio
 
     from prorsa.engine.base import DecodeRequest
-    from prorsa.engine.vllm import VllmEngine
+    from prorsa.engine.vllm import Placement, VllmEngine
     from prorsa.roles import Role
 
     sent = []
     for device in ("cpu", "cuda"):
-        engine = VllmEngine("E", Role.MIXED, VllmSettings(device=device), Path("m"), cores=None, log_dir=Path("."))
+        engine = VllmEngine("E", Role.MIXED, VllmSettings(device=device), Path("m"), Placement(), log_dir=Path("."))
 
         async def complete(body, leg, kv_tokens):
             sent.append(body.get("seed"))
@@ -351,10 +351,10 @@ def test_a_replayed_decode_asks_its_length_and_a_live_one_its_cap_and_kv_counts_
     import asyncio
 
     from prorsa.engine.base import DecodeRequest
-    from prorsa.engine.vllm import VllmEngine
+    from prorsa.engine.vllm import Placement, VllmEngine
     from prorsa.roles import Role
 
-    engine = VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), cores=None, log_dir=Path("."))
+    engine = VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), Placement(), log_dir=Path("."))
     sent, held = [], []
 
     async def complete(body, leg, kv_tokens):
@@ -451,10 +451,10 @@ class _DeadServer:
 
 
 def _engine_on(server, tmp_path):
-    from prorsa.engine.vllm import VllmEngine
+    from prorsa.engine.vllm import Placement, VllmEngine
     from prorsa.roles import Role
 
-    return VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), cores=None, log_dir=tmp_path, server=server)
+    return VllmEngine("E", Role.MIXED, VllmSettings(), Path("m"), Placement(), log_dir=tmp_path, server=server)
 
 
 def test_the_health_watch_and_a_request_that_found_the_server_gone_share_one_restart(tmp_path):

@@ -20,7 +20,7 @@ from prorsa.cluster.local import engine_addresses, start_local_cluster
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
-from prorsa.live.controller import LiveController, _legs_on
+from prorsa.live.controller import ControlPace, EngineCapacity, LiveController, _legs_on
 from prorsa.live.runtime import DaskTurnRunner
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
@@ -63,10 +63,10 @@ def test_prorsa_switches_roles_and_every_trajectory_completes_once(tmp_path):
     assert summary["forecast_mape"] and summary["control"]["plugin_calls"] > 0
 
 
-def _cfg() -> PipelineConfig:
+def _cfg(**engines) -> PipelineConfig:
     return PipelineConfig.model_validate({
         "name": "pin", "policy": "colocated",
-        "engines": {"backend": "emulated", "count": 2, "slots": 4, "time_scale": 1.0},
+        "engines": {"backend": "emulated", "count": 2, "slots": 4, "time_scale": 1.0} | engines,
         "runtime": {"turn_shape": "driver", "dashboard_address": None},
     })  # fmt: skip
 
@@ -75,24 +75,31 @@ def _turn(traj: str, appended: int, decode: int) -> TurnRequest:
     return TurnRequest(traj, 0, "swe", appended, appended, decode, 0.0, True, 1)
 
 
+async def _controlled(client, roles: list[Role], restarts: bool = False):
+    """The live control pieces over a started cluster's engines, with no policy of their own."""
+    engines = [engine_name(i) for i in range(len(roles))]
+    addresses = await engine_addresses(client)
+    t0 = time.time()
+    await client.register_plugin(LifecyclePlugin(t0))
+    router = Router(dict(zip(engines, roles)), mixed_exports_kv=not restarts)
+    runner = DaskTurnRunner(client, router, addresses, "driver", False, 0, t0)
+    rec = RunRecorder(engines=engines, slots=4, expected=None)
+    ctl = LiveController(client, make_policy("colocated"), router, addresses, rec,
+                         EngineCapacity(4, 10**6, restarts=restarts), ControlPace(t0, 0.05))
+    return addresses, router, runner, rec, ctl
+
+
 def test_a_leg_bound_for_a_switching_engine_still_runs_there(tmp_path):
     """A decode routed to engine E waits for its prefill while E switches to prefill-only. The
     scheduler would send it, resources ignored, to any worker (a tool worker: it would block
     that worker's queue forever); the drain keeps E serving decodes until it has run there."""
     cfg = _cfg()
-    engines = [engine_name(i) for i in range(2)]
 
     async def main():
         async with await start_local_cluster(cfg, [Role.PREFILL, Role.MIXED], tmp_path) as cluster, \
                 Client(cluster, asynchronous=True) as client:
             assert "stealing" not in cluster.scheduler.extensions  # stealing moves legs off their prefix
-            addresses = await engine_addresses(client)
-            t0 = time.time()
-            await client.register_plugin(LifecyclePlugin(t0))
-            router = Router(dict(zip(engines, [Role.PREFILL, Role.MIXED])))
-            runner = DaskTurnRunner(client, router, addresses, "driver", False, 0, t0)
-            rec = RunRecorder(engines=engines, slots=4, expected=None)
-            ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, 4, 10**6, t0, 0.05)
+            addresses, router, runner, rec, ctl = await _controlled(client, [Role.PREFILL, Role.MIXED])
             turn = asyncio.create_task(runner.run_turn(_turn("t0", 30_000, 8)))  # ~0.5 s of prefill
             # its decode leg bound for engine-1 as the drain sees it: on the scheduler (the router
             # counts it a loop tick before its graph gets there)
@@ -115,19 +122,12 @@ def test_a_leg_bound_for_a_switching_engine_still_runs_there(tmp_path):
 
 def test_switch_back_and_forth_under_load_loses_nothing(tmp_path):
     cfg = _cfg()
-    engines = [engine_name(i) for i in range(2)]
     roles = [Role.MIXED, Role.MIXED]
 
     async def main():
         async with await start_local_cluster(cfg, roles, tmp_path) as cluster, \
                 Client(cluster, asynchronous=True) as client:
-            addresses = await engine_addresses(client)
-            t0 = time.time()
-            await client.register_plugin(LifecyclePlugin(t0))
-            router = Router(dict(zip(engines, roles)))
-            runner = DaskTurnRunner(client, router, addresses, "driver", False, 0, t0)
-            rec = RunRecorder(engines=engines, slots=4, expected=None)
-            ctl = LiveController(client, make_policy("colocated"), router, addresses, rec, 4, 10**6, t0, 0.05)
+            addresses, router, runner, rec, ctl = await _controlled(client, roles)
             turns = [asyncio.create_task(runner.run_turn(_turn(f"t{i}", 2000 + 500 * i, 32))) for i in range(24)]
             for target in (Role.PREFILL, Role.MIXED, Role.DECODE, Role.MIXED):
                 await ctl.switch("engine-0", target, "test")
@@ -137,6 +137,46 @@ def test_switch_back_and_forth_under_load_loses_nothing(tmp_path):
             assert all(r.decode_tokens == 32 for r in results)
             assert [c.to_role for c in rec.role_changes] == [Role.PREFILL, Role.MIXED, Role.DECODE, Role.MIXED]
             assert runner.retried == 0
+
+    asyncio.run(main())
+
+
+RESTART_S = 0.5  # wall seconds at time scale 1
+
+
+def test_a_prefill_engine_restarts_as_decode_once_its_kv_is_pulled_and_then_decodes(tmp_path):
+    cfg = _cfg(role_switch="restart", restart_s=RESTART_S)
+    roles = [Role.PREFILL, Role.MIXED]
+
+    async def main():
+        async with await start_local_cluster(cfg, roles, tmp_path) as cluster, \
+                Client(cluster, asynchronous=True) as client:
+            addresses, router, runner, rec, ctl = await _controlled(client, roles, restarts=True)
+            assert ctl.empties("engine-0", Role.PREFILL, Role.DECODE)
+            assert not ctl.empties("engine-1", Role.MIXED, Role.DECODE)
+            # prefill on engine-0, then a long decode on engine-1 that pulls engine-0's KV
+            turn = asyncio.create_task(runner.run_turn(_turn("t0", 4000, 3000)))
+            e1 = addresses["engine-1"]
+            while not cluster.scheduler.tasks or not any(
+                    ts.state == "processing" and (ts.annotations or {}).get("phase") in DECODE_LEGS
+                    for ts in cluster.scheduler.tasks.values()):
+                assert not turn.done(), "the turn ended before its decode began"
+                await asyncio.sleep(0.005)
+            assert _legs_on(e1, DECODE_LEGS, cluster.scheduler) == 1
+            change = await ctl.switch("engine-0", Role.DECODE, "test")
+            # the restart waited for the decode that needed engine-0's KV, then held RESTART_S
+            assert turn.done() and (await turn).prefill_engine == "engine-0"
+            assert change is not None and change.drain_s >= RESTART_S
+            held = await client.run(lambda dask_worker: dict(dask_worker.state.total_resources),
+                                    workers=[addresses["engine-0"]])
+            assert held[addresses["engine-0"]]["decode"] > 0 == held[addresses["engine-0"]]["prefill"]
+            # no prefill engine left: every engine that decodes runs its turns whole, engine-0 too
+            results = await asyncio.wait_for(asyncio.gather(
+                *(runner.run_turn(_turn(f"n{i}", 500, 8)) for i in range(6))), 60)
+            assert {r.decode_engine for r in results} == {"engine-0", "engine-1"}
+            assert all(r.prefill_engine == "" and r.decode_tokens == 8 for r in results)
+            assert runner.retried == 0
+            assert [(c.from_role, c.to_role) for c in rec.role_changes] == [(Role.PREFILL, Role.DECODE)]
 
     asyncio.run(main())
 
@@ -172,8 +212,8 @@ def test_a_dear_policy_waits_longer_between_steps_and_its_cpu_is_counted(tmp_pat
         loop sleeps for: the steps are counted, not a wall-clock window)."""
         router = Router(dict(zip(engines, [Role.MIXED, Role.MIXED])))
         rec = RunRecorder(engines=engines, slots=4, expected=None)
-        ctl = LiveController(client, _Dear(0.04), router, addresses, rec, 4, 10**6, time.time(), 0.05,
-                             max_cpu_share=share)
+        ctl = LiveController(client, _Dear(0.04), router, addresses, rec, EngineCapacity(4, 10**6),
+                             ControlPace(time.time(), 0.05, max_cpu_share=share))
         waits, pause, enough = [], ctl.pause, asyncio.Event()
 
         def recorded() -> float:

@@ -35,7 +35,7 @@ from prorsa.config.pipeline import ExpectConfig, PipelineConfig
 from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import make_policy
 from prorsa.live import controller as live_controller
-from prorsa.live.controller import LiveController
+from prorsa.live.controller import ControlPace, EngineCapacity, LiveController
 from prorsa.live.tasks import leg_graph, tool_graph
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
@@ -156,7 +156,7 @@ def play(specs, cfg: PipelineConfig, clock: list[float]):
     policy = make_policy("prorsa", policy_context(cfg))
     roles = {"engine-0": Role.PREFILL, "engine-1": Role.DECODE}
     controller = LiveController(Client(sched), policy, Router(roles), ENGINES, RunRecorder(list(ENGINES), SLOTS, 3),
-                                SLOTS, KV, 0.0, interval_s=1.0)
+                                EngineCapacity(SLOTS, KV), ControlPace(0.0, interval_s=1.0))
     out = []
     for tid, k, stage in history():
         clock[0] += 0.25  # a transition observed every quarter second, in both histories alike

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from prorsa.agent.loop import TurnRequest
-from prorsa.live.tasks import leg_graph, turn_graph
+from prorsa.live.tasks import leg_graph, tool_graph
 from prorsa.rollout.router import Route
 
 TURN = TurnRequest("t0", 1, "math", appended_tokens=10, context_tokens=100, decode_tokens=20,
@@ -34,7 +34,7 @@ def test_legs_carry_the_priority_to_engines_and_to_dask(route):
         (req,) = requests(leg)
         assert req.priority == 12.5
         assert layers(leg)[leg.key]["priority"] == -12.5
-    graph = turn_graph(TURN, route, ADDRESSES, "turn-t0-1", 0.0, 0.0, priority=-3.0)
+    graph = tool_graph(TURN, *leg_graph(TURN, route, ADDRESSES, priority=-3.0), "turn-t0-1", 0.0, 0.0, priority=-3.0)
     assert {a["priority"] for a in layers(graph).values()} == {3.0}  # legs and the tool task
 
 

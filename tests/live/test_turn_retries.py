@@ -12,7 +12,7 @@ import pytest
 from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.vllm.errors import EngineError, EngineUnavailable
 from prorsa.live import runtime
-from prorsa.live.runtime import DaskTurnRunner
+from prorsa.live.runtime import DaskTurnRunner, TurnOptions
 
 TURN = TurnRequest("t0", 0, "swe", 10, 10, 4, 0.0, True, 0)
 DONE = TurnResult("t0", 0, "", "engine-0", 10, 0, 4)
@@ -27,7 +27,8 @@ class _Router:
 
 
 def _runner(failures: list[Exception], retries: int, restart_wait_s: float) -> tuple[DaskTurnRunner, list[int]]:
-    runner = DaskTurnRunner(None, _Router(), {}, "driver", False, 0, 0.0, retries, restart_wait_s=restart_wait_s)
+    runner = DaskTurnRunner(None, _Router(), {}, "driver", False, 0, 0.0,
+                            TurnOptions(retries, restart_wait_s=restart_wait_s))
     attempts: list[int] = []
 
     async def attempt(turn, n, priority):

@@ -186,7 +186,7 @@ def training_run(tmp_path_factory) -> Path:
     from prorsa.config.pipeline import TrainConfig
     from prorsa.engine.tiny_model import ensure_tiny_model
     from prorsa.metrics.outputs import write_trajectories
-    from prorsa.train.learner import Learner
+    from prorsa.train.learner import Learner, LearnerFiles
     from prorsa.train.trainer import Trainer, TrainerConfig
     from tests.train.test_learner import _result
 
@@ -198,7 +198,7 @@ def training_run(tmp_path_factory) -> Path:
 
     trainer = Trainer(ensure_tiny_model(base / "models"), TrainerConfig(lr=1e-3, micro_batch=4, threads=1))
     learner = Learner(TrainConfig(keep_checkpoints=1), trainer, base / "weights", push, 4, "sync",
-                      log_path=base / "run" / "train.jsonl")
+                      files=LearnerFiles(log_path=base / "run" / "train.jsonl"))
     (base / "run").mkdir()
     results = []
     for version in range(3):

@@ -633,3 +633,18 @@ def test_the_cost_rule_looks_past_an_engine_whose_move_alone_costs_more_than_sta
     move = price.move_s("whole", 16384, 256)
     assert move < price.wait_s("whole", 10, 0, 0) < 8 * move
     assert r.route("t0", appended=256, context=16384).decode == "engine-1"
+
+
+def test_engines_switched_by_restart_never_ask_a_mixed_engine_to_export_kv():
+    """In place, with no prefill engine the mixed engines prefill for the decode engines. By
+    restart a mixed engine only pulls KV (roles.py), so every engine that decodes runs its
+    turns whole; with a prefill engine, mixed engines still take decodes and their overflow."""
+    kv_both = Router(roles(0, 2, 1))
+    route = kv_both.route("t0")
+    assert route.prefill == "engine-2" and route.decode in ("engine-0", "engine-1")
+    restart = Router(roles(0, 2, 1), mixed_exports_kv=False)
+    routes = [restart.route(f"t{i}") for i in range(6)]
+    assert all(r.prefill is None for r in routes)
+    assert {r.decode for r in routes} == {"engine-0", "engine-1", "engine-2"}
+    with_prefill = Router(roles(1, 0, 2), mixed_exports_kv=False)
+    assert all(with_prefill.route(f"t{i}").prefill == "engine-0" for i in range(4))

@@ -19,7 +19,7 @@ import uvicorn
 
 from prorsa.rollout.drivers import Hooks
 from prorsa.sampling import Sampling
-from prorsa.serve.app import make_app
+from prorsa.serve.app import Guards, make_app
 from prorsa.serve.conversations import Hub
 from prorsa.serve.episode import ServeDriver, Served
 
@@ -31,7 +31,7 @@ class ServedApp:
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.tok, self.runner, self.max_tokens, self.done = tok, runner, max_tokens, []
         self.hub = Hub(idle_s=60)
-        self.app = make_app(self.hub, "tiny", tok, max_request_bytes=2**20)
+        self.app = make_app(self.hub, "tiny", tok, Guards(max_request_bytes=2**20))
         self._ready = threading.Event()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
 

@@ -14,7 +14,7 @@ from prorsa.agent.loop import TurnRequest, TurnResult
 from prorsa.engine.tiny_model import ensure_tiny_model
 from prorsa.rollout.drivers import Hooks
 from prorsa.sampling import Sampling
-from prorsa.serve.app import make_app
+from prorsa.serve.app import Guards, make_app
 from prorsa.serve.conversations import Hub
 from prorsa.serve.episode import ServeDriver, Served
 from prorsa.serve.samples import served_sample
@@ -53,7 +53,7 @@ def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Samp
           weight_version=0, version=None, load_weights=None, parser=None, **app_options):
     """Run the app and driver; `requests(client)` is a coroutine making requests; -> (its value,
     the trajectories, the runner). `version`: a trainer's version hook; `load_weights`: the engines'
-    (the RL loop's push); `parser`: the tool-call parser; app_options: make_app's."""
+    (the RL loop's push); `parser`: the tool-call parser; app_options: make_app's Guards."""
     runner = runner or Scripted(tok)
 
     async def main():
@@ -64,8 +64,8 @@ def serve(tok, requests, runner=None, max_context=2048, idle_s=30, sampling=Samp
         hooks = Hooks(done.append, version=version, load_weights=load_weights)
         rollout = asyncio.create_task(driver(None, None, runner, time.monotonic, hooks))
         await asyncio.sleep(0)  # the driver under way, as before a real server listens
-        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, max_request_bytes, rl=driver.rl,
-                                                     parser=parser, **app_options))
+        transport = httpx.ASGITransport(app=make_app(hub, "tiny", tok, Guards(max_request_bytes, **app_options),
+                                                     rl=driver.rl, parser=parser))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             value = await requests(client)
         hub.close()

@@ -211,3 +211,16 @@ def test_prorsa_plans_counts_per_group_and_no_switch_leaves_a_groups_roles():
     assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
     # its plans and the step boundary's rehearsal name one split per group
     assert any(c.reason.count("|") >= 2 for c in run.recorder.controls)
+
+
+def test_an_ungrouped_pool_is_one_group_with_the_pools_slots_and_kv():
+    from prorsa.live.run import _engine_capacity
+
+    names = ["a", "b", "c"]
+    engines = {**MOE, "count": 3, "slots": 24, "ep": 4}
+    pool = resolve(PipelineConfig(name="pool", seed=1, engines=engines, workload=WORK))
+    cap = _engine_capacity(pool, names)
+    assert cap.slots == dict.fromkeys(names, 24)
+    assert cap.kv_tokens == dict.fromkeys(names, pool.policy.kv_capacity_tokens)
+    grouped = _engine_capacity(resolve(_cfg()), names)
+    assert grouped.slots == {"a": 16, "b": 16, "c": 128} and grouped.kv_tokens["c"] > grouped.kv_tokens["a"]

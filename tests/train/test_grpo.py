@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prorsa.train.grpo import group_advantages, grpo_loss, sft_loss, token_advantages
+from prorsa.train.grpo import LossSettings, group_advantages, grpo_loss, sft_loss, token_advantages
 
 
 def test_group_advantages_by_hand():
@@ -46,7 +46,7 @@ def test_clipped_tokens_get_no_gradient_and_the_rest_do():
     # ratios e^0.5 (above 1 + 0.2), e^-0.5 (below 1 - 0.2), e^0.1, e^-0.1 (inside)
     new = _leaf([[0.5, -0.5, 0.1, -0.1]])
     mask = torch.ones(1, 4, dtype=torch.float64)
-    loss, stats = grpo_loss(new, old, torch.tensor([1.0]), mask, clip_eps=0.2)
+    loss, stats = grpo_loss(new, old, torch.tensor([1.0]), mask, LossSettings(clip_eps=0.2))
     loss.backward()
     g = new.grad[0]
     # A > 0: the ratio above 1 + eps is clipped (no gradient), the one below 1 - eps is not
@@ -54,7 +54,7 @@ def test_clipped_tokens_get_no_gradient_and_the_rest_do():
     assert g[2] == pytest.approx(-math.exp(0.1) / 4)  # d/dnew of -A * exp(new - old) / tokens
     assert stats.clip_fraction == pytest.approx(0.25)
     new.grad = None
-    loss, stats = grpo_loss(new, old, torch.tensor([-1.0]), mask, clip_eps=0.2)
+    loss, stats = grpo_loss(new, old, torch.tensor([-1.0]), mask, LossSettings(clip_eps=0.2))
     loss.backward()
     g = new.grad[0]  # A < 0: now the ratio below 1 - eps is the clipped one
     assert g[1] == 0.0 and g[0] != 0.0
@@ -65,7 +65,7 @@ def test_mask_keeps_tokens_out_of_loss_and_gradient():
     new = _leaf([[0.3, -2.0, 0.1, 5.0]])
     old = torch.tensor([[float("nan"), 0.0, 0.0, 0.0]], dtype=torch.float64)  # masked NaN is ignored
     mask = torch.tensor([[0.0, 1.0, 1.0, 0.0]], dtype=torch.float64)
-    loss, stats = grpo_loss(new, old, torch.tensor([2.0]), mask, clip_eps=0.2)
+    loss, stats = grpo_loss(new, old, torch.tensor([2.0]), mask, LossSettings(clip_eps=0.2))
     loss.backward()
     assert torch.isfinite(loss) and stats.tokens == 2
     assert new.grad[0, 0] == 0.0 and new.grad[0, 3] == 0.0 and new.grad[0, 2] != 0.0
@@ -78,10 +78,11 @@ def test_mask_keeps_tokens_out_of_loss_and_gradient():
 def test_kl_is_zero_when_policy_is_reference_and_positive_otherwise():
     new = _leaf([[-1.0, -2.0, -0.5]])
     mask = torch.ones(1, 3, dtype=torch.float64)
-    _, stats = grpo_loss(new, new.detach(), torch.tensor([1.0]), mask, kl_coef=0.1, ref_logprobs=new.detach())
+    kl = LossSettings(kl_coef=0.1)
+    _, stats = grpo_loss(new, new.detach(), torch.tensor([1.0]), mask, kl, ref_logprobs=new.detach())
     assert stats.kl == 0.0
     ref = torch.tensor([[-1.5, -2.0, 0.0]], dtype=torch.float64)
-    loss_kl, stats = grpo_loss(new, new.detach(), torch.tensor([0.0]), mask, kl_coef=0.1, ref_logprobs=ref)
+    loss_kl, stats = grpo_loss(new, new.detach(), torch.tensor([0.0]), mask, kl, ref_logprobs=ref)
     d = torch.tensor([-0.5, 0.0, 0.5], dtype=torch.float64)
     assert stats.kl == pytest.approx(float((d.exp() - d - 1).mean()))
     assert float(loss_kl.detach()) == pytest.approx(0.1 * stats.kl)
@@ -107,16 +108,16 @@ def test_seq_mean_weighs_every_sequence_the_same_whatever_its_length():
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
     adv = torch.tensor([1.0, -1.0])
     token, _ = grpo_loss(new, new.detach(), adv, mask)
-    seq, _ = grpo_loss(new, new.detach(), adv, mask, loss_agg="seq-mean-token-mean")
+    seq, _ = grpo_loss(new, new.detach(), adv, mask, LossSettings(loss_agg="seq-mean-token-mean"))
     assert float(token.detach()) == pytest.approx(0.5) and float(seq.detach()) == pytest.approx(0.0)
     seq.backward()
     # each sequence's tokens share its 1/2 weight: the success's one token, the failure's three
     assert new.grad[0, 0] == pytest.approx(-0.5) and new.grad[1].tolist() == pytest.approx([0.5 / 3] * 3)
     halves = sum(grpo_loss(new[i:i + 1], new[i:i + 1].detach(), adv[i:i + 1], mask[i:i + 1],
-                           loss_agg="seq-mean-token-mean", num_sequences=2)[0] for i in (0, 1))
+                           LossSettings(loss_agg="seq-mean-token-mean"), num_sequences=2)[0] for i in (0, 1))
     assert float(halves.detach()) == pytest.approx(float(seq.detach()))
     with pytest.raises(ValueError, match="loss_agg"):
-        grpo_loss(new, new.detach(), adv, mask, loss_agg="sum")
+        grpo_loss(new, new.detach(), adv, mask, LossSettings(loss_agg="sum"))
 
 
 def test_sft_loss_is_mean_negative_logprob_on_masked_tokens():

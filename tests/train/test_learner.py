@@ -10,7 +10,7 @@ from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec, TurnSpec
 from prorsa.config.pipeline import TrainConfig
 from prorsa.train.export import read_batch
-from prorsa.train.learner import Learner
+from prorsa.train.learner import Learner, LearnerFiles
 from prorsa.train.trainer import Trainer, TrainerConfig
 
 
@@ -33,8 +33,8 @@ def learner(tiny_dir, tmp_path):
 
         trainer = Trainer(tiny_dir, TrainerConfig(lr=1e-3, micro_batch=4, threads=1))
         learner = Learner(TrainConfig(max_staleness=max_staleness, keep_checkpoints=2), trainer,
-                          tmp_path / "weights", push, batch, mode, log_path=tmp_path / "train.jsonl",
-                          batches_dir=tmp_path / "batches")
+                          tmp_path / "weights", push, batch, mode,
+                          files=LearnerFiles(tmp_path / "train.jsonl", tmp_path / "batches"))
         return learner, pushed
     return make
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from prorsa.config.pipeline import TrainConfig
 from prorsa.train.export import read_batch
-from prorsa.train.learner import Learner
+from prorsa.train.learner import Learner, LearnerFiles
 from prorsa.train.protocol import PolicyTrainer, make_trainer
 
 from step_results import BATCH, step_result as _result
@@ -65,7 +65,7 @@ def test_the_example_trainer_steps_in_the_learner_and_its_weights_are_the_next_v
         trainer = make_trainer(cfg.trainer, tiny_dir, cfg, builtin=lambda: pytest.fail("the built-in trainer"))
         assert isinstance(trainer, PolicyTrainer) and type(trainer).__name__ == "ReinforceTrainer"
         return trainer, Learner(cfg, trainer, tmp_path / "weights", push, BATCH, "sync",
-                                batches_dir=tmp_path / "batches", state_dir=tmp_path / "state")
+                                files=LearnerFiles(batches_dir=tmp_path / "batches", state_dir=tmp_path / "state"))
 
     trainer, learner = open_learner()
     for i in range(BATCH):

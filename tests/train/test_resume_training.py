@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from prorsa.config.pipeline import TrainConfig
-from prorsa.train.learner import STATE, TRAINER_STATE, Finished, Learner
+from prorsa.train.learner import STATE, TRAINER_STATE, Finished, Learner, LearnerFiles
 from prorsa.train.samples import sample_of
 from prorsa.train.trainer import Trainer, TrainerConfig
 
@@ -32,8 +32,8 @@ class Run:
 
         self.trainer = Trainer(tiny_dir, TrainerConfig(lr=1e-3, micro_batch=2, threads=1, seed=5))
         self.learner = Learner(TrainConfig(keep_checkpoints=2), self.trainer, run_dir / "weights", push, BATCH,
-                               "sync", log_path=run_dir / "train.jsonl", batches_dir=run_dir / "batches",
-                               state_dir=run_dir / "trainer-state", durable=durable)
+                               "sync", files=LearnerFiles(run_dir / "train.jsonl", run_dir / "batches",
+                                                          run_dir / "trainer-state", durable))
 
     def steps(self, first: int, last: int) -> None:
         async def go():

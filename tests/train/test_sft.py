@@ -5,7 +5,7 @@ from prorsa.agent.datasets import make_dataset
 from prorsa.agent.live_episode import ChatFormat
 from prorsa.agent.tools.registry import make_tool
 from prorsa.agent.tools.toolbox import Toolbox
-from prorsa.train.evaluate import first_turn_eval
+from prorsa.train.evaluate import EvalDraws, first_turn_eval
 from prorsa.train.sft import DEMONSTRATIONS, SftPlan, demonstration_sample, run_sft
 from prorsa.train.trainer import Trainer, TrainerConfig
 
@@ -63,5 +63,5 @@ def test_sft_raises_the_sampled_call_rate_from_zero_and_stops_at_the_target(tiny
     first, last = result.evals[0][1], result.evals[-1][1]
     assert first.call_rate == 0.0 and last.call_rate >= 0.25 and result.stopped_early
     # the warmed-up model is still far from always calling: RL has something to learn
-    again = first_turn_eval(trainer.model, fmt, make_dataset("arith", 8, seed=2), SCHEMAS, 4, seed=9)
+    again = first_turn_eval(trainer.model, fmt, make_dataset("arith", 8, seed=2), SCHEMAS, EvalDraws(4, seed=9))
     assert 0.0 < again.call_rate < 1.0

@@ -49,10 +49,12 @@ class ServerSpec:
     # an engine spanning nodes: the DP ranks this node's server runs (the layout counts all of them,
     # and `cores` are this node's); None: all of them
     local_dp: int | None = None
+    # the NIXL connector's side: kv_both serves either leg; kv_producer / kv_consumer one (kv_roles.py)
+    kv_role: str = "kv_both"
 
     @classmethod
     def from_settings(cls, settings: VllmSettings, model_dir: Path, cores: list[int] | None,
-                      gpus: tuple[str, ...] | None = None) -> ServerSpec:
+                      gpus: tuple[str, ...] | None = None, kv_role: str = "kv_both") -> ServerSpec:
         return cls(
             model_dir=Path(model_dir),
             device=settings.device,
@@ -70,6 +72,7 @@ class ServerSpec:
             scheduling_policy=settings.scheduling_policy,
             extra_args=tuple(settings.extra_args),
             start_timeout_s=settings.start_timeout_s,
+            kv_role=kv_role,
         )
 
     @property
@@ -81,7 +84,7 @@ class ServerSpec:
 def kv_transfer_config(spec: ServerSpec) -> dict:
     config = {
         "kv_connector": "NixlConnector",
-        "kv_role": "kv_both",  # deprecated for NIXL, but lets one engine serve both legs
+        "kv_role": spec.kv_role,
         "kv_buffer_device": "cpu" if spec.device == "cpu" else "cuda",
     }
     if not spec.nixl_compat_check:

@@ -27,6 +27,8 @@ engines of data_parallel_size > 1 only.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 
@@ -96,13 +98,15 @@ def local_expert_ids(topk_weights: torch.Tensor, topk_ids: torch.Tensor, expert_
 
 def _wrap_expert_apply(cls) -> None:
     original = cls.apply
+    signature = inspect.signature(original)  # vLLM's own: its arguments are found by name, however passed
 
-    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
-              global_num_experts, expert_map, *args, **kwargs):  # fmt: skip
-        if expert_map is not None:
-            topk_weights, topk_ids = local_expert_ids(topk_weights, topk_ids, expert_map)
-        return original(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation,
-                        global_num_experts, expert_map, *args, **kwargs)  # fmt: skip
+    def apply(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        given = bound.arguments
+        if given.get("expert_map") is not None:
+            given["topk_weights"], given["topk_ids"] = local_expert_ids(given["topk_weights"], given["topk_ids"],
+                                                                        given["expert_map"])
+        return original(*bound.args, **bound.kwargs)
 
     apply._prorsa_dp = True
     cls.apply = apply

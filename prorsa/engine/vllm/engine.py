@@ -12,6 +12,8 @@
     warm(req)             POST /v1/completions, max_tokens=1, no KV transfer: the context's blocks
                           stay in this server's prefix cache for the trajectory's next turn here
     set_role(role)        bookkeeping: any engine serves either leg (connector role kv_both)
+    restart_as(role)      take a role whose connector side differs from the server's by restarting
+                          it into that side (engines.role_switch restart: kv_roles.py); else set_role
     inflight(role) / drain(role)   requests of one leg in flight / wait until none remain
     stats()               from in-flight counters and the last refresh_metrics(); no I/O
     refresh_metrics()     read /metrics (running, waiting, KV usage) for stats()
@@ -37,7 +39,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ import httpx
 from prorsa.config.engines import VllmSettings
 from prorsa.engine.base import DecodeRequest, DecodeResult, EngineStats, PrefillRequest, PrefillResult
 from prorsa.engine.vllm.errors import EngineError, EngineUnavailable, KvTransferFailed
+from prorsa.engine.vllm.kv_roles import IN_PLACE, kv_role
 from prorsa.engine.vllm.protocol import Reply, completion_body, gauge, parse_completion
 from prorsa.engine.vllm.server import ServerSpec, VllmServer
 from prorsa.roles import Role
@@ -82,6 +85,14 @@ class _Metrics:
     kv_usage: float  # fraction of KV blocks in use
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an engine's server runs: its CPU cores (pinned) and, on a GPU node, its devices."""
+
+    cores: list[int] | None = None
+    gpus: tuple[str, ...] | None = None
+
+
 class VllmEngine:
     needs_token_ids = True
 
@@ -91,17 +102,19 @@ class VllmEngine:
         role: Role,
         settings: VllmSettings,
         model_dir: Path,
-        cores: list[int] | None,
+        placement: Placement,
         log_dir: Path,
-        gpus: tuple[str, ...] | None = None,
         server: VllmServer | None = None,
+        switch: str = IN_PLACE,
     ):
         self.engine_id = engine_id
         self.role = role
         self.settings = settings
+        self.switch = switch  # kv_roles.py: "in_place" (kv_both) or "restart"
         # `server`: one made by the caller (an engine spanning nodes: its leader's, registry.py)
         self.server = server or VllmServer(
-            ServerSpec.from_settings(settings, model_dir, cores, gpus), Path(log_dir) / f"{engine_id}.log"
+            ServerSpec.from_settings(settings, model_dir, placement.cores, placement.gpus, kv_role(role, switch)),
+            Path(log_dir) / f"{engine_id}.log",
         )
         self._client: httpx.AsyncClient | None = None
         self._inflight: Counter[Role] = Counter()
@@ -327,6 +340,34 @@ class VllmEngine:
         # No admission change: requests already sent finish here; the router stops sending the
         # old leg, and a caller that must wait for it awaits drain(old_role).
         self.role = role
+
+    async def restart_as(self, role: Role) -> None:
+        """Take `role`, restarting the server into the connector side it needs where that is not
+        the server's. The caller has emptied the engine first (no leg here, none pulling KV from
+        it: the KV a prefill holds dies with the server); a request sent meanwhile waits for the
+        new server, as during any restart."""
+        want = kv_role(role, self.switch)
+        if want != self.server.spec.kv_role:
+            await self._wait_for_restart()  # a health restart under way ends first
+            self._restart = asyncio.ensure_future(self._restart_into(want))
+            self._restart.add_done_callback(self._restart_ended)
+            await asyncio.shield(self._restart)
+        self.role = role
+
+    async def _restart_into(self, want: str) -> None:
+        async with self._guard():
+            old = self.server.spec.kv_role
+            note_restart(self.server, f"role switch: kv_role {old} -> {want}")
+            await self.stop()  # from within the restart task: it does not cancel itself
+            self.server.spec = replace(self.server.spec, kv_role=want)
+            try:
+                await self.start()
+            except BaseException:
+                # the health watch's restart brings back the side the engine still has
+                self.server.spec = replace(self.server.spec, kv_role=old)
+                raise
+            if self._weights_dir is not None:
+                await self._reload(self._weights_dir)
 
     def inflight(self, role: Role | None = None) -> int:
         return sum(self._inflight.values()) if role is None else self._inflight[role]
