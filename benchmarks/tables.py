@@ -158,6 +158,24 @@ def t_role_restart(d: dict) -> list[str]:
             "either way (both pull KV)."]
 
 
+def t_weight_sync(d: dict) -> list[str]:
+    doc = d["weight-sync.json"]
+    rows = []
+    for s in doc["shapes"]:
+        gb = s["bytes"] / 1e9
+        med = {k: statistics.median(r[k] for r in s["runs"]) for k in ("write_s", "reload_s", "total_s")}
+        rows.append([s["name"], f"{s['params'] / 1e9:.3f}B", f"{s['hidden']} x {s['layers']}", f"{gb:.2f}",
+                     ", ".join(f"{r['write_s']:.2f} + {r['reload_s']:.2f}" for r in s["runs"]),
+                     f"{med['write_s']:.2f}", f"{med['reload_s']:.2f}", f"{med['total_s']:.2f}",
+                     f"{gb / med['write_s']:.2f} / {gb / med['reload_s']:.2f} / {gb / med['total_s']:.2f}",
+                     f"{s['engine_start_s']:.0f} s", {True: "yes", False: "NO"}.get(s.get("output_changed"), "-")])
+    return table(["shape", "params", "hidden x layers", "GB (float32)", "write + reload (s, each)", "write (s)",
+                  "reload (s)", "update (s)", "GB/s write / reload / update", "engine start",
+                  "output changed"], rows) + [
+        "", f"Medians over {len(doc['shapes'][0]['runs'])} updates per shape, one vLLM CPU engine, "
+            f"{doc['dtype']} weights."]
+
+
 def t_paper_rules(d: dict) -> list[str]:
     """The paper cells under the router's three rules (runtime.sticky_overload)."""
     files = {"cost": "paper.json", "2": "paper-ratio.json", "none": "paper-sticky.json"}
@@ -1208,6 +1226,7 @@ TABLES: dict[str, Table] = {
     "paper-rules": Table(["paper.json", "paper-ratio.json", "paper-sticky.json"], t_paper_rules),
     "paper-restart": Table(["paper.json", "paper-restart.json"], t_paper_restart),
     "role-restart": Table(["role-restart.json"], t_role_restart),
+    "weight-sync": Table(["weight-sync.json"], t_weight_sync),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),
     "priors-drivers-steps3": Table(["priors-drivers-steps3.json"], priors_cells_table("priors-drivers-steps3.json")),

@@ -1,0 +1,65 @@
+"""benchmarks/weight_sync.py's pure parts, no engine: the shapes' sizes against the model the tiny
+maker really writes, the shape list's bad input, and tables.py's rendering of a results file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.benchmark_scripts import load_script
+
+
+@pytest.fixture(scope="module")
+def ws():
+    return load_script("weight_sync.py")
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return load_script("tables.py")
+
+
+def test_param_count_is_what_the_tiny_maker_writes(ws, tmp_path):
+    from safetensors import safe_open
+
+    from prorsa.engine.tiny_model import TinyShape, make_tiny_model
+
+    shape = TinyShape(hidden_size=64, layers=3, heads=2, kv_heads=1)  # head_dim 32, one KV head of two
+    out = make_tiny_model(tmp_path / "m", seed=0, shape=shape)
+    vocab = json.loads((out / "config.json").read_text())["vocab_size"]
+    written = 0
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            written += f.get_tensor(k).numel()
+    assert ws.param_count(shape, vocab) == written
+    assert ws.weight_bytes(shape, vocab) == 4 * written
+
+
+def test_the_shapes_grow_and_fit_the_memory(ws):
+    sizes = [ws.weight_bytes(s) for s in ws.SHAPES.values()]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
+    assert sizes[-1] <= ws.MAX_BYTES
+    assert ws.param_count(ws.SHAPES["0.5b"]) == pytest.approx(0.5e9, rel=0.1)
+    assert ws.param_count(ws.SHAPES["1.5b"]) == pytest.approx(1.4e9, rel=0.1)
+
+
+def test_an_unknown_shape_is_one_line_and_exit_2(ws, capsys):
+    assert ws.parse_shapes("tiny, 0.5b") == ["tiny", "0.5b"]
+    with pytest.raises(ValueError, match="unknown shape '7b'"):
+        ws.parse_shapes("tiny,7b")
+    assert ws.main(["--shapes", "7b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("weight_sync.py: --shapes: unknown shape '7b'") and "\n" not in err
+    assert ws.main(["--shapes", "tiny", "--updates", "0"]) == 2
+
+
+def test_the_table_shows_medians_and_gb_per_s(tables):
+    runs = [{"write_s": w, "reload_s": r, "total_s": w + r} for w, r in ((1.0, 4.0), (2.0, 2.0), (4.0, 3.0))]
+    doc = {"dtype": "float32", "shapes": [{"name": "x", "params": 500_000_000, "bytes": 2 * 10**9, "hidden": 1024,
+                                           "layers": 32, "engine_start_s": 61.4, "runs": runs, "output_changed": False}]}
+    lines = tables.t_weight_sync({"weight-sync.json": doc})
+    row = next(line for line in lines if line.startswith("| x |"))
+    # medians: write 2.0 s, reload 3.0 s, update 5.0 s (of 5, 4, 7): 2 GB over each
+    assert row == ("| x | 0.500B | 1024 x 32 | 2.00 | 1.00 + 4.00, 2.00 + 2.00, 4.00 + 3.00 | 2.00 | 3.00 | 5.00 "
+                   "| 1.00 / 0.67 / 0.40 | 61 s | NO |")
