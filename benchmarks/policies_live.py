@@ -207,12 +207,19 @@ def sim_result(sims: dict[str, dict], mode: str) -> dict:
     the best static split, as cell_result gives them for the live runs."""
     colo = figure(sims["colocated"], mode)
     ratios = {p: ratio(figure(s, mode), colo, mode) for p, s in sims.items()}
+    best, _, vs_best = versus_best(ratios)
+    return {"per_policy": {p: {**sims[p], "ratio": ratios[p]} for p in sims}, "best_static": best,
+            "prorsa_vs_best": vs_best}
+
+
+def versus_best(ratios: dict[str, float | None]) -> tuple[str | None, float, float | None]:
+    """From each policy's ratio to colocated: the best static split, the better of it and colocated
+    (as a ratio), and prorsa's ratio to that."""
     statics = [p for p in ratios if p.startswith("static:") and ratios[p] is not None]
     best = max(statics, key=lambda p: ratios[p], default=None)
     baseline = max([1.0] + ([ratios[best]] if best else []))
     pr = ratios.get("prorsa")
-    return {"per_policy": {p: {**sims[p], "ratio": ratios[p]} for p in sims}, "best_static": best,
-            "prorsa_vs_best": pr / baseline if pr is not None else None}
+    return best, baseline, (pr / baseline if pr is not None else None)
 
 
 def figure(summary: dict, mode: str) -> float | None:
@@ -265,16 +272,13 @@ def cell_result(runs: dict[str, list[dict]], mode: str) -> dict:
     colo = per["colocated"]["figure"]
     for p in per.values():
         p["ratio"] = ratio(p["figure"], colo, mode)
-    statics = [p for p in per if p.startswith("static:") and per[p]["ratio"] is not None]
-    best = max(statics, key=lambda p: per[p]["ratio"], default=None)
-    baseline = max([1.0] + ([per[best]["ratio"]] if best else []))
-    pr = per["prorsa"]["ratio"] if "prorsa" in per else None
+    best, baseline, vs_best = versus_best({p: v["ratio"] for p, v in per.items()})
     return {
         "per_policy": per,
         "best_static": best,
         "baseline": "colocated" if baseline == 1.0 else best,
-        "prorsa_vs_best": pr / baseline if pr is not None else None,
-        "goal_met": pr is not None and pr / baseline >= GOAL,
+        "prorsa_vs_best": vs_best,
+        "goal_met": vs_best is not None and vs_best >= GOAL,
     }
 
 

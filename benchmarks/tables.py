@@ -87,8 +87,13 @@ def live_key(cell: dict) -> tuple:
     return cell["family"], cell["model"], cell["mode"]
 
 
+def figure_key(mode: str) -> str:
+    """The headline figure's key in a summary: makespan (sync) or trajectories/s (async)."""
+    return "makespan_s" if mode == "sync" else "trajectories_per_s"
+
+
 def run_figures(cell: dict, policy: str) -> list[float]:
-    key = "makespan_s" if cell["mode"] == "sync" else "trajectories_per_s"
+    key = figure_key(cell["mode"])
     return [r["summary"][key] for r in cell["runs"].get(policy, []) if r.get("summary")]
 
 
@@ -736,7 +741,7 @@ def t_vllm_cell(d: dict) -> list[str]:
     c = doc["cells"][0]
     per, sim, mode = c["result"]["per_policy"], c["sim"]["per_policy"], c["mode"]
     rows = [[p, ", ".join(f"{x:.2f}" for x in run_figures(c, p)), fig(v["figure"], mode), f3(v["ratio"]),
-             f"{v['role_switches']:.0f}", fig(figure_of(sim[p], mode), mode), f3(sim[p]["ratio"]),
+             f"{v['role_switches']:.0f}", fig(sim[p].get(figure_key(mode)), mode), f3(sim[p]["ratio"]),
              f"{sim[p]['role_switches']:.0f}"] for p, v in per.items()]
     load = max(x for rs in c["runs"].values() for r in rs for x in r["load1"])
     return table(["policy", "live runs", f"live (median of {doc['args']['repeats']})", "vs colocated", "switches",
@@ -749,10 +754,6 @@ def t_vllm_cell(d: dict) -> list[str]:
 def best_fixed(per: dict) -> str:
     """The fastest of colocated and the static splits, by their ratio to colocated."""
     return split(max((p for p in per if p == "colocated" or p.startswith("static:")), key=lambda p: per[p]["ratio"]))
-
-
-def figure_of(point: dict, mode: str) -> float | None:
-    return point.get("makespan_s") if mode == "sync" else point.get("trajectories_per_s")
 
 
 def t_moe_step(d: dict) -> list[str]:

@@ -146,29 +146,32 @@ class EmulatedEngine:
         new = self.layouts.of(role)
         if new.layout == self.cost.layout:
             return
-        if self._batch.active or self._batch.waiting:
-            raise RuntimeError(f"engine {self.engine_id}: relayout with {self._batch.active} sequences "
-                               f"running and {len(self._batch.waiting)} waiting; drain it first")
+        self._must_be_empty("relayout")
         seconds = self.cost.reshard_time(new)
         self._lay_out(new)
         self._batch.relayout(self.kv_capacity, self.ranks)
-        loop = asyncio.get_running_loop()
-        self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
-        await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
+        await self._hold(seconds)
 
     async def restart_as(self, role: Role) -> None:
         """Take `role`; across the KV connector's sides on an engine switched by restart, as a real
         server would: it must be empty, holds restart_s and comes back with no cached prefix."""
         seconds = self.cost.restart_s
         if seconds is not None and restarts_kv(self.role, role):
-            if self._batch.active or self._batch.waiting:
-                raise RuntimeError(f"engine {self.engine_id}: restart with {self._batch.active} sequences "
-                                   f"running and {len(self._batch.waiting)} waiting; drain it first")
+            self._must_be_empty("restart")
             self._prefix.clear()
-            loop = asyncio.get_running_loop()
-            self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
-            await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
+            await self._hold(seconds)
         self.role = role
+
+    def _must_be_empty(self, what: str) -> None:
+        if self._batch.active or self._batch.waiting:
+            raise RuntimeError(f"engine {self.engine_id}: {what} with {self._batch.active} sequences "
+                               f"running and {len(self._batch.waiting)} waiting; drain it first")
+
+    async def _hold(self, seconds: float) -> None:
+        """No step starts for `seconds` (cost-model time) from now; returns when they are over."""
+        loop = asyncio.get_running_loop()
+        self._held_until = max(self._held_until, loop.time() + seconds * self.time_scale)
+        await asyncio.sleep(max(self._held_until - loop.time(), 0.0))
 
     async def update_weights(self, seconds: float) -> None:
         """Returns once the new weights are in; meanwhile no step starts (the one in flight ends)."""
