@@ -769,6 +769,29 @@ def t_leg_overhead(d: dict) -> list[str]:
             f"ratio by {moved:.3f} at most."]
 
 
+def t_live_time_scale(d: dict) -> list[str]:
+    """One live cell at two time scales, side by side: what of a split's live gap is the clock's."""
+    rows = []
+    for name in TIME_SCALE_FILES:
+        c = d[name]["cells"][0]
+        ts, per = c["time_scale"], c["result"]["per_policy"]
+        for pol in per:
+            runs = ", ".join(f"{x / ts:.1f}" for x in run_figures(c, pol))
+            load = max(x for r in c["runs"][pol] for x in r["load1"])
+            rows.append([f"{ts:g}", split(pol), runs, f3(per[pol]["ratio"]), f"{load:.1f}"])
+    ratios = {d[n]["cells"][0]["time_scale"]: d[n]["cells"][0]["result"]["per_policy"]["static:1:3"]["ratio"]
+              for n in TIME_SCALE_FILES}
+    lo, hi = min(ratios), max(ratios)
+    sim = next(q["ratio"] for q in d["leg-overhead.json"]["points"]
+               if (q["cell"], q["policy"], q["dispatch_s"]) == ("swe/moe/sync", "static:1:3", 0.0))
+    return table(["time scale", "policy", "makespans (cost-model s)", "vs colocated", "highest load"], rows) + [
+        "", f"1:3 against colocated: {f3(ratios[lo])} at {lo:g} of real time, {f3(ratios[hi])} at {hi:g} "
+            f"(simulated, the same cell: {f3(sim)})."]
+
+
+TIME_SCALE_FILES = ("policies_live-time-scale-0.1.json", "policies_live-time-scale-0.3.json")
+
+
 def best_fixed(per: dict) -> str:
     """The fastest of colocated and the static splits, by their ratio to colocated."""
     return split(max((p for p in per if p == "colocated" or p.startswith("static:")), key=lambda p: per[p]["ratio"]))
@@ -1286,6 +1309,7 @@ TABLES: dict[str, Table] = {
     "moe-step": Table(["policies_live-moe-step.json"], t_moe_step),
     "live-grid": Table(["policies_live.json"], grid_table("policies_live.json")),
     "live-vllm-cell": Table(["policies_live-vllm-quickstart.json"], t_vllm_cell),
+    "live-time-scale": Table([*TIME_SCALE_FILES, "leg-overhead.json"], t_live_time_scale),
     "leg-overhead": Table(["leg-overhead.json", "policies_live-moe-repeats.json"], t_leg_overhead),
     "live-grid-ratio": Table(["policies_live-ratio.json"], grid_table("policies_live-ratio.json")),
     "live-repeats": Table(["policies_live-moe-repeats.json"], grid_table("policies_live-moe-repeats.json")),
