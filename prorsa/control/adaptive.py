@@ -114,7 +114,6 @@ class Prorsa:
         # folds events into the calibration's leg clock
         self.calibration = Calibration()
         self._calibrating = self.rehearse is not None and not self.asynchronous
-        self._declined = ""  # the last rehearsal's best split, where the margin kept all mixed
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
@@ -241,11 +240,7 @@ class Prorsa:
         cands = [mixed, fluid, *every_split(n_engines)[1:]]
         times = self._over_resamples(self._rehearsal_times(specs, older, cands), mixed, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
-        margin = self.calibration.margin(REHEARSAL_GAIN, best)
-        self._held = best if times[best] * (1 + margin) < times[mixed] else mixed
-        lead = times[mixed] / times[best] - 1 if times[best] > 0 else 0.0
-        self._declined = (f"{_split_name(best)} rehearsed {lead:.1%} ahead, inside the {margin:.1%} margin"
-                          if self._held == mixed and best != mixed and lead > REHEARSAL_GAIN else "")
+        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[mixed] else mixed
         return self._held
 
     def _rehearsal_times(self, specs, older: Sequence[TrajectorySpec], cands: list) -> dict:
@@ -335,7 +330,6 @@ class Prorsa:
         hint = self.learned()
         engines = self._requests.engines(snapshot)
         before, self._held, self._held_on_prior = len(self.rehearsals), None, False
-        self._declined = ""
         ahead, trend = self._carried_forward(snapshot.finished)
         older = decodes_as(ahead, self._step_before)
         self._step_before = list(snapshot.finished)
@@ -349,8 +343,7 @@ class Prorsa:
             f"{hint.turns:.1f} turns of {hint.decode_tokens:.0f} decoded tokens, {hint.tool_s:.2f}s tools")
         self.calibration.begin(snapshot.time_s, goal)
         checked = f"; last {checked}" if checked else ""
-        declined = f"; {self._declined}" if self._declined else ""
-        return engines, goal, f"next step: {_split_name(goal)} ({how}) for {what}{checked}{declined}"
+        return engines, goal, f"next step: {_split_name(goal)} ({how}) for {what}{checked}"
 
     def _carried_forward(self, finished: Sequence[TrajectorySpec]) -> tuple[list[TrajectorySpec], float]:
         """The step that ran, its decodes scaled by the last step-over-step change of their mean
@@ -457,7 +450,7 @@ class Prorsa:
         specs = self._window(finished)
         times = self._replay(specs, [current, goal, best])
         margin = self.calibration.margin(REHEARSAL_GAIN)
-        if times[goal] * (1 + self.calibration.margin(REHEARSAL_GAIN, goal)) >= times[current]:
+        if times[goal] * (1 + margin) >= times[current]:
             why = f"{times[goal]:.1f} s under it, {times[current]:.1f} s as now"
         elif times[best] * (1 + margin) < times[goal]:
             why = f"{times[goal]:.1f} s under it, {times[best]:.1f} s under {_split_name(best)}"

@@ -94,7 +94,7 @@ class ProrsaGroups(Prorsa):
         cands = [c for c in dict.fromkeys(cands) if serves_both(np.array([c]))[0]]
         times = self._over_resamples(self._rehearsal_times(specs, older, cands), declared, specs, older, resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
-        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN, best)) < times[declared] else declared
+        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[declared] else declared
         return self._held
 
     def _lines(self, base: GroupSplit) -> list[GroupSplit]:

@@ -12,9 +12,7 @@
                                   correction moved toward what was seen
       .scale                      ModelScale to rehearse with (composed onto the body's model)
       .error                      |seen / predicted - 1| of the last step's makespan, None before one
-      .margin(floor[, split])     the gain a rehearsed move to `split` must show: the floor or the
-                                  error, or where `split` has a role no measured step ran in, the
-                                  error the model had before any correction (first_error)
+      .margin(floor)              the gain a rehearsed move must show: the floor or the error
 
 The comparison is like with like: the step that just ran, replayed in the simulator on the same
 trajectories (as they ran: appends, decodes, tool times) and the same split, gives the same
@@ -35,7 +33,6 @@ from dataclasses import dataclass
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.costmodel.misfit import ModelScale
-from prorsa.roles import Role
 
 # Legs of each kind a step must show before its rate is compared: fewer say more of the draw than
 # of the model.
@@ -111,9 +108,6 @@ class Calibration:
     def __init__(self) -> None:
         self.scale = ModelScale()
         self.error: float | None = None
-        # the first replay's error: the model as it came, before any step corrected it
-        self.first_error: float | None = None
-        self.exercised: set[Role] = set()  # the roles of the steps held against a replay
         self.replays = 0  # replays held against the step they replayed
         self._clock = PhaseClock()
         self._began_s = 0.0
@@ -144,7 +138,6 @@ class Calibration:
         if seen.decode_per_token() is None:
             return ""
         seen_s = self._last_s - self._began_s
-        self.exercised |= roles_of(self._split)
         first, moved = "", []
         for k in range(ROUNDS):
             events: list[LifecycleEvent] = []
@@ -168,8 +161,6 @@ class Calibration:
             return ""
         self.replays += 1
         self.error = abs(seen_s / predicted_s - 1.0)
-        if self.first_error is None:
-            self.first_error = self.error
         p = d = 1.0
         if not last and self.error >= DEADBAND:
             p = _ratio(predicted.prefill_per_token(), seen.prefill_per_token())
@@ -177,24 +168,7 @@ class Calibration:
             self.scale = self.scale * ModelScale(prefill=p, decode=d)
         return f"step {seen_s:.1f} s against {predicted_s:.1f} s rehearsed ({self.error:.1%} off)"
 
-    def margin(self, floor: float, split=None) -> float:
-        """The lead a rehearsed `split` needs over the one kept: the model's measured error once a
-        step has measured it (a lead inside it is the model's, not the split's), else `floor`.
-        Where `split` gives an engine a role no measured step ran in, its path (a KV handoff, a
-        leg more per turn) is one no step corrected the model on, and the correction fitted on
-        the others does not vouch for it: the lead must clear the error the model had before any
-        correction. On the quickstart's vLLM CPU engines the CPU profile rehearsed step 1 (all
-        mixed) 36% slow; corrected, it rehearsed P1 D2 ahead for step 2, which ran slower there."""
-        if self.error is None:
-            return floor
-        margin = max(floor, self.error)
-        if split is not None and self.first_error is not None and not roles_of(split) <= self.exercised:
-            margin = max(margin, self.first_error)
-        return margin
-
-
-def roles_of(split) -> set[Role]:
-    """The roles a split (P, D, M) gives some engine, or one (P, D, M) per engine group's."""
-    if split and isinstance(split[0], tuple):
-        return set().union(*map(roles_of, split))
-    return {r for r, n in zip((Role.PREFILL, Role.DECODE, Role.MIXED), split) if n}
+    def margin(self, floor: float) -> float:
+        """The lead a rehearsed split needs over the one kept: the model's measured error once a
+        step has measured it (a lead inside it is the model's, not the split's), else `floor`."""
+        return floor if self.error is None else max(floor, self.error)

@@ -6,7 +6,6 @@ from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.control.calibration import DEADBAND, MAX_STEP, MIN_LEGS, Calibration, PhaseClock, PhaseRates
 from prorsa.control.lifecycle import LifecycleEvent, Phase
 from prorsa.costmodel.misfit import ModelScale
-from prorsa.roles import Role
 
 
 def _turn(traj: str, turn: int, t0: float, prefill_s: float | None, decode_s: float, append: int, decoded: int,
@@ -142,28 +141,3 @@ def test_end_corrects_at_most_rounds_minus_one_times_and_the_last_replay_only_me
     assert asked == [round(MAX_STEP ** -k, 6) for k in range(ROUNDS)]
     assert cal.scale.decode == pytest.approx(MAX_STEP ** -(ROUNDS - 1)) and cal.replays == ROUNDS
     assert cal.error == pytest.approx(1.0)  # the step's 4 s against the last replay's 2 s
-
-
-def test_a_split_with_a_role_no_measured_step_ran_in_must_clear_the_uncorrected_error():
-    cal = Calibration()
-    cal.begin(0.0, (0, 0, 3))
-    cal.exercised.add(Role.MIXED)  # what end() records of an all-mixed step held against its replay
-    cal.update(_rates(0.01, 0.01), _rates(0.01, 0.01), 136.0, 100.0)  # the model as it came: 36% off
-    cal.update(_rates(0.01, 0.01), _rates(0.01, 0.01), 102.0, 100.0)  # corrected: 2% off
-    assert cal.margin(0.01) == pytest.approx(0.02)
-    assert cal.margin(0.01, (0, 0, 3)) == pytest.approx(0.02)  # the path measured: its own error
-    assert cal.margin(0.01, (1, 2, 0)) == pytest.approx(0.36)  # prefill and decode engines: never run
-    assert cal.margin(0.01, ((0, 0, 2), (1, 0, 0))) == pytest.approx(0.36)  # one group's, per engine group
-    cal.exercised |= {Role.PREFILL, Role.DECODE}
-    assert cal.margin(0.01, (1, 2, 0)) == pytest.approx(0.02)
-
-
-def test_end_records_the_roles_of_the_step_it_held_against_a_replay():
-    cal = Calibration()
-    cal.begin(0.0, (1, 0, 2))
-    for k in range(MIN_LEGS):
-        for ev in _turn(f"t{k}", 0, 0.0, 1.0, 2.0, 100, 50, last=True):
-            cal.observe(ev)
-    spec = [_spec(k) for k in range(MIN_LEGS)]
-    cal.end(spec, lambda finished, split, scale, events: 3.0)
-    assert cal.exercised == {Role.PREFILL, Role.MIXED} and cal.first_error is not None
