@@ -789,6 +789,7 @@ def t_live_time_scale(d: dict) -> list[str]:
             f"(simulated, the same cell: {f3(sim)})."]
 
 
+ENGINES_32 = ("held-out-engines-32.json", "held-out-engines-32-coarse.json", "held-out-engines-32-swe-async.json")
 TIME_SCALE_FILES = ("policies_live-time-scale-0.1.json", "policies_live-time-scale-0.3.json")
 
 
@@ -1259,8 +1260,7 @@ TABLES: dict[str, Table] = {
     "held-out-ep": Table(["held-out-ep.json"], held_out_ep_table("held-out-ep.json")),
     "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
     "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
-    "held-out-engines-32": Table(["held-out-engines-32.json", "held-out-engines-32-coarse.json"],
-                                 held_out_table("held-out-engines-32.json", "held-out-engines-32-coarse.json")),
+    "held-out-engines-32": Table(list(ENGINES_32), held_out_table(*ENGINES_32)),
     "groups": Table(["groups.json"], groups_table("groups.json")),
     "groups-seed1": Table(["groups-seed1.json"], groups_table("groups-seed1.json")),
     "groups-layouts": Table(["groups.json"], t_groups_layouts),
