@@ -1137,11 +1137,11 @@ def model_error_table(*files: str) -> Callable[[dict], list[str]]:
     return render
 
 
-def held_out_ep_table(file: str) -> Callable[[dict], list[str]]:
+def held_out_ep_table(*files: str) -> Callable[[dict], list[str]]:
     """benchmarks/model_error.py --ep: prorsa (exact model) over the best fixed split at other EP widths,
     with the lowest figure and the cells at 0.97 or better per width."""
     def render(d: dict) -> list[str]:
-        cells = d[file]["cells"]
+        cells = [c for f in files for c in d[f]["cells"]]
         widths = list(dict.fromkeys(c["ep"] for c in cells))
         rows = [[c["family"], c["mode"], str(c["seed"]), str(c["engines"]), f"EP{c['ep']}",
                  split(c["best_fixed"]), f3(c["prorsa_vs_best"]["exact"]), str(c["switches"]["exact"])]
@@ -1257,7 +1257,7 @@ TABLES: dict[str, Table] = {
                             model_error_table("held-out-seeds.json", "held-out-seeds-2.json")),
     "held-out-engines": Table(["held-out-engines-4.json"], model_error_table("held-out-engines-4.json")),
     "held-out-engines-16": Table(["held-out-engines-16.json"], model_error_table("held-out-engines-16.json")),
-    "held-out-ep": Table(["held-out-ep.json"], held_out_ep_table("held-out-ep.json")),
+    "held-out-ep": Table(["held-out-ep.json", "held-out-ep64.json"], held_out_ep_table("held-out-ep.json", "held-out-ep64.json")),
     "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
     "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
     "held-out-engines-32": Table(list(ENGINES_32), held_out_table(*ENGINES_32)),
