@@ -243,3 +243,32 @@ def test_inconsistent_moe_fields_are_rejected(tmp_path, monkeypatch):
         text.replace("experts_per_token: 8", "experts_per_token: 0"))
     with pytest.raises(ValueError, match="odd.yaml.*experts_per_token"):
         load_model("odd")
+
+
+# -- weight updates priced by their bytes -----------------------------------------------------------
+
+def test_a_weight_update_costs_a_fixed_part_plus_its_bytes_over_the_link(h200_8b):
+    from prorsa.costmodel.roofline import WEIGHT_UPDATE_FIXED_S
+
+    g = h200_8b.gpu
+    whole = h200_8b.weight_bytes_resident()
+    assert whole == pytest.approx(16.4e9, rel=0.05)  # Qwen3-8B in bf16
+    node = h200_8b.weight_update_time()
+    assert node == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / (g.nvlink_bw * g.nvlink_efficiency))
+    assert h200_8b.weight_update_time(link="net") == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / g.net_bw)
+    # ~40 GB/s over the NIC against ~400 over NVLink
+    assert h200_8b.weight_update_time(link="net") - WEIGHT_UPDATE_FIXED_S > 5 * (node - WEIGHT_UPDATE_FIXED_S)
+    # only changed tensors moved: a tenth of the bytes, a tenth of the variable part
+    tenth = h200_8b.weight_update_time(whole / 10)
+    assert tenth - WEIGHT_UPDATE_FIXED_S == pytest.approx((node - WEIGHT_UPDATE_FIXED_S) / 10)
+    assert h200_8b.weight_update_time(0) == WEIGHT_UPDATE_FIXED_S
+    with pytest.raises(ValueError, match="link"):
+        h200_8b.weight_update_time(link="disk")
+
+
+def test_tensor_parallel_ranks_load_their_shards_at_once():
+    from prorsa.costmodel.roofline import WEIGHT_UPDATE_FIXED_S
+
+    one, four = (CostModel.from_names("h200", "qwen3-32b", tp=tp) for tp in (1, 4))
+    assert four.weight_update_time() - WEIGHT_UPDATE_FIXED_S == \
+        pytest.approx((one.weight_update_time() - WEIGHT_UPDATE_FIXED_S) / 4)
