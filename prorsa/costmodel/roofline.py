@@ -46,10 +46,10 @@ from prorsa.roles import Role, restarts_kv
 
 _ACT_BYTES = 2  # bf16 activations in collectives
 # Fixed seconds of a weight update besides moving its bytes: the engine's load call through
-# /collective_rpc and the prefix-cache reset. Evidence: the tiny shape's memory-path updates on one
-# vLLM CPU engine (4 MB: the bytes cost nothing), median of 3 (benchmarks/results/weight-sync-paths.json,
-# shapes tiny, 0.5b, 1.5b); on GPUs an estimate [E], the same calls.
-WEIGHT_UPDATE_FIXED_S = 0.3
+# /collective_rpc, reprocessing a model's layers and the prefix-cache reset. Evidence: the tiny shape's
+# memory-path update on one vLLM CPU engine (4 MB: the bytes cost nothing), median of 3
+# (benchmarks/results/weight-sync-paths.json, shapes tiny, 0.5b, 1.5b); on GPUs an estimate [E].
+WEIGHT_UPDATE_FIXED_S = 0.47
 
 
 class CostModel:
@@ -298,6 +298,8 @@ class CostModel:
         g = self.gpu
         moved = self.weight_bytes_resident() if nbytes is None else nbytes
         rate = g.nvlink_bw * g.nvlink_efficiency if link == "node" else g.net_bw
+        if g.weight_load_bw > 0:  # the engine's own processing of what arrives, where it is slower
+            rate = min(rate, g.weight_load_bw)
         return WEIGHT_UPDATE_FIXED_S + moved / self.tp / rate
 
     def weight_bytes_resident(self) -> float:

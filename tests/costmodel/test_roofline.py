@@ -272,3 +272,30 @@ def test_tensor_parallel_ranks_load_their_shards_at_once():
     one, four = (CostModel.from_names("h200", "qwen3-32b", tp=tp) for tp in (1, 4))
     assert four.weight_update_time() - WEIGHT_UPDATE_FIXED_S == \
         pytest.approx((one.weight_update_time() - WEIGHT_UPDATE_FIXED_S) / 4)
+
+
+def test_an_engine_slower_to_take_weights_in_than_its_link_bounds_the_update():
+    import dataclasses
+
+    from prorsa.costmodel.roofline import WEIGHT_UPDATE_FIXED_S
+
+    base = CostModel.from_names("h200", "qwen3-8b")
+    slow = CostModel(dataclasses.replace(base.gpu, weight_load_bw=10e9), base.model)
+    whole = base.weight_bytes_resident()
+    assert slow.weight_update_time() == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / 10e9)
+    assert slow.weight_update_time(link="net") == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / 10e9)
+    assert base.weight_update_time() < slow.weight_update_time()
+
+
+def test_the_cpu_profile_prices_the_measured_memory_updates():
+    """CostModel.weight_update_time against benchmarks/weight_sync.py's memory path (whole updates of
+    0.5B and 1.4B float32 models on one vLLM CPU engine): within a fifth of each measured median."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "weight-sync-paths.json").read_text())
+    cpu = CostModel.from_names("cpu", "tiny")
+    for shape in (s for s in doc["shapes"] if s["bytes"] > 1e9):
+        measured = statistics.median(r["total_s"] for r in shape["paths"]["memory"]["runs"])
+        assert cpu.weight_update_time(shape["bytes"]) == pytest.approx(measured, rel=0.2), shape["name"]
