@@ -181,6 +181,51 @@ def t_weight_sync(d: dict) -> list[str]:
             f"{doc['dtype']} weights."]
 
 
+def _mb(nbytes: float) -> str:
+    mb = nbytes / 1e6
+    return f"{mb:.0f}" if mb >= 100 else f"{mb:.3g}"
+
+
+def t_weight_sync_paths(d: dict) -> list[str]:
+    """Each shape's update by each path, medians; the speed-up over the disk path measured beside it."""
+    doc = d["weight-sync-paths.json"]
+    rows = []
+    for s in doc["shapes"]:
+        disk = s["paths"].get("disk")
+        disk_s = statistics.median(r["total_s"] for r in disk["runs"]) if disk else None
+        for path, p in s["paths"].items():
+            med = {k: statistics.median(r[k] for r in p["runs"]) for k in ("write_s", "reload_s", "total_s", "bytes_moved")}
+            rows.append([s["name"], f"{s['bytes'] / 1e9:.2f}", path, _mb(med["bytes_moved"]),
+                         f"{med['write_s']:.2f}", f"{med['reload_s']:.2f}", f"{med['total_s']:.2f}",
+                         f"{med['bytes_moved'] / 1e9 / med['total_s']:.2f}",
+                         f"{disk_s / med['total_s']:.1f}x" if disk_s else "-",
+                         {True: "yes", False: "NO"}.get(p.get("output_changed"), "-")])
+    return table(["shape", "GB (float32)", "path", "MB moved", "write (s)", "reload (s)", "update (s)",
+                  "GB/s", "vs disk", "output changed"], rows) + [
+        "", f"Medians over {len(doc['shapes'][0]['paths']['disk']['runs'])} updates per shape and path, one vLLM "
+            f"CPU engine, {doc['dtype']} weights; MB moved: what the engine loaded, GB/s: that over the update."]
+
+
+RL_TOY_SYNC = ("rl-toy-sync-disk.json", "rl-toy-sync-memory.json")
+
+
+def t_rl_toy_sync(d: dict) -> list[str]:
+    """The rl-toy run's weight updates by weight_sync: the trainer's part, the engines' and both."""
+    rows = []
+    for f in RL_TOY_SYNC:
+        doc = d[f]
+        ups = doc["updates"]
+        med = {k: statistics.median(u[k] for u in ups) for k in ("save_s", "push_s")}
+        both = statistics.median(u["save_s"] + u["push_s"] for u in ups)
+        rows.append([doc["weight_sync"], str(len(ups)), f"{med['save_s']:.3f}", f"{med['push_s']:.3f}",
+                     f"{both:.3f}", f"{sum(u['save_s'] + u['push_s'] for u in ups):.1f}", f"{doc['makespan_s']:.0f}",
+                     f"{doc['first']['call_share']:.2f} -> {doc['last']['call_share']:.2f}"])
+    return table(["weight_sync", "updates", "save (s)", "push (s)", "update (s)", "all updates (s)",
+                  "makespan (s)", "call share first -> last"], rows) + [
+        "", "Medians over the run's updates (train.jsonl: save is the trainer's part, a model directory written "
+            "or the shared region filled; push is every engine loading it, the 3 engines at once)."]
+
+
 def t_paper_rules(d: dict) -> list[str]:
     """The paper cells under the router's three rules (runtime.sticky_overload)."""
     files = {"cost": "paper.json", "2": "paper-ratio.json", "none": "paper-sticky.json"}
@@ -1269,6 +1314,8 @@ TABLES: dict[str, Table] = {
     "paper-restart": Table(["paper.json", "paper-restart.json"], t_paper_restart),
     "role-restart": Table(["role-restart.json"], t_role_restart),
     "weight-sync": Table(["weight-sync.json"], t_weight_sync),
+    "weight-sync-paths": Table(["weight-sync-paths.json"], t_weight_sync_paths),
+    "rl-toy-sync": Table(list(RL_TOY_SYNC), t_rl_toy_sync),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),
     "priors-drivers-steps3": Table(["priors-drivers-steps3.json"], priors_cells_table("priors-drivers-steps3.json")),

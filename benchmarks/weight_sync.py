@@ -1,18 +1,26 @@
-"""A weight update's cost by model size, as the project does it today (the "before" of faster sync).
+"""A weight update's cost by model size and by path: today's disk round trip against shared memory.
 
 For each shape, a Llama with random float32 weights is made locally (the tiny model's maker with a
-larger TinyShape) and ONE vLLM CPU engine started on it; then each of N updates:
-  write    the trainer's part: a state dict written as a model directory beside the base model's
-           config and tokenizer (api/weights.py model_dir_for: safetensors, renamed into place whole)
-  reload   the engine's part: VllmEngine.load_weights (vLLM's reload_weights through the dev-mode
-           /collective_rpc endpoint), which also drops the cached prefixes
-GB/s is the bytes of the weights (every tensor, float32) over the seconds of each part. Each update
-flips the sign of one norm's weights, so every update is a new one (the bytes moved do not depend on
-the values); after an odd number of them a fixed prompt must decode otherwise than before the first,
-which shows the engine serves what it reloaded (output_changed).
+larger TinyShape) and ONE vLLM CPU engine started on it; then N updates by each path:
+  disk            write: a state dict written as a model directory beside the base model's config and
+                  tokenizer (api/weights.py model_dir_for: safetensors, renamed into place whole);
+                  reload: VllmEngine.load_weights (vLLM's reload_weights through /collective_rpc)
+  memory          write: every tensor copied into a shared-memory region under /dev/shm
+                  (shared_weights.py); reload: VllmEngine.load_shared, the engine's worker
+                  loading them from the region through vLLM's in-place reload (worker_ext.py)
+  memory-changed  the same, but the trainer compares its tensors with the region and copies only the
+                  changed ones, and the engine loads only their layers: the case of a partly frozen
+                  model (here: one norm changes, everything else is frozen)
+Every reload also drops the cached prefixes. GB/s is the bytes the engine loaded over the seconds of
+each part. Each update flips the sign of one norm's weights, so every update is a new one; after an
+odd number of them a fixed prompt must decode otherwise than before the first, which shows the
+engine serves what it loaded (output_changed).
 
     .venv/bin/python benchmarks/weight_sync.py [--shapes tiny,0.5b,1.5b] [--updates 3]
-        [--out benchmarks/results/weight-sync.json]
+        [--paths disk,memory,memory-changed] [--out benchmarks/results/weight-sync-paths.json]
+
+benchmarks/results/weight-sync.json holds the disk path alone, as first measured (the script before
+the memory paths).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -32,6 +41,7 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 from prorsa.engine.tiny_model import TinyShape  # noqa: E402
 
+SHM = "/dev/shm"  # memory-backed: the region never touches a disk
 VOCAB = 2048  # the tiny tokenizer's vocabulary; len(tokenizer) may add a few special tokens
 MAX_BYTES = 6 * 10**9  # a shape's weights, held up to three times over (state dict, its copy, engine): 23 GB of RAM
 KV_BYTES = 256 * 2**20  # one 512-token sequence of the largest shape (the engine serves no request here)
@@ -64,6 +74,15 @@ def parse_shapes(text: str) -> list[str]:
     return names
 
 
+def parse_paths(text: str) -> list[str]:
+    """Comma-separated names of PATHS; ValueError naming the first unknown one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for n in names:
+        if n not in PATHS:
+            raise ValueError(f"--paths: unknown path {n!r} (known: {', '.join(PATHS)})")
+    return names
+
+
 def _model(name: str, root: Path) -> Path:
     """The shape's model directory, made once (seed 0) and kept under `root`."""
     from prorsa.engine.tiny_model import make_tiny_model
@@ -92,9 +111,68 @@ async def _greedy(engine) -> tuple[int, ...]:
     return tuple(out.token_ids)
 
 
-async def _measure(name: str, updates: int, root: Path, logs: Path) -> dict:
+PATHS = ("disk", "memory", "memory-changed")
+
+
+async def _disk_update(engine, tensors: dict, base: Path, out: Path) -> dict:
+    """Today's path: the state dict written as a model directory, reloaded through reload_weights."""
     from prorsa.api.weights import model_dir_for
+
+    w0 = time.monotonic()
+    model_dir_for(tensors, base, out)
+    w1 = time.monotonic()
+    await engine.load_weights(out, timeout_s=1200)
+    w2 = time.monotonic()
+    return {"write_s": w1 - w0, "reload_s": w2 - w1, "total_s": w2 - w0, "bytes_moved": _bytes(tensors)}
+
+
+async def _memory_update(engine, tensors: dict, region, changed_only: bool) -> dict:
+    """The shared-memory path: the trainer's tensors copied into the region (every one, or those
+    whose content changed), the engine's worker loading them from it (shared_weights.py)."""
+    w0 = time.monotonic()
+    manifest = region.publish(tensors.items(), changed_only=changed_only)
+    w1 = time.monotonic()
+    loaded = await engine.load_shared(manifest, timeout_s=1200)
+    w2 = time.monotonic()
+    return {"write_s": w1 - w0, "reload_s": w2 - w1, "total_s": w2 - w0, "bytes_moved": loaded["bytes"],
+            "bytes_written": manifest.written_bytes, "tensors_loaded": loaded["tensors"]}
+
+
+def _bytes(tensors: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+async def _path_runs(engine, path: str, tensors: dict, io: tuple[Path, Path, object], updates: int) -> dict:
+    """`updates` updates by one path, each flipping the sign of one norm (a new update each time, and
+    one the outputs show); memory-changed starts from a region already in sync (one full publish,
+    untimed), so only that norm's layer moves."""
+    base, out, region = io
+    norm = next(k for k in tensors if k.endswith("norm.weight"))
+    if path == "memory-changed":
+        await engine.load_shared(region.publish(tensors.items(), changed_only=False))
+    before = await _greedy(engine)
+    runs = []
+    for k in range(updates):
+        tensors[norm] = -tensors[norm]
+        if path == "disk":
+            runs.append(await _disk_update(engine, tensors, base, out))
+        else:
+            runs.append(await _memory_update(engine, tensors, region, path == "memory-changed"))
+        r = runs[-1]
+        print(f"{path}: update {k}: write {r['write_s']:.2f} s, reload {r['reload_s']:.2f} s, "
+              f"{r['bytes_moved'] / 1e9:.3f} GB", flush=True)
+    # an odd number of sign flips leaves the norm negated: the same prompt must decode otherwise
+    changed = (await _greedy(engine)) != before if updates % 2 else None
+    if updates % 2:
+        tensors[norm] = -tensors[norm]  # the next path starts from the engine's weights
+        await _disk_update(engine, tensors, base, out) if path == "disk" else \
+            await _memory_update(engine, tensors, region, False)
+    return {"runs": runs, "output_changed": changed}
+
+
+async def _measure(name: str, updates: int, root: Path, logs: Path, paths: list[str]) -> dict:
     from prorsa.config.engines import VllmSettings
+    from prorsa.shared_weights import SharedRegion
     from prorsa.engine.vllm import Placement, VllmEngine
     from prorsa.roles import Role
 
@@ -102,47 +180,38 @@ async def _measure(name: str, updates: int, root: Path, logs: Path) -> dict:
     base = _model(name, root)
     made_s = time.monotonic() - t0
     tensors = _state_dict(base)
-    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     engine = VllmEngine(name, Role.MIXED, VllmSettings(dtype="float32", start_timeout_s=1200, cores_per_engine=0,
                                                      max_model_len=512, kv_cache_bytes=KV_BYTES),
                         base, Placement(), log_dir=logs)
-    runs = []
+    region = SharedRegion(Path(SHM) / f"prorsa-wsync-{name}-{os.getpid()}")
+    by_path = {}
     t0 = time.monotonic()
     try:
         await engine.start()
         start_s = time.monotonic() - t0
-        before = await _greedy(engine)
-        norm = next(k for k in tensors if k.endswith("norm.weight"))
-        for k in range(updates):
-            tensors[norm] = -tensors[norm]  # a new update each time, and one the outputs show
-            out = root / f"wsync-{name}-update"
-            w0 = time.monotonic()
-            model_dir_for(tensors, base, out)
-            w1 = time.monotonic()
-            await engine.load_weights(out, timeout_s=1200)
-            w2 = time.monotonic()
-            runs.append({"write_s": w1 - w0, "reload_s": w2 - w1, "total_s": w2 - w0})
-            print(f"{name}: update {k}: write {w1 - w0:.2f} s, reload {w2 - w1:.2f} s", flush=True)
-        # an odd number of sign flips leaves the norm negated: the same prompt must decode otherwise
-        changed = (await _greedy(engine)) != before
+        for path in paths:
+            by_path[path] = await _path_runs(engine, path, tensors, (base, root / f"wsync-{name}-update", region),
+                                             updates)
     finally:
+        region.unlink()
         await engine.stop()
     shape = SHAPES[name]
     return {"name": name, "hidden": shape.hidden_size, "layers": shape.layers, "heads": shape.heads,
-            "kv_heads": shape.kv_heads, "params": sum(t.numel() for t in tensors.values()), "bytes": nbytes,
-            "make_s": made_s, "engine_start_s": start_s, "runs": runs,
-            "output_changed": changed if updates % 2 else None}
+            "kv_heads": shape.kv_heads, "params": sum(t.numel() for t in tensors.values()), "bytes": _bytes(tensors),
+            "make_s": made_s, "engine_start_s": start_s, "paths": by_path}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--updates", type=int, default=3)
+    ap.add_argument("--paths", default=",".join(PATHS), help="weight paths to time, in this order")
     ap.add_argument("--models", default=str(REPO / ".prorsa" / "models"), help="where the shapes' models are made")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "weight-sync.json"))
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "weight-sync-paths.json"))
     args = ap.parse_args(argv)
     try:
         names = parse_shapes(args.shapes)
+        paths = parse_paths(args.paths)
     except ValueError as e:
         print(f"weight_sync.py: {e}", file=sys.stderr)
         return 2
@@ -156,10 +225,10 @@ def main(argv: list[str] | None = None) -> int:
            "shapes": []}
     with tempfile.TemporaryDirectory(prefix="weight-sync-") as logs:
         for name in names:
-            doc["shapes"].append(asyncio.run(_measure(name, args.updates, Path(args.models), Path(logs))))
+            doc["shapes"].append(asyncio.run(_measure(name, args.updates, Path(args.models), Path(logs), paths)))
             # after every shape: a larger one that runs out of memory or time keeps the smaller ones
             Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    return 1 if any(s["output_changed"] is False for s in doc["shapes"]) else 0
+    return 1 if any(p["output_changed"] is False for s in doc["shapes"] for p in s["paths"].values()) else 0
 
 
 if __name__ == "__main__":

@@ -63,3 +63,38 @@ def test_the_table_shows_medians_and_gb_per_s(tables):
     # medians: write 2.0 s, reload 3.0 s, update 5.0 s (of 5, 4, 7): 2 GB over each
     assert row == ("| x | 0.500B | 1024 x 32 | 2.00 | 1.00 + 4.00, 2.00 + 2.00, 4.00 + 3.00 | 2.00 | 3.00 | 5.00 "
                    "| 1.00 / 0.67 / 0.40 | 61 s | NO |")
+
+
+def test_an_unknown_path_is_refused(ws):
+    assert ws.parse_paths("disk, memory-changed") == ["disk", "memory-changed"]
+    with pytest.raises(ValueError, match="unknown path 'nccl'"):
+        ws.parse_paths("disk,nccl")
+    assert ws.main(["--paths", "nccl"]) == 2
+
+
+def test_the_paths_table_shows_each_paths_medians_and_its_speed_up_over_disk(tables):
+    def runs(*totals, moved):
+        return [{"write_s": t / 4, "reload_s": 3 * t / 4, "total_s": t, "bytes_moved": moved} for t in totals]
+
+    doc = {"dtype": "float32", "shapes": [{"name": "x", "bytes": 2 * 10**9, "paths": {
+        "disk": {"runs": runs(10.0, 8.0, 12.0, moved=2 * 10**9), "output_changed": True},
+        "memory": {"runs": runs(2.0, 4.0, 3.0, moved=2 * 10**9), "output_changed": False},
+        "memory-changed": {"runs": runs(0.1, 0.1, 0.2, moved=8192), "output_changed": True}}}]}
+    lines = tables.t_weight_sync_paths({"weight-sync-paths.json": doc})
+    rows = [line for line in lines if line.startswith("| x |")]
+    assert rows[0] == "| x | 2.00 | disk | 2000 | 2.50 | 7.50 | 10.00 | 0.20 | 1.0x | yes |"
+    # medians 3.0 s (of 2, 4, 3): 2 GB / 3 s, and 10 / 3 of the disk path's time
+    assert rows[1] == "| x | 2.00 | memory | 2000 | 0.75 | 2.25 | 3.00 | 0.67 | 3.3x | NO |"
+    assert rows[2] == "| x | 2.00 | memory-changed | 0.00819 | 0.03 | 0.08 | 0.10 | 0.00 | 100.0x | yes |"
+
+
+def test_the_rl_toy_table_compares_the_updates_of_both_weight_syncs(tables):
+    def doc(sync, saves, pushes):
+        return {"weight_sync": sync, "makespan_s": 100.0, "first": {"call_share": 0.4}, "last": {"call_share": 0.7},
+                "updates": [{"version": i + 1, "save_s": s, "push_s": p} for i, (s, p) in enumerate(zip(saves, pushes))]}
+
+    lines = tables.t_rl_toy_sync({"rl-toy-sync-disk.json": doc("disk", [0.3, 0.5, 0.4], [1.0, 1.2, 0.9]),
+                                  "rl-toy-sync-memory.json": doc("memory", [0.05, 0.04, 0.06], [0.5, 0.4, 0.64])})
+    # update: the median of each update's save + push (1.3, 1.7, 1.3), not the sum of the medians
+    assert "| disk | 3 | 0.400 | 1.000 | 1.300 | 4.3 | 100 | 0.40 -> 0.70 |" in lines
+    assert "| memory | 3 | 0.050 | 0.500 | 0.550 | 1.7 | 100 | 0.40 -> 0.70 |" in lines

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS = [
     {"prorsa", "roles"},  # ground: the package, the Role enum
     {"loads", "sampling", "config"},  # the one engine-load record, the one sampling record; the schema
-    {"agent", "costmodel"},
+    # shared_weights: weights handed from a trainer (train) to engines (engine) through shared memory
+    {"agent", "costmodel", "shared_weights"},
     {"engine", "train"},
     {"control"},  # the brain: forecaster, allocator, policies
     {"metrics"},

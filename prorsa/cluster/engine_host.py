@@ -33,7 +33,8 @@ from prorsa.engine.base import Engine
 from prorsa.engine.registry import engine_name, make_engine
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.roles import Role
-from prorsa.train.weights import newest_version
+from prorsa.shared_weights import WeightManifest
+from prorsa.train.weights import newest_version, shared_manifest
 
 PLUGIN_NAME = "prorsa-engine"
 log = logging.getLogger(__name__)
@@ -73,15 +74,25 @@ class EngineHost(WorkerPlugin):
         await self.engine.start()
         # A worker restarted mid-run (its process died) starts from the --model path, version 0
         # of an RL run: it must serve the policy the others serve, not wait for the next push.
-        newest = newest_version(self.run_dir)
-        if newest is not None:
-            await self.engine.load_weights(newest)
-            log.info("%s loaded %s", self.engine.engine_id, newest.name)
+        await self._load_newest_weights()
         write_pid(Path(self.run_dir) / "engines" / f"{self.engine.engine_id}.pid")
         log.info("%s started on %s as %s%s", self.engine.engine_id, worker.address, self.role.value,
                  f" on GPUs {','.join(gpus)}" if gpus is not None else "")
         if hasattr(self.engine, "ensure_healthy"):
             self._watch = asyncio.create_task(self._watch_health())
+
+    async def _load_newest_weights(self) -> None:
+        shared = shared_manifest(self.run_dir)
+        manifest = WeightManifest.from_json(shared) if shared is not None else None
+        # train.weight_sync: memory; a region gone with its session's driver: the resume pushes anew
+        if manifest is not None and Path(manifest.path).exists() and hasattr(self.engine, "load_shared"):
+            await self.engine.load_shared(manifest)
+            log.info("%s loaded the trainer's shared weights", self.engine.engine_id)
+            return
+        newest = newest_version(self.run_dir)
+        if newest is not None:
+            await self.engine.load_weights(newest)
+            log.info("%s loaded %s", self.engine.engine_id, newest.name)
 
     async def _watch_health(self) -> None:
         """A dead or hung server is restarted here; meanwhile its requests fail with

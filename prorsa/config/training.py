@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from prorsa.config.section import MANY, Section
 
@@ -39,6 +39,19 @@ class TrainConfig(Section):
     # where the Trainer lives: in the driver, or on a worker of its own (resource trainer: 1) that
     # writes the weights into the run directory, so that directory must be on a shared filesystem
     placement: Literal["driver", "worker"] = "driver"
+    # how new weights reach the engines: "disk", a model directory per version under RUN_DIR/weights
+    # that each engine reloads; "memory", a shared-memory region on the trainer's node that each
+    # engine loads from (shared_weights.py), so the engines must share the driver's node
+    weight_sync: Literal["disk", "memory"] = "disk"
+    # memory: move only the tensors whose content changed since the last update (with their vLLM
+    # layers); False: every tensor, every update (skips comparing, for a model trained whole)
+    sync_changed_only: bool = True
+
+    @model_validator(mode="after")
+    def _memory_beside_the_engines(self) -> TrainConfig:
+        if self.weight_sync == "memory" and self.placement != "driver":
+            raise ValueError("weight_sync: memory hands weights over on the driver's node: it needs placement: driver")
+        return self
 
     @field_validator("trainer")
     @classmethod

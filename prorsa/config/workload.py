@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -37,8 +37,10 @@ class WorkloadConfig(Section):
     max_context: int | None = Field(None, ge=16, le=2**30)  # a trajectory ends before exceeding this
     # the trainer's weight update after each training step (sync: between steps; async: every
     # prompts x group_size finished trajectories): engines stall this long (wall seconds, like tool
-    # latencies) and every prefix cache is invalidated; 0: no updates modelled
-    weight_update_s: float = Field(0.0, ge=0)
+    # latencies) and every prefix cache is invalidated; 0: no updates modelled; "auto": priced by the
+    # cost model from the bytes an update moves into an engine (all its weights over its node's link:
+    # CostModel.weight_update_time), for a pipeline that knows its model but not its update time
+    weight_update_s: Annotated[float, Field(ge=0)] | Literal["auto"] = 0.0
     # async: start a weight update every this many wall seconds instead (a trainer that publishes
     # on a clock, not per batch); None: every prompts x group_size finished trajectories
     weight_update_every_s: float | None = Field(None, gt=0, le=86400)

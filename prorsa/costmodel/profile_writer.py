@@ -108,6 +108,8 @@ def hardware_yaml(fit: Fit, kv_capacity_tokens: int, samples: Sequence[StepSampl
         _field("gpus_per_node", "2", "[E] engines pinned one per core on the measuring machine"),
         _field("dispatch_latency_s", "0.0", "[E] one engine alone, requests sent by calibrate itself; "
                "a live run's is fitted by prorsa calibrate --from-run"),
+        _field("weight_load_bw", "1.5e+8", "[F] bytes/s of the memory-path weight update past its fixed cost "
+               "(benchmarks/results/weight-sync-paths.json, shapes 0.5b and 1.5b; not measured by calibrate)"),
         "#",
         "# Measurements (vLLM per-request timings: prefill = scheduled to first token of a",
         "# max_tokens=1 request; decode = first to last token over the steps between; the median of",

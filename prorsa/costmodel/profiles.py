@@ -48,6 +48,10 @@ class GpuProfile:
     # the driver, scheduler and tools; the simulator slows busy engines by the busy ones' total
     # over the host's cores when that exceeds 1 (engine/core_share.py)
     host_load_per_sequence: float = 0.0
+    # bytes/s at which an engine takes in new weights whatever its link brings: vLLM's in-place
+    # reload processes every layer it loads again (on CPU it repacks each linear weight for oneDNN);
+    # 0: no bound but the link's (CostModel.weight_update_time)
+    weight_load_bw: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ _T = TypeVar("_T", GpuProfile, ModelProfile)
 # Fields that may be zero (a dense model has no experts; a latency may be neglected).
 _MAY_BE_ZERO = {"experts", "experts_per_token", "expert_params", "params_embedding",
                 "net_latency_s", "collective_latency_s", "step_overhead_s", "dispatch_latency_s",
-                "host_load_per_sequence"}
+                "host_load_per_sequence", "weight_load_bw"}
 # Fractions must lie in (0, 1].
 _FRACTIONS = {"bw_efficiency", "mfu_attn", "nvlink_efficiency", "mfu_linear"}
 

@@ -14,6 +14,8 @@ in __init__: no I/O, no YAML, no clock; cheap enough for ~1e6 calls per simulate
     kv_transfer_time(tokens, link)  pulling `tokens` of KV over "net" or "nvlink"
     switch_time(from, to, ...)      draining before a role switch (+ resharding, to another layout)
     reshard_time(to)                moving the weights into another layout's parallelism
+    weight_update_time(bytes, link) a trainer's weight update: a fixed cost + the bytes it moves over
+                                    the trainer's link to this engine (its node's memory, or the NIC)
     layout                          (tp, ep): how the engine's GPUs are laid out
     kv_capacity_tokens()            KV tokens that fit beside the weights
     touched_weight_bytes(tokens)    weight bytes one step streams (MoE: only the hit experts)
@@ -43,6 +45,11 @@ from prorsa.costmodel.profiles import GpuProfile, ModelProfile, load_gpu, load_m
 from prorsa.roles import Role, restarts_kv
 
 _ACT_BYTES = 2  # bf16 activations in collectives
+# Fixed seconds of a weight update besides moving its bytes: the engine's load call through
+# /collective_rpc, reprocessing a model's layers and the prefix-cache reset. Evidence: the tiny shape's
+# memory-path update on one vLLM CPU engine (4 MB: the bytes cost nothing), median of 3
+# (benchmarks/results/weight-sync-paths.json, shapes tiny, 0.5b, 1.5b); on GPUs an estimate [E].
+WEIGHT_UPDATE_FIXED_S = 0.47
 
 
 class CostModel:
@@ -278,6 +285,22 @@ class CostModel:
         per_gpu = to.weight_bytes_resident() / to.tp  # an EP rank's weights over its TP GPUs
         link = g.nvlink_bw * g.nvlink_efficiency if to.tp * to.ep <= g.gpus_per_node else g.net_bw
         return g.step_overhead_s + g.collective_latency_s + per_gpu / link
+
+    def weight_update_time(self, nbytes: float | None = None, link: str = "node") -> float:
+        """Seconds to load a weight update into this engine, priced by the bytes it moves: every
+        rank loads its share at once, over `link`, after a fixed cost per update (the load call and
+        dropping every cached prefix). "node": the trainer on the engine's node hands the weights
+        over in memory (CUDA IPC over NVLink; on a CPU profile nvlink_bw is the host's copy rate
+        between processes); "net": from another node over the NIC. `nbytes`: the bytes one update
+        moves into the engine (None: all its weights; fewer when only changed tensors move)."""
+        if link not in ("node", "net"):
+            raise ValueError(f"link: 'node' or 'net', not {link!r}")
+        g = self.gpu
+        moved = self.weight_bytes_resident() if nbytes is None else nbytes
+        rate = g.nvlink_bw * g.nvlink_efficiency if link == "node" else g.net_bw
+        if g.weight_load_bw > 0:  # the engine's own processing of what arrives, where it is slower
+            rate = min(rate, g.weight_load_bw)
+        return WEIGHT_UPDATE_FIXED_S + moved / self.tp / rate
 
     def weight_bytes_resident(self) -> float:
         """Weight bytes held by this engine (all its TP ranks; EP: this rank's experts)."""

@@ -55,7 +55,7 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, Drive, roll_out
-from prorsa.rollout.context import RunContext, make_router, prior_checked, resolve
+from prorsa.rollout.context import RunContext, make_router, prior_checked, resolve, update_seconds
 from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.rollout.partial import Checkpoint
 from prorsa.train.learner import Learner
@@ -95,9 +95,10 @@ async def _update_weights_here(body_s: float, dask_worker=None) -> None:
 
 
 def _weight_update(client: Client, addresses: dict[str, str], run: RunContext):
-    if run.cfg.workload.weight_update_s <= 0:
+    wall_s = update_seconds(run.cfg)
+    if wall_s <= 0:
         return None
-    body_s = run.body_s(run.cfg.workload.weight_update_s)
+    body_s = run.body_s(wall_s)
 
     async def update() -> None:
         await client.run(_update_weights_here, body_s, workers=await live_addresses(client, addresses))
@@ -165,10 +166,14 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         if cfg.partial_rollout is not None:  # kept with each commit, for a resume (rollout/partial.py)
             point = Checkpoint(saved=journal.saved_state)
             journal.driver_state = lambda: point.current() if point.current is not None else None
-        makespan = await roll_out(live.run, live.body, rec, _hooks(live, journal, learner, environment),
-                                  on_stop=journal.flush,  # interrupted or not, what finished is kept
-                                  driver=driver, checkpoint=point)
-        plane = await control_plane(client, runner, controller)
+        try:
+            makespan = await roll_out(live.run, live.body, rec, _hooks(live, journal, learner, environment),
+                                      on_stop=journal.flush,  # interrupted or not, what finished is kept
+                                      driver=driver, checkpoint=point)
+            plane = await control_plane(client, runner, controller)
+        finally:
+            if learner is not None:
+                learner.close()
 
     saved = journal.finish()
     resumed = journal.saved_before

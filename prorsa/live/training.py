@@ -13,11 +13,15 @@
 
 Weights travel as a model directory on a filesystem every engine worker can read (the run
 directory): each engine loads it in place (vLLM's reload_weights) and drops its cached prefixes.
+With train.weight_sync: memory they travel through a shared-memory region on the driver's node
+instead (shared_weights.py): the engines load them from it, no file in between.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -29,8 +33,9 @@ from prorsa.cluster.recovery import live_addresses
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import resolve_model_dir
 from prorsa.engine.vllm.errors import EngineUnavailable
-from prorsa.metrics.training import TRAIN_LOG
 from prorsa.metrics.journal import RunJournal
+from prorsa.metrics.training import TRAIN_LOG
+from prorsa.shared_weights import SharedRegion, WeightManifest
 from prorsa.train.handle import LocalTrainer, TrainerHandle
 from prorsa.train.learner import Finished, Learner, LearnerFiles, Push
 from prorsa.train.weights import WEIGHTS
@@ -47,10 +52,33 @@ async def _load_weights_here(model_dir: str, dask_worker=None) -> bool:
     return True
 
 
+async def _load_shared_here(manifest: str, dask_worker=None) -> bool:
+    engine = engine_here(dask_worker)
+    load = getattr(engine, "load_shared", None)
+    try:
+        if load is None:  # an engine without weights (emulated): a new policy drops its cached KV
+            await engine.load_weights(None)
+        else:
+            await load(WeightManifest.from_json(manifest))
+    except EngineUnavailable:  # as above: the region holds the newest weights for its restart
+        return False
+    return True
+
+
 def push_weights(client: Client, addresses: dict[str, str]) -> Push:
-    async def push(model_dir: Path) -> None:
-        await client.run(_load_weights_here, str(model_dir), workers=await live_addresses(client, addresses))
+    async def push(weights: Path | WeightManifest) -> None:
+        workers = await live_addresses(client, addresses)
+        if isinstance(weights, WeightManifest):
+            await client.run(_load_shared_here, weights.to_json(), workers=workers)
+        else:
+            await client.run(_load_weights_here, str(weights), workers=workers)
     return push
+
+
+def shared_region(run_dir: Path) -> SharedRegion:
+    """Where train.weight_sync: memory puts the weights: memory-backed where the system has it."""
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return SharedRegion(root / f"prorsa-weights-{run_dir.resolve().name}-{os.getpid()}")
 
 
 def _trainer_config(cfg: PipelineConfig, lr: float):
@@ -103,7 +131,7 @@ async def warm_start(cfg: PipelineConfig, run_dir: Path, console: Console) -> Pi
     return cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"vllm": vllm})})
 
 
-async def open_trainer(cfg: PipelineConfig, client: Client) -> TrainerHandle:
+async def open_trainer(cfg: PipelineConfig, client: Client, run_dir: Path) -> TrainerHandle:
     model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
     config = _trainer_config(cfg, cfg.train.lr)
     if cfg.train.placement == "worker":
@@ -115,8 +143,9 @@ async def open_trainer(cfg: PipelineConfig, client: Client) -> TrainerHandle:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    region = shared_region(run_dir) if cfg.train.weight_sync == "memory" else None
     return LocalTrainer(await asyncio.to_thread(make_trainer, cfg.train.trainer, model_dir, cfg.train,
-                                                lambda: Trainer(model_dir, config)))
+                                                lambda: Trainer(model_dir, config)), region)
 
 
 def unfinished(journal: RunJournal, taken: set[str], fmt) -> list[Finished]:
@@ -140,7 +169,7 @@ async def open_learner(cfg: PipelineConfig, run_dir: Path, client: Client, addre
                        now: Callable[[], float], journal: RunJournal | None = None) -> Learner:
     """`journal`: the run's; its flush makes what an update took durable before the state names
     it, and what it holds untaken is restored. None: no state is saved (nothing to resume into)."""
-    trainer = await open_trainer(cfg, client)
+    trainer = await open_trainer(cfg, client, run_dir)
     learner = Learner(cfg.train, trainer, run_dir / WEIGHTS, push_weights(client, addresses),
                       cfg.workload.prompts * cfg.workload.group_size, cfg.workload.mode, now,
                       LearnerFiles(run_dir / TRAIN_LOG, run_dir / BATCHES,

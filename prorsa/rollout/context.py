@@ -15,6 +15,7 @@ trace's content) is checked here, and the values derived from the pipeline are c
 The pieces a RunContext holds, for callers that need one alone:
     time_unit(cfg)        wall seconds per body second (emulated engines may run time-scaled)
     engine_costs(cfg)     RoleCosts: an engine's cost model in each role (engines.parallelism)
+    update_seconds(cfg)   a weight update's stall in wall seconds: declared, or "auto" priced by bytes
     each_engine_costs(cfg)   RoleCosts of every engine, in engine order: its group's layout
                           (engines.groups); without groups every engine has engine_costs(cfg)
     policy_context(cfg)   the PolicyContext adaptive policies plan with
@@ -294,10 +295,19 @@ def policy_context(cfg: PipelineConfig) -> PolicyContext:
                          max_turns=cfg.workload.max_turns)
 
 
+def update_seconds(cfg: PipelineConfig) -> float:
+    """Wall seconds a weight update stalls the engines: workload.weight_update_s as declared, or for
+    "auto" the cost model's price of moving every weight of an engine over its node's link."""
+    declared = cfg.workload.weight_update_s
+    if declared != "auto":
+        return declared
+    return engine_costs(cfg).mixed.weight_update_time() * time_unit(cfg)
+
+
 def weight_updates(cfg: PipelineConfig) -> WeightUpdates | None:
     """An asynchronous run's weight updates as declared (synchronous ones fall between steps)."""
     w = cfg.workload
-    if w.mode != "async" or w.weight_update_s <= 0:
+    if w.mode != "async" or update_seconds(cfg) <= 0:
         return None
     if w.weight_update_every_s is not None:
         return WeightUpdates(every_s=w.weight_update_every_s / time_unit(cfg))

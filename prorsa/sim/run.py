@@ -44,7 +44,7 @@ from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve, update_seconds
 from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -147,7 +147,7 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     # a simulated rollout may span an hour of body time: a sample a second is plenty
     body = Body(runner, controller, now, clock_unit=unit, sample=sample,
                 sample_interval_s=max(cfg.runtime.metrics_interval_s / unit, 1.0))
-    update = _weight_update(engines, run.body_s(cfg.workload.weight_update_s))
+    update = _weight_update(engines, run.body_s(update_seconds(cfg)))
     makespan = await roll_out(run, body, rec, Hooks(rec.on_done, update_weights=update), workload=workload)
     for engine in engines.values():
         await engine.stop()

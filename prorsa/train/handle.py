@@ -3,9 +3,11 @@
     TrainerHandle            the protocol: version, await step(samples, advantages) -> StepStats,
                              await skip(), await save(out_dir) -> Path,
                              await save_state(out_dir), await load_state(in_dir)
-    LocalTrainer(trainer)    a PolicyTrainer (protocol.py: the built-in Trainer or a plug-in) in
-                             this process; its calls in a thread, so the event loop keeps driving
-                             the rollout meanwhile
+    LocalTrainer(trainer, region=None)   a PolicyTrainer (protocol.py: the built-in Trainer or a
+                             plug-in) in this process; its calls in a thread, so the event loop keeps
+                             driving the rollout meanwhile. With a SharedRegion, share(changed_only)
+                             publishes its named_weights() there (train.weight_sync: memory) and
+                             close() removes the region
     RemoteTrainer            the Trainer on the trainer worker (live/remote_trainer.py, dask)
 
 No dask here: the Learner imports this module.
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from prorsa.shared_weights import SharedRegion, WeightManifest
 from prorsa.train.protocol import PolicyTrainer, step_stats
 from prorsa.train.samples import Sample
 from prorsa.train.trainer import StepStats
@@ -42,8 +45,22 @@ class TrainerHandle(Protocol):
 
 
 class LocalTrainer:
-    def __init__(self, trainer: PolicyTrainer) -> None:
+    def __init__(self, trainer: PolicyTrainer, region: SharedRegion | None = None) -> None:
         self.trainer = trainer
+        self.region = region
+
+    async def share(self, changed_only: bool) -> WeightManifest:
+        """The trainer's weights into the shared region: what the engines load (WeightManifest)."""
+        named = getattr(self.trainer, "named_weights", None)
+        if self.region is None or named is None:
+            raise RuntimeError(f"train.weight_sync: memory needs a trainer with named_weights() and a shared "
+                               f"region; {type(self.trainer).__name__} has "
+                               f"{'no named_weights()' if named is None else 'no region'}")
+        return await asyncio.to_thread(self.region.publish, named(), changed_only)
+
+    def close(self) -> None:
+        if self.region is not None:
+            self.region.unlink()
 
     @property
     def version(self) -> int:

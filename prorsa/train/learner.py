@@ -11,8 +11,10 @@
     learner.version                weight updates pushed so far: what a trajectory starting now is
                                    tagged with (TrajectoryResult.policy_version)
     learner.may_start(started)     async: may trajectory number `started` start now (staleness gate)
-    await learner.update()         train on the next batch, save weights/v<N>, push them, record
+    await learner.update()         train on the next batch, save weights/v<N> (or publish them in
+                                   shared memory: train.weight_sync), push them, record
     learner.records                one UpdateRecord per update (also appended to train.jsonl)
+    learner.close()                the run is over: drop what the trainer holds for the engines
     batches_dir/v<N>.parquet       each trained batch in the trainer-neutral format (train/export.py):
                                    token ids, loss masks, rollout logprobs, rewards, advantages, version
 
@@ -51,13 +53,15 @@ from typing import NamedTuple
 
 from prorsa.agent.loop import TrajectoryResult
 from prorsa.config.training import TrainConfig
+from prorsa.shared_weights import WeightManifest
 from prorsa.train.export import write_batch
 from prorsa.train.grpo import group_advantages
 from prorsa.train.handle import LocalTrainer, TrainerHandle
 from prorsa.train.samples import Sample, trainable_sample
-from prorsa.train.weights import written_whole
+from prorsa.train.weights import SHARED, SHARED_MANIFEST, written_whole
 
-Push = Callable[[Path], Awaitable[None]]
+# a model directory (weight_sync disk) or a shared-memory region's manifest (memory) into every engine
+Push = Callable[[Path | WeightManifest], Awaitable[None]]
 STATE = "learner.json"  # in state_dir, beside the trainer's own state under TRAINER_STATE
 TRAINER_STATE = "trainer"
 
@@ -162,8 +166,7 @@ class Learner:
             stats = None
             await self.trainer.skip()
         t1 = time.monotonic()
-        target = self.weights_dir / f"v{self.trainer.version}"
-        await self.trainer.save(target)
+        target = await self._publish(self.cfg.sync_changed_only)
         t2 = time.monotonic()
         await self.push(target)
         t3 = time.monotonic()
@@ -185,6 +188,20 @@ class Learner:
             with self.log_path.open("a") as f:
                 f.write(json.dumps(asdict(record)) + "\n")
         self._prune()
+
+    async def _publish(self, changed_only: bool) -> Path | WeightManifest:
+        """The new weights where the engines load them from: weights/v<N> on disk, or the trainer's
+        shared-memory region (train.weight_sync: memory; its manifest also goes to weights/SHARED,
+        which an engine restarted by its worker loads: train/weights.py)."""
+        if self.cfg.weight_sync == "disk":
+            target = self.weights_dir / f"v{self.trainer.version}"
+            await self.trainer.save(target)
+            return target
+        manifest = await self.trainer.share(changed_only)
+        self.weights_dir.mkdir(parents=True, exist_ok=True)
+        with written_whole(self.weights_dir / SHARED) as tmp:
+            (tmp / SHARED_MANIFEST).write_text(manifest.whole().to_json())
+        return manifest
 
     async def _save_state(self) -> None:
         if self.state_dir is None:
@@ -217,8 +234,15 @@ class Learner:
         if self.log_path is not None:
             self.log_path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in self.records))
         if self.version > 0:
-            await self.push(self.weights_dir / f"v{self.version}")
+            await self.push(self.weights_dir / f"v{self.version}" if self.cfg.weight_sync == "disk"
+                            else await self._publish(changed_only=False))
         return set(self._taken)
+
+    def close(self) -> None:
+        """The run is over: a trainer's shared region (weight_sync memory) goes."""
+        close = getattr(self.trainer, "close", None)
+        if close is not None:
+            close()
 
     def _prune(self) -> None:
         """Keep the newest keep_checkpoints versions (a restarted engine reloads the newest)."""

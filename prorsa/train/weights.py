@@ -3,6 +3,8 @@ hosts that read them.
 
     WEIGHTS                         RUN_DIR/weights: one model directory per version, v0 v1 ...
     newest_version(run_dir) -> Path | None   the highest complete v<N> with N >= 1, if any
+    shared_manifest(run_dir) -> str | None   weight_sync memory: the region's manifest (JSON) the
+                                    learner last published, if any
     with written_whole(out_dir) as tmp:      fill tmp; it becomes out_dir whole at the end
 
 A version directory is renamed into place whole (Trainer.save), so one that is there is complete;
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 WEIGHTS = "weights"
+# weight_sync memory: RUN_DIR/weights/shared/manifest.json names the trainer's shared-memory region
+SHARED, SHARED_MANIFEST = "shared", "manifest.json"
 _VERSION = re.compile(r"^v(\d+)$")
 
 
@@ -31,6 +35,11 @@ def newest_version(run_dir: str | Path) -> Path | None:
     versions = [(int(m.group(1)), p) for p in root.iterdir() if (m := _VERSION.match(p.name))
                 and int(m.group(1)) >= 1 and (p / "config.json").is_file()]
     return max(versions)[1] if versions else None
+
+
+def shared_manifest(run_dir: str | Path) -> str | None:
+    path = Path(run_dir) / WEIGHTS / SHARED / SHARED_MANIFEST
+    return path.read_text() if path.is_file() else None
 
 
 @contextlib.contextmanager

@@ -56,6 +56,45 @@ def test_a_restarted_engine_loads_the_newest_version_before_serving(tmp_path, mo
     assert loaded == [newest]
 
 
+def test_a_restarted_engine_loads_the_shared_region_when_the_run_syncs_in_memory(tmp_path, monkeypatch):
+    """train.weight_sync: memory writes no weights/v<N>: the region weights/shared names is the newest;
+    a region gone with its session's driver is left for the resume to publish anew."""
+    import torch
+
+    from prorsa.shared_weights import SharedRegion
+    from prorsa.train.weights import SHARED, SHARED_MANIFEST
+
+    region = SharedRegion(tmp_path / "region")
+    manifest = region.publish([("lm_head.weight", torch.ones(2, 2))])
+    (tmp_path / "weights" / SHARED).mkdir(parents=True)
+    (tmp_path / "weights" / SHARED / SHARED_MANIFEST).write_text(manifest.whole().to_json())
+    _version(tmp_path, "v1")  # older than the region: a disk version from before
+    shared, dirs = [], []
+
+    async def load_shared(self, m):
+        shared.append(m)
+
+    async def load_weights(self, model_dir):
+        dirs.append(model_dir)
+
+    monkeypatch.setattr(EmulatedEngine, "load_shared", load_shared, raising=False)
+    monkeypatch.setattr(EmulatedEngine, "load_weights", load_weights)
+
+    def restart():
+        host = EngineHost(0, Role.MIXED, EnginesConfig(), str(tmp_path))
+
+        async def go():
+            await host.setup(types.SimpleNamespace(address="tcp://w"))
+            await host.teardown(None)
+        asyncio.run(go())
+
+    restart()
+    assert shared == [manifest.whole()] and dirs == []
+    region.unlink()
+    restart()
+    assert len(shared) == 1 and dirs == [tmp_path / "weights" / "v1"]
+
+
 def test_a_leg_failed_by_a_down_engine_is_not_logged_as_an_error_with_a_traceback():
     from prorsa.cluster.worker_logs import SurvivedFaults
 

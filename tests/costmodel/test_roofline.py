@@ -243,3 +243,59 @@ def test_inconsistent_moe_fields_are_rejected(tmp_path, monkeypatch):
         text.replace("experts_per_token: 8", "experts_per_token: 0"))
     with pytest.raises(ValueError, match="odd.yaml.*experts_per_token"):
         load_model("odd")
+
+
+# -- weight updates priced by their bytes -----------------------------------------------------------
+
+def test_a_weight_update_costs_a_fixed_part_plus_its_bytes_over_the_link(h200_8b):
+    from prorsa.costmodel.roofline import WEIGHT_UPDATE_FIXED_S
+
+    g = h200_8b.gpu
+    whole = h200_8b.weight_bytes_resident()
+    assert whole == pytest.approx(16.4e9, rel=0.05)  # Qwen3-8B in bf16
+    node = h200_8b.weight_update_time()
+    assert node == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / (g.nvlink_bw * g.nvlink_efficiency))
+    assert h200_8b.weight_update_time(link="net") == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / g.net_bw)
+    # ~40 GB/s over the NIC against ~400 over NVLink
+    assert h200_8b.weight_update_time(link="net") - WEIGHT_UPDATE_FIXED_S > 5 * (node - WEIGHT_UPDATE_FIXED_S)
+    # only changed tensors moved: a tenth of the bytes, a tenth of the variable part
+    tenth = h200_8b.weight_update_time(whole / 10)
+    assert tenth - WEIGHT_UPDATE_FIXED_S == pytest.approx((node - WEIGHT_UPDATE_FIXED_S) / 10)
+    assert h200_8b.weight_update_time(0) == WEIGHT_UPDATE_FIXED_S
+    with pytest.raises(ValueError, match="link"):
+        h200_8b.weight_update_time(link="disk")
+
+
+def test_tensor_parallel_ranks_load_their_shards_at_once():
+    from prorsa.costmodel.roofline import WEIGHT_UPDATE_FIXED_S
+
+    one, four = (CostModel.from_names("h200", "qwen3-32b", tp=tp) for tp in (1, 4))
+    assert four.weight_update_time() - WEIGHT_UPDATE_FIXED_S == \
+        pytest.approx((one.weight_update_time() - WEIGHT_UPDATE_FIXED_S) / 4)
+
+
+def test_an_engine_slower_to_take_weights_in_than_its_link_bounds_the_update():
+    import dataclasses
+
+    from prorsa.costmodel.roofline import WEIGHT_UPDATE_FIXED_S
+
+    base = CostModel.from_names("h200", "qwen3-8b")
+    slow = CostModel(dataclasses.replace(base.gpu, weight_load_bw=10e9), base.model)
+    whole = base.weight_bytes_resident()
+    assert slow.weight_update_time() == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / 10e9)
+    assert slow.weight_update_time(link="net") == pytest.approx(WEIGHT_UPDATE_FIXED_S + whole / 10e9)
+    assert base.weight_update_time() < slow.weight_update_time()
+
+
+def test_the_cpu_profile_prices_the_measured_memory_updates():
+    """CostModel.weight_update_time against benchmarks/weight_sync.py's memory path (whole updates of
+    0.5B and 1.4B float32 models on one vLLM CPU engine): within a fifth of each measured median."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "weight-sync-paths.json").read_text())
+    cpu = CostModel.from_names("cpu", "tiny")
+    for shape in (s for s in doc["shapes"] if s["bytes"] > 1e9):
+        measured = statistics.median(r["total_s"] for r in shape["paths"]["memory"]["runs"])
+        assert cpu.weight_update_time(shape["bytes"]) == pytest.approx(measured, rel=0.2), shape["name"]

@@ -318,6 +318,47 @@ def test_new_weights_are_loaded_in_place_and_drop_every_cached_prefix(engines, r
     print(f"[vllm] weights reloaded in place in {took:.2f} s")
 
 
+def test_weights_from_shared_memory_change_the_output_as_the_disk_path_does(engines, run, models, tmp_path):
+    """The in-memory sync (shared_weights.py, worker_ext.py) against reload_weights from disk: the same
+    weights give the same greedy tokens and logprobs, whole or changed tensors only (one packed part
+    of a fused layer and the final norm: its siblings travel with it, every other layer stays)."""
+    from safetensors.torch import load_file
+
+    from prorsa.api.weights import model_dir_for
+    from prorsa.shared_weights import SharedRegion
+
+    a, _ = engines
+    ids = context(7)
+    first = run(a.generate(decode_req(ids)))
+    region = SharedRegion(tmp_path / "region")
+    try:
+        run(a.load_weights(models[1]))
+        disk = run(a.generate(decode_req(ids)))
+        run(a.load_weights(models[0]))
+        sd = load_file(str(models[1] / "model.safetensors"))
+        whole = run(a.load_shared(region.publish(sd.items())))
+        shm = run(a.generate(decode_req(ids)))
+        assert whole == {"tensors": len(sd), "bytes": sum(t.numel() * t.element_size() for t in sd.values())}
+        assert shm.token_ids == disk.token_ids != first.token_ids and shm.cached_tokens == 0
+        assert shm.logprobs == pytest.approx(disk.logprobs, abs=1e-5)
+
+        q = "model.layers.0.self_attn.q_proj.weight"
+        sd[q], sd["model.norm.weight"] = sd[q] * 1.5, -sd["model.norm.weight"]
+        manifest = region.publish(sd.items())
+        assert manifest.load == tuple(k for k in sd if k in (q, "model.norm.weight"))
+        part = run(a.load_shared(manifest))
+        assert part["tensors"] == 4 and part["bytes"] < whole["bytes"] / 4  # q, k, v and the norm
+        changed = run(a.generate(decode_req(ids)))
+        run(a.load_weights(model_dir_for(sd, models[1], tmp_path / "changed")))
+        disk_changed = run(a.generate(decode_req(ids)))
+        assert changed.token_ids == disk_changed.token_ids != shm.token_ids
+        assert changed.logprobs == pytest.approx(disk_changed.logprobs, abs=1e-5)
+    finally:
+        region.unlink()
+        run(a.load_weights(models[0]))
+    assert run(a.generate(decode_req(ids))).token_ids == first.token_ids
+
+
 def test_killed_server_is_detected_and_restarted(engines, run):
     """The request that finds the server gone fails (its turn is retried from token history) and
     restarts it at once; the next request waits for the restart instead of failing too."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.sim.run import simulate
 
@@ -63,3 +65,18 @@ def test_with_declared_updates_and_no_prior_prorsa_opens_on_a_rehearsed_split_an
     assert first.startswith("hold P"), first
     assert run.summary["role_switches"] == 0
     assert run.summary["trajectories_completed"] == 32
+
+
+def test_auto_prices_the_update_from_the_model_and_a_declared_value_wins():
+    from prorsa.costmodel import CostModel
+    from prorsa.rollout.context import update_seconds
+
+    priced = CostModel.from_names("h200", "qwen3-8b").weight_update_time()
+    assert update_seconds(cfg(weight_update_s="auto")) == pytest.approx(priced)
+    assert update_seconds(cfg(weight_update_s=7.0)) == 7.0
+    assert update_seconds(cfg()) == 0.0  # none declared: no update modelled, as before
+    bigger = PipelineConfig.model_validate(BASE | {"engines": BASE["engines"] | {"model": "qwen3-32b"},
+                                                   "workload": BASE["workload"] | {"weight_update_s": "auto"}})
+    assert update_seconds(bigger) > update_seconds(cfg(weight_update_s="auto"))
+    plain, auto = simulate(cfg()), simulate(cfg(weight_update_s="auto"))
+    assert auto.makespan_s >= plain.makespan_s + priced - 1e-6

@@ -5,6 +5,7 @@ import asyncio
 import json
 
 import pytest
+import torch
 
 from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec, TurnSpec
@@ -93,3 +94,40 @@ def test_sync_learner_trains_a_partial_rollouts_batch_and_counts_its_stale_drops
     rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert [(r["trajectories"], r["dropped_stale"], r["max_staleness"]) for r in rows] == [(4, 0, 0), (4, 2, 1)]
     assert {t for t, _, _ in lr.trained_versions} == {"t0", "t1", "t2", "t3", "u0", "u1", "u2", "u3"}
+
+
+def test_memory_sync_publishes_into_the_region_and_pushes_its_manifest(tiny_dir, tmp_path):
+    """train.weight_sync: memory: no weights/v<N> on disk; the engines get a manifest of the shared
+    region, which holds the trained weights, and weights/shared names it for a restarted engine."""
+    from prorsa.shared_weights import SharedRegion, WeightManifest, read_tensors
+    from prorsa.train.handle import LocalTrainer
+    from prorsa.train.weights import shared_manifest
+
+    pushed = []
+
+    async def push(weights):
+        pushed.append(weights)
+
+    trainer = Trainer(tiny_dir, TrainerConfig(lr=1e-3, micro_batch=4, threads=1))
+    region = SharedRegion(tmp_path / "region")
+    lr = Learner(TrainConfig(weight_sync="memory"), LocalTrainer(trainer, region), tmp_path / "weights", push, 4,
+                 "sync")
+    for i, reward in enumerate([0.0, 1.0, 0.2, 0.2]):
+        lr.on_done(_result(f"t{i}", prompt=i // 2, reward=reward, version=0))
+    asyncio.run(lr.update())
+    (m,) = pushed
+    assert isinstance(m, WeightManifest) and m.load is None and m.written_bytes == m.total_bytes
+    assert not (tmp_path / "weights" / "v1").exists()
+    held = dict(read_tensors(m))
+    assert all(torch.equal(held[k], t) for k, t in trainer.named_weights())
+    assert WeightManifest.from_json(shared_manifest(tmp_path)) == m.whole()
+    # a step that changes nothing (every trajectory failed) moves no bytes
+    asyncio.run(lr.update())
+    assert pushed[-1].load == () and pushed[-1].written_bytes == 0
+    lr.close()
+    assert not (tmp_path / "region").exists()
+
+
+def test_memory_sync_needs_the_trainer_in_the_driver():
+    with pytest.raises(ValueError, match="placement: driver"):
+        TrainConfig(weight_sync="memory", placement="worker")

@@ -92,6 +92,9 @@ def kv_transfer_config(spec: ServerSpec) -> dict:
     return config
 
 
+WORKER_EXTENSION = "prorsa.engine.vllm.worker_ext.SharedWeightsExtension"
+
+
 def serve_args(spec: ServerSpec, port: int) -> list[str]:
     """The vLLM server's arguments after its model: what `vllm serve MODEL` and our launcher take alike."""
     args = [
@@ -106,6 +109,8 @@ def serve_args(spec: ServerSpec, port: int) -> list[str]:
         "--enable-per-request-metrics",  # response.metrics: queue time, TTFT, decode time
         "--disable-uvicorn-access-log",
         "--kv-transfer-config", json.dumps(kv_transfer_config(spec)),
+        # weights loaded from shared memory (VllmEngine.load_shared), beside reload_weights from disk
+        "--worker-extension-cls", WORKER_EXTENSION,
     ]  # fmt: skip
     if spec.enforce_eager:
         args.append("--enforce-eager")

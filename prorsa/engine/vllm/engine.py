@@ -14,6 +14,9 @@
     set_role(role)        bookkeeping: any engine serves either leg (connector role kv_both)
     restart_as(role)      take a role whose connector side differs from the server's by restarting
                           it into that side (engines.role_switch restart: kv_roles.py); else set_role
+    load_weights(model_dir)   new weights in place from a model directory (vLLM's reload_weights)
+    load_shared(manifest)     new weights in place from a trainer's shared-memory region on this
+                          node, changed layers only where the manifest says so (worker_ext.py)
     inflight(role) / drain(role)   requests of one leg in flight / wait until none remain
     stats()               from in-flight counters and the last refresh_metrics(); no I/O
     refresh_metrics()     read /metrics (running, waiting, KV usage) for stats()
@@ -52,6 +55,7 @@ from prorsa.engine.vllm.kv_roles import IN_PLACE, kv_role
 from prorsa.engine.vllm.protocol import Reply, completion_body, gauge, parse_completion
 from prorsa.engine.vllm.server import ServerSpec, VllmServer
 from prorsa.roles import Role
+from prorsa.shared_weights import WeightManifest
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +132,7 @@ class VllmEngine:
         # the weights last loaded in place; a restarted server serves its --model (the path
         # every engine shares, which NIXL's handshake compares) and loads these again
         self._weights_dir: Path | None = None
+        self._weights_shared: WeightManifest | None = None  # or the shared region last loaded from
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -169,8 +174,7 @@ class VllmEngine:
             note_restart(self.server, _why_down(self.server))
             await self.stop()  # from within the restart task: it does not cancel itself
             await self.start()
-            if self._weights_dir is not None:
-                await self._reload(self._weights_dir)
+            await self._reload_newest()
             return True
 
     def _restart_ended(self, task: asyncio.Future) -> None:
@@ -187,24 +191,50 @@ class VllmEngine:
         During a restart this waits for it and then loads onto the new server; if the engine is
         down, it raises EngineUnavailable but keeps the directory, which the next restart loads."""
         async with self._guard():
-            self._weights_dir = Path(model_dir)
+            self._weights_dir, self._weights_shared = Path(model_dir), None
             await self._reload(self._weights_dir, timeout_s)
+
+    async def load_shared(self, manifest: WeightManifest, timeout_s: float = 600.0) -> dict:
+        """New weights in place from a trainer's shared-memory region on this node
+        (shared_weights.py): the tensors the manifest names, widened to whole layers, go
+        through vLLM's in-place reload in the worker (worker_ext.py), with no file in between; every
+        cached prefix is dropped. Returns what the worker loaded ({"tensors", "bytes"}). A restart
+        reloads the region whole: it holds the newest weights."""
+        async with self._guard():
+            self._weights_dir = None
+            self._weights_shared = manifest.whole()
+            return await self._load_shared(manifest, timeout_s)
+
+    async def _load_shared(self, manifest: WeightManifest, timeout_s: float = 600.0) -> dict:
+        body = {"method": "prorsa_load_shared", "kwargs": {"manifest": manifest.to_json()}, "timeout": timeout_s}
+        r = await self._rpc(body, f"loading weights from {manifest.path}", timeout_s)
+        await self.reset_prefix_cache()
+        return r.json()["results"][0]
+
+    async def _reload_newest(self) -> None:
+        if self._weights_dir is not None:
+            await self._reload(self._weights_dir)
+        elif self._weights_shared is not None:
+            await self._load_shared(self._weights_shared)
+
+    async def _rpc(self, body: dict[str, Any], what: str, timeout_s: float) -> httpx.Response:
+        if self._client is None:
+            raise EngineUnavailable(f"{self.engine_id}: not started")
+        try:
+            r = await self._client.post("/collective_rpc", json=body, timeout=timeout_s)
+        except httpx.TransportError as e:
+            raise EngineUnavailable(f"{self.engine_id}: {e}") from e
+        if r.status_code != 200:
+            raise EngineError(f"{self.engine_id}: {what} failed ({r.status_code}): {r.text[:300]}")
+        return r
 
     def _guard(self) -> asyncio.Lock:
         self._lock = self._lock or asyncio.Lock()
         return self._lock
 
     async def _reload(self, model_dir: Path, timeout_s: float = 600.0) -> None:
-        if self._client is None:
-            raise EngineUnavailable(f"{self.engine_id}: not started")
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(model_dir)}, "timeout": timeout_s}
-        try:
-            r = await self._client.post("/collective_rpc", json=body, timeout=timeout_s)
-        except httpx.TransportError as e:
-            raise EngineUnavailable(f"{self.engine_id}: {e}") from e
-        if r.status_code != 200:
-            raise EngineError(f"{self.engine_id}: reloading weights from {model_dir} failed "
-                              f"({r.status_code}): {r.text[:300]}")
+        await self._rpc(body, f"reloading weights from {model_dir}", timeout_s)
         await self.reset_prefix_cache()
 
     # --- the two legs and the colocated turn ------------------------------------------------
@@ -366,8 +396,7 @@ class VllmEngine:
                 # the health watch's restart brings back the side the engine still has
                 self.server.spec = replace(self.server.spec, kv_role=old)
                 raise
-            if self._weights_dir is not None:
-                await self._reload(self._weights_dir)
+            await self._reload_newest()
 
     def inflight(self, role: Role | None = None) -> int:
         return sum(self._inflight.values()) if role is None else self._inflight[role]
