@@ -106,18 +106,21 @@ def test_one_policy_object_runs_unchanged_in_both_bodies(tmp_path):
 
 
 def test_written_run_and_the_cli(tmp_path):
-    run = simulate(cfg_of(MOE), "prorsa")
+    # 4 prompts (32 trajectories): the files and the CLI's table are the point here, not the cell's
+    # scale, and 128 trajectories under prorsa's rehearsals and four CLI policies cost four times as much
+    small = MOE | {"workload": MOE["workload"] | {"prompts": 4}}
+    run = simulate(cfg_of(small), "prorsa")
     write_run(run, tmp_path / "run")
     assert {p.name for p in (tmp_path / "run").iterdir()} >= {"metrics.nc", "summary.json", "trajectories.parquet"}
     f = tmp_path / "p.yaml"
-    f.write_text(PipelineConfig.model_validate(MOE).model_dump_json())
+    f.write_text(PipelineConfig.model_validate(small).model_dump_json())
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "sim", str(f), "--policy", "colocated,static:*",
                            "--gpus", "16", "--output", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     ds = xr.open_dataset(out / "results.nc")
     assert list(ds.policy.values) == ["colocated", "static:1:3", "static:2:2", "static:3:1"]
-    assert (ds.trajectories_completed == 128).all() and ds.attrs["engines"] == 4
+    assert (ds.trajectories_completed == 32).all() and ds.attrs["engines"] == 4
     assert "colocated" in proc.stdout and "*" in proc.stdout  # the table, best static marked
     bad = subprocess.run([sys.executable, "-m", "prorsa.cli", "sim", str(f), "--policy", "nonsense"],
                          capture_output=True, text=True, timeout=60)
