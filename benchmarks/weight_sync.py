@@ -65,22 +65,21 @@ def weight_bytes(shape: TinyShape, vocab: int = VOCAB) -> int:
     return 4 * param_count(shape, vocab)  # float32
 
 
-def parse_shapes(text: str) -> list[str]:
-    """Comma-separated names of SHAPES; ValueError naming the first unknown one."""
+def _names(text: str, known, flag: str, what: str) -> list[str]:
+    """Comma-separated names of `known`; ValueError naming the first unknown one."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     for n in names:
-        if n not in SHAPES:
-            raise ValueError(f"--shapes: unknown shape {n!r} (known: {', '.join(SHAPES)})")
+        if n not in known:
+            raise ValueError(f"{flag}: unknown {what} {n!r} (known: {', '.join(known)})")
     return names
+
+
+def parse_shapes(text: str) -> list[str]:
+    return _names(text, SHAPES, "--shapes", "shape")
 
 
 def parse_paths(text: str) -> list[str]:
-    """Comma-separated names of PATHS; ValueError naming the first unknown one."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    for n in names:
-        if n not in PATHS:
-            raise ValueError(f"--paths: unknown path {n!r} (known: {', '.join(PATHS)})")
-    return names
+    return _names(text, PATHS, "--paths", "path")
 
 
 def _model(name: str, root: Path) -> Path:
