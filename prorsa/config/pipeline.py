@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from prorsa.config.engines import (
     MAX_ENGINE_GPUS,
@@ -23,6 +23,7 @@ from prorsa.config.engines import (
     VllmSettings,
 )
 from prorsa.config.environment import SFT_DATASETS, EnvironmentConfig, SandboxSettings, TaskColumns
+from prorsa.config.policies import policy_spec
 from prorsa.config.runtime import RuntimeConfig, SchedulingConfig, sticky_overload_from
 from prorsa.config.section import C_LONG, MANY, MAX_WORKERS, Section
 from prorsa.config.training import PartialRolloutConfig, TrainConfig
@@ -63,6 +64,8 @@ def _cells_conflict(cfg: PipelineConfig) -> str | None:
 class PipelineConfig(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)  # a directory name, with a timestamp added
     seed: int = 0
+    # the shorthand (prorsa:4:2) or a mapping ({name: prorsa, horizon_s: 4}); held as the shorthand,
+    # each argument checked against the policy's record (config/policies.py)
     policy: str = "static:2:1"
     # what adaptive policies may assume before observing anything: an earlier run's directory (its
     # trajectories.parquet; a `prorsa sim --output` folder: every run in it), or declared means;
@@ -78,6 +81,11 @@ class PipelineConfig(Section):
     # None: a sync step ends with its last trajectory
     partial_rollout: PartialRolloutConfig | None = None
     output_dir: str = "runs"
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy_checked(cls, value: object) -> object:
+        return policy_spec(value) if isinstance(value, (str, dict)) else value
 
     @model_validator(mode="after")
     def _groups_open_in_their_roles(self) -> PipelineConfig:

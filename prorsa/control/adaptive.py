@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from prorsa.agent.trace import TrajectorySpec
+from prorsa.config.policies import ProrsaArgs, shorthand
 from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecaster
@@ -40,7 +41,7 @@ from prorsa.control.opening import ASYNC_OPENING_WINDOWS, Opening, every_split, 
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
 from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
-from prorsa.control.requests import Requests, policy_name
+from prorsa.control.requests import Requests
 from prorsa.control.prior_check import PRIOR_SAMPLES, Censored, contradiction
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
@@ -58,31 +59,26 @@ RESAMPLES = 3  # between steps, the finalists are rehearsed again on this many r
 FINALIST_BAND = 0.05  # a split rehearsed within this of the fastest is a finalist
 
 
-@register("prorsa")
+@register("prorsa", args=ProrsaArgs)
 class Prorsa:
-    """prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults 4:2:1:2:0.15)."""
+    """prorsa[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults 4:2:1:2:0.15;
+    config/policies.py ProrsaArgs)."""
 
-    def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
-        if len(args) > 5:
-            raise ValueError("prorsa takes at most 5 arguments")
-        # min_gain 0.15: the forecast's and the fluid model's errors move a split's predicted cost
-        # by ~10%, and a switch on noise costs a drain (benchmarks/paper.py: 0.05 lost up to 9%)
-        h, hyst, cap, votes, gain = (list(args) + ["4", "2", "1", "2", "0.15"][len(args):])
+    def __init__(self, args: ProrsaArgs | None = None, *, context: PolicyContext | None = None) -> None:
+        args = args or ProrsaArgs()
         ctx = context or PolicyContext.default()
-        self.horizon_s = float(h)
-        self.votes = int(votes)
-        if self.horizon_s <= 0 or self.votes < 1:
-            raise ValueError("horizon_s must be > 0 and votes >= 1")
+        self.horizon_s = args.horizon_s
+        self.votes = args.votes
         self.capacity = Capacity.from_cost(ctx.cost, ctx.slots, ctx.kv_capacity_tokens, layouts=ctx.layouts)
         # Until decodes are measured, assume a half-full engine at a 4k context.
         prior_tps = 1.0 / self.capacity.for_role(Role.DECODE).decode_step(max(ctx.slots / 2, 1), 4096)
         self.forecaster = Forecaster(self.horizon_s, self.horizon_s / 8, decode_tps=prior_tps)
-        self.allocator = Allocator(self.capacity, hysteresis=float(hyst),
-                                   max_switches_per_interval=int(cap), min_gain=float(gain))
+        self.allocator = Allocator(self.capacity, hysteresis=args.hysteresis,
+                                   max_switches_per_interval=args.max_switches, min_gain=args.min_gain)
         # An engine that switched stays until its gain has been seen (a horizon), and a switch
         # not seen through within ten intervals (or 30 s) is taken as lost and planned afresh.
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
-        self.name = policy_name("prorsa", args)
+        self.name = shorthand("prorsa", args)
         self.prior = ctx.prior
         self._told_prior = ctx.prior is not None  # the router prices moves by it, dropped or not
         self.concurrency = ctx.concurrency

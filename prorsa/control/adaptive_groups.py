@@ -1,6 +1,6 @@
 """`prorsa` over engine groups: the same policy, its splits one (P, D, M) per group.
 
-    ProrsaGroups(*args, context)   what `prorsa` builds where the pipeline declares engines.groups
+    ProrsaGroups(args, context)   what `prorsa` builds where the pipeline declares engines.groups
                                    (PolicyContext.groups); without groups it builds Prorsa as ever
 
 Every step of adaptive.Prorsa is kept (the opening rehearsed on an earlier run's trajectories, the
@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from prorsa.config.policies import ProrsaArgs
 from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN, Prorsa, fill, reassign
 from prorsa.control.opening import steady_forecast
 from prorsa.control.allocator import ROLES, Capacity
@@ -37,13 +38,13 @@ _TIE = 1e-3  # as adaptive._TIE: steady-state costs this close are the fluid mod
 
 
 class ProrsaGroups(Prorsa):
-    def __init__(self, *args: str, context: PolicyContext) -> None:
+    def __init__(self, args: ProrsaArgs | None = None, *, context: PolicyContext) -> None:
         assert context.groups is not None
         # the steady state's demand is estimated on the group that holds the most decode slots
         # (what paces the trajectories); the split itself is priced group by group
         rep = max((g for g in context.groups if Role.DECODE in g.roles or Role.MIXED in g.roles),
                   key=lambda g: g.count * g.slots, default=context.groups[0])
-        super().__init__(*args, context=replace(context, cost=rep.cost, slots=rep.slots,
+        super().__init__(args, context=replace(context, cost=rep.cost, slots=rep.slots,
                                                 kv_capacity_tokens=rep.kv_capacity_tokens, layouts=None))
         self.groups = tuple(Group(g.count, g.roles, Capacity.from_cost(g.cost, g.slots, g.kv_capacity_tokens))
                             for g in context.groups)
@@ -133,11 +134,11 @@ def _key(c: np.ndarray) -> GroupSplit:
     return tuple(tuple(int(x) for x in row) for row in c)
 
 
-@register("prorsa")
-def prorsa(*args: str, context: PolicyContext | None = None):
+@register("prorsa", args=ProrsaArgs)
+def prorsa(args: ProrsaArgs | None = None, *, context: PolicyContext | None = None):
     if context is not None and context.groups is not None:
-        return ProrsaGroups(*args, context=context)
-    return Prorsa(*args, context=context)
+        return ProrsaGroups(args, context=context)
+    return Prorsa(args, context=context)
 
 
 prorsa.__doc__ = Prorsa.__doc__

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prorsa.agent.trace import TrajectorySpec
+from prorsa.config.policies import ProrsaArgs, shorthand
 from prorsa.control.adaptive import MAX_REHEARSED, Prorsa, _split_name, reassign
 from prorsa.control.allocator import count_roles, splits
 from prorsa.control.forecast import Forecast, Forecaster
@@ -149,16 +150,16 @@ class _Ahead:
             decode_remaining_tokens=float(np.mean(self.remaining)) if self.remaining else 0.0, live=live)
 
 
-@register("oracle")
+@register("oracle", args=ProrsaArgs)
 class Oracle(Prorsa):
     """oracle[:horizon_s[:hysteresis[:max_switches[:votes[:min_gain]]]]] (defaults as prorsa;
     simulator only: it reads the run's future)."""
 
-    def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
+    def __init__(self, args: ProrsaArgs | None = None, *, context: PolicyContext | None = None) -> None:
         if context is None or context.future is None:
             raise ValueError("the oracle reads the workload's future, which only `prorsa sim` has")
-        super().__init__(*args, context=context)
-        self.name = ":".join(("oracle", *args))
+        super().__init__(args, context=context)
+        self.name = shorthand("oracle", args or ProrsaArgs())
         self.prior = context.future_means or self.prior  # it opens on the run's own means
         old = self.forecaster
         self.forecaster = TrueFutureForecaster(context.future, old.horizon_s, old.bin_s,

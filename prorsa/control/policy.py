@@ -28,10 +28,11 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.config.engines import MAX_ENGINES
+from prorsa.config.policies import POLICY_ARGS, NoArgs, PolicyArgs, StaticArgs, parse_policy
 from prorsa.control.forecast import ForecastSummary
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.costmodel import CostModel, RoleCosts
@@ -186,9 +187,14 @@ class Policy(Protocol):
 POLICIES: dict[str, Callable[..., Policy]] = {}
 
 
-def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Policy]]:
+def register(name: str, args: type[PolicyArgs] | None = None) -> Callable[[Callable[..., Policy]], Callable[..., Policy]]:
+    """A policy factory under `name`. With `args` (a config.policies.PolicyArgs record), the
+    factory is given the record, parsed from the shorthand or a pipeline's mapping and checked;
+    without, the shorthand's strings as positional arguments."""
     def deco(factory: Callable[..., Policy]) -> Callable[..., Policy]:
         POLICIES[name] = factory
+        if args is not None:
+            POLICY_ARGS[name] = args
         return factory
 
     return deco
@@ -203,20 +209,26 @@ def _finite(arg: str) -> bool:
         return True  # not a number: the policy's own parser says what it expected
 
 
-def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
-    """`colocated`, `static:2:1`, `reactive`, `prorsa:4` ... -> a policy object. Policies that
-    take a context get `context` (None: they build PolicyContext.default())."""
+def make_policy(spec: str | Mapping[str, Any], context: PolicyContext | None = None) -> Policy:
+    """`colocated`, `static:2:1`, `reactive`, `prorsa:4`, {"name": "prorsa", "horizon_s": 4} ...
+    -> a policy object. Policies that take a context get `context` (None: they build
+    PolicyContext.default())."""
     # Registers reactive, prorsa and oracle; imported here, not at the top, as they import this module.
     import prorsa.control.adaptive  # noqa: F401, PLC0415
     import prorsa.control.adaptive_groups  # noqa: F401, PLC0415  (prorsa over engine groups)
     import prorsa.control.oracle  # noqa: F401, PLC0415
 
-    name, *args = spec.split(":")
+    name = spec.get("name") if isinstance(spec, Mapping) else spec.split(":")[0]
     if name not in POLICIES:
         known = ", ".join(sorted(POLICIES))
         raise ValueError(f"unknown policy {name!r}; known: {known}")
     factory = POLICIES[name]
-    if not all(_finite(a) for a in args):
+    try:
+        _, typed = parse_policy(spec)
+    except ValueError as e:
+        raise ValueError(f"bad policy {_shown(spec)!r}: {e}") from None
+    args = (typed,) if typed is not None else tuple(str(spec).split(":")[1:])
+    if typed is None and not all(_finite(a) for a in args):
         raise ValueError(f"bad policy {spec!r}: its numbers must be finite")
     kwargs = {"context": context} if "context" in inspect.signature(factory).parameters else {}
     try:
@@ -224,10 +236,14 @@ def make_policy(spec: str, context: PolicyContext | None = None) -> Policy:
     except (TypeError, ValueError) as e:
         usage = POLICIES[name].__doc__.strip().split("\n\n")[0] if POLICIES[name].__doc__ else ""
         usage = " ".join(usage.split())  # the first paragraph, unwrapped
-        raise ValueError(f"bad policy {spec!r}: {usage}") from e
+        raise ValueError(f"bad policy {_shown(spec)!r}: {usage}") from e
     if context is not None and context.engine_roles is not None:
         return WithinGroups(policy, context.engine_roles)
     return policy
+
+
+def _shown(spec: str | Mapping[str, Any]) -> str:
+    return spec if isinstance(spec, str) else str(dict(spec))
 
 
 class _FixedRoles:
@@ -278,11 +294,11 @@ class Replay:
         return self._due("between_steps", snapshot)
 
 
-@register("colocated")
+@register("colocated", args=NoArgs)
 class Colocated(_FixedRoles):
     """Every engine does both phases (chunked prefill co-batched with decode): the baseline."""
 
-    def __init__(self) -> None:
+    def __init__(self, args: NoArgs | None = None) -> None:
         self.name = "colocated"
         self.roles = []
 
@@ -290,16 +306,17 @@ class Colocated(_FixedRoles):
         return [Role.MIXED] * n_engines
 
 
-@register("static")
+@register("static", args=StaticArgs)
 class Static(_FixedRoles):
     """static:P:D[:M], a fixed split of P prefill, D decode and M mixed engines (P, D >= 1, or
     M >= 1); with engines.groups, `static` alone: each group's opening role."""
 
-    def __init__(self, prefill: str | None = None, decode: str | None = None, mixed: str = "0") -> None:
-        if prefill is None and decode is None:
+    def __init__(self, args: StaticArgs | None = None) -> None:
+        args = args or StaticArgs()
+        if args.prefill is None or args.decode is None:
             self.name, self.roles = "static", None  # the groups' opening roles (WithinGroups)
             return
-        p, d, m = int(prefill), int(decode), int(mixed)
+        p, d, m = args.prefill, args.decode, args.mixed
         # with no prefill engine the mixed ones prefill for the decode engines (rollout/router.py)
         if min(p, d, m) < 0 or (m == 0 and (p == 0 or d == 0)) or p + d + m > MAX_ENGINES:
             raise ValueError("a static split needs a prefill and a decode engine, or mixed ones")

@@ -7,29 +7,25 @@
 
 from __future__ import annotations
 
+from prorsa.config.policies import ReactiveArgs, shorthand
 from prorsa.control.allocator import cheapest_first
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, register
-from prorsa.control.requests import Requests, policy_name
+from prorsa.control.requests import Requests
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 
 
-@register("reactive")
+@register("reactive", args=ReactiveArgs)
 class Reactive:
     """reactive[:queue_tokens[:kv_util[:cooldown_s[:prefill_share]]]] (defaults 4096:0.8:5:0.5)."""
 
-    def __init__(self, *args: str, context: PolicyContext | None = None) -> None:
-        if len(args) > 4:
-            raise ValueError("reactive takes at most 4 arguments")
-        q, kv, cool, share = (list(args) + ["4096", "0.8", "5", "0.5"][len(args):])
-        self.queue_tokens = float(q)  # prefill tokens waiting per prefill-serving engine
-        self.kv_util = float(kv)  # share of decode engines' KV in use
-        self.cooldown_s = float(cool)
-        self.prefill_share = float(share)  # of the engines that start as prefill
-        if self.queue_tokens <= 0 or not 0 < self.kv_util <= 1 or self.cooldown_s < 0 \
-                or not 0 <= self.prefill_share <= 1:
-            raise ValueError("reactive thresholds out of range")
-        self.name = policy_name("reactive", args)
+    def __init__(self, args: ReactiveArgs | None = None, *, context: PolicyContext | None = None) -> None:
+        args = args or ReactiveArgs()
+        self.queue_tokens = args.queue_tokens  # prefill tokens waiting per prefill-serving engine
+        self.kv_util = args.kv_util  # share of decode engines' KV in use
+        self.cooldown_s = args.cooldown_s
+        self.prefill_share = args.prefill_share  # of the engines that start as prefill
+        self.name = shorthand("reactive", args)
         self._requests = Requests()
         self._last_move = float("-inf")
 

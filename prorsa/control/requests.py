@@ -48,7 +48,3 @@ class Requests:
 
     def locked(self, now_s: float, dwell_s: float) -> set[str]:
         return {e for e, t in self._switched_at.items() if now_s - t < dwell_s}
-
-
-def policy_name(base: str, args: tuple[str, ...]) -> str:
-    return ":".join((base, *args))

@@ -143,8 +143,8 @@ def goal(d: Decision) -> tuple[float, float, float]:
 
 def test_a_new_goal_needs_votes_and_is_not_requested_twice():
     events = stream(**HEAVY)
-    two = drive(Prorsa("4", "2", "1", "2"), events, t_end=15, carry_out=False)
-    one = drive(Prorsa("4", "2", "1", "1"), events, t_end=15, carry_out=False)
+    two = drive(make_policy("prorsa:4:2:1:2"), events, t_end=15, carry_out=False)
+    one = drive(make_policy("prorsa:4:2:1:1"), events, t_end=15, carry_out=False)
     first_one = next(i for i, (_, d) in enumerate(one) if d.targets)
     first_two = next(i for i, (_, d) in enumerate(two) if d.targets)
     assert first_two > first_one
@@ -186,7 +186,7 @@ def snap(t: float, roles, queue: int = 0, kv: float = 0.0, active=None) -> Snaps
 
 
 def test_reactive_moves_one_engine_and_respects_the_cooldown():
-    r = Reactive("4096", "0.8", "5")
+    r = make_policy("reactive:4096:0.8:5")
     roles = r.initial_roles(6)
     assert roles == [P] * 3 + [D] * 3
     d = r.decide(snap(1.0, roles, queue=10000, kv=0.3, active=[1, 1, 1, 4, 0, 2]))
@@ -199,7 +199,7 @@ def test_reactive_moves_one_engine_and_respects_the_cooldown():
 
 
 def test_reactive_keeps_a_role_alive_and_holds_when_both_press():
-    r = Reactive("1000", "0.8", "0")
+    r = make_policy("reactive:1000:0.8:0")
     roles = [P, D]
     assert r.decide(snap(1.0, roles, queue=5000, kv=0.1)).targets == {}  # the last decode engine
     assert r.decide(snap(2.0, [P, D, D], queue=5000, kv=0.9)).targets == {}  # both pressed
