@@ -7,7 +7,8 @@ runs in both bodies.
     initial_roles(n_engines)   once, before the first turn: the roles engines start in
     decide(snapshot)           every control interval: a target role map (possibly unchanged)
 
-Register a policy with `@register("name")`; the pipeline names it as `policy: name[:args]`.
+Register a policy with `@register("name", args=Record)`; the pipeline names it as `policy: name[:args]`
+or a mapping, both parsed into the record (config/policies.py) and checked as the pipeline is read.
 `make_policy(spec, context)` builds one; a factory that takes `context` gets the PolicyContext
 (what one engine is: cost model, slots, KV capacity, and the control interval).
 The built-in adaptive policies (`reactive`, `prorsa`) live in control/adaptive.py and are loaded
