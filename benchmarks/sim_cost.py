@@ -15,7 +15,7 @@ the median over --repeat. The figure each run reached is kept too: cold and warm
 last digit (a kept rehearsal is the replay's own makespan), and the script fails where they do not.
 
     .venv/bin/python benchmarks/sim_cost.py [--families swe,search,math-tir,terminal]
-        [--models dense,moe] [--modes sync,async] [--seed 0] [--repeat 3] [--out FILE]
+        [--models dense,moe] [--modes sync,async] [--seed 0] [--repeat 3] [--out FILE] [--reuse FILE]
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="benchmarks/results/sim-cost.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its cells this run does not measure are kept")
     args = ap.parse_args()
     if args.repeat < 1:
         sys.exit(f"error: --repeat: at least 1, not {args.repeat}")
@@ -111,7 +112,20 @@ def main() -> None:
                     print(f"{f} {m} {mode}: colocated {c['colocated_cpu_s']:.2f} s CPU, prorsa cold "
                           f"{c['cold_vs_colocated']:.1f}x, warm {c['warm_vs_colocated']:.1f}x", flush=True)
                     cells.append(c)
-    save("sim_cost.py", t0, cells, [], args.out)
+    save("sim_cost.py", t0, merged(args.reuse, cells), [], args.out)
+
+
+def merged(path: str | None, measured: list[dict]) -> list[dict]:
+    """An earlier results file's cells in their order, those measured again replaced, then any new."""
+    if path is None:
+        return measured
+    try:
+        earlier = json.loads(Path(path).read_text())["cells"]
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"error: --reuse {path}: not a sim_cost.py results file ({e})")
+    new = {(c["family"], c["model"], c["mode"]): c for c in measured}
+    out = [new.pop((c["family"], c["model"], c["mode"]), c) for c in earlier]
+    return out + list(new.values())
 
 
 if __name__ == "__main__":

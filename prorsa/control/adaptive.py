@@ -361,8 +361,10 @@ class Prorsa:
             if self._calibrating:
                 self.calibration.observe(ev)
         engines = self._requests.engines(snapshot)
-        forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker)
         dropped = self._prior_contradicted(snapshot.time_s) if self._held_on_prior else ""
+        # a held split reads no forecast: it is made for the record, unblended (Forecaster.predict)
+        forecast = self.forecaster.predict(snapshot.time_s, self.forecaster.tracker,
+                                           blend=self._held is None or bool(dropped))
         if dropped:
             self._held, self._held_on_prior, self.prior = None, False, None
             reopen = self._reopened(engines, snapshot.time_s)

@@ -248,7 +248,12 @@ class Forecaster:
 
     # -- predicting ----------------------------------------------------------------------------
 
-    def predict(self, now_s: float, tracker: LifecycleTracker) -> Forecast:
+    def predict(self, now_s: float, tracker: LifecycleTracker, blend: bool = True) -> Forecast:
+        """`blend` False: the lifecycle model's prefill as it is, for a policy that will not act on
+        this forecast (prorsa holding a rehearsed split): the blend refits its weights over every
+        recent scored forecast (most of a control step's CPU) and reads the error book without
+        writing it, so what is forecast later does not change. The blended forecast's own error is
+        then scored only where one was made."""
         names, rows = tracker.table()
         rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]  # by family, then phase: groups are slices
         fam, rank, since, turn, ctx, app, dec = rows.T
@@ -271,7 +276,7 @@ class Forecaster:
         cached = np.concatenate([t.prefix, t.ctx])  # under the next turn's / the queued append
         tps, turns = (t.arrive * t.obs[:, None]).sum(0) / self.bin_s, t.arrive.sum(0) / self.bin_s
         base = self.book.baselines(now_s)
-        tps_b = self.book.blend("prefill_tps", tps, *base["prefill_tps"])
+        tps_b = self.book.blend("prefill_tps", tps, *base["prefill_tps"]) if blend else tps
         # Turns follow the blended tokens bin by bin at the model's tokens per turn: the allocator
         # reads the append size off their ratio.
         append = (tps.sum() / turns.sum() if turns.sum() > 0
@@ -287,8 +292,8 @@ class Forecaster:
                                     else self._pool.decode_tokens.mean(self.priors.decode_tokens)),
             decode_remaining_tokens=float(t.rest[t.decoding].mean() * rate) if t.decoding.any() else 0.0,
             decode_tps_per_seq=rate, live=len(rows))
-        self.book.remember(now_s, fc.prefill_tokens_per_s, fc.decode_seqs, lifecycle=(tps, decode_seqs),
-                           baselines=base)
+        self.book.remember(now_s, fc.prefill_tokens_per_s if blend else None, fc.decode_seqs,
+                           lifecycle=(tps, decode_seqs), baselines=base)
         self.book.score(now_s)
         return fc
 

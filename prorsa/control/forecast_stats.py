@@ -299,16 +299,19 @@ class ErrorBook:
         w = _WEIGHTS[int(np.argmin(per_bin[:, wsum > 0].mean(1)))]
         return w[0] * out * level + w[1] * out + w[2] * persistence + w[3] * ewma
 
-    def remember(self, start: float, prefill_tps: np.ndarray, decode_seqs: np.ndarray,
+    def remember(self, start: float, prefill_tps: np.ndarray | None, decode_seqs: np.ndarray,
                  lifecycle: tuple[np.ndarray, np.ndarray] | None = None,
                  baselines: dict[str, tuple[float, float]] | None = None) -> None:
         """Keep a forecast, its baselines (from baselines(start) when not given) and `lifecycle`,
-        the model's (prefill, decode) forecast before blend(), to score once their time has passed."""
+        the model's (prefill, decode) forecast before blend(), to score once their time has passed;
+        `prefill_tps` None: no blended prefill forecast was made (its baselines and the model's
+        are kept still)."""
         base = baselines if baselines is not None else self.baselines(start)
         preds = []  # (metric, what it forecasts, per bin)
         for k, (key, mine) in enumerate((("prefill_tps", prefill_tps), ("decode_seqs", decode_seqs))):
             seen, ewma = base[key]
-            preds += [(key, key, mine.copy()), (f"{key}_persistence", key, np.full(self.n_bins, seen)),
+            preds += [(key, key, mine.copy())] if mine is not None else []
+            preds += [(f"{key}_persistence", key, np.full(self.n_bins, seen)),
                       (f"{key}_ewma", key, np.full(self.n_bins, ewma))]
             if lifecycle is not None:
                 preds.append((f"{key}{LIFECYCLE}", key, np.asarray(lifecycle[k], dtype=float).copy()))

@@ -529,3 +529,30 @@ def test_turns_follow_the_blended_tokens_at_the_models_append_per_turn():
     # bin 0: the model had 2 turns of 50 tokens; bin 1: none, so the horizon's 1 turn per 100 tokens
     turns = _follow(np.array([2.0, 0.0]), np.array([100.0, 0.0]), np.array([50.0, 30.0]), 1 / 100)
     assert turns == pytest.approx([1.0, 0.3])
+
+
+def test_a_forecast_made_unblended_changes_no_forecast_blended_later():
+    """A policy holding its split asks for the forecast unblended (Forecaster.predict blend=False):
+    the blend reads the error book and never writes it, so a forecaster asked so at some intervals
+    forecasts exactly what one that blended at every interval does once it blends again; only the
+    blended forecast's own error is scored less often (where it was made)."""
+    events = train(n=40, tool_s=0.7, obs=300, dec=150) + [
+        E(3.0 + 0.05 * i, f"late-{i}", "f", 0, Phase.QUEUED, 400 + 10 * i) for i in range(30)]
+    always, sometimes = Forecaster(4.0, 0.5), Forecaster(4.0, 0.5)
+    tracks = LifecycleTracker(), LifecycleTracker()
+    t, k = 0.0, 0
+    for step in range(40):
+        t = 0.25 * step
+        now = [e for e in events if k <= events.index(e) and e.time_s <= t]
+        k += len(now)
+        feed(always, tracks[0], now)
+        feed(sometimes, tracks[1], now)
+        a = always.predict(t, tracks[0])
+        b = sometimes.predict(t, tracks[1], blend=step % 3 == 0)
+        if step % 3 == 0:
+            assert a.prefill_tokens_per_s.tolist() == b.prefill_tokens_per_s.tolist()
+            assert a.decode_seqs.tolist() == b.decode_seqs.tolist()
+    mine, theirs = sometimes.errors(), always.errors()
+    assert any(key.startswith("prefill_tps@") for key in theirs)
+    assert {k for k in mine if not k.startswith("prefill_tps@")} == {k for k in theirs if not k.startswith("prefill_tps@")}
+    assert all(mine[k] == theirs[k] for k in mine if not k.startswith("prefill_tps@"))
