@@ -50,6 +50,9 @@ SHAPES = {
     "tiny": TinyShape(),
     "0.5b": TinyShape(hidden_size=1024, layers=32, heads=16, kv_heads=8),
     "1.5b": TinyShape(hidden_size=2048, layers=22, heads=16, kv_heads=8),
+    # an 8B's width (hidden 4096, 32 heads of 128, 8 KV heads) at 4 of its 32 layers: 3.9 GB, what
+    # fits three times over; the whole 8B in float32 (32 GB) does not fit this machine once
+    "8b-width": TinyShape(hidden_size=4096, layers=4, heads=32, kv_heads=8),
 }
 
 
