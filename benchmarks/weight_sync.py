@@ -16,7 +16,7 @@ each part. Each update flips the sign of one norm's weights, so every update is 
 odd number of them a fixed prompt must decode otherwise than before the first, which shows the
 engine serves what it loaded (output_changed).
 
-    .venv/bin/python benchmarks/weight_sync.py [--shapes tiny,0.5b,1.5b] [--updates 3]
+    .venv/bin/python benchmarks/weight_sync.py [--shapes tiny,0.5b,1.5b,8b-width] [--updates 3]
         [--paths disk,memory,memory-changed] [--out benchmarks/results/weight-sync-paths.json]
 
 benchmarks/results/weight-sync.json holds the disk path alone, as first measured (the script before
