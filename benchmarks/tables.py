@@ -186,11 +186,14 @@ def _mb(nbytes: float) -> str:
     return f"{mb:.0f}" if mb >= 100 else f"{mb:.3g}"
 
 
+WEIGHT_SYNC_PATHS = ("weight-sync-paths.json", "weight-sync-8b-width.json")
+
+
 def t_weight_sync_paths(d: dict) -> list[str]:
     """Each shape's update by each path, medians; the speed-up over the disk path measured beside it."""
-    doc = d["weight-sync-paths.json"]
+    doc = d[WEIGHT_SYNC_PATHS[0]]
     rows = []
-    for s in doc["shapes"]:
+    for s in (s for f in WEIGHT_SYNC_PATHS for s in d[f]["shapes"]):
         disk = s["paths"].get("disk")
         disk_s = statistics.median(r["total_s"] for r in disk["runs"]) if disk else None
         for path, p in s["paths"].items():
@@ -1314,7 +1317,7 @@ TABLES: dict[str, Table] = {
     "paper-restart": Table(["paper.json", "paper-restart.json"], t_paper_restart),
     "role-restart": Table(["role-restart.json"], t_role_restart),
     "weight-sync": Table(["weight-sync.json"], t_weight_sync),
-    "weight-sync-paths": Table(["weight-sync-paths.json"], t_weight_sync_paths),
+    "weight-sync-paths": Table(list(WEIGHT_SYNC_PATHS), t_weight_sync_paths),
     "rl-toy-sync": Table(list(RL_TOY_SYNC), t_rl_toy_sync),
     "priors": Table(["priors.json", "priors-steps3.json"], t_priors),
     "priors-drivers": Table(["priors-drivers.json"], priors_cells_table("priors-drivers.json")),

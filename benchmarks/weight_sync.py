@@ -16,7 +16,7 @@ each part. Each update flips the sign of one norm's weights, so every update is 
 odd number of them a fixed prompt must decode otherwise than before the first, which shows the
 engine serves what it loaded (output_changed).
 
-    .venv/bin/python benchmarks/weight_sync.py [--shapes tiny,0.5b,1.5b] [--updates 3]
+    .venv/bin/python benchmarks/weight_sync.py [--shapes tiny,0.5b,1.5b,8b-width] [--updates 3]
         [--paths disk,memory,memory-changed] [--out benchmarks/results/weight-sync-paths.json]
 
 benchmarks/results/weight-sync.json holds the disk path alone, as first measured (the script before
@@ -50,6 +50,9 @@ SHAPES = {
     "tiny": TinyShape(),
     "0.5b": TinyShape(hidden_size=1024, layers=32, heads=16, kv_heads=8),
     "1.5b": TinyShape(hidden_size=2048, layers=22, heads=16, kv_heads=8),
+    # an 8B's width (hidden 4096, 32 heads of 128, 8 KV heads) at 4 of its 32 layers: 3.9 GB, what
+    # fits three times over; the whole 8B in float32 (32 GB) does not fit this machine once
+    "8b-width": TinyShape(hidden_size=4096, layers=4, heads=32, kv_heads=8),
 }
 
 
