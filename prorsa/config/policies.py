@@ -129,4 +129,7 @@ def _checked(model: type[PolicyArgs], build) -> PolicyArgs:
 
 
 def _word(x: object) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
+    """A float as short as reads back the same (4096, 0.15, 0.1234567), anything else as str."""
+    if isinstance(x, float):
+        return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+    return str(x)

@@ -24,6 +24,12 @@ def test_a_mapping_is_the_record_written_by_name_its_shorthand_filled_up_to_the_
     assert parse_policy(shorthand(name, args))[1] == args
 
 
+def test_a_mapping_round_trips_through_its_shorthand_to_the_last_digit():
+    name, args = parse_policy({"name": "prorsa", "min_gain": 0.1234567, "horizon_s": 2.5})
+    assert parse_policy(shorthand(name, args))[1] == args
+    assert shorthand(name, args) == "prorsa:2.5:2:1:2:0.1234567"
+
+
 def test_the_record_reaches_the_policy():
     p = make_policy({"name": "prorsa", "horizon_s": 8, "votes": 3, "min_gain": 0.05})
     assert (p.horizon_s, p.votes, p.allocator.min_gain, p.name) == (8.0, 3, 0.05, "prorsa:8:2:1:3:0.05")
