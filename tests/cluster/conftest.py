@@ -5,6 +5,7 @@ which records each launch in the directory returned)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -100,14 +101,25 @@ def _record(tmp_path: Path, monkeypatch) -> Path:
     return record
 
 
+def _end_fakes(record: Path) -> None:
+    """Kill every recorded fake still running (each leads a process group of its own, as a vLLM
+    server does): those of an in-process cluster outlive a failed test, their launcher being it."""
+    for launch in record.glob("*.json"):
+        try:
+            os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture
-def fake_servers(tmp_path, monkeypatch) -> Path:
+def fake_servers(tmp_path, monkeypatch):
     record = _record(tmp_path, monkeypatch)
     wrapper = tmp_path / "fake-python"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SERVER}" "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(wrapper))
-    return record
+    yield record
+    _end_fakes(record)
 
 
 @pytest.fixture
@@ -124,4 +136,5 @@ def job_fake_servers(tmp_path, monkeypatch) -> Path:
     wrapper.chmod(0o755)
     (site / "sitecustomize.py").write_text(f"import sys\nsys.executable = {str(wrapper)!r}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
-    return record
+    yield record
+    _end_fakes(record)

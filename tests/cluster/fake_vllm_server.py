@@ -3,12 +3,15 @@ its environment and arguments (RECORD_DIR/<port>.json), then answers what VllmSe
 (/health, /v1/models, the warm-up completion, /metrics). With --headless (a further node of an
 engine spanning nodes) it serves nothing, as vLLM's headless node, and the leader serves only
 once a headless node meets it; FAKE_HEADLESS_EXIT=n makes a headless one exit with code n
-instead."""
+instead. It ends itself once the process that launched it is gone: a worker killed before it
+could stop its server (a cancelled batch job's) must not leave the fake serving after the test.
+"""
 
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -57,6 +60,13 @@ def _joined(rpc_port: str) -> bool:
     return False
 
 
+def _end_with(parent: int) -> None:
+    while os.getppid() == parent:  # reparented once the launcher has died
+        time.sleep(0.2)
+    os._exit(0)
+
+
+threading.Thread(target=_end_with, args=(os.getppid(),), daemon=True).start()
 RECORD = os.environ["RECORD_DIR"]
 if "--headless" in ARGS and os.environ.get("FAKE_HEADLESS_EXIT"):
     sys.exit(int(os.environ["FAKE_HEADLESS_EXIT"]))

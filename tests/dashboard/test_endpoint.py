@@ -29,7 +29,7 @@ def get(url: str) -> tuple[int, str, bytes]:
 def check_schema(d: dict) -> None:
     assert set(d) == TOP and d["version"] == 1
     assert set(d["run"]) == RUN and d["run"]["engines"] == ENGINES and d["run"]["policy"].startswith("prorsa")
-    assert d["run"]["time_unit"] == 0.1 and d["run"]["expected"] == 128
+    assert d["run"]["time_unit"] == 0.1 and d["run"]["expected"] == 64
     assert list(d["engines"]) == ENGINES
     for e in d["engines"].values():
         assert set(e) == set(ENGINE) and all(isinstance(e[k], t) for k, t in ENGINE.items())
@@ -56,7 +56,7 @@ def check_schema(d: dict) -> None:
 
 
 def test_json_endpoint_while_a_run_goes(live_run):
-    run = live_run("dash", "concurrency: 128, trajectories: 128")
+    run = live_run("dash", "concurrency: 64, trajectories: 64")
     page, data = run.urls()
     docs = []
     deadline = time.time() + 240
@@ -98,4 +98,4 @@ def test_json_endpoint_while_a_run_goes(live_run):
     for c in last["switches"]:  # a finished switch shows in the swimlane: the engine held the new role
         assert c["to"] in {role for _, _, role in last["roles"][c["engine"]]}
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert last["trajectories"]["done"] <= summary["trajectories_completed"] == 128
+    assert last["trajectories"]["done"] <= summary["trajectories_completed"] == 64

@@ -154,8 +154,10 @@ def test_a_prefill_engine_restarts_as_decode_once_its_kv_is_pulled_and_then_deco
             addresses, router, runner, rec, ctl = await _controlled(client, roles, restarts=True)
             assert ctl.empties("engine-0", Role.PREFILL, Role.DECODE)
             assert not ctl.empties("engine-1", Role.MIXED, Role.DECODE)
-            # prefill on engine-0, then a long decode on engine-1 that pulls engine-0's KV
-            turn = asyncio.create_task(runner.run_turn(_turn("t0", 4000, 3000)))
+            # prefill on engine-0, then a decode on engine-1 that pulls engine-0's KV: the switch
+            # below is asked for in the same loop tick the decode is seen running, so a few seconds
+            # of decode is margin enough (3000 tokens took ~17 s and showed nothing more)
+            turn = asyncio.create_task(runner.run_turn(_turn("t0", 4000, 600)))
             e1 = addresses["engine-1"]
             while not cluster.scheduler.tasks or not any(
                     ts.state == "processing" and (ts.annotations or {}).get("phase") in DECODE_LEGS
@@ -251,9 +253,9 @@ name: rehearsing
 seed: 3
 policy: prorsa
 engines: {backend: emulated, count: 4, slots: 128, time_scale: 0.05, model: qwen3-30b-a3b, ep: 4}
-workload: {family: swe, mode: sync, prompts: 8, group_size: 8, steps: 2, tool_time_scale: 0.1, max_turns: 4}
+workload: {family: swe, mode: sync, prompts: 4, group_size: 8, steps: 2, tool_time_scale: 0.1, max_turns: 4}
 runtime: {metrics_interval_s: 0.2, control_interval_s: 0.2, dashboard_address: null}
-"""
+"""  # 32 trajectories a step: a step's Dask tasks, not its engines' time, set the test's length
 
 
 def test_live_prorsa_rehearses_the_step_that_ran_before_the_next(tmp_path):
@@ -266,10 +268,10 @@ def test_live_prorsa_rehearses_the_step_that_ran_before_the_next(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["trajectories_completed"] == 128
+    assert summary["trajectories_completed"] == 64
     ds = xr.open_dataset(run_dir / "metrics.nc")
     between = [str(r) for r in ds.control_reason.values if str(r).startswith("next step")]
-    assert len(between) == 1 and "rehearsed on 64 trajectories" in between[0]
+    assert len(between) == 1 and "rehearsed on 32 trajectories" in between[0]
     first_step_end = max(r["end_s"] for r in pq.read_table(run_dir / "trajectories.parquet").to_pylist() if r["step"] == 0)
     assert ds.attrs["time_scale"] == 0.05 and ds.attrs["clock"] == "wall"  # control_t and end_s: one clock
     codes = json.loads(ds.attrs["role_codes"])

@@ -34,10 +34,15 @@ def run(tmp_path: Path, policy="static:2:1", mode="sync", shape="in_task", runti
 
 @pytest.mark.parametrize("shape", ["in_task", "driver"])
 def test_sync_run_accounts_for_every_trajectory(tmp_path, shape):
-    run_dir = run(tmp_path, shape=shape)
+    """In either turn shape, with trajectory scheduling on: its admission keys travel through the
+    Dask tasks to the engines and the router prices moves by the predicted remainder, and nothing
+    is lost, left unfinished or retried. (The shapes without scheduling run in the tests below:
+    colocated async, decode-local prefill and partial rollouts.)"""
+    run_dir = run(tmp_path, shape=shape, extra="scheduling: {priority: true, spread: true}\n")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trajectories_expected"] == 2 * 3 * 2
     assert summary["trajectories_completed"] == 12 and summary["trajectories_failed"] == 0
+    assert summary["turns_retried"] == 0
     assert summary["policy"] == "static:2:1" and len(summary["config_hash"]) == 16
     assert summary["makespan_s"] > 0 and summary["tokens_per_s"] > 0
 
@@ -139,16 +144,6 @@ def test_a_trajectory_migrates_live_while_its_tool_runs_and_nothing_is_lost(tmp_
         if any(t["recomputed_tokens"] == 0 and t["cached_tokens"] > 0 for t in followed):
             return
     pytest.fail(f"no turn that moved engines found its context warmed there: {followed}")
-
-
-@pytest.mark.parametrize("shape", ["in_task", "driver"])
-def test_trajectory_scheduling_runs_live_in_both_turn_shapes(tmp_path, shape):
-    """Admission keys travel through the Dask tasks to the engines, and the router prices moves by
-    the predicted remainder, in either shape: nothing is lost or left unfinished."""
-    run_dir = run(tmp_path, shape=shape, extra="scheduling: {priority: true, spread: true}\n")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["trajectories_completed"] == 12 and summary["trajectories_failed"] == 0
-    assert summary["turns_retried"] == 0
 
 
 @pytest.mark.parametrize("carry", ["true", "false"])

@@ -69,7 +69,8 @@ def test_ctrl_c_to_the_group_ends_a_run_quietly_at_every_stage(tmp_path, stage, 
 def test_ctrl_c_during_the_write_out_finishes_it_and_exits_2(tmp_path, processes):
     # the write-out runs after the cluster closed: the signal reaches the driver alone, as it sends
     # it itself at the write-out's first call (killed_in_write_out.py)
-    pipeline = write_pipeline(tmp_path / "p.yaml", time_scale=0.05,
+    # tools at a fifth of the trace's 0.25 s: the run only has to reach its write-out
+    pipeline = write_pipeline(tmp_path / "p.yaml", time_scale=0.05, tool_scale=0.2,
                               runtime=", processes: true" if processes else "")
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "killed_in_write_out.py"), "1", "run",

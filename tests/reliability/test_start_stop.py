@@ -4,12 +4,14 @@ half-made run directory behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,32 @@ def test_validate_answers_an_alias_bomb_with_one_line(tmp_path):
     assert "values once its aliases are expanded" in one_error_line(proc.stderr)
 
 
+class _SilentScheduler:
+    """A scheduler address that accepts connections and never answers."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener, self.port, self.held = listener, listener.getsockname()[1], []
+
+    def connected(self) -> None:
+        """Returns once the command has connected (a guard raises after HANG_S, not a speed
+        bound); the connection is held open, so the command waits on its answer."""
+        self.held.append(self.listener.accept()[0])
+
+
+@contextlib.contextmanager
+def _silent_scheduler() -> Iterator[_SilentScheduler]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(HANG_S)
+        silent = _SilentScheduler(listener)
+        try:
+            yield silent
+        finally:
+            for conn in silent.held:
+                conn.close()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -92,13 +120,15 @@ def test_a_start_that_fails_leaves_no_run_directory(tmp_path):
     assert not out.exists() or list(out.iterdir()) == []
 
 
-def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime: str, wait_s: float) -> str:
+def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime: str,
+                         inside: Callable[[], object]) -> str:
+    """`inside()` returns once the start is well under way (after the run folder is made)."""
     pipeline = write_pipeline(tmp_path / "p.yaml", runtime=pipeline_runtime)
     out = tmp_path / "runs"
     proc = start("run", str(pipeline), f"output_dir={out}", *extra_args)
     try:
         wait_for(lambda: next(out.glob("rel-*"), None), 60, proc)
-        time.sleep(wait_s)  # well inside the start
+        inside()
         assert proc.poll() is None, "the start ended before it was interrupted"
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
@@ -117,30 +147,24 @@ def _interrupt_the_start(tmp_path, extra_args: tuple[str, ...], pipeline_runtime
 
 def test_ctrl_c_ends_a_start_stuck_on_a_silent_scheduler(tmp_path):
     # a scheduler address that accepts connections and never answers: the start waits on it
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        port = silent.getsockname()[1]
-        _interrupt_the_start(tmp_path, ("--cluster", f"tcp://127.0.0.1:{port}"), "", 2.0)
+    with _silent_scheduler() as silent:  # inside the start once it has connected
+        _interrupt_the_start(tmp_path, ("--cluster", f"tcp://127.0.0.1:{silent.port}"), "", silent.connected)
 
 
 @pytest.mark.slow
 def test_ctrl_c_ends_a_start_of_thousands_of_tool_workers(tmp_path):
     # in-process workers are built without yielding to the event loop, a batch at a time; a
     # cleanup that closes thousands of half-started workers is cut short by the hard stop
-    _interrupt_the_start(tmp_path, (), ", tool_workers: 4096", 8.0)
+    _interrupt_the_start(tmp_path, (), ", tool_workers: 4096", lambda: time.sleep(8.0))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_a_sweep_waiting_on_a_silent_scheduler_with_one_line(tmp_path, signum):
     sweep = Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "paper.yaml"
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        proc = start("sweep", str(sweep), "--output", str(tmp_path / "sw"),
-                     "--cluster", f"tcp://127.0.0.1:{silent.getsockname()[1]}")
+    with _silent_scheduler() as silent:
+        proc = start("sweep", str(sweep), "--output", str(tmp_path / "sw"), "--cluster", f"tcp://127.0.0.1:{silent.port}")
         try:
-            time.sleep(4.0)  # the grid is loaded; the client waits on the scheduler
+            silent.connected()  # the grid is loaded and the client connected: it waits on the scheduler
             assert proc.poll() is None, output(proc)
             os.kill(proc.pid, signum)
             text = finish(proc, timeout=HANG_S)

@@ -58,13 +58,21 @@ def test_a_model_folder_without_a_tokenizer_is_one_error_line(tmp_path):
 
 
 def test_serving_beyond_loopback_without_a_key_warns_and_serves(tmp_path):
+    import os
     import signal
     import subprocess
     import sys
 
+    # vLLM made unimportable in the served process: its tool-call parsers (which serve loads where
+    # vLLM is installed, ~6 s of CPU to import) have no part in the warning or the clean stop, and
+    # prorsa's own hermes parser serves instead (config/engines.py check_tool_parser)
+    (tmp_path / "no-vllm" / "vllm").mkdir(parents=True)
+    (tmp_path / "no-vllm" / "vllm" / "__init__.py").write_text("raise ImportError('vllm left out')\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path / "no-vllm"), os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, "-m", "prorsa.cli", "serve", PIPELINE, "--engine", "emulated",
                              "--host", "0.0.0.0", "--port", "0", "--output", str(tmp_path / "run")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=os.environ | {"PYTHONPATH": path})
     try:
         lines = []
         for line in proc.stdout:

@@ -26,7 +26,10 @@ MOE = {
 }
 
 
-N4 = 4  # engines in the smaller cell of the three-step run below
+N4 = 4  # engines in the smaller cell of the runs below
+# 4 engines of 8 prompts x 8 (64 trajectories a step, 15 candidate splits) and 4 turns: where 8 engines
+# of 128 (45 splits) and 8 turns cost six times as much to rehearse and exercise nothing more here
+SMALL = {"engines": MOE["engines"] | {"count": N4}, "workload": MOE["workload"] | {"max_turns": 4, "prompts": 8}}
 
 
 def cfg(**top) -> PipelineConfig:
@@ -97,12 +100,14 @@ def test_a_prior_the_opening_batch_contradicts_is_set_aside_and_the_run_opens_as
     assert policy.initial_roles(8) == [Role.MIXED] * 8  # no prior, and here no simulator to rehearse with
     assert policy.opening_reason.startswith(dropped.policy.prior_dropped + "; no prior")
 
-    none, wrong_run = simulate(cfg(), "prorsa"), simulate(cfg(prior=wrong), "prorsa")
+    # the smaller cell: the prior is as wrong for its 64 prompts as for the 128 above
+    none, wrong_run = simulate(cfg(**SMALL), "prorsa"), simulate(cfg(prior=wrong, **SMALL), "prorsa")
     assert wrong_run.summary["makespan_s"] == none.summary["makespan_s"]
     assert wrong_run.summary["role_switches"] == none.summary["role_switches"]
+    assert [c.reason for c in wrong_run.recorder.controls] == [c.reason for c in none.recorder.controls]
     # kept as told when its prompts fit: it opens on its steady state's split, not the no-prior
     # opening the plausible families' rehearsal holds
-    kept = simulate(cfg(prior=read_prior(run_dir).model_dump()), "prorsa")
+    kept = simulate(cfg(prior=read_prior(run_dir).model_dump(), **SMALL), "prorsa")
     assert none.recorder.controls[0].reason.startswith("hold ")
     assert not kept.recorder.controls[0].reason.startswith("hold ")
 
@@ -116,11 +121,8 @@ def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soones
     from prorsa.sim.rehearse import rehearser
     from prorsa.sim.run import simulate_async
 
-    # 4 turns: the opening rehearses 3 families under every split, each capped at the pipeline's turns;
-    # 4 engines of 8 prompts x 8 (64 trajectories a step, 15 candidate splits), where 8 engines of
-    # 128 (45 splits) cost six times as much and exercise nothing more here
-    three = cfg(engines=MOE["engines"] | {"count": N4},
-                workload=MOE["workload"] | {"steps": 3, "max_turns": 4, "prompts": 8})
+    # the opening rehearses 3 families under every split, each capped at the pipeline's turns
+    three = cfg(engines=SMALL["engines"], workload=SMALL["workload"] | {"steps": 3})
     sim = simulate(three, "prorsa")
     between = [c for c in sim.recorder.controls if c.reason.startswith("next step")]
     assert len(between) == 2 and all("rehearsed on 64 trajectories" in c.reason for c in between)
@@ -188,7 +190,7 @@ def test_bad_priors_get_one_line_naming_the_field(tmp_path):
 def test_prior_on_the_command_line(earlier, tmp_path):
     run_dir, _ = earlier
     pipeline = tmp_path / "p.json"
-    pipeline.write_text(json.dumps(MOE | {"workload": MOE["workload"] | {"prompts": 4}}))
+    pipeline.write_text(json.dumps(MOE | SMALL))  # the earlier run's trajectories rehearsed on 4 engines
     cli = [sys.executable, "-m", "prorsa.cli", "sim", str(pipeline), "--policy", "prorsa"]
     ok = subprocess.run([*cli, "--prior", str(run_dir)], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr

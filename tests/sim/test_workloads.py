@@ -4,15 +4,16 @@ of families that shifts across steps (workload.mix, mix_end); in `prorsa sim` to
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
 from prorsa.agent.trace import write_trace
 from prorsa.agent.workload import Workload
+from prorsa.cli import main
 from prorsa.config.pipeline import PipelineConfig, WorkloadConfig
 from prorsa.sim.run import simulate
 
@@ -69,8 +70,12 @@ def test_a_shifting_mix_simulates_with_each_trajectory_its_family():
 
 
 def _sim_cli(pipeline, out) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prorsa.cli", "sim", str(pipeline), "--policy", "colocated,prorsa",
-                           "--output", str(out)], capture_output=True, text=True, timeout=300)
+    """`prorsa sim` in this process (the command's own code from its arguments on; a process of its
+    own would add its ~2 s of imports to each of the four calls below): an exception that escaped
+    the command would exit 1, not with its one line and 2."""
+    args = ["sim", str(pipeline), "--policy", "colocated,prorsa", "--output", str(out)]
+    r = CliRunner().invoke(main, args)
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
 
 
 def test_prorsa_sim_replays_releases_and_mixes(tmp_path):
