@@ -32,10 +32,29 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
-import click
+
+def _interrupted_while_loading(signum, frame) -> None:
+    """Ctrl-C before a command runs (click and the command's imports loading): one line and exit
+    2, as once _Prorsa.invoke handles it; the interrupt would otherwise land in an import as a
+    KeyboardInterrupt traceback."""
+    sys.stderr.write("error: interrupted\n")
+    sys.stderr.flush()
+    os._exit(2)
+
+
+# only where this module is the program (`prorsa`, `python -m prorsa.cli`) and Ctrl-C is Python's
+# default (a program that imports it, or a shell that started it ignoring SIGINT, keeps its own)
+if (__name__ == "__main__" or os.path.basename(sys.argv[0]) == "prorsa") \
+        and threading.current_thread() is threading.main_thread() \
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+
+import click  # noqa: E402  (after the handler: loading click is most of a start's first half second)
 
 # Each command's work is in prorsa/commands/, imported when the command runs: `prorsa --help`
 # and a refused argument load no more than click.
@@ -103,11 +122,11 @@ class _Prorsa(click.Group):
     report) ends as the commands' own stops do: one line and exit 2, not click's "Aborted!" and 1."""
 
     def invoke(self, ctx: click.Context):
-        import threading
-
         from prorsa.commands.stopping import sigterm_as_interrupt
 
         if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is _interrupted_while_loading:
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, KeyboardInterrupt below
             sigterm_as_interrupt()  # until a command that starts engines installs its own stop
         try:
             return super().invoke(ctx)
