@@ -37,9 +37,12 @@ def test_param_count_is_what_the_tiny_maker_writes(ws, tmp_path):
 
 
 def test_the_shapes_grow_and_fit_the_memory(ws):
-    sizes = [ws.weight_bytes(s) for s in ws.SHAPES.values()]
-    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes)
-    assert sizes[-1] <= ws.MAX_BYTES
+    whole = [ws.weight_bytes(ws.SHAPES[n]) for n in ("tiny", "0.5b", "1.5b")]
+    assert whole == sorted(whole) and len(set(whole)) == len(whole)
+    assert max(ws.weight_bytes(s) for s in ws.SHAPES.values()) <= ws.MAX_BYTES
+    wide = ws.SHAPES["8b-width"]  # an 8B's width, as many of its layers as fit
+    assert (wide.hidden_size, wide.hidden_size // wide.heads, wide.kv_heads) == (4096, 128, 8)
+    assert wide.layers < 32
     assert ws.param_count(ws.SHAPES["0.5b"]) == pytest.approx(0.5e9, rel=0.1)
     assert ws.param_count(ws.SHAPES["1.5b"]) == pytest.approx(1.4e9, rel=0.1)
 
@@ -80,8 +83,10 @@ def test_the_paths_table_shows_each_paths_medians_and_its_speed_up_over_disk(tab
         "disk": {"runs": runs(10.0, 8.0, 12.0, moved=2 * 10**9), "output_changed": True},
         "memory": {"runs": runs(2.0, 4.0, 3.0, moved=2 * 10**9), "output_changed": False},
         "memory-changed": {"runs": runs(0.1, 0.1, 0.2, moved=8192), "output_changed": True}}}]}
-    lines = tables.t_weight_sync_paths({"weight-sync-paths.json": doc})
+    wide = {"dtype": "float32", "shapes": [{**doc["shapes"][0], "name": "y"}]}
+    lines = tables.t_weight_sync_paths({"weight-sync-paths.json": doc, "weight-sync-8b-width.json": wide})
     rows = [line for line in lines if line.startswith("| x |")]
+    assert [line.split(" | ")[0] for line in lines if line.startswith("| ")][-3:] == ["| y"] * 3  # the second file's after
     assert rows[0] == "| x | 2.00 | disk | 2000 | 2.50 | 7.50 | 10.00 | 0.20 | 1.0x | yes |"
     # medians 3.0 s (of 2, 4, 3): 2 GB / 3 s, and 10 / 3 of the disk path's time
     assert rows[1] == "| x | 2.00 | memory | 2000 | 0.75 | 2.25 | 3.00 | 0.67 | 3.3x | NO |"

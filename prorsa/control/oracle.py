@@ -58,7 +58,8 @@ class TrueFutureForecaster(Forecaster):
         super().__init__(*args, **kwargs)
         self.future = future
 
-    def predict(self, now_s: float, tracker: LifecycleTracker) -> Forecast:
+    def predict(self, now_s: float, tracker: LifecycleTracker, blend: bool = True) -> Forecast:
+        """The true future's demand; `blend` is the Forecaster's signature (nothing here is blended)."""
         ahead = _Ahead(now_s, self.bin_s, self.n_bins, self.decode_rate(), self._wait.mean(self.priors.wait_s))
         live = tracker.live()
         for s in live:
