@@ -85,15 +85,26 @@ async def beside(body: Body, on_stop: Callable[[], None] | None = None) -> Async
     loops = [asyncio.create_task(_every(body.sample, body.now, body.sample_interval_s)),
              asyncio.create_task(body.controller.run()),
              *(asyncio.create_task(loop()) for loop in body.background)]
+    ended_well = False
     try:
         yield
+        ended_well = True
     finally:
         if on_stop is not None:
             on_stop()
-        for task in reversed(loops):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+        failed = []
+        for task in reversed(loops):  # every loop stopped and its end read, even after one failed:
+            task.cancel()             # an end left unread is printed as "never retrieved" at exit
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception as e:  # noqa: BLE001  (a loop's own failure, kept for below)
+                failed.append(e)
+        # a loop that failed says so where the block ended well; where it is ending on an error of
+        # its own (a full disk, an interrupt), that error is the one told
+        if failed and ended_well:
+            raise failed[0]
 
 
 async def _every(sample: Callable[[float], Awaitable[None]], now: Callable[[], float], interval_s: float) -> None:
