@@ -319,7 +319,7 @@ class Static(_FixedRoles):
             return
         p, d, m = args.prefill, args.decode, args.mixed
         # with no prefill engine the mixed ones prefill for the decode engines (rollout/router.py)
-        if min(p, d, m) < 0 or (m == 0 and (p == 0 or d == 0)) or p + d + m > MAX_ENGINES:
+        if (m == 0 and (p == 0 or d == 0)) or p + d + m > MAX_ENGINES:  # negatives: StaticArgs
             raise ValueError("a static split needs a prefill and a decode engine, or mixed ones")
         self.name = f"static:{p}:{d}" + (f":{m}" if m else "")
         self.roles = [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
