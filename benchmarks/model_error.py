@@ -52,7 +52,7 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import NoReturn
 
-from paper import config, save, saved_points
+from paper import config, reuse_holds, save, saved_points
 from progress import each_done
 
 ENGINES = 8
@@ -252,7 +252,10 @@ def run(args, families: list[str], traces: dict[str, tuple[str, str]], seeds: li
     def job_key(j: tuple) -> tuple:
         return *j[:7], EP if j[7] is None else j[7]
 
-    have = {key(p) for p in points}
+    have = {key(p): p for p in points}
+    if probe := next((j for j in jobs if job_key(j) in have and j[5] == "exact"), None):  # a fixed split's
+        reuse_holds(args.reuse, " ".join(map(str, job_key(probe))), have[job_key(probe)]["figure"],
+                    run_point(probe)["figure"])
     wanted = {job_key(j) for j in jobs}
     points = [p for p in points if key(p) in wanted]
     jobs = [j for j in jobs if job_key(j) not in have]

@@ -17,6 +17,8 @@ price it so; the policies that never switch run alike either way (reuse their po
 
 --reuse keeps the points an earlier results file holds (same seed and cells) and simulates only the
 points it lacks and the policies --rerun names (after a change to the forecaster, say).
+Every script's --reuse (paper, drivers, priors, drift, model_error) simulates one reused point
+again first and refuses a file it no longer reproduces: the simulator changed since it was made.
 """
 
 from __future__ import annotations
@@ -123,6 +125,13 @@ def main() -> None:
     have = {(p["family"], p["model"], p["mode"], p["policy"]) for p in points}
     points = [p for p in points if (p["family"], p["model"], p["mode"]) in cells]
     jobs = [j for j in jobs if (j[0], j[1], j[2], j[6]) not in have]
+    # the cheapest kind of reused point, simulated again: a file the simulator has moved past is refused
+    probe = next((p for p in points if p["policy"] == "colocated"), points[0] if points else None)
+    if probe is not None:
+        again = run_point((probe["family"], probe["model"], probe["mode"], args.seed, overload, args.restart_s,
+                           probe["policy"]))
+        reuse_holds(args.reuse, f"{probe['family']} {probe['model']} {probe['mode']} {probe['policy']}",
+                    probe["figure"], again["figure"])
     with Pool(args.workers) as pool:
         points.extend(each_done(pool, run_point, jobs, lambda p: f"{p['family']} {p['model']} {p['mode']} {p['policy']}: "
                   f"{p['figure']:.3f}"))
@@ -184,6 +193,14 @@ def saved_points(path: str, script: str) -> list:
         return json.loads(Path(path).read_text())["points"]
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: --reuse {path}: not a {script} results file ({e})")
+
+
+def reuse_holds(path: str, point: str, saved: float, fresh: float) -> None:
+    """Exits naming `point` when a reused file's point no longer simulates to the figure it holds:
+    the simulator changed since the file was made, and its points would be mixed with today's."""
+    if saved != fresh:
+        sys.exit(f"error: --reuse {path}: its point {point} simulates to {fresh:.6g} now, the file holds "
+                 f"{saved:.6g}; the simulator changed since it was made: run without --reuse")
 
 
 RERUN_HELP = ("with --reuse: policies simulated again although FILE holds them "
