@@ -38,7 +38,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, RERUN_HELP, STATICS, rerun_asks, reuse_holds, save, saved_points  # noqa: E402
+from paper import ENGINES, RERUN_HELP, STATICS, first_each, rerun_asks, reuse_holds, save, saved_points  # noqa: E402
 from priors import BESIDE_MIXED, PRIORS, WRONG  # noqa: E402
 from progress import each_done
 
@@ -184,9 +184,9 @@ def main() -> None:
         jobs += [(e, kind, v, args.steps, args.waves, "prorsa", pr, folder[(e, kind, v), prior_dir[pr]])
                  for e, kind, v in cells for pr in priors if pr != "none"]
         kept = reused(args.reuse, set(filter(None, args.rerun.split(","))))
-        if probe := next((j for j in jobs if job_key(j) in kept and j[7] is None), None):  # a fixed split's
+        for probe in first_each([j for j in jobs if job_key(j) in kept and j[7] is None], lambda j: j[1]):
             reuse_holds(args.reuse, " ".join(map(str, job_key(probe))), kept[job_key(probe)]["figure"],
-                        run_point(probe)["figure"])
+                        run_point(probe)["figure"])  # a fixed split's point, one a kind of cell
         points = [kept[job_key(j)] for j in jobs if job_key(j) in kept]
         jobs = [j for j in jobs if job_key(j) not in kept]
         needed = {j[7] for j in jobs if j[7] is not None}

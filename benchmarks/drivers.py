@@ -25,8 +25,9 @@ oracle (prorsa's allocator fed the true future).
 
 --reuse takes the points of an earlier run of the same factor from its results file and simulates
 only the points it lacks and the policies named by --rerun (after a change to the allocator, say);
-the results file lists which points were reused. One reused point is simulated again first: a file
-it no longer reproduces (the simulator changed since) is refused, never mixed with today's points.
+the results file lists which points were reused. A reused colocated point of each mode is simulated
+again first: a file it no longer reproduces (the simulator changed since) is refused, never mixed
+with today's points.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import sys
 from multiprocessing import Pool
 from pathlib import Path
 
-from paper import reuse_holds
+from paper import first_each, reuse_holds
 
 POLICIES = ["colocated", "static:1:7", "static:2:6", "static:3:5", "prorsa", "oracle"]
 # wider groups want more prefill engines: the splits tried move with them
@@ -130,15 +131,15 @@ def main() -> None:
     jobs = [(args.factor, v, m, p) for v in values for m in modes for p in policies]
     kept = reused_points(args.reuse, args.factor, set(filter(None, args.rerun.split(","))))
     todo = [j for j in jobs if j not in kept]
-    # one reused point simulated again: a file made before the world changed must not be mixed in
-    probe = next((j for j in jobs if j in kept and j[3] == "colocated"), next(iter(kept), None))
+    # reused colocated points simulated again, one a mode: a file made before the simulator changed
+    # must not be mixed in
+    probes = first_each([j for j in jobs if j in kept and j[3] == "colocated"], lambda j: j[2])
     print(f"{len(todo)} simulations, {len(jobs) - len(todo)} points reused from {args.reuse}" if args.reuse
           else f"{len(todo)} simulations", file=sys.stderr)
     with Pool(args.workers) as pool:
-        fresh = dict(zip(todo + [probe] * (probe is not None), pool.map(run, todo + [probe] * (probe is not None),
-                                                                       chunksize=1)))
-    if probe is not None:
-        reuse_holds(args.reuse, " ".join(map(str, probe)), kept[probe][4], fresh.pop(probe)[4])
+        for probe, again in zip(probes, pool.map(run, probes, chunksize=1)):
+            reuse_holds(args.reuse, " ".join(map(str, probe)), kept[probe][4], again[4])
+        fresh = dict(zip(todo, pool.map(run, todo, chunksize=1)))
     res = [kept[j] if j in kept else fresh[j] for j in jobs]
     table = Table(title=f"what drives the gain: {args.factor} (SWE, 8 engines; ratios vs colocated, > 1 faster)")
     for col in (args.factor, "mode", "colocated", "best static", "prorsa", "oracle", "prefix hit coloc / best / prorsa"):

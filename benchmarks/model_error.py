@@ -52,7 +52,7 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import NoReturn
 
-from paper import config, reuse_holds, save, saved_points
+from paper import config, first_each, reuse_holds, save, saved_points
 from progress import each_done
 
 ENGINES = 8
@@ -253,9 +253,9 @@ def run(args, families: list[str], traces: dict[str, tuple[str, str]], seeds: li
         return *j[:7], EP if j[7] is None else j[7]
 
     have = {key(p): p for p in points}
-    if probe := next((j for j in jobs if job_key(j) in have and j[5] == "exact"), None):  # a fixed split's
+    for probe in first_each([j for j in jobs if job_key(j) in have and j[4] != "prorsa"], lambda j: j[1]):
         reuse_holds(args.reuse, " ".join(map(str, job_key(probe))), have[job_key(probe)]["figure"],
-                    run_point(probe)["figure"])
+                    run_point(probe)["figure"])  # a fixed split's point, one a mode
     wanted = {job_key(j) for j in jobs}
     points = [p for p in points if key(p) in wanted]
     jobs = [j for j in jobs if job_key(j) not in have]

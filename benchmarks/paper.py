@@ -17,8 +17,9 @@ price it so; the policies that never switch run alike either way (reuse their po
 
 --reuse keeps the points an earlier results file holds (same seed and cells) and simulates only the
 points it lacks and the policies --rerun names (after a change to the forecaster, say).
-Every script's --reuse (paper, drivers, priors, drift, model_error) simulates one reused point
-again first and refuses a file it no longer reproduces: the simulator changed since it was made.
+Every script's --reuse (paper, drivers, priors, drift, model_error) simulates a reused point of
+each mode again first and refuses a file it no longer reproduces: the simulator changed since it
+was made.
 """
 
 from __future__ import annotations
@@ -125,9 +126,8 @@ def main() -> None:
     have = {(p["family"], p["model"], p["mode"], p["policy"]) for p in points}
     points = [p for p in points if (p["family"], p["model"], p["mode"]) in cells]
     jobs = [j for j in jobs if (j[0], j[1], j[2], j[6]) not in have]
-    # the cheapest kind of reused point, simulated again: a file the simulator has moved past is refused
-    probe = next((p for p in points if p["policy"] == "colocated"), points[0] if points else None)
-    if probe is not None:
+    # reused colocated points simulated again (one a mode): a file the simulator moved past is refused
+    for probe in first_each([p for p in points if p["policy"] == "colocated"], lambda p: p["mode"]):
         again = run_point((probe["family"], probe["model"], probe["mode"], args.seed, overload, args.restart_s,
                            probe["policy"]))
         reuse_holds(args.reuse, f"{probe['family']} {probe['model']} {probe['mode']} {probe['policy']}",
@@ -193,6 +193,15 @@ def saved_points(path: str, script: str) -> list:
         return json.loads(Path(path).read_text())["points"]
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: --reuse {path}: not a {script} results file ({e})")
+
+
+def first_each(items, kind) -> list:
+    """The first of `items` of each kind (`kind(item)`), in order: the reused points simulated
+    again, one a mode, since a change to the simulator may move async runs and leave sync ones."""
+    seen: dict = {}
+    for item in items:
+        seen.setdefault(kind(item), item)
+    return list(seen.values())
 
 
 def reuse_holds(path: str, point: str, saved: float, fresh: float) -> None:

@@ -45,7 +45,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper import ENGINES, RERUN_HELP, STATICS, rerun_asks, reuse_holds, save, saved_points  # noqa: E402
+from paper import ENGINES, RERUN_HELP, STATICS, first_each, rerun_asks, reuse_holds, save, saved_points  # noqa: E402
 from progress import each_done
 
 # Each family's wrong prior has prompts within the opening check's factor of 2 of its own (swe 2k,
@@ -202,9 +202,9 @@ def main() -> None:
                      (*base, "prorsa", "wrong", folder[c, wrong_kind(c)], tmp),
                      (*base, "prorsa", "declared", folder[c, earlier_kind(c)], tmp)]
         kept = reused(args.reuse, set(filter(None, args.rerun.split(","))))
-        if probe := next((j for j in jobs if job_key(j) in kept and j[5] is None), None):  # a fixed split's
+        for probe in first_each([j for j in jobs if job_key(j) in kept and j[5] is None], lambda j: j[0][3]):
             reuse_holds(args.reuse, " ".join(map(str, job_key(probe))), kept[job_key(probe)]["figure"],
-                        run_point(probe)["figure"])
+                        run_point(probe)["figure"])  # a fixed split's point, one a mode
         points = [kept[key] for key in map(job_key, jobs) if key in kept]
         jobs = [j for j in jobs if job_key(j) not in kept]
         needed = {j[5] for j in jobs if j[5] is not None}  # the priors the points left to simulate read
