@@ -90,12 +90,10 @@ class EmulatedBackend:
         from prorsa.costmodel import CostModel
         from prorsa.engine.emulated import EmulatedEngine, KvMemory
 
-        # engine groups: this engine's own layout and slots
-        group = cfg.engine_groups[cfg.group_of_engine()[index]] if cfg.groups is not None else None
-        tp, ep, slots = (group.tp, group.ep, group.slots) if group is not None else (cfg.tp, cfg.ep, cfg.slots)
+        group = cfg.engine_groups[cfg.group_of_engine()[index]]  # its own layout and slots (ungrouped: one group)
         restart_s = cfg.restart_s if self.switch_path() == "restart" else None
-        cost = CostModel.from_names(cfg.gpu, cfg.model, tp=tp, ep=ep, restart_s=restart_s)
-        return EmulatedEngine(engine_name(index), role, cost, slots=slots, time_scale=cfg.time_scale,
+        cost = CostModel.from_names(cfg.gpu, cfg.model, tp=group.tp, ep=group.ep, restart_s=restart_s)
+        return EmulatedEngine(engine_name(index), role, cost, slots=group.slots, time_scale=cfg.time_scale,
                               memory=KvMemory(prefix_cache=cfg.prefix_cache))
 
     def model_dir(self) -> None:
