@@ -64,7 +64,7 @@ def live_run(cfg) -> tuple[dict, list[dict]]:
 
 def fit_host(cfg, rows: list[dict], workdir: Path) -> tuple[str, str]:
     """(profile path, one line on the fit): cfg's profile corrected to its live runs' records."""
-    from prorsa.sim.live_calibration import describe, fit_to_run, fitted_profile
+    from prorsa.calibration.from_runs import describe, fit_to_run, fitted_profile
 
     fits = fit_to_run(cfg, rows, workdir)
     g = fits[-1].gpu

@@ -60,7 +60,7 @@ def main() -> None:
     from rich.table import Table
 
     from prorsa.config.load import load_pipeline
-    from prorsa.sim.live_calibration import describe, fit_to_run, load_live_run, simulate_with
+    from prorsa.calibration.from_runs import describe, fit_to_run, load_live_run, simulate_with
 
     base_cfg = load_pipeline(args.pipeline)
     base = base_cfg.engines.gpu

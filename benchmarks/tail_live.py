@@ -15,7 +15,7 @@ engine. That is also a workload where the simulator predicts a gain for its seed
    it); or `--runs DIR...` to read existing run directories (on or off read from each pipeline.json).
 2. Simulated both ways with the pipeline's own profile (`engines.gpu`, one engine calibrated alone),
    and with that profile corrected to the off runs, their turns pooled (fidelity_vllm.py's
-   fit, sim/live_calibration.py): the on runs are then a prediction the fit never saw. The
+   fit, calibration/from_runs.py): the on runs are then a prediction the fit never saw. The
    fit corrects vLLM CPU engines through their host load, so it only ever slows them: where the
    live engines run faster than the profile it ends at the profile's speed, not converged.
 3. How the simulator's ratio moves with the workload's seed (`--sim-seeds`): a sync step of this
@@ -105,7 +105,7 @@ def turn_figures(rows: list[dict]) -> dict:
 
 
 def simulated(cfg, gpu: str, scratch: Path) -> dict:
-    from prorsa.sim.live_calibration import simulate_with
+    from prorsa.calibration.from_runs import simulate_with
 
     makespan, rows = simulate_with(cfg, gpu, scratch)
     return {"makespan_s": makespan, **turn_figures(rows)}
@@ -134,7 +134,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from prorsa.sim.live_calibration import describe, fit_to_run, fitted_profile, load_live_run
+    from prorsa.calibration.from_runs import describe, fit_to_run, fitted_profile, load_live_run
 
     raw = yaml.safe_load(args.pipeline.read_text())
     live: list[dict] = []

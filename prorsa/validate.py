@@ -46,7 +46,7 @@ def check_file(path: str | Path, overrides: dict | None = None) -> str:
         spec = load_cluster(path)
         return f"ok: {path} (cluster {spec.kind})"
     if kind == "sweep":
-        from prorsa.sim.sweep_grid import load_grid
+        from prorsa.sweep.grid import load_grid
 
         grid = load_grid(path)
         return f"ok: {path} (sweep {grid.spec.name}: {len(grid.points)} points)"

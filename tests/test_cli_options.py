@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from prorsa.cli import main
-from prorsa.sim.sweep_grid import load_grid
+from prorsa.sweep.grid import load_grid
 
 BASE = {
     "name": "tiny", "policy": "colocated",

@@ -27,6 +27,7 @@ FLOORS = [
     {"cluster"},  # what runs in or starts worker processes
     {"dashboard"},
     {"sim"},  # the virtual-time body; lent to the live one's policy by the callers above both
+    {"sweep", "calibration"},  # many simulations as Dask tasks; a profile fitted by simulating live runs
     {"live"},  # the Dask body
     {"api"},  # the Python API: a live body kept up across calls
     {"serve"},  # the OpenAI-compatible endpoint: a driver for the live body

@@ -67,7 +67,7 @@ def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, out
 
 
 def calibrate_from_runs(run_dirs: list[Path], output: str | None) -> None:
-    from prorsa.sim.live_calibration import LiveFitError, correct_to_runs, describe, fitted_profile, pool_runs
+    from prorsa.calibration.from_runs import LiveFitError, correct_to_runs, describe, fitted_profile, pool_runs
 
     try:
         pooled = pool_runs(run_dirs)

@@ -23,7 +23,7 @@ def run_sweep(sweep_file: str, overrides: tuple[str, ...], cluster_opt: str | No
               workers: int | None) -> None:
     from prorsa.cluster.launch import ClusterError
     from prorsa.live.interrupt import stops_hard
-    from prorsa.sim.sweep import sweep_on_cluster
+    from prorsa.sweep.run import sweep_on_cluster
 
     cluster = cluster_from(cluster_opt)
     if workers and cluster is not None and cluster.kind != "local":

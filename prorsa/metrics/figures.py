@@ -302,7 +302,7 @@ def _policy_label(ds, policy: str) -> str:
 
 
 def static_best_split(ds) -> str:
-    """The static P:D split static:best stands for in these cells of a sweep (sweep_merge.py
+    """The static P:D split static:best stands for in these cells of a sweep (sweep/merge.py
     stores it per cell; seeds may pick different ones: each is named); "" when not stored."""
     if "static_best_prefill" not in ds.variables:
         return ""

@@ -14,9 +14,9 @@ import yaml
 from prorsa.metrics import palette, training
 from prorsa.metrics.figures import comparison, sweep_bars
 from prorsa.metrics.rundata import Sweep, load_run
-from prorsa.sim.sweep import simulate_point
-from prorsa.sim.sweep_grid import load_grid
-from prorsa.sim.sweep_merge import merge
+from prorsa.sweep.run import simulate_point
+from prorsa.sweep.grid import load_grid
+from prorsa.sweep.merge import merge
 from tests.sim_output import sim_output
 
 pytest.importorskip("matplotlib")
@@ -25,7 +25,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 
 from prorsa.metrics import plots  # noqa: E402
 from prorsa.metrics.style import FORMATS, Style, save  # noqa: E402
-from prorsa.sim.sweep_plots import speedup_figure  # noqa: E402
+from prorsa.sweep.plots import speedup_figure  # noqa: E402
 
 PIPELINE = ("name: rules\nengines: {backend: emulated, count: 3, slots: 8}\npolicy: static:1:2\n"
             "workload: {family: swe, prompts: 3, group_size: 2, max_turns: 4}\n")

@@ -13,7 +13,7 @@ from prorsa.cli import main
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.costmodel import load_gpu
 from prorsa.costmodel.live_fit import LiveFit
-from prorsa.sim.live_calibration import fit_to_run, simulate_with
+from prorsa.calibration.from_runs import fit_to_run, simulate_with
 
 BASE = {
     "name": "fit", "seed": 3, "policy": "static:2:1",

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from prorsa.metrics.figures import static_best_split
 from prorsa.metrics.style import FONT, Style, figure, legend_below, save, series
-from prorsa.sim.sweep_grid import STATIC_BEST
+from prorsa.sweep.grid import STATIC_BEST
 
 
 def speedup_plot(ds: xr.Dataset, path: Path) -> Path | None:

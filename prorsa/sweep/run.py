@@ -35,8 +35,8 @@ from prorsa.config.load import ConfigError
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import write_dataset
 from prorsa.metrics.run_dirs import output_problem
-from prorsa.sim.sweep_grid import Grid, Point, load_grid
-from prorsa.sim.sweep_merge import merge
+from prorsa.sweep.grid import Grid, Point, load_grid
+from prorsa.sweep.merge import merge
 
 RETRIES = 2
 
@@ -128,7 +128,7 @@ def _plain(x):
 
 def _plot(ds, path: Path, console: Console) -> Path | None:
     try:
-        from prorsa.sim.sweep_plots import speedup_plot
+        from prorsa.sweep.plots import speedup_plot
     except ImportError:
         console.print('speedup.png skipped: it needs matplotlib (pip install -e ".[plots]")')
         return None

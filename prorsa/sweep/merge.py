@@ -20,7 +20,7 @@ import numpy as np
 import xarray as xr
 
 from prorsa.sim.compare import FIELDS
-from prorsa.sim.sweep_grid import DIMS, STATIC_BEST, Grid, Point
+from prorsa.sweep.grid import DIMS, STATIC_BEST, Grid, Point
 
 
 def merge(grid: Grid, results: dict[str, dict]) -> xr.Dataset:

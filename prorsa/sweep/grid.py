@@ -10,7 +10,7 @@
 
 `static:*` expands to every static:P:D split of the cell's engine count (which depends on n_gpus
 and the model's tp x ep); those points carry the label `static:best`, and the merge keeps the best
-of them per cell (sweep_merge.py).
+of them per cell (merge.py).
 """
 
 from __future__ import annotations
