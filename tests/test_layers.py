@@ -23,6 +23,7 @@ FLOORS = [
     {"engine", "train"},
     {"control"},  # the brain: forecaster, allocator, policies
     {"metrics"},
+    {"report"},  # figures and report.md read back from stored runs
     {"rollout"},  # what both bodies share; no dask
     {"cluster"},  # what runs in or starts worker processes
     {"dashboard"},

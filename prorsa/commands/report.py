@@ -16,8 +16,8 @@ from prorsa.commands.errors import fail
 def write_run_report(inputs: tuple[str, ...], output: str | None, fig_format: str, dpi: int) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         fail("prorsa report needs matplotlib (pip install -e \".[plots]\")")
-    from prorsa.metrics.style import Style
-    from prorsa.metrics.report import ReportError, default_output, split_inputs, write_report
+    from prorsa.report.document import ReportError, default_output, split_inputs, write_report
+    from prorsa.report.style import Style
 
     paths = [Path(p) for p in inputs]
     run_dirs, sweeps = split_inputs(paths)

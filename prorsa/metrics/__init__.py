@@ -1,2 +1,2 @@
-"""What a run records and what is made of it: the recorder, the run directory and journal on
-disk, progress while it goes, and the reports and figures read back from stored runs."""
+"""What a run records: the recorder, the run directory, journal and outputs on disk, the prior read
+from an earlier run, progress and the console while it goes (reports read back: prorsa/report)."""

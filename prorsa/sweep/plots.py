@@ -1,4 +1,4 @@
-"""The sweep's figure (matplotlib, drawn off-screen without pyplot; metrics/style.py's rules).
+"""The sweep's figure (matplotlib, drawn off-screen without pyplot; report/style.py's rules).
 
     speedup_figure(ds) -> Figure | None     speedup over colocated per policy and workload: one
                                             panel per model x mode (x gpu x n_gpus when swept),
@@ -17,8 +17,8 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from prorsa.metrics.figures import static_best_split
-from prorsa.metrics.style import FONT, Style, figure, legend_below, save, series
+from prorsa.report.figures import static_best_split
+from prorsa.report.style import FONT, Style, figure, legend_below, save, series
 from prorsa.sweep.grid import STATIC_BEST
 
 

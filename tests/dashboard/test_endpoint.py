@@ -7,9 +7,9 @@ import urllib.request
 
 import xarray as xr
 
-from prorsa.metrics.figures import switches
+from prorsa.report.figures import switches
 from prorsa.metrics.outputs import ROLE_CODES
-from prorsa.metrics.rundata import load_run
+from prorsa.report.rundata import load_run
 
 TOP = {"version", "t", "run", "engines", "trajectories", "turns", "tokens", "decision", "roles", "switches",
        "series", "forecasts", "cost"}

@@ -9,10 +9,10 @@ import xarray as xr
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.dashboard.feed import DashboardFeed
 from prorsa.dashboard.state import LiveState
-from prorsa.metrics.figures import switches
+from prorsa.report.figures import switches
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
-from prorsa.metrics.report import write_report
-from prorsa.metrics.rundata import load_run
+from prorsa.report.document import write_report
+from prorsa.report.rundata import load_run
 from prorsa.sim.run import simulate
 
 SCALE = 0.5  # wall seconds per body second: the controller stamps its records at twice the wall time

@@ -11,7 +11,7 @@ import pytest
 from prorsa.config.engines import EnginesConfig
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import BACKENDS, backend_of
-from prorsa.metrics.rundata import _time_unit
+from prorsa.report.rundata import _time_unit
 from prorsa.rollout.context import time_unit
 
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from prorsa.metrics.outputs import ROLE_CODES
-from prorsa.metrics.rundata import load_run
+from prorsa.report.rundata import load_run
 
 ROLE_NAMES = {code: role.value for role, code in ROLE_CODES.items()}
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "moe-step.yaml"

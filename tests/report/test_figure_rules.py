@@ -12,19 +12,19 @@ import pytest
 import yaml
 
 from prorsa.metrics import palette, training
-from prorsa.metrics.figures import comparison, sweep_bars
-from prorsa.metrics.rundata import Sweep, load_run
-from prorsa.sweep.run import simulate_point
+from prorsa.report.figures import comparison, sweep_bars
+from prorsa.report.rundata import Sweep, load_run
 from prorsa.sweep.grid import load_grid
 from prorsa.sweep.merge import merge
+from prorsa.sweep.run import simulate_point
 from tests.sim_output import sim_output
 
 pytest.importorskip("matplotlib")
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
-from prorsa.metrics import plots  # noqa: E402
-from prorsa.metrics.style import FORMATS, Style, save  # noqa: E402
+from prorsa.report import plots  # noqa: E402
+from prorsa.report.style import FORMATS, Style, save  # noqa: E402
 from prorsa.sweep.plots import speedup_figure  # noqa: E402
 
 PIPELINE = ("name: rules\nengines: {backend: emulated, count: 3, slots: 8}\npolicy: static:1:2\n"

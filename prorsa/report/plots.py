@@ -21,11 +21,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from prorsa.metrics.figures import Bars, completion_times, demand, latency_by_turn, role_spans, switches
 from prorsa.metrics.palette import BAR_COLOURS, FORECAST, PHASE_COLOURS, ROLE_COLOURS, UNKNOWN, role_colour
-from prorsa.metrics.rundata import PHASES, RunData
-from prorsa.metrics.style import FONT, count_axis, figure, legend_beside, series
 from prorsa.metrics.words import metric_words, number
+from prorsa.report.figures import Bars, completion_times, demand, latency_by_turn, role_spans, switches
+from prorsa.report.rundata import PHASES, RunData
+from prorsa.report.style import FONT, count_axis, figure, legend_beside, series
 
 PHASE_WORDS = {"queue_s": "queued", "prefill_s": "prefill", "transfer_s": "KV transfer", "decode_s": "decode",
                "tool_s": "tool"}

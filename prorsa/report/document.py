@@ -27,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from prorsa.metrics import plots, training
-from prorsa.metrics.figures import (Bars, comparison, demand, disagreements, headline, latency_means, run_labels,
-                                    switches, sweep_bars)
-from prorsa.metrics.plots import PHASE_WORDS
-from prorsa.metrics.rundata import PHASES, ReportError, RunData, Sweep, load_run, load_sweep
-from prorsa.metrics.style import Style, save
+from prorsa.metrics import training
 from prorsa.metrics.words import number, plain_reason
+from prorsa.report import plots
+from prorsa.report.figures import (Bars, comparison, demand, disagreements, headline, latency_means, run_labels,
+                                    switches, sweep_bars)
+from prorsa.report.plots import PHASE_WORDS
+from prorsa.report.rundata import PHASES, ReportError, RunData, Sweep, load_run, load_sweep
+from prorsa.report.style import Style, save
 
 MAX_SWITCH_ROWS = 30  # a run that flaps would drown the report; the Dataset keeps them all
 MAX_FORECAST_ROWS = 20  # one per control interval would be hundreds

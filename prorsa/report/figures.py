@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from prorsa.metrics.recorder import RoleChange
-from prorsa.metrics.rundata import PHASES, RunData, Sweep
 from prorsa.metrics.words import metric_words
+from prorsa.report.rundata import PHASES, RunData, Sweep
 from prorsa.roles import Role
 
 # (row, summary.json key, scale): the headline figures, each once, the unit in the row's name
