@@ -18,8 +18,8 @@ from rich.console import Console
 from prorsa.cli import main
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.sim.run import simulate
-from prorsa.sweep.run import run_sweep
 from prorsa.sweep.grid import DIMS, load_grid
+from prorsa.sweep.run import run_sweep
 
 BASE = {
     "name": "tiny", "seed": 0, "policy": "colocated",
