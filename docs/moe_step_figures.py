@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from prorsa.dashboard.browser import Chromium
+from prorsa.devtools.browser import Chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = ROOT / "pipelines" / "moe-step.yaml"

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; a room imports only rooms on lower floors
 FLOORS = [
     {"prorsa", "roles"},  # ground: the package, the Role enum
-    {"loads", "sampling", "config"},  # the one engine-load record, the one sampling record; the schema
+    # the one engine-load record, the one sampling record; the schema; the tests' and docs' own
+    # tooling (a headless browser), which no run uses
+    {"loads", "sampling", "config", "devtools"},
     # shared_weights: weights handed from a trainer (train) to engines (engine) through shared memory
     {"agent", "costmodel", "shared_weights"},
     {"engine", "train"},

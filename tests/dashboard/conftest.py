@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from prorsa.dashboard.browser import Chromium
+from prorsa.devtools.browser import Chromium
 
 # MoE engines as DP-attention groups and a low bar for switching: the roles move within seconds.
 PIPELINE = """\
