@@ -88,7 +88,7 @@ def _log_level(verbosity: int) -> None:
               "prorsa": "info" if verbosity >= 1 else "warning"}
     # distributed configures its own loggers on import; tell it before it is imported
     dask.config.set({"logging": levels})  # the worker processes a local run spawns too (worker_setup.py)
-    from prorsa.metrics.console import ClockFormatter
+    from prorsa.console.clocked import ClockFormatter
 
     handler = logging.StreamHandler()
     handler.setFormatter(ClockFormatter())  # the console's clock, not the time of day
@@ -96,7 +96,7 @@ def _log_level(verbosity: int) -> None:
     logging.getLogger().setLevel(logging.INFO if verbosity >= 2 else logging.WARNING)
     logging.getLogger("vllm").setLevel(logging.INFO if verbosity >= 2 else logging.WARNING)
     logging.getLogger("prorsa").setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)
-    # the start-up is on the console already, on its clock (live/start_progress.py)
+    # the start-up is on the console already, on its clock (console/start_progress.py)
     logging.getLogger("prorsa.start").propagate = False
 
 

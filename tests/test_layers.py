@@ -25,9 +25,10 @@ FLOORS = [
     {"engine", "train"},
     {"control"},  # the brain: forecaster, allocator, policies
     {"metrics"},
-    {"report"},  # figures and report.md read back from stored runs
+    {"report", "console"},  # figures and report.md read back from stored runs; what a command prints
     {"rollout"},  # what both bodies share; no dask
     {"cluster"},  # what runs in or starts worker processes
+    {"rl"},  # the RL loop around a live rollout: warm-up, learner, a trainer on its own worker
     {"dashboard"},
     {"sim"},  # the virtual-time body; lent to the live one's policy by the callers above both
     {"sweep", "calibration"},  # many simulations as Dask tasks; a profile fitted by simulating live runs

@@ -60,7 +60,7 @@ from prorsa.config.load import ConfigError, describe, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.engine.registry import backend_of
 from prorsa.live.run import LiveSession, open_live
-from prorsa.live.training import push_weights
+from prorsa.rl.training import push_weights
 from prorsa.rollout.assemble import beside
 from prorsa.rollout.context import RunContext, resolve
 from prorsa.rollout.drivers import Hooks, play_spec

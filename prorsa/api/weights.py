@@ -6,7 +6,7 @@
                                        beside the base model's config and tokenizer files
 
 The engines load a directory in the checkpoint format they started from (vLLM's reload_weights,
-the RL loop's push in live/training.py), so a state dict becomes one: written under a temporary
+the RL loop's push in rl/training.py), so a state dict becomes one: written under a temporary
 name and renamed into place whole, as the RL loop's versions are (train/weights.py).
 """
 

@@ -128,7 +128,7 @@ def run_jobs(spec: BatchSpec, cfg: PipelineConfig, roles: list[Role]) -> dict[st
                                  resources=tool_resources(cfg.runtime.tool_threads))
     if wants_trainer_worker(cfg):
         trainer = spec.job("trainer")
-        # the worker's threads are the cores booked, and torch's follow them (live/remote_trainer.py)
+        # the worker's threads are the cores booked, and torch's follow them (rl/remote_trainer.py)
         jobs[TRAINER_NAME] = job_options(spec, trainer, threads=trainer.over(DEFAULTS).cpus,
                                          job_name=f"prorsa-{TRAINER_NAME}", resources=trainer_resources())
     return jobs

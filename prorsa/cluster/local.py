@@ -13,7 +13,7 @@ Every engine worker declares both role resources (0 where absent) and hosts its 
 an EngineHost plugin; tool workers declare {"env": 1} per thread so tools never land on engines,
 and host the pipeline's tools through a ToolHost plugin when it has an environment. The trainer
 worker declares {"trainer": 1} and hosts nothing until the RL loop puts its Trainer there
-(live/remote_trainer.py).
+(rl/remote_trainer.py).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from prorsa.commands.errors import fail, or_fail
 from prorsa.commands.inputs import check_engines, cluster_from, load_pipeline, node_shape, prior_path, with_options
 from prorsa.commands.run_folder import FAILED, RunFolder, failed_start, new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
-from prorsa.metrics.console import command_console
-from prorsa.metrics.progress import summary_table
+from prorsa.console.clocked import command_console
+from prorsa.console.progress import summary_table
 
 if TYPE_CHECKING:
     from prorsa.config.cluster import ClusterSpec

@@ -18,7 +18,7 @@ from prorsa.commands.errors import fail
 from prorsa.commands.inputs import check_engines, load_pipeline, with_options
 from prorsa.commands.run_folder import new_run_folder, run_folder_at, write_pipeline
 from prorsa.commands.stopping import roll_out
-from prorsa.metrics.console import command_console, plain
+from prorsa.console.clocked import command_console, plain
 
 if TYPE_CHECKING:
     from prorsa.rollout.context import RunContext
@@ -43,7 +43,7 @@ class ServeRequest:
 def serve_pipeline(request: ServeRequest) -> None:
     from prorsa.live.resume import open_journal
     from prorsa.live.run import run_live
-    from prorsa.metrics.progress import summary_table
+    from prorsa.console.progress import summary_table
     from prorsa.serve.app import Guards
     from prorsa.serve.server import Endpoint, Limits, exposure_warning
     from prorsa.sim.run import lend

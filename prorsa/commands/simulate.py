@@ -44,7 +44,7 @@ class SimRequest:
 
 
 def simulate_policies(request: SimRequest) -> None:
-    from prorsa.metrics.console import command_console
+    from prorsa.console.clocked import command_console
     from prorsa.metrics.row_formats import rows_text
     from prorsa.sim.compare import compare, comparison_rows, comparison_table, expand_policies
     from prorsa.sim.run import write_run

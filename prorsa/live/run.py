@@ -37,23 +37,23 @@ from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
 from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
+from prorsa.console.clocked import plain
+from prorsa.console.decisions import DecisionTeller
+from prorsa.console.progress import Progress
+from prorsa.console.start_progress import start_log, start_progress
 from prorsa.control.policy import Policy, PolicyContext, Rehearse, make_policy
 from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.base import ModelsWeightUpdates
 from prorsa.engine.registry import backend_of, engine_name
 from prorsa.live.controller import ControlPace, EngineCapacity, LiveController
-from prorsa.live.decisions import DecisionTeller
 from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner, turn_options
-from prorsa.live.start_progress import start_log, start_progress
-from prorsa.live.training import open_learner, push_weights, warm_start
-from prorsa.metrics.console import plain
 from prorsa.metrics.journal import RunJournal, flush_every
 from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
-from prorsa.metrics.progress import Progress
 from prorsa.metrics.recorder import RunRecorder
+from prorsa.rl.training import open_learner, push_weights, warm_start
 from prorsa.rollout.assemble import Body, Drive, roll_out
 from prorsa.rollout.context import RunContext, make_router, prior_checked, resolve, update_seconds
 from prorsa.rollout.drivers import Hooks, expected_trajectories

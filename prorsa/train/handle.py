@@ -8,7 +8,7 @@
                              driving the rollout meanwhile. With a SharedRegion, share(changed_only)
                              publishes its named_weights() there (train.weight_sync: memory) and
                              close() removes the region
-    RemoteTrainer            the Trainer on the trainer worker (live/remote_trainer.py, dask)
+    RemoteTrainer            the Trainer on the trainer worker (rl/remote_trainer.py, dask)
 
 No dask here: the Learner imports this module.
 """

@@ -21,7 +21,7 @@ from prorsa.control.forecast import ForecastSummary
 from prorsa.engine.base import EngineStats
 from prorsa.metrics.outputs import (metrics_dataset, summarise, write_dataset, write_summary,
                                     write_trajectories)
-from prorsa.metrics.progress import Progress
+from prorsa.console.progress import Progress
 from prorsa.metrics.recorder import ControlRecord, RoleChange, RunRecorder
 from prorsa.roles import Role
 

@@ -114,10 +114,10 @@ def test_what_finished_before_the_stop_and_no_update_took_is_trained_first(tiny_
 
 
 def test_the_journal_gives_back_what_no_saved_update_took_in_the_order_it_finished(tiny_dir, tmp_path):
-    """live/training.py unfinished: rows of the run's journal become the learner's entries again,
+    """rl/training.py unfinished: rows of the run's journal become the learner's entries again,
     the same samples the trajectories made when they finished (the tokenizer rebuilds the rest)."""
     from prorsa.agent.live_episode import ChatFormat
-    from prorsa.live.training import unfinished
+    from prorsa.rl.training import unfinished
     from prorsa.metrics.journal import RunJournal
 
     results = [_result(0, i, 0) for i in range(BATCH)] + [_result(1, i, 1) for i in range(3)]

@@ -14,7 +14,7 @@ from prorsa.agent.loop import TrajectoryResult, TurnResult
 from prorsa.agent.workload import TrajectorySpec, TurnSpec
 from prorsa.cluster.local import TRAINER_NAME, tool_resources, trainer_worker_spec
 from prorsa.config.pipeline import TrainConfig
-from prorsa.live.remote_trainer import open_remote_trainer
+from prorsa.rl.remote_trainer import open_remote_trainer
 from prorsa.train.learner import Learner
 from prorsa.train.trainer import Trainer, TrainerConfig
 

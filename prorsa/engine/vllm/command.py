@@ -180,7 +180,7 @@ def build_env(spec: ServerSpec, side_channel_port: int, base: dict[str, str] | N
     env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(side_channel_port)
     env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache (binds to localhost)
     env["PRORSA_PARENT_PID"] = str(os.getpid())  # the server stops itself if its owner dies
-    # The start's progress (live/start_progress.py) and its failure reports read vLLM's INFO lines;
+    # The start's progress (console/start_progress.py) and its failure reports read vLLM's INFO lines;
     # a library imported beside Prorsa may quiet vLLM for its own process (importing TRL sets
     # VLLM_LOGGING_LEVEL=ERROR), which the servers would inherit. DEBUG, asked for, stays.
     if env.get("VLLM_LOGGING_LEVEL", "INFO").upper() not in KEEPS_INFO:

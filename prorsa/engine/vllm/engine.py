@@ -60,7 +60,7 @@ from prorsa.shared_weights import WeightManifest
 log = logging.getLogger(__name__)
 
 # begins the line a restart writes to its server's log: the run's console reads the cause there
-# (live/start_progress.py), wherever the engine's worker runs
+# (console/start_progress.py), wherever the engine's worker runs
 RESTART_NOTE = "# prorsa: restarting: "
 
 

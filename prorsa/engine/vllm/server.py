@@ -97,7 +97,7 @@ def _kill_group(pid: int) -> None:
 
 PORT_CLASH_ATTEMPTS = 3
 # written to the server's log once GET /health answers 200 and /v1/models lists our model: vLLM's
-# own endpoints say the server is up and serving (live/start_progress.py shows the step)
+# own endpoints say the server is up and serving (console/start_progress.py shows the step)
 HEALTHY_NOTE = "# prorsa: /health 200, model served"
 
 

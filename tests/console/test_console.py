@@ -15,9 +15,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from prorsa.console.clocked import ClockedConsole, command_console
+from prorsa.console.progress import Progress, summary_rows, summary_table
 from prorsa.loads import EngineLoad
-from prorsa.metrics.console import ClockedConsole, command_console
-from prorsa.metrics.progress import Progress, summary_rows, summary_table
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.roles import Role
 
@@ -117,7 +117,7 @@ def test_sim_writes_its_comparison_as_csv_or_json_alone_on_stdout_and_tells_the_
 
 
 def test_log_records_are_on_the_consoles_clock():
-    from prorsa.metrics.console import ClockFormatter
+    from prorsa.console.clocked import ClockFormatter
 
     console = clocked()
     console.print("said")

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prorsa.console.decision_words import decision_line, moves_in_words, stay_in_words
 from prorsa.control.allocator import Allocator, Capacity
 from prorsa.control.forecast import Forecast
 from prorsa.control.policy import Decision, make_policy
 from prorsa.costmodel import CostModel
 from prorsa.loads import EngineLoad
-from prorsa.metrics.decision_words import decision_line, moves_in_words, stay_in_words
 from prorsa.roles import Role
 from prorsa.rollout.context import load_run
 from prorsa.sim.run import lend, simulate

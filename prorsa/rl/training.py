@@ -135,7 +135,7 @@ async def open_trainer(cfg: PipelineConfig, client: Client, run_dir: Path) -> Tr
     model_dir = await asyncio.to_thread(resolve_model_dir, cfg.engines)
     config = _trainer_config(cfg, cfg.train.lr)
     if cfg.train.placement == "worker":
-        from prorsa.live.remote_trainer import open_remote_trainer
+        from prorsa.rl.remote_trainer import open_remote_trainer
 
         return await open_remote_trainer(client, model_dir, config, cfg.train.trainer, cfg.train)
     from prorsa.train.protocol import make_trainer

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
 from rich.table import Table
 
-from prorsa.metrics.console import stamp
+from prorsa.console.clocked import stamp
 from prorsa.metrics.recorder import RunRecorder
 
 ROLES = ("prefill", "decode", "mixed")
@@ -48,7 +48,7 @@ class Progress:
         self.plain = not console.is_terminal
         self.plain_every_s = plain_every_s
         self._t0 = time.monotonic()
-        # the console's own clock when it has one (metrics/console.py): every line on one clock
+        # the console's own clock when it has one (console/clocked.py): every line on one clock
         self._clock = getattr(console, "elapsed", lambda: time.monotonic() - self._t0)
         self._last_plain = -1e9
         self._last_moved: tuple | None = None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from prorsa.console.start_progress import STEPS, WORKER_RESTARTED, start_progress
 from prorsa.engine.vllm.patches import applied_line, selected
 from prorsa.engine.vllm.server import HEALTHY_NOTE
-from prorsa.live.start_progress import STEPS, WORKER_RESTARTED, start_progress
 
 
 def test_each_step_is_said_once_per_engine_as_the_logs_grow(tmp_path):

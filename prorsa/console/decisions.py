@@ -4,13 +4,13 @@
       .opening(roles)              the split the run opens on, and why (the policy's
                                    opening_reason when it gives one)
       .told(snapshot, decision)    after every control interval: a switch is said at once, in
-                                   words (metrics/decision_words.py); a decision to stay put (not
+                                   words (console/decision_words.py); a decision to stay put (not
                                    one that asks again for a switch under way) is said with why
                                    when that differs from the last one said: at once for a why
                                    not said before, else no more often than every min_gap_s of
                                    wall time
 
-Lines are said as the decisions are made, so the console's clock (metrics/console.py) orders
+Lines are said as the decisions are made, so the console's clock (console/clocked.py) orders
 them; the control loop's own times are body seconds, and two policy calls in flight at once (a
 step's opening beside an interval) can end in either order. Every interval's reason, as the
 policy wrote it, is in metrics.nc (the controller's records).
@@ -21,8 +21,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from prorsa.console.decision_words import decision_line, split_in_words, stay_in_words
 from prorsa.control.policy import Decision, Snapshot
-from prorsa.metrics.decision_words import decision_line, split_in_words, stay_in_words
 from prorsa.roles import Role
 
 def _fixed(name: str) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prorsa.console.decisions import DecisionTeller
 from prorsa.control.policy import Decision, Snapshot, make_policy
-from prorsa.live.decisions import DecisionTeller
 from prorsa.loads import EngineLoad
 from prorsa.roles import Role
 from prorsa.rollout.context import load_run
