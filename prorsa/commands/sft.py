@@ -65,4 +65,6 @@ def _train(model_dir: Path, settings: WarmupSettings, target: Path) -> None:
     console.print(f"{result.steps} steps ({'target reached' if result.stopped_early else 'all steps'}): "
                   f"tool-call rate {first.call_rate:.2f} -> {last.call_rate:.2f}, "
                   f"correct calls {first.correct_call_rate:.2f} -> {last.correct_call_rate:.2f}")
-    console.print(f"wrote {target} (policy version {job.trainer.version})")
+    # a path is never wrapped: a long one (a test's or a job's temporary folder) stays one copyable line
+    console.print(f"wrote {target} (policy version {job.trainer.version})", soft_wrap=True, markup=False,
+                  highlight=False)
