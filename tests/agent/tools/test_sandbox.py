@@ -29,6 +29,7 @@ from prorsa.agent.tools.sandbox import LAUNCH, probe
 # hangs meets it; a test of the wall limit sets its own.
 FAST = SandboxLimits(wall_s=30.0, cpu_s=1, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
 HANG_S = 60.0  # how long a poll waits for what should happen at once: a guard against a hang
+SYSTEM_TEMP = tempfile.gettempdir()  # before each test's own (_own_temp): a folder others may enter
 
 
 def eventually(predicate, what: str) -> None:
@@ -42,8 +43,18 @@ def run(code: str, limits: SandboxLimits = FAST, **kw):
     return asyncio.run(call_tool(PythonTool(limits=limits, **kw), {"code": code}))
 
 
+@pytest.fixture(autouse=True)
+def _own_temp(tmp_path, monkeypatch):
+    """Each test's sandboxes make their scratch in its own folder (a caller it starts too), so
+    sandbox_processes() counts its sandboxes alone, not those of a test on another xdist worker."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 def sandbox_processes() -> list[int]:
-    """Host pids of sandbox processes still alive (their cmdline is the launcher's)."""
+    """Host pids of this test's sandbox processes still alive: their cmdline is the launcher's and
+    carries their configuration (hex), which names a scratch folder in the test's temporary one."""
+    mine = tempfile.gettempdir().encode().hex().encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -51,7 +62,7 @@ def sandbox_processes() -> list[int]:
                 cmd = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if LAUNCH.encode() in cmd:
+            if LAUNCH.encode() in cmd and mine in cmd:
                 pids.append(int(entry.name))
     return pids
 
@@ -251,7 +262,7 @@ def test_probe_finds_isolation_available():
 def open_unix_socket():
     """A Unix socket anyone may connect to, in a directory anyone may enter, as a host service
     (an X server, a container daemon) leaves one in /tmp or /run."""
-    with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path sits in a 0700 directory
+    with tempfile.TemporaryDirectory(dir=SYSTEM_TEMP) as tmp:  # pytest's tmp_path sits in a 0700 directory
         os.chmod(tmp, 0o777)
         path = os.path.join(tmp, "service.sock")
         server = socket.socket(socket.AF_UNIX)
@@ -323,7 +334,7 @@ def _others_can_read(path: Path) -> bool:
                                                            "world-readable checkout to play a plain user")
 def test_unprivileged_caller_gets_the_same_isolation():
     """The path a non-root user takes (a user namespace instead of dropping to a fresh uid)."""
-    with tempfile.TemporaryDirectory() as tmp:  # pytest's tmp_path sits in a 0700 directory
+    with tempfile.TemporaryDirectory(dir=SYSTEM_TEMP) as tmp:  # pytest's tmp_path sits in a 0700 directory
         tmp_path = Path(tmp)
         tmp_path.chmod(0o777)
         _run_as_nobody(tmp_path)
