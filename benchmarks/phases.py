@@ -19,10 +19,14 @@ results file every split.
 
     .venv/bin/python benchmarks/phases.py [--blocks 4] [--block 128] [--long 8192] [--decode 2048]
                                           [--ep 4] [--jitter 0] [--sticky-overload cost|2|none]
-                                          [--workers 2]
+                                          [--workers 2] [--reuse FILE [--rerun prorsa,oracle]]
 
 --jitter F draws each turn's decode within F of its kind's either side: with 0 every trajectory of
 a block is the same, and colocated runs each block in lockstep (see priors.py --jitter).
+
+--reuse FILE keeps FILE's rows of the fixed splits and simulates only the policies of --rerun
+(default prorsa and the oracle), after simulating colocated again: a FILE whose colocated row no
+longer reproduces (the simulator changed since) is refused, and nothing is written.
 
 --sticky-overload picks the router's rule for leaving a trajectory's engines (a turn that leaves
 recomputes its whole context): cost, the default, moves a turn only when the cost model prices
@@ -38,6 +42,8 @@ import sys
 import tempfile
 from multiprocessing import Pool
 from pathlib import Path
+
+from paper import reuse_holds
 
 ENGINES = 8
 # every fixed split of the 8 engines into prefill, decode and mixed ones, colocated (all mixed) first
@@ -92,6 +98,21 @@ def run(job: tuple) -> tuple:
     return policy, s["trajectories_per_s"], s["role_switches"], s["makespan_s"]
 
 
+def reused(path: str | None, rerun: list[str]) -> dict[str, tuple]:
+    """FILE's rows as run() returns them, but the policies of `rerun`; {} without --reuse."""
+    if path is None:
+        return {}
+    try:
+        rows = json.loads(Path(path).read_text())["rows"]
+        kept = {r["policy"]: (r["policy"], r["trajectories_per_s"], r["switches"], r["makespan_s"]) for r in rows}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"error: --reuse {path}: not a phases.py results file ({e})")
+    missing = [p for p in FIXED if p not in kept]
+    if missing:
+        sys.exit(f"error: --reuse {path}: no row for {', '.join(missing[:3])}: run without --reuse")
+    return {p: r for p, r in kept.items() if p not in rerun}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--blocks", type=int, default=4, help="blocks of trajectories, the kinds alternating")
@@ -109,6 +130,8 @@ def main() -> None:
                          "when the move pays for its recompute; X: past X times the least-loaded "
                          "engine's turns; none: never for load)")
     ap.add_argument("--out", default="benchmarks/results/phases.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same settings: its fixed splits are kept")
+    ap.add_argument("--rerun", default="prorsa,oracle", help="with --reuse: the policies simulated again")
     args = ap.parse_args()
     for name in ("blocks", "block", "long", "decode", "ep", "concurrency", "workers"):
         if getattr(args, name) < 1:
@@ -128,10 +151,18 @@ def main() -> None:
         trace = Path(tmp) / "phases.jsonl"
         write_phase_trace(trace, args.blocks, args.block, args.long, args.decode, args.tool_s, jitter=args.jitter)
         n = args.blocks * args.block
-        jobs = [(str(trace), args.ep, args.concurrency, n, overload, p) for p in POLICIES]
+        rerun = args.rerun.split(",")
+        if any(r not in POLICIES for r in rerun):
+            sys.exit(f"error: --rerun: policies of this table, not {args.rerun!r}")
+        kept = reused(args.reuse, rerun)
+        jobs = [(str(trace), args.ep, args.concurrency, n, overload, p) for p in POLICIES
+                if p not in kept or p == "colocated"]
         print(f"{len(jobs)} simulations of {n} trajectories", file=sys.stderr)
         with Pool(args.workers) as pool:
             res = {r[0]: r for r in pool.map(run, jobs, chunksize=1)}
+    if "colocated" in kept:
+        reuse_holds(args.reuse, "colocated", kept["colocated"][1], res["colocated"][1])
+    res = kept | res
     base = res["colocated"][1]
     best = max(FIXED, key=lambda p: res[p][1])
     shown = ["colocated", *sorted(FIXED[1:], key=lambda p: -res[p][1])[:5], "prorsa", "oracle"]

@@ -61,6 +61,29 @@ def test_a_small_run_scores_every_split_and_marks_the_best(tmp_path):
     assert all(r["switches"] == 0 for p, r in rows.items() if p in phases.FIXED)
     assert rows["colocated"]["vs_colocated"] == 1.0 and all(r["trajectories_per_s"] > 0 for r in rows.values())
 
+    # --reuse: the fixed splits kept as the file holds them (one doctored to show it), prorsa run
+    # again; a file whose colocated row the simulator no longer reproduces is refused
+    args = [sys.executable, str(SCRIPT), "--blocks", "2", "--block", "8", "--concurrency", "8", "--long", "2048",
+            "--decode", "256", "--ep", "1", "--workers", "2", "--rerun", "prorsa"]
+    first = {p: r["trajectories_per_s"] for p, r in rows.items()}
+    for r in res["rows"]:
+        r["trajectories_per_s"] *= 0.5 if r["policy"] == "static:4:4" else 1
+    out.write_text(json.dumps(res))
+    again = tmp_path / "again.json"
+    proc = subprocess.run([*args, "--reuse", str(out), "--out", str(again)], capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kept = {r["policy"]: r for r in json.loads(again.read_text())["rows"]}
+    assert kept["static:4:4"]["trajectories_per_s"] == first["static:4:4"] * 0.5
+    assert kept["prorsa"]["trajectories_per_s"] == first["prorsa"]  # simulated again, alike
+    for r in res["rows"]:
+        r["trajectories_per_s"] *= 1.01 if r["policy"] == "colocated" else 1
+    out.write_text(json.dumps(res))
+    proc = subprocess.run([*args, "--reuse", str(out), "--out", str(tmp_path / "refused.json")], capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "its point colocated simulates to" in proc.stderr and not (tmp_path / "refused.json").exists()
+
 
 def test_a_bad_count_is_refused_by_name():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--block", "0"], capture_output=True, text=True, cwd=REPO)
