@@ -446,6 +446,27 @@ def test_the_blend_corrects_the_lifecycle_level_per_bin_by_what_arrived_over_wha
     assert book.errors()["prefill_tps_lifecycle@1-2s"] == pytest.approx(3.0)  # |800 - 200| / 200
 
 
+def test_the_error_means_asked_between_scorings_take_in_each_new_score():
+    """errors() keeps its means between calls and refreshes those a scored forecast changed: a
+    lifecycle forecast off by 3.0 in its second bin, then one off by 1.0 there (400 against 200)
+    and exact in its first; the persistence baseline, off by 0.5 and 0.75 each time, unchanged."""
+    book = _scored_book([[200.0, 800.0]], [100.0, 200.0], 50.0, 50.0)
+    first = book.errors()
+    assert first["prefill_tps_lifecycle@1-2s"] == pytest.approx(3.0)
+    assert first["prefill_tps_lifecycle@0-1s"] == pytest.approx(1.0)  # |200 - 100| / 100
+    zeros = np.zeros(2)
+    book.remember(30.0, np.array([100.0, 400.0]), zeros, lifecycle=(np.array([100.0, 400.0]), zeros),
+                  baselines={"prefill_tps": (50.0, 50.0), "decode_seqs": (0.0, 0.0)})
+    for j, tokens in enumerate([100.0, 200.0]):
+        book.arrival(30.0 + j + 0.5, tokens)
+    book.score(33.0)
+    now = book.errors()
+    assert now["prefill_tps_lifecycle@1-2s"] == pytest.approx((3.0 + 1.0) / 2)
+    assert now["prefill_tps_lifecycle@0-1s"] == pytest.approx((1.0 + 0.0) / 2)
+    assert now["prefill_tps_persistence@1-2s"] == first["prefill_tps_persistence@1-2s"] == pytest.approx(0.75)
+    assert list(now) == list(first)  # the keys in the same order: metric and predictor, then bin
+
+
 def test_the_blend_weighs_the_predictor_whose_scored_error_was_least():
     """A steady 100 tok/s: persistence said it exactly; the model, right on average (its level
     correction is 1), was off by half every time; the EWMA by 2x. All weight on persistence."""
