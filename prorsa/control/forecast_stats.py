@@ -342,10 +342,12 @@ class ErrorBook:
         self._prune(self._pending[0][0] if self._pending else now - span)
 
     def errors(self) -> dict[str, float]:
-        # asked every control interval; a mean changes only where a forecast was scored since
+        # asked every control interval; a mean changes only where a forecast was scored since. A
+        # plain sum, not numpy's: a few dozen short windows a step, where the call is the cost (the
+        # means are recorded, never decided on)
         for key, j in self._stale:
             if ape := self._ape[key][j]:
-                self._means[key, j] = float(np.mean(ape))
+                self._means[key, j] = float(sum(ape)) / len(ape)
         self._stale.clear()
         return {f"{key}@{j * self.bin_s:g}-{(j + 1) * self.bin_s:g}s": self._means[key, j]
                 for key in self._ape for j in range(self.n_bins) if (key, j) in self._means}
