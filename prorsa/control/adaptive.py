@@ -40,7 +40,10 @@ from prorsa.control.lifecycle import Phase
 from prorsa.control.opening import ASYNC_OPENING_WINDOWS, Opening, every_split, rehearsed_opening, steady_forecast
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
-from prorsa.control.replayed import completed_since, decodes_as, fill, resampled, scaled_decodes
+from prorsa.control.rehearsal import MAX_REHEARSED, REHEARSAL_GAIN, Rehearsal
+from prorsa.control.rehearsal import split_name as _split_name
+from prorsa.control.veto import ReplayVeto
+from prorsa.control.replayed import decodes_as, fill, scaled_decodes
 from prorsa.control.requests import Requests
 from prorsa.control.prior_check import PRIOR_SAMPLES, Censored, contradiction
 from prorsa.loads import EngineLoad
@@ -50,24 +53,16 @@ from prorsa.roles import Role
 _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a preference
 # The constants below were chosen on the tuning set: the paper table's cells at seed 0 and the
 # priors.py, drivers.py and drift.py cells built from them (benchmarks/README.md, "Where prorsa was
-# not tuned"); the held-out set chose none. Each one's evidence: docs/notes/allocator-experiments.md.
-# A rehearsed split must end the replayed step this much sooner than all mixed: the next step's
-# trajectories are not the ones replayed, and a split's lead that small is within their difference
-# (a replay of the same trajectories differs from the run by 1-2% on the paper cells).
-REHEARSAL_GAIN = 0.01
+# not tuned"); the held-out set chose none. Each one's evidence: docs/notes/allocator-experiments.md
+# (REHEARSAL_GAIN and FINALIST_BAND: control/rehearsal.py; VETO_EVIDENCE: control/veto.py).
 TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
-MAX_REHEARSED = 4096  # trajectories; past this a rehearsal of every candidate costs more than a step
 # an asynchronous run's opening rehearses this many `concurrency` of an earlier run: the first alone
 # is the opening burst (priors.py --table phases at EP16, held all mixed, 0.963 of 4:0:4)
 OPENING_WINDOWS = 4
-# completed trajectories before a fluid-model move is replayed first: fewer replay only the short
-# ones (SWE MoE async gave its prefill engines back at 25 s on 16 of them, 0.994 -> 0.931)
-VETO_EVIDENCE = 16
-# between steps, the finalists (rehearsed within FINALIST_BAND of the fastest) are rehearsed again
-# on RESAMPLES resamples of the step: one draw ranks splits a few percent apart by its own lengths
-# (priors.py --table drivers --steps 3: no prior 0.961-1.004 -> 0.987-1.006)
+# between steps, the finalists (rehearsed within rehearsal.FINALIST_BAND of the fastest) are
+# rehearsed again on RESAMPLES resamples of the step: one draw ranks splits a few percent apart by
+# its own lengths (priors.py --table drivers --steps 3: no prior 0.961-1.004 -> 0.987-1.006)
 RESAMPLES = 3
-FINALIST_BAND = 0.05
 
 
 @register("prorsa", args=ProrsaArgs)
@@ -101,7 +96,6 @@ class Prorsa:
         self.max_turns = ctx.max_turns
         self.opening: Opening | None = None  # the no-prior opening's choice and its regrets
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
-        self.rehearsals: list[dict[tuple[int, int, int], float]] = []  # each rehearsal's makespans, for the record
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
         self._streak: tuple[tuple[int, int, int] | None, int] = (None, 0)  # candidate goal, votes
@@ -114,13 +108,18 @@ class Prorsa:
         # steps: the second step's replay put all mixed 1.1% ahead of P2 D6, the third step then
         # ran 161 s all mixed against ~141 s on a split; both steps replayed: 413.4 s against 427.5)
         self._step_before: list[TrajectorySpec] = []
-        # (current, goal) -> the last trajectory completed when its replay refused the move
-        self._refused: dict[tuple[tuple[int, int, int], tuple[int, int, int]], str] = {}
         # the model rehearsals run on, corrected step by step against what the engines did; only a
         # synchronous run with a simulator lent has steps to hold the model against, so only it
         # folds events into the calibration's leg clock
         self.calibration = Calibration()
+        self.rehearsal = Rehearsal(self.rehearse, self.calibration)
+        self.veto = ReplayVeto(self.rehearsal, self.concurrency)
         self._calibrating = self.rehearse is not None and not self.asynchronous
+
+    @property
+    def rehearsals(self) -> list[dict]:
+        """Each rehearsal's makespans, for the record."""
+        return self.rehearsal.log
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
@@ -177,7 +176,7 @@ class Prorsa:
         if self.opening is None or sum(self.opening.split) != n_engines:
             c = self.concurrency or self.capacity.slots * n_engines
             told = not self._told_prior  # never told one: the world is already a no-prior run's
-            self.opening = rehearsed_opening(lambda specs, cands: self._replay(specs, cands, told=told), n_engines, c,
+            self.opening = rehearsed_opening(lambda specs, cands: self.rehearsal.replay(specs, cands, told=told), n_engines, c,
                                              self.opening_prompts,
                                              ASYNC_OPENING_WINDOWS if self.asynchronous else 1, self.max_turns)
         self._held = self.opening.split
@@ -239,55 +238,17 @@ class Prorsa:
         `older` as another: their makespans summed) ends soonest, of: all mixed, every P:D, every
         P prefill beside mixed ones, and the fluid model's pick; all mixed unless the best beats it
         by REHEARSAL_GAIN. With `resamples`, the finalists are ranked by their mean over the
-        rehearsal and that many resamples of it (`_over_resamples`). `fluid` where nothing can be
+        rehearsal and that many resamples of it (Rehearsal.over_resamples). `fluid` where nothing can be
         rehearsed (no simulator lent, nothing observed, or more trajectories than is worth it)."""
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         mixed = (0, 0, n_engines)
         cands = [mixed, fluid, *every_split(n_engines)[1:]]
-        times = self._over_resamples(self._rehearsal_times(specs, older, cands), mixed, specs, older, resamples)
+        times = self.rehearsal.over_resamples(self.rehearsal.times(specs, older, cands), mixed, specs, older,
+                                              resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[mixed] else mixed
         return self._held
-
-    def _rehearsal_times(self, specs, older: Sequence[TrajectorySpec], cands: list) -> dict:
-        """Each candidate's makespan replaying `specs`, plus replaying `older` where given."""
-        times = self._replay(specs, cands)
-        if older and len(older) <= MAX_REHEARSED:
-            more = self._replay(older, cands)
-            times = {c: t + more[c] for c, t in times.items()}
-        return times
-
-    def _over_resamples(self, times: dict, base, specs: Sequence[TrajectorySpec],
-                        older: Sequence[TrajectorySpec], n: int) -> dict:
-        """The finalists of `times` (the splits within FINALIST_BAND of the fastest, and `base`,
-        the split kept unless beaten) at their mean over `times` and `n` rehearsals of resampled
-        steps. A step's replay ranks splits a few percent apart by its own draw of lengths, and the
-        next step is another draw: on tokens x4, three steps, the step that ran on 2:6 replayed all
-        mixed 816.6 s and 2:6 828.2 s, over three resamples all mixed averaged 879.7 s and 2:6
-        835.3 s; ranked by the one draw, prorsa ran 0.948 of the best fixed split, by the mean 1.000."""
-        lead = min(times.values())
-        finalists = [c for c in times if c == base or times[c] <= (1 + FINALIST_BAND) * lead]
-        if n < 1 or len(finalists) < 2:
-            return times
-        total = {c: times[c] for c in finalists}
-        for r in range(n):
-            more = self._rehearsal_times(resampled(specs, r), resampled(older, r), finalists)
-            total = {c: t + more[c] for c, t in total.items()}
-        return {c: t / (n + 1) for c, t in total.items()}
-
-    def _replay(self, specs, splits: list[tuple[int, int, int]], told: bool = True) -> dict[tuple[int, int, int], float]:
-        """Each distinct split's makespan replaying `specs` (the body's simulator), kept for the
-        record; `told` False: as a run told no prior would (sim/rehearse.py)."""
-        assert self.rehearse is not None
-        model = {} if self.calibration.scale.exact else {"scale": self.calibration.scale}
-        if not told:
-            model["told"] = False
-        if not hasattr(specs, "key"):  # one tuple for every split: hashed once for the rehearsal cache
-            specs = tuple(specs)
-        times = {c: self.rehearse(specs, c, **model) for c in dict.fromkeys(splits)}
-        self.rehearsals.append(times)
-        return times
 
     def _steady_split(self, hint: WorkloadHint | None, n_engines: int,
                       keep: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
@@ -414,7 +375,7 @@ class Prorsa:
         return targets, f"reopen as with no prior: {_split_name(opening)}"
 
     def _vote(self, plan: Plan, finished: Sequence[TrajectorySpec] = ()) -> tuple[dict[str, Role], str]:
-        """A new goal must win `votes` plans in a row, then its replay (_replayed); a committed
+        """A new goal must win `votes` plans in a row, then its replay (control/veto.py); a committed
         goal is carried on at once."""
         if not plan.targets:
             if plan.goal == plan.current:  # reached (or never left); else blocked for now: keep it
@@ -429,60 +390,11 @@ class Prorsa:
         if n < self.votes:
             return {}, f"vote {n}/{self.votes}: "
         self._streak = (None, 0)
-        veto = self._replayed(plan.current, plan.goal, plan.best, finished)
+        veto = self.veto(plan.current, plan.goal, plan.best, finished)
         if veto:
             return {}, veto
         self._committed = plan.goal
         return plan.targets, ""
-
-    def _replayed(self, current: tuple[int, int, int], goal: tuple[int, int, int], best: tuple[int, int, int],
-                  finished: Sequence[TrajectorySpec]) -> str:
-        """Why not to move to the fluid model's `goal` ("" to move): the last `concurrency`
-        trajectories to complete, replayed in the simulator, do not end sooner under it than under
-        the current split by REHEARSAL_GAIN, or end sooner still under the fluid model's `best`
-        split by REHEARSAL_GAIN. The fluid model prices a horizon's demand as given, whatever the
-        split; in a rollout the demand is the trajectories' own, slower where they are served
-        slower, and the replay closes that loop (benchmarks/priors.py --table phases).
-        The goal is the split cheapest to reach, and one reached without a drain can be a detour:
-        on the phases trace at EP16 with decodes spread 10%, P0 D7 M1 (seven mixed engines turned
-        decode, none draining) replayed 53.7 s against 57.0 s as all mixed, and was carried out,
-        while P2 beside mixed, the fluid model's best, replayed 51.6 s (0.911 of the best fixed
-        split; refused for it, 0.970).
-        Until VETO_EVIDENCE trajectories have completed there is too little to replay and the
-        fluid model decides alone: a run's opening moves, made while the engines are empty, are
-        most of what an MoE run gains (held for evidence, EP16 sync lost all its gain over colocated).
-        A goal refused stays refused until another quarter of `concurrency` has completed."""
-        if self.rehearse is None or len(finished) < VETO_EVIDENCE:
-            return ""
-        if self._too_few_since(finished, self._refused.get((current, goal))):
-            return f"{_split_name(goal)} refused by its replay, too few completed since: "
-        specs = self._window(finished)
-        times = self._replay(specs, [current, goal, best])
-        margin = self.calibration.margin(REHEARSAL_GAIN)
-        if times[goal] * (1 + margin) >= times[current]:
-            why = f"{times[goal]:.1f} s under it, {times[current]:.1f} s as now"
-        elif times[best] * (1 + margin) < times[goal]:
-            why = f"{times[goal]:.1f} s under it, {times[best]:.1f} s under {_split_name(best)}"
-        else:
-            return ""
-        self._refused[current, goal] = finished[-1].traj_id
-        return f"{_split_name(goal)} refused: the last {len(specs)} trajectories replayed end in {why}: "
-
-    def _window(self, finished: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
-        """What a mid-run replay replays: the last `concurrency` trajectories to complete."""
-        return list(finished[-self.concurrency:]) if self.concurrency else list(finished)
-
-    def _too_few_since(self, finished: Sequence[TrajectorySpec], last: str | None) -> bool:
-        """Fewer than a quarter of `concurrency` completed since `last` (None: never replayed)."""
-        return last is not None and completed_since(finished, last) < max(self.concurrency // 4, 1)
-
-
-def _split_name(split) -> str:
-    """(P, D, M), or one per engine group (control/adaptive_groups.py), in words."""
-    if split and isinstance(split[0], tuple):
-        return " | ".join(map(_split_name, split))
-    return "P{} D{} M{}".format(*split)
-
 
 def reassign(engines: list[EngineLoad], goal: tuple[int, int, int]) -> dict[str, Role]:
     """Targets that bring `engines` to `goal` (prefill, decode, mixed counts), moving the fewest:

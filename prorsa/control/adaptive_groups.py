@@ -93,7 +93,8 @@ class ProrsaGroups(Prorsa):
         declared = openings(self.groups)
         cands = [declared, most_mixed(self.groups), fluid, *self._lines(fluid), *self._lines(declared)]
         cands = [c for c in dict.fromkeys(cands) if serves_both(np.array([c]))[0]]
-        times = self._over_resamples(self._rehearsal_times(specs, older, cands), declared, specs, older, resamples)
+        times = self.rehearsal.over_resamples(self.rehearsal.times(specs, older, cands), declared, specs, older,
+                                              resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
         self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[declared] else declared
         return self._held

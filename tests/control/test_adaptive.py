@@ -410,7 +410,7 @@ def test_between_steps_the_finalists_are_ranked_over_resamples_of_the_step():
 def test_a_resample_draws_whole_groups_with_replacement_as_prompts_of_their_own():
     from dataclasses import replace
 
-    from prorsa.control.adaptive import resampled
+    from prorsa.control.replayed import resampled
 
     step = [replace(_spec(4 * g + k), prompt_index=g) for g in range(5) for k in range(4)]
     for r in range(3):
@@ -487,7 +487,7 @@ def test_a_fluid_move_is_refused_where_the_best_split_replays_sooner_still():
 
     def replayed(prices: dict, fluid_best: tuple = best) -> str:
         ctx = replace(PolicyContext.default(), rehearse=lambda specs, split: prices[split], concurrency=32)
-        return make_policy("prorsa:4:2:1:1", ctx)._replayed(now, goal, fluid_best, done)
+        return make_policy("prorsa:4:2:1:1", ctx).veto(now, goal, fluid_best, done)
 
     why = replayed({now: 57.0, goal: 53.7, best: 51.6})
     assert why == "P0 D7 M1 refused: the last 32 trajectories replayed end in 53.7 s under it, 51.6 s under P2 D0 M6: "
