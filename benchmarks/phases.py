@@ -130,7 +130,8 @@ def main() -> None:
                          "when the move pays for its recompute; X: past X times the least-loaded "
                          "engine's turns; none: never for load)")
     ap.add_argument("--out", default="benchmarks/results/phases.json")
-    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of the same settings: its fixed splits are kept")
+    ap.add_argument("--reuse", metavar="FILE",
+                    help="an earlier results file of the same settings: its fixed splits are kept")
     ap.add_argument("--rerun", default="prorsa,oracle", help="with --reuse: the policies simulated again")
     args = ap.parse_args()
     for name in ("blocks", "block", "long", "decode", "ep", "concurrency", "workers"):

@@ -28,6 +28,7 @@ Requests.timeout_s and planned afresh).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -176,7 +177,7 @@ class Prorsa:
         if self.opening is None or sum(self.opening.split) != n_engines:
             c = self.concurrency or self.capacity.slots * n_engines
             told = not self._told_prior  # never told one: the world is already a no-prior run's
-            self.opening = rehearsed_opening(lambda specs, cands: self.rehearsal.replay(specs, cands, told=told), n_engines, c,
+            self.opening = rehearsed_opening(partial(self.rehearsal.replay, told=told), n_engines, c,
                                              self.opening_prompts,
                                              ASYNC_OPENING_WINDOWS if self.asynchronous else 1, self.max_turns)
         self._held = self.opening.split
