@@ -139,6 +139,9 @@ def main() -> None:
             sys.exit(f"error: --{name} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.jitter < 1:
         sys.exit(f"error: --jitter must be at least 0 and under 1, got {args.jitter}")
+    rerun = args.rerun.split(",")
+    if any(r not in POLICIES for r in rerun):
+        sys.exit(f"error: --rerun: policies of this table, not {args.rerun!r}")
     from prorsa.config.pipeline import sticky_overload_from
 
     try:
@@ -152,9 +155,6 @@ def main() -> None:
         trace = Path(tmp) / "phases.jsonl"
         write_phase_trace(trace, args.blocks, args.block, args.long, args.decode, args.tool_s, jitter=args.jitter)
         n = args.blocks * args.block
-        rerun = args.rerun.split(",")
-        if any(r not in POLICIES for r in rerun):
-            sys.exit(f"error: --rerun: policies of this table, not {args.rerun!r}")
         kept = reused(args.reuse, rerun)
         jobs = [(str(trace), args.ep, args.concurrency, n, overload, p) for p in POLICIES
                 if p not in kept or p == "colocated"]

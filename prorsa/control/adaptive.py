@@ -90,7 +90,6 @@ class Prorsa:
         self._told_prior = ctx.prior is not None  # the router prices moves by it, dropped or not
         self.concurrency = ctx.concurrency
         self.asynchronous = ctx.asynchronous
-        self.rehearse = ctx.rehearse
         self.prior_trajectories = ctx.prior_trajectories
         self.opening_prompts = ctx.opening_prompts
         self.updates = ctx.updates
@@ -113,9 +112,14 @@ class Prorsa:
         # synchronous run with a simulator lent has steps to hold the model against, so only it
         # folds events into the calibration's leg clock
         self.calibration = Calibration()
-        self.rehearsal = Rehearsal(self.rehearse, self.calibration)
+        self.rehearsal = Rehearsal(ctx.rehearse, self.calibration)
         self.veto = ReplayVeto(self.rehearsal, self.concurrency)
         self._calibrating = self.rehearse is not None and not self.asynchronous
+
+    @property
+    def rehearse(self):
+        """The simulator the body lends (PolicyContext.rehearse), or None: the one the rehearsals use."""
+        return self.rehearsal.rehearse
 
     @property
     def rehearsals(self) -> list[dict]:

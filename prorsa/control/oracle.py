@@ -167,7 +167,7 @@ class Oracle(Prorsa):
                                                decode_tps=old._prior_tps)
         self.future_run = context.future_run
         if context.groups is not None:  # its rehearsals name counts of engines alike (prorsa's name counts per group)
-            self.rehearse = self.rehearsal.rehearse = None
+            self.rehearsal.rehearse = None
         self._opening: tuple[int, int, int] | None = None  # set by initial_roles when the run can be replayed
         self._expected: float | None = None  # the replayed figure of the run as it goes: opening and moves
         self._moves: list[Move] = []  # the moves made, as the replay makes them
