@@ -85,18 +85,23 @@ def _why_failed(run_dir: Path) -> str:
     return "".join(f"{r['traj_id']}: {r['error']}\n" for r in rows if r["status"] != "completed")
 
 
-def _run_and_kill(tmp_path: Path, processes: bool, victim_pid) -> tuple[Path, dict, int]:
-    """`prorsa run` on 3 engines; once 4 trajectories are committed, SIGKILL victim_pid(run_dir)."""
+def _run_and_kill(tmp_path: Path, processes: bool, *victims) -> tuple[Path, dict, list[int]]:
+    """`prorsa run` on 3 engines; SIGKILL victim(run_dir) for each victim in turn, the first once 4
+    trajectories are committed, each next once 4 more are (so the run has moved on past a restart)."""
     pipeline = tmp_path / "kill.yaml"
     pipeline.write_text(PIPELINE.format(processes=str(processes).lower()))
     specs = expected_specs(pipeline)
     out = tmp_path / "runs"
     proc = start("run", str(pipeline), f"output_dir={out}")
+    killed: list[int] = []
     try:
         run_dir = wait_for(lambda: next(iter(out.glob("kill-*")), None), 120, proc)
-        wait_for(lambda: _committed(run_dir) >= 4, 900, proc, every=0.5)
-        pid = victim_pid(run_dir)
-        os.kill(pid, signal.SIGKILL)
+        after = 4
+        for victim in victims:
+            wait_for(lambda: _committed(run_dir) >= after, 900, proc, every=0.5)
+            killed.append(victim(run_dir))
+            os.kill(killed[-1], signal.SIGKILL)
+            after = _committed(run_dir) + 4
         output = finish(proc, 1200)
     finally:
         if proc.poll() is None:
@@ -109,7 +114,7 @@ def _run_and_kill(tmp_path: Path, processes: bool, victim_pid) -> tuple[Path, di
     assert_exactly_once(run_dir, specs)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["trajectories_completed"] == len(specs) and summary["trajectories_failed"] == 0
-    return run_dir, summary, pid
+    return run_dir, summary, killed
 
 
 def test_killing_a_vllm_server_mid_rollout_loses_no_trajectory(tmp_path):
@@ -119,7 +124,7 @@ def test_killing_a_vllm_server_mid_rollout_loses_no_trajectory(tmp_path):
         (pid,) = _server_pids(run_dir, victim)
         return pid
 
-    run_dir, summary, pid = _run_and_kill(tmp_path, False, server)
+    run_dir, summary, (pid,) = _run_and_kill(tmp_path, False, server)
     pids = _server_pids(run_dir, victim)
     # killed once, then served by a new server; a launch that lost a port race or a restart by the
     # health watch on a loaded machine may come between, and nothing of any of them outlives the run
@@ -129,21 +134,26 @@ def test_killing_a_vllm_server_mid_rollout_loses_no_trajectory(tmp_path):
           f"makespan {summary['makespan_s']:.1f} s")
 
 
-@pytest.mark.parametrize("victim", ["engine-2", "engine-0"])  # the one decode engine; a prefill engine
-def test_killing_a_vllm_engine_worker_process_mid_rollout_loses_no_trajectory(tmp_path, victim):
-    servers: list[int] = []
+def test_killing_vllm_engine_worker_processes_mid_rollout_loses_no_trajectory(tmp_path):
+    # the one decode engine's worker, then, once its new worker serves, a prefill engine's: one run
+    # for both (each kill costs a restart of minutes; a run of its own would cost minutes more)
+    victims = ("engine-2", "engine-0")
+    servers: dict[str, list[int]] = {}
 
-    def worker(run_dir):
-        servers.extend(_server_pids(run_dir, victim))
-        return _worker_pid(run_dir, victim)
+    def worker(victim):
+        def pid(run_dir):
+            servers[victim] = _server_pids(run_dir, victim)
+            return _worker_pid(run_dir, victim)
+        return pid
 
-    run_dir, summary, pid = _run_and_kill(tmp_path, True, worker)
-    assert _worker_pid(run_dir, victim) not in (None, pid)  # a new worker process hosts the engine
-    (old,) = servers
-    pids = _server_pids(run_dir, victim)
-    # the new worker started a new server (see the server test for why there may be more than one);
-    # the orphaned one stopped itself and all it started
-    assert len(pids) >= 2 and pids[0] == old not in pids[1:], _launches(run_dir, victim)
-    assert _all_stopped(pids), _launches(run_dir, victim)
-    print(f"{victim}'s worker killed after 4 trajectories: {summary['turns_retried']} turns retried, "
+    run_dir, summary, killed = _run_and_kill(tmp_path, True, *map(worker, victims))
+    for victim, pid in zip(victims, killed):
+        assert _worker_pid(run_dir, victim) not in (None, pid)  # a new worker process hosts the engine
+        (old,) = servers[victim]
+        pids = _server_pids(run_dir, victim)
+        # the new worker started a new server (see the server test for why there may be more than
+        # one); the orphaned one stopped itself and all it started
+        assert len(pids) >= 2 and pids[0] == old not in pids[1:], _launches(run_dir, victim)
+        assert _all_stopped(pids), _launches(run_dir, victim)
+    print(f"{' then '.join(victims)}'s workers killed: {summary['turns_retried']} turns retried, "
           f"{summary['legs_rescued']} legs re-bound, makespan {summary['makespan_s']:.1f} s")
