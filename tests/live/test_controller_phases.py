@@ -1,23 +1,23 @@
-"""The controller's acceptance run, live: every policy on one synchronous step whose demand changes
-as it runs (pipelines/moe-step.yaml: a prompt flood, a decode-heavy middle, a long tail).
+"""The controller's acceptance run, live: prorsa and colocated on one synchronous step whose demand
+changes as it runs (pipelines/moe-step.yaml: a prompt flood, a decode-heavy middle, a long tail).
 
 Each policy runs as a user runs it, `prorsa run PIPELINE --policy P`, on a LocalCluster with
 emulated engines at half real time. prorsa is told no split and reads nothing of this run ahead:
 it gets what a user who ran the pipeline before would have, an earlier run (`prorsa sim --seed 1`,
 colocated) as `--prior`. It rehearses that run's trajectories under every split, holds the fastest
 through the step, loses and duplicates nothing, and beats colocated by 8% or more. Which static
-split it holds is the one fastest on the earlier run's trajectories, not this run's: on this step
+split it holds is the one fastest on the earlier run's trajectories, not this run's (on this step
 the three lie within 3% of each other in the simulator and 7% live, and which is best changes with
-the seed (seed 1 rehearses 3:1 fastest; this run's best is 1:3), so prorsa is held to the slowest
-static split (with 5% for the noise), not the best: measured live, 56.2 s against 52.8 s for 1:3, 56.5 s for 3:1 and 65.1 s
-colocated.
+the seed), so prorsa is held to the static split it holds, run as `--policy static:P:D` (with 5%
+for the noise): its control loop may cost the run nothing measurable. Measured live: 56.2 s against
+52.8 s for 1:3, 56.5 s for 3:1 (the split it held) and 65.1 s colocated.
 
 Live runs on a small shared machine are noisy (5-10% run to run under other load), and noise only
 ever adds time, so each policy keeps its fastest run and prorsa runs again, up to three times, while
-a bound below does not hold (the best static split is not run again: prorsa is held to the slowest
-one, and a second look at the fastest lowers only its own). In the simulator the same step gives
-colocated 1.26x the best static split's makespan and prorsa, with the seed-1 prior, 1.03x.
+a bound below does not hold. In the simulator the same step gives colocated 1.26x the best static
+split's makespan and prorsa, with the seed-1 prior, 1.03x.
 """
+
 
 from __future__ import annotations
 
@@ -34,11 +34,10 @@ from prorsa.report.rundata import load_run
 
 ROLE_NAMES = {code: role.value for role, code in ROLE_CODES.items()}
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "moe-step.yaml"
-STATICS = ("static:1:3", "static:2:2", "static:3:1")
 TRAJECTORIES = 16 * 8
 LOOKS = 3  # runs of prorsa, at most
 COLOCATED_GAIN = 0.92  # prorsa's fastest run under this share of colocated's
-NOISE = 1.05  # ... and no more than this over the slowest static split's
+NOISE = 1.05  # ... and no more than this over the static split it holds, run as such
 
 
 def _run(policy: str, out: Path, *extra: str) -> Path:
@@ -49,10 +48,17 @@ def _run(policy: str, out: Path, *extra: str) -> Path:
     return run_dir
 
 
-def _bounds_hold(makespan: dict[str, list[float]]) -> bool:
+def _bounds_hold(makespan: dict[str, list[float]], held: str) -> bool:
     fastest = {p: min(m) for p, m in makespan.items()}
-    return (fastest["prorsa"] < COLOCATED_GAIN * fastest["colocated"]
-            and fastest["prorsa"] <= NOISE * max(fastest[p] for p in STATICS))
+    return fastest["prorsa"] < COLOCATED_GAIN * fastest["colocated"] and fastest["prorsa"] <= NOISE * fastest[held]
+
+
+def _held(run_dir: Path) -> str:
+    """The static split a run opened on and held (its roles at the first control step)."""
+    roles = [ROLE_NAMES[int(r)] for r in load_run(run_dir).ds.control_role.values[0]]
+    # the rehearsal of the earlier run chooses a split (not all mixed) and holds it
+    assert "prefill" in roles and "mixed" not in roles, roles
+    return f"static:{roles.count('prefill')}:{roles.count('decode')}"
 
 
 def _checked(run_dir: Path) -> dict:
@@ -68,17 +74,18 @@ def _checked(run_dir: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
-def test_prorsa_with_an_earlier_run_beats_colocated_and_comes_near_the_best_static(tmp_path):
+def test_prorsa_with_an_earlier_run_beats_colocated_and_matches_the_split_it_holds(tmp_path):
     prior = tmp_path / "earlier"
     proc = subprocess.run([sys.executable, "-m", "prorsa.cli", "sim", str(PIPELINE), "--seed", "1", "--policy",
                            "colocated", "--output", str(prior)], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     extra = {"prorsa": ("--prior", str(prior))}
-    runs: dict[str, list[Path]] = {}
-    for policy in ("prorsa", "colocated", *STATICS):
-        runs[policy] = [_run(policy, tmp_path / policy.replace(":", "_") / "1", *extra.get(policy, ()))]
+    runs: dict[str, list[Path]] = {"prorsa": [_run("prorsa", tmp_path / "prorsa" / "1", *extra["prorsa"])]}
+    held = _held(runs["prorsa"][0])
+    for policy in ("colocated", held):
+        runs[policy] = [_run(policy, tmp_path / policy.replace(":", "_") / "1")]
     makespan = {p: [_checked(d)["makespan_s"] for d in ds] for p, ds in runs.items()}
-    while not _bounds_hold(makespan) and len(runs["prorsa"]) < LOOKS:  # noise only adds time: look again
+    while not _bounds_hold(makespan, held) and len(runs["prorsa"]) < LOOKS:  # noise only adds time: look again
         runs["prorsa"].append(_run("prorsa", tmp_path / "prorsa" / str(len(runs["prorsa"]) + 1), *extra["prorsa"]))
         makespan["prorsa"].append(_checked(runs["prorsa"][-1])["makespan_s"])
     fastest = {p: min(m) for p, m in makespan.items()}
@@ -86,16 +93,14 @@ def test_prorsa_with_an_earlier_run_beats_colocated_and_comes_near_the_best_stat
     print(f"makespans (wall s): {table}")
 
     assert fastest["prorsa"] < COLOCATED_GAIN * fastest["colocated"], table
-    # it runs one of the static splits (the earlier run's fastest), held: no slower than the slowest
-    assert fastest["prorsa"] <= NOISE * max(fastest[p] for p in STATICS), table
-    for policy in STATICS + ("colocated",):
+    assert fastest["prorsa"] <= NOISE * fastest[held], table
+    for policy in (held, "colocated"):
         assert json.loads((runs[policy][0] / "summary.json").read_text())["role_switches"] == 0
 
-    # the opening: the split its rehearsal of the earlier run chose (not all mixed), held all step
+    # every look opened on the same split and held it all step
     for run_dir in runs["prorsa"]:
+        assert _held(run_dir) == held
         run = load_run(run_dir)
-        opening = {ROLE_NAMES[int(r)] for r in run.ds.control_role.values[0]}
-        assert "prefill" in opening and "mixed" not in opening, opening
         assert json.loads((run_dir / "summary.json").read_text())["role_switches"] == 0
         reasons = [str(r) for r in run.ds.control_reason.values]
         assert reasons and all(r.startswith("hold P") for r in reasons), reasons[:3]
