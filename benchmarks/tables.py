@@ -19,6 +19,7 @@ Standard library only: it runs before any set-up. tests/test_benchmark_tables.py
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import re
@@ -1390,6 +1391,12 @@ TABLES: dict[str, Table] = {
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
     "serve-load": Table(["serve-load.json"], t_serve_load),
 }
+
+# tables_prose.py is loaded by path: the tests load this file by path too, with benchmarks/ off sys.path
+_spec = importlib.util.spec_from_file_location("tables_prose", Path(__file__).with_name("tables_prose.py"))
+_prose = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_prose)
+TABLES |= {name: Table(files, render) for name, (files, render) in _prose.PROSE.items()}
 
 
 # ----------------------------------------------------------------------------- sections of the docs
