@@ -19,6 +19,7 @@ Standard library only: it runs before any set-up. tests/test_benchmark_tables.py
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import re
@@ -263,10 +264,12 @@ PRIOR_COLUMNS = ("prorsa: none", "prorsa: earlier run", "prorsa: wrong family", 
 
 def t_priors(d: dict) -> list[str]:
     """prorsa / the best fixed split under four priors, single steps and multi-step runs."""
-    rows, lows = [], {}
+    rows, lows, spans = [], {}, {}
     for file in ("priors.json", "priors-steps3.json"):
         for c in d[file]["cells"]:
             v = c["prorsa_vs_best"]
+            for p, x in [*v.items(), ("oracle", c["oracle_vs_best"])]:
+                spans.setdefault(p, ([], []))[c["steps"] > 1].append(x)
             rows.append([c["family"], MODEL.get(c["model"], c["model"]), c["mode"], str(c["steps"]),
                          split(c["best_fixed"]), *(f3(v.get(p)) for p in PRIOR_NAMES),
                          f3(c["oracle_vs_best"]), "/".join(str(c["prorsa_switches"].get(p, "-")) for p in PRIOR_NAMES)])
@@ -277,7 +280,10 @@ def t_priors(d: dict) -> list[str]:
     low = "; ".join(f"{p}{' (multi-step)' if multi else ''} {x:.3f} ({where})"
                     for (p, multi), (x, where) in sorted(lows.items(), key=lambda kv: (kv[0][1], kv[0][0])))
     return table(["family", "model", "mode", "steps", "best fixed", *PRIOR_COLUMNS, "oracle", "switches n/e/w/d"],
-                 rows) + ["", f"Lowest prorsa / best fixed per prior: {low}."]
+                 rows) + ["", f"Lowest prorsa / best fixed per prior: {low}.",
+                          "Range over the cells, single steps / multi-step: " + "; ".join(
+                              f"{p} {min(one):.3f}-{max(one):.3f} / {min(multi):.3f}-{max(multi):.3f}"
+                              for p in [*PRIOR_NAMES, "oracle"] for one, multi in [spans[p]]) + "."]
 
 
 SEED_FILES = {  # the cells short of the bar at seed 0, again at seeds 1 and 2: (file, seed)
@@ -1385,6 +1391,12 @@ TABLES: dict[str, Table] = {
     "serve-overhead-vllm": Table(["serve-overhead-vllm.json"], serve_overhead_table("serve-overhead-vllm.json")),
     "serve-load": Table(["serve-load.json"], t_serve_load),
 }
+
+# tables_prose.py is loaded by path: the tests load this file by path too, with benchmarks/ off sys.path
+_spec = importlib.util.spec_from_file_location("tables_prose", Path(__file__).with_name("tables_prose.py"))
+_prose = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_prose)
+TABLES |= {name: Table(files, render) for name, (files, render) in _prose.PROSE.items()}
 
 
 # ----------------------------------------------------------------------------- sections of the docs
