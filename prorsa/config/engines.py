@@ -276,12 +276,12 @@ class EnginesConfig(Section):
         return tuple(i for i, g in enumerate(self.engine_groups) for _ in range(g.count))
 
     def slots_of(self, index: int) -> int:
-        """Concurrent requests engine `index` admits: its group's slots, else engines.slots."""
-        return self.slots if self.groups is None else self.engine_groups[self.group_of_engine()[index]].slots
+        """Concurrent requests engine `index` admits: its group's slots (engines.slots without groups)."""
+        return self.engine_groups[self.group_of_engine()[index]].slots
 
     def engine_vllm(self, index: int) -> VllmSettings:
         """The vLLM settings engine `index` starts with: its group's layout over engines.vllm."""
-        return self.vllm if self.groups is None else self.group_vllm(self.group_of_engine()[index])
+        return self.group_vllm(self.group_of_engine()[index])
 
     @model_validator(mode="after")
     def _cost_layout_is_the_vllm_layout(self) -> EnginesConfig:
