@@ -25,6 +25,71 @@ def t_groups_families(d: dict) -> list[str]:
             f"beside the wide ones {pct('any')}."]
 
 
+
+def among(n: int, total: int) -> str:
+    """'all 42' or '41 of the 42': the count a sentence gives must read right whichever it is."""
+    return f"all {total}" if n == total else f"{n} of the {total}"
+
+
+def span3(xs: list[float]) -> str:
+    """One figure where the values agree to the table's three decimals, their range otherwise."""
+    lo, hi = f"{min(xs):.3f}", f"{max(xs):.3f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def t_priors_drivers_counts(d: dict) -> list[str]:
+    """How many drivers cells each prior keeps near the best fixed split, and the phases cells beside them."""
+    drivers, phases = d["priors-drivers.json"]["cells"], d["priors-phases.json"]["cells"]
+    total = len(drivers)
+
+    # counted on the figures as the table rounds them, so a reader's count of the table agrees
+    def at_least(prior: str, bar: float) -> list[float]:
+        vs = [round(c["prorsa_vs_best"][prior] if prior != "oracle" else c["oracle_vs_best"], 3) for c in drivers]
+        return [v for v in vs if v >= bar]
+
+    earlier = at_least("earlier", 0.97)
+    oracle_above = [v for v in at_least("oracle", 1.0) if v > 1.0]
+    earlier_phases = [c["prorsa_vs_best"]["earlier"] for c in phases]
+    return [f"With an earlier run's prior prorsa is at {span3(earlier)} of the best fixed split in "
+            f"{among(len(earlier), total)} drivers cells and at {span3(earlier_phases)} in "
+            f"{'both' if len(phases) == 2 else f'all {len(phases)}'} phases cells; with no prior, on the rehearsed "
+            f"opening, it is at 0.97 or better in {among(len(at_least('none', 0.97)), total)}. The oracle, replaying "
+            f"the run, is at 1.000 or better in {among(len(at_least('oracle', 1.0)), total)} and above 1.000 in "
+            f"{len(oracle_above)}. Five declared means put prorsa at 0.97 or better in "
+            f"{among(len(at_least('declared', 0.97)), total)} cells, 0.95 or better in "
+            f"{len(at_least('declared', 0.95))}."]
+
+
+def t_router_prior(d: dict) -> list[str]:
+    """Where the router's move cost starts its mean decode, against the colocated makespan it ends at."""
+    def started(file: str) -> tuple[list[dict], dict]:
+        points = d[file]["points"]
+        return [p for p in points if p["start_decode"] is not None], next(p for p in points if p["prior"] == "earlier")
+
+    def monotone(points: list[dict]) -> bool:
+        figs = [p["figure"] for p in sorted(points, key=lambda p: p["start_decode"])]
+        return figs == sorted(figs) or figs == sorted(figs, reverse=True)
+
+    ideal, _ = started("router-prior.json")
+    lru, lru_earlier = started("router-prior-lru.json")
+    cell = next(c for c in d["priors-drivers.json"]["cells"]
+                if c["factor"] == "prefix-cache" and c["value"] == "lru" and c["mode"] == "sync")
+    starts = [p["start_decode"] for p in ideal]
+    shape = "monotone" if monotone(ideal) and monotone(lru) else "not monotone"
+
+    def ends(points: list[dict]) -> str:
+        return f"{min(p['figure'] for p in points):.1f}-{max(p['figure'] for p in points):.1f} s"
+
+    return [f"Where the move cost starts its mean decode is not a cost: colocated on the prefix-cache ideal sync "
+            f"cell, started at "
+            f"{min(starts):.0f}-{max(starts):.0f} tokens, ends anywhere in {ends(ideal)}, {shape} in the start "
+            f"(`lru` sync: {ends(lru)}, where the earlier run's {lru_earlier['start_decode']:.0f} lands at "
+            f"{lru_earlier['figure']:.1f} s and puts that cell at {cell['prorsa_vs_best']['earlier']:.3f} in the "
+            f"drivers table's earlier column)."]
+
+
 PROSE = {
     "groups-families": (["groups.json", "groups-seed1.json"], t_groups_families),
+    "priors-drivers-counts": (["priors-drivers.json", "priors-phases.json"], t_priors_drivers_counts),
+    "router-prior": (["router-prior.json", "router-prior-lru.json", "priors-drivers.json"], t_router_prior),
 }
