@@ -25,7 +25,6 @@ def t_groups_families(d: dict) -> list[str]:
             f"beside the wide ones {pct('any')}."]
 
 
-
 def among(n: int, total: int) -> str:
     """'all 42' or '41 of the 42': the count a sentence gives must read right whichever it is."""
     return f"all {total}" if n == total else f"{n} of the {total}"
@@ -88,8 +87,43 @@ def t_router_prior(d: dict) -> list[str]:
             f"drivers table's earlier column)."]
 
 
+def t_tail_reserve_shares(d: dict) -> list[str]:
+    """The oracle's distance from the bound, and how much of its gain over colocated each thing a run could know keeps."""
+    rows = d["tail-reserve.json"]["rows"]
+
+    # from the medians as the table shows them, so the shares are what a reader works out from it
+    def share(row: dict, variant: str) -> float:
+        col = round(row["colocated"], 3)
+        return (col - round(row[variant]["median"], 3)) / (col - round(row["oracle-traj"]["median"], 3))
+
+    def cell(row: dict) -> str:
+        family, model, _ = row["label"].split()
+        return f"{'SWE' if family == 'swe' else family} {'MoE' if model == 'moe' else model}"
+
+    kept = [("none" if s <= 0 else f"{100 * s:.0f}%", cell(r))
+            for s, r in sorted(((share(r, "oracle-groups"), r) for r in rows), key=lambda sr: -sr[0])]
+    groups = (f"{kept[0][0]} of the oracle's gain over colocated on {kept[0][1]}, "
+              + ", ".join(f"{k} on {c}" for k, c in kept[1:-1]) + f" and {kept[-1][0]} on {kept[-1][1]}")
+    late = {f: [share(r, "oracle-late") for r in rows if r["label"].startswith(f + " ")] for f in ("swe", "math-tir")}
+    slower = (" and end slower than colocated on math-tir, as the moves recompute their contexts and the reserved "
+              "engines' other trajectories leave" if all(x < 0 for x in late["math-tir"]) else "")
+    ranked = sum(min(r["predicted"]["median"], r["predicted-traj"]["median"]) > r["colocated"] for r in rows)
+    near = min(min(r["oracle-traj"]["seeds"]) for r in rows)
+    closest = next(cell(r) for r in rows if min(r["oracle-traj"]["seeds"]) == near)
+    within = "no cell comes" if min(r["oracle-traj"]["median"] for r in rows) > 1.2 else "not every cell comes"
+    return [f"Even with every trajectory's length known from the start, {within} within 1.2x of the bound (the "
+            f"oracle's medians; one seed of {closest} came closest). Everything a run could do falls away from it "
+            f"step by step (medians over the seeds): whole GRPO groups instead of single trajectories (the level at "
+            f"which a run could know anything early, since a group's members share their task) keep {groups}; the "
+            f"right trajectories reserved only after their first turn (the earliest a run has seen a decode of each) "
+            f"keep {100 * min(late['swe']):.0f}-{100 * max(late['swe']):.0f}% on SWE{slower}; and ranking by the "
+            f"decodes seen so far, by group or by trajectory, picks few of the k longest on seed 0 (`picked right`) "
+            f"and ends slower than colocated in {'every cell' if ranked == len(rows) else f'{ranked} of the {len(rows)} cells'}."]
+
+
 PROSE = {
     "groups-families": (["groups.json", "groups-seed1.json"], t_groups_families),
     "priors-drivers-counts": (["priors-drivers.json", "priors-phases.json"], t_priors_drivers_counts),
     "router-prior": (["router-prior.json", "router-prior-lru.json", "priors-drivers.json"], t_router_prior),
+    "tail-reserve-shares": (["tail-reserve.json"], t_tail_reserve_shares),
 }
