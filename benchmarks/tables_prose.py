@@ -6,6 +6,8 @@ tables.py registers each beside its own tables, so `tables.py --check` holds the
 
 from __future__ import annotations
 
+import re
+
 
 def t_groups_families(d: dict) -> list[str]:
     """The best heterogeneous layout's lead over the best equal-sized one, per family over both seeds."""
@@ -121,9 +123,26 @@ def t_tail_reserve_shares(d: dict) -> list[str]:
             f"and ends slower than colocated in {'every cell' if ranked == len(rows) else f'{ranked} of the {len(rows)} cells'}."]
 
 
+def t_phases_jitter(d: dict) -> list[str]:
+    """What a spread in the decodes does to colocated on the phases trace, and which split it makes best."""
+    jitter = re.search(r"--jitter (\S+)", d["priors-phases-jitter.json"]["command"])[1]
+
+    def colocated(file: str, ep: int) -> float:
+        return next(p["figure"] for p in d[file]["points"] if p["policy"] == "colocated" and p["value"] == ep)
+
+    before, after = colocated("priors-phases.json", 4), colocated("priors-phases-jitter.json", 4)
+    best = next(c["best_fixed"] for c in d["priors-phases-jitter.json"]["cells"] if c["value"] == 16)
+    at16 = (f"makes a fixed split best ({best.removeprefix('static:')})" if best != "colocated"
+            else "leaves colocated the best fixed split")
+    return [f"With each turn's decode drawn within {100 * float(jitter):.0f}% either side of its kind's "
+            f"(`--jitter {jitter}`, the same trace otherwise), colocated {'falls' if after < before else 'rises'} "
+            f"from {before:.3f} to {after:.3f} traj/s at EP4 (the table below). At EP16 the spread {at16}."]
+
+
 PROSE = {
     "groups-families": (["groups.json", "groups-seed1.json"], t_groups_families),
     "priors-drivers-counts": (["priors-drivers.json", "priors-phases.json"], t_priors_drivers_counts),
     "router-prior": (["router-prior.json", "router-prior-lru.json", "priors-drivers.json"], t_router_prior),
     "tail-reserve-shares": (["tail-reserve.json"], t_tail_reserve_shares),
+    "phases-jitter": (["priors-phases.json", "priors-phases-jitter.json"], t_phases_jitter),
 }
