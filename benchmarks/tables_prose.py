@@ -139,10 +139,33 @@ def t_phases_jitter(d: dict) -> list[str]:
             f"from {before:.3f} to {after:.3f} traj/s at EP4 (the table below). At EP16 the spread {at16}."]
 
 
+POOL, POOL_FILLED = "P 2x1 + D 3xEP8", "P 2x1 + D 3xEP8 + EP4 + EP2"  # a 2-GPU prefill pool, alone and filled up
+
+
+def t_groups_pool(d: dict) -> list[str]:
+    """A 2-GPU prefill pool beside EP8 decode engines on both families, and what EP16 costs colocated on SWE."""
+    cells = [c for doc in d.values() for c in doc["cells"]]
+    seed0 = {c["mode"]: c["vs_colocated"] for c in d["groups.json"]["cells"] if c["family"] == "math-tir"}
+    swe = [c["vs_colocated"] for c in cells if c["family"] == "swe"]
+    equal_loses = all(c["best_equal"] == "EP8 colocated" for c in cells if c["family"] == "math-tir")
+    gpus = d["groups.json"]["cells"][0]["gpus"]
+    pool = [v[POOL] for v in swe]
+    ep16 = [100 * (1 - v["EP16 colocated"]) for v in swe]
+    return [f"On math-tir {'no' if equal_loses else 'not every'} equal-sized split beats colocated EP8, and two "
+            f"1-GPU prefill engines beside three EP8 decode engines ({gpus[POOL]} GPUs) are at "
+            f"{seed0['sync'][POOL]:.3f} sync and {seed0['async'][POOL]:.3f} async of it (seed 0); with the "
+            f"{gpus[POOL_FILLED] - gpus[POOL]} GPUs left as EP4 + EP2 decode engines, {seed0['sync'][POOL_FILLED]:.3f} "
+            f"and {seed0['async'][POOL_FILLED]:.3f}. On SWE the same 2-GPU pool is at {min(pool):.2f}-{max(pool):.2f} "
+            f"over both seeds, about the best EP8 static split (1:3, 8 GPUs prefilling), and a wider EP16 engine costs "
+            f"colocated {min(ep16):.0f}-{max(ep16):.0f}% (the barrier over 16 ranks), which the heterogeneous layouts "
+            f"avoid by giving the prefill no DP-attention group at all."]
+
+
 PROSE = {
     "groups-families": (["groups.json", "groups-seed1.json"], t_groups_families),
     "priors-drivers-counts": (["priors-drivers.json", "priors-phases.json"], t_priors_drivers_counts),
     "router-prior": (["router-prior.json", "router-prior-lru.json", "priors-drivers.json"], t_router_prior),
     "tail-reserve-shares": (["tail-reserve.json"], t_tail_reserve_shares),
     "phases-jitter": (["priors-phases.json", "priors-phases-jitter.json"], t_phases_jitter),
+    "groups-pool": (["groups.json", "groups-seed1.json"], t_groups_pool),
 }
