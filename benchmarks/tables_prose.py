@@ -186,6 +186,25 @@ def t_scale_fit(d: dict) -> list[str]:
             f"peak (its first turns) is {min(peaks):.1f}-{max(peaks):.1f}x its mean."]
 
 
+def t_overlap_dense(d: dict) -> list[str]:
+    """On the dense cell: the best fixed split with and without overlap, the next best behind it, and prorsa."""
+    doc = d["overlap-split-dense.json"]
+    behind, nexts, best = [], set(), set()
+    for c in doc["cells"]:
+        fixed = sorted((p for p in doc["points"] if p["mode"] == c["mode"] and p["policy"] != "prorsa"),
+                       key=lambda p: -p["trained_per_s"])
+        best.add(fixed[0]["policy"])
+        nexts.add(fixed[1]["policy"])
+        behind.append(f"{100 * (1 - fixed[1]['trained_per_s'] / fixed[0]['trained_per_s']):.1f}%")
+    if best != {"colocated"} or len(nexts) != 1:
+        raise ValueError("the sentence reads one best fixed split (colocated) and one next best in both modes")
+    prefill, _, mixed = nexts.pop().removeprefix("static:").split(":")
+    still = all(c["switches"] == 0 and c["prorsa_vs_best"] == 1.0 for c in doc["cells"])
+    return [f"On dense engines no split pays: colocated is the best fixed split with and without overlap (the next "
+            f"best, {prefill} prefill engines beside {mixed} mixed, {' and '.join(behind)} behind it)"
+            + (", and prorsa keeps every engine mixed (no switch) and equals it." if still else ".")]
+
+
 PROSE = {
     "groups-families": (["groups.json", "groups-seed1.json"], t_groups_families),
     "priors-drivers-counts": (["priors-drivers.json", "priors-phases.json"], t_priors_drivers_counts),
@@ -194,4 +213,5 @@ PROSE = {
     "phases-jitter": (["priors-phases.json", "priors-phases-jitter.json"], t_phases_jitter),
     "groups-pool": (["groups.json", "groups-seed1.json"], t_groups_pool),
     "scale-fit": (["scale.json"], t_scale_fit),
+    "overlap-split-dense-reading": (["overlap-split-dense.json"], t_overlap_dense),
 }
