@@ -404,7 +404,8 @@ def t_drift_mix(d: dict) -> list[str]:
     waves = [c for c in cells if c["kind"] == "release"]
 
     def span(xs: list[float]) -> str:
-        return f"{min(xs):.3f}-{max(xs):.3f}"
+        lo, hi = f"{min(xs):.3f}", f"{max(xs):.3f}"
+        return f"{lo}-{hi}" if lo != hi else f"{lo} in every cell"
 
     return table(["engines", "workload", "best fixed", "its makespan", "best per step (hindsight)",
                   "hindsight / best", *PRIOR_COLUMNS, "switches n/e/w/d", "oracle / best"], rows) + [
