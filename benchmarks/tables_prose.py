@@ -58,7 +58,9 @@ def t_priors_drivers_counts(d: dict) -> list[str]:
             f"the run, is at 1.000 or better in {among(len(at_least('oracle', 1.0)), total)} and above 1.000 in "
             f"{len(oracle_above)}. Five declared means put prorsa at 0.97 or better in "
             f"{among(len(at_least('declared', 0.97)), total)} cells, 0.95 or better in "
-            f"{len(at_least('declared', 0.95))}."]
+            f"{len(at_least('declared', 0.95))}. A wrong family's prior that passes the opening check puts it at "
+            f"0.97 or better in {among(len(at_least('wrong', 0.97)), total)}, 0.95 or better in "
+            f"{len(at_least('wrong', 0.95))}, its lowest {min(at_least('wrong', 0.0)):.3f}."]
 
 
 def t_router_prior(d: dict) -> list[str]:
