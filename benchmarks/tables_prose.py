@@ -175,15 +175,15 @@ def t_scale_fit(d: dict) -> list[str]:
     worst = sorted(100 * f["worst_relative_error"] for f in fits.values())
     pairs = {p["engines"]: p["cpu_ms_per_turn"] for p in fits["scheduler"]["pairs"]}
     top = max(pairs)
-    rest = [v for e, v in pairs.items() if e != top]
+    rest = {e: v for e, v in pairs.items() if e != top}
     engines, trajs = [m["engines"] for m in measured], [m["trajectories"] for m in measured]
     peaks = [r["turns_per_s_peak"] / r["turns_per_s_mean"] for r in doc["rows"] if r["demand"] == "simulated"]
     return [f"The {first} binds first, by {100 * (by - 1):.0f}%: it and the {'scheduler' if first == 'driver' else 'driver'} "
             f"each cost {cpu[0]:.1f}-{cpu[-1]:.1f} ms of CPU a turn, flat from {min(engines)} to {max(engines)} engines "
             f"and {min(trajs):,} to {max(trajs):,} trajectories in flight within this machine's noise (worst run "
             f"{worst[0]:.0f}-{worst[-1]:.0f}% off the fit). At {top} engines the turns a second trajectory count added "
-            f"cost the scheduler {pairs[top]:.2f} ms each against {min(rest):.2f}-{max(rest):.2f} ms at "
-            f"{min(e for e in pairs if e != top)}-{max(e for e in pairs if e != top)}, so growth with engines is not "
+            f"cost the scheduler {pairs[top]:.2f} ms each against {min(rest.values()):.2f}-{max(rest.values()):.2f} ms "
+            f"at {min(rest)}-{max(rest)}, so growth with engines is not "
             f"ruled out; every row past {top} engines assumes none, and its headroom is an upper bound. The sync step's "
             f"peak (its first turns) is {min(peaks):.1f}-{max(peaks):.1f}x its mean."]
 
