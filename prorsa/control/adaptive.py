@@ -139,13 +139,15 @@ class Prorsa:
         Of the splits the steady state scores alike, the one with the most mixed engines: where
         the prefill engines absorb the steady appends, a mixed engine and a decode engine score
         the same, and the mixed one can still take a burst of prefill (the opening's prompts)."""
+        base = None
         if self.prior is not None:
             goal = self._steady_split(self.prior, n_engines)
+            base = self._unprimed_base(n_engines)
         elif self.prior_trajectories and self.rehearse is not None:
             goal = (0, 0, n_engines)  # the earlier run's own rehearsal decides (_rehearsed)
         else:
             goal = self._unprimed(n_engines)
-        p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal)
+        p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal, base=base)
         self._held_on_prior = self._held is not None and self.prior is not None
         self.calibration.begin(0.0, (p, d, m))
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
@@ -170,6 +172,21 @@ class Prorsa:
         if self.capacity.for_role(Role.MIXED).ranks <= 1 and self.updates is None:
             return mixed
         return self._rehearsed_opening(n_engines)
+
+    def _unprimed_base(self, n_engines: int) -> tuple[int, int, int] | None:
+        """The split a prior's rehearsal must beat to be held: where a run told nothing would
+        open (_unprimed). A prior that passed the opening check has matched the prompts alone; its
+        tool time and turns are checked only as the run shows them, and a prior found wrong then
+        reopens there, draining the decodes on every engine that moves. Where the prior's
+        rehearsal ranks every split alike, the no-prior opening costs it nothing: a terminal run's
+        prior put all 15 splits of drivers.py's turns-8 sync cell within 0.4%, held all mixed,
+        and when it was dropped at 4 s three engines drained 11-23 s into P3 M5 (0.844 of the best
+        fixed split; opened there, as with no prior, 0.998). None where no rehearsal can run."""
+        if not self.prior_trajectories or self.rehearse is None or n_engines < 2:
+            return None
+        held, split = self._held, self._unprimed(n_engines)
+        self._held = held  # _rehearsed decides what is held
+        return split
 
     def _rehearsed_opening(self, n_engines: int) -> tuple[int, int, int]:
         """control/opening.py rehearsed_opening, held as a prior's rehearsed split is (a sync
@@ -203,7 +220,8 @@ class Prorsa:
         """initial_roles' choice in words, for the run's console."""
         if self._held_on_prior:
             return (f"of the splits rehearsed on {len(self.prior_trajectories)} earlier trajectories, the one that "
-                    "ended soonest; held through the first step")
+                    "ended soonest (where none beat it by 1%, the split a run told nothing opens on); held through "
+                    "the first step")
         later = " (an earlier run as --prior picks a split from the start)"
         if self.prior is None and self.opening is not None:
             fit = (f"of the workloads the {len(self.opening_prompts)} prompts in hand fit" if self.opening_prompts
@@ -238,21 +256,23 @@ class Prorsa:
                         *f.tally("turns"))
 
     def _rehearsed(self, specs, n_engines: int, fluid: tuple[int, int, int],
-                   older: Sequence[TrajectorySpec] = (), resamples: int = 0) -> tuple[int, int, int]:
+                   older: Sequence[TrajectorySpec] = (), resamples: int = 0,
+                   base: tuple[int, int, int] | None = None) -> tuple[int, int, int]:
         """The split whose rehearsal (the body's simulator replaying `specs` as one step, and
         `older` as another: their makespans summed) ends soonest, of: all mixed, every P:D, every
-        P prefill beside mixed ones, and the fluid model's pick; all mixed unless the best beats it
-        by REHEARSAL_GAIN. With `resamples`, the finalists are ranked by their mean over the
+        P prefill beside mixed ones, and the fluid model's pick; `base` (default all mixed) unless
+        the best beats it by REHEARSAL_GAIN. With `resamples`, the finalists are ranked by their mean over the
         rehearsal and that many resamples of it (Rehearsal.over_resamples). `fluid` where nothing can be
         rehearsed (no simulator lent, nothing observed, or more trajectories than is worth it)."""
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         mixed = (0, 0, n_engines)
+        base = base or mixed
         cands = [mixed, fluid, *every_split(n_engines)[1:]]
-        times = self.rehearsal.over_resamples(self.rehearsal.times(specs, older, cands), mixed, specs, older,
+        times = self.rehearsal.over_resamples(self.rehearsal.times(specs, older, cands), base, specs, older,
                                               resamples)
         best = min(times, key=lambda c: (times[c], cands.index(c)))
-        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[mixed] else mixed
+        self._held = best if times[best] * (1 + self.calibration.margin(REHEARSAL_GAIN)) < times[base] else base
         return self._held
 
     def _steady_split(self, hint: WorkloadHint | None, n_engines: int,

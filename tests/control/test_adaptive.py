@@ -675,8 +675,32 @@ def test_a_dropped_prior_reopens_on_the_opening_rehearsed_as_a_run_told_none():
     prior = WorkloadHint(16, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480, tool_s=22.0, turns=3)
     p = make_policy("prorsa", replace(_swe_moe_context(), concurrency=16, prior=prior, prior_trajectories=(_spec(0),),
                                       rehearse=rehearse))
-    assert p.initial_roles(8) == [P, P] + [D] * 6 and {t for _, t in asked} == {True}
-    asked.clear()
+    assert p.initial_roles(8) == [P, P] + [D] * 6
+    # the families' draws (the split the prior must beat), told none; the prior's own, as told
+    assert {(kind, told) for kind, told in asked} == {("a", False), ("t", True)}
     d = _decide_on(p, _trajectory_events(20, turns=3, prompt=2000, obs=1000, dec=480, tool_s=0.3))
     assert "reopen as with no prior" in d.reason
-    assert asked and all(kind == "a" and told is False for kind, told in asked)  # the families' draws, told none
+    assert set(d.targets.values()) == {M}  # the families rehearse alike: the no-prior opening is all mixed
+
+
+def test_a_prior_that_ranks_splits_alike_holds_where_a_run_told_none_opens():
+    """The split a prior's rehearsal must beat is the no-prior opening, not all mixed: a prior
+    that ranks every split within REHEARSAL_GAIN opens there, and when it is dropped nothing
+    drains."""
+    from dataclasses import replace
+
+    from prorsa.control.policy import WorkloadHint
+
+    def rehearse(specs, split, told=True):
+        if specs[0].traj_id[0] != "a":  # the prior's trajectories: all mixed a hair ahead
+            return 100.0 if split == (0, 0, 8) else 100.5
+        return 80.0 if split == (3, 0, 5) else 100.0
+
+    prior = WorkloadHint(16, prompt_tokens=2000, observation_tokens=1000, decode_tokens=480, tool_s=22.0, turns=3)
+    p = make_policy("prorsa", replace(_swe_moe_context(), concurrency=16, prior=prior, prior_trajectories=(_spec(0),),
+                                      rehearse=rehearse))
+    roles = p.initial_roles(8)
+    assert roles == [P] * 3 + [M] * 5 and "none beat it by 1%" in p.opening_reason
+    events = _trajectory_events(20, turns=3, prompt=2000, obs=1000, dec=480, tool_s=0.3)
+    d = p.decide(Snapshot(30.0, tuple(eng(f"e{i}", r) for i, r in enumerate(roles)), events=tuple(events)))
+    assert "prior dropped" in d.reason and not d.targets and "hold P3 D0 M5" in d.reason
