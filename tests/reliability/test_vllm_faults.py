@@ -1,6 +1,6 @@
-"""Real vLLM engines killed mid-rollout, two ways: the API server process (its worker restarts it)
-and the Dask worker process hosting the engine (its Nanny starts a new worker, which starts a new
-server; the orphaned server stops itself). Either way the turns they held are re-run from their
+"""Real vLLM engines killed mid-rollout, two ways, in one run: the API server process (its worker
+restarts it) and the Dask worker process hosting the engine (its Nanny starts a new worker, which
+starts a new server; the orphaned server stops itself). Either way the turns they held are re-run from their
 token history and the run ends with every trajectory exactly once."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PIPELINE = "name: kill\nseed: 4\n" + VLLM_ENGINES.replace("{", "{{").replace("}"
 workload: {{family: swe, mode: sync, prompts: 4, group_size: 4, steps: 3, max_turns: 3,
            token_scale: 0.1, max_context: 1536, tool_time_scale: 0.2}}
 runtime: {{tool_workers: 1, metrics_interval_s: 0.5, dashboard_address: null, output_batch: 1,
-          turn_retries: 3, processes: {processes}}}
+          turn_retries: 3, processes: true}}
 """
 _PID = re.compile(r"^# prorsa: server pid (\d+)$", re.M)
 
@@ -85,11 +85,11 @@ def _why_failed(run_dir: Path) -> str:
     return "".join(f"{r['traj_id']}: {r['error']}\n" for r in rows if r["status"] != "completed")
 
 
-def _run_and_kill(tmp_path: Path, processes: bool, *victims) -> tuple[Path, dict, list[int]]:
+def _run_and_kill(tmp_path: Path, *victims) -> tuple[Path, dict, list[int]]:
     """`prorsa run` on 3 engines; SIGKILL victim(run_dir) for each victim in turn, the first once 4
     trajectories are committed, each next once 4 more are (so the run has moved on past a restart)."""
     pipeline = tmp_path / "kill.yaml"
-    pipeline.write_text(PIPELINE.format(processes=str(processes).lower()))
+    pipeline.write_text(PIPELINE.format())
     specs = expected_specs(pipeline)
     out = tmp_path / "runs"
     proc = start("run", str(pipeline), f"output_dir={out}")
@@ -117,43 +117,32 @@ def _run_and_kill(tmp_path: Path, processes: bool, *victims) -> tuple[Path, dict
     return run_dir, summary, killed
 
 
-def test_killing_a_vllm_server_mid_rollout_loses_no_trajectory(tmp_path):
-    victim = "engine-2"  # the one decode engine: every trajectory's decodes run there
+def test_killing_vllm_servers_and_engine_worker_processes_mid_rollout_loses_no_trajectory(tmp_path):
+    # one run, three kills, each once the run has moved on past the restart before it (a kill
+    # costs a restart of minutes; a run each would cost minutes more): the one decode engine's API
+    # server (its worker restarts it), then that engine's worker process (its Nanny starts a new
+    # worker, which starts a new server), then a prefill engine's worker
+    victims = (("server", "engine-2"), ("worker", "engine-2"), ("worker", "engine-0"))
+    before: list[list[int]] = []  # each victim's servers as it was killed
 
-    def server(run_dir):  # the API server; its engine core and workers are orphaned
-        (pid,) = _server_pids(run_dir, victim)
-        return pid
-
-    run_dir, summary, (pid,) = _run_and_kill(tmp_path, False, server)
-    pids = _server_pids(run_dir, victim)
-    # killed once, then served by a new server; a launch that lost a port race or a restart by the
-    # health watch on a loaded machine may come between, and nothing of any of them outlives the run
-    assert len(pids) >= 2 and pids[0] == pid not in pids[1:], _launches(run_dir, victim)
-    assert _all_stopped(pids), _launches(run_dir, victim)
-    print(f"{victim}'s server killed after 4 trajectories: {summary['turns_retried']} turns retried, "
-          f"makespan {summary['makespan_s']:.1f} s")
-
-
-def test_killing_vllm_engine_worker_processes_mid_rollout_loses_no_trajectory(tmp_path):
-    # the one decode engine's worker, then, once its new worker serves, a prefill engine's: one run
-    # for both (each kill costs a restart of minutes; a run of its own would cost minutes more)
-    victims = ("engine-2", "engine-0")
-    servers: dict[str, list[int]] = {}
-
-    def worker(victim):
+    def kill(how, engine):
         def pid(run_dir):
-            servers[victim] = _server_pids(run_dir, victim)
-            return _worker_pid(run_dir, victim)
+            before.append(_server_pids(run_dir, engine))
+            if how == "server":  # its engine core and workers are orphaned
+                return before[-1][-1]
+            return _worker_pid(run_dir, engine)
         return pid
 
-    run_dir, summary, killed = _run_and_kill(tmp_path, True, *map(worker, victims))
-    for victim, pid in zip(victims, killed):
-        assert _worker_pid(run_dir, victim) not in (None, pid)  # a new worker process hosts the engine
-        (old,) = servers[victim]
-        pids = _server_pids(run_dir, victim)
-        # the new worker started a new server (see the server test for why there may be more than
-        # one); the orphaned one stopped itself and all it started
-        assert len(pids) >= 2 and pids[0] == old not in pids[1:], _launches(run_dir, victim)
-        assert _all_stopped(pids), _launches(run_dir, victim)
-    print(f"{' then '.join(victims)}'s workers killed: {summary['turns_retried']} turns retried, "
+    run_dir, summary, killed = _run_and_kill(tmp_path, *(kill(*v) for v in victims))
+    for (how, engine), pid, earlier in zip(victims, killed, before):
+        pids = _server_pids(run_dir, engine)
+        if how == "worker":
+            assert _worker_pid(run_dir, engine) not in (None, pid)  # a new worker process hosts the engine
+        # a new server after the kill (a launch that lost a port race or a restart by the health
+        # watch on a loaded machine may come between); the killed or orphaned one is not reused
+        assert len(pids) > len(earlier) and pids[:len(earlier)] == earlier, _launches(run_dir, engine)
+        assert not set(earlier) & set(pids[len(earlier):]), _launches(run_dir, engine)
+    for engine in {e for _, e in victims}:  # nothing of any server outlives the run
+        assert _all_stopped(_server_pids(run_dir, engine)), _launches(run_dir, engine)
+    print(f"{', '.join(' '.join(v) for v in victims)} killed: {summary['turns_retried']} turns retried, "
           f"{summary['legs_rescued']} legs re-bound, makespan {summary['makespan_s']:.1f} s")
