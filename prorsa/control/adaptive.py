@@ -128,7 +128,8 @@ class Prorsa:
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
-        them ends soonest, held through the first step. Else the split the allocator scores best
+        them ends soonest, if by REHEARSAL_GAIN ahead of the no-prior opening (_unprimed_base),
+        held through the first step. Else the split the allocator scores best
         for the steady state the prior implies (an earlier run's means, or the pipeline's declared
         ones), unless all-mixed is within min_gain of it; with no prior, _unprimed. Mixed
         is the default: it serves either phase at once, leaves MIXED cheaply, and a rollout
