@@ -262,9 +262,10 @@ class Prorsa:
         """The split whose rehearsal (the body's simulator replaying `specs` as one step, and
         `older` as another: their makespans summed) ends soonest, of: all mixed, every P:D, every
         P prefill beside mixed ones, and the fluid model's pick; `base` (default all mixed) unless
-        the best beats it by REHEARSAL_GAIN. With `resamples`, the finalists are ranked by their mean over the
-        rehearsal and that many resamples of it (Rehearsal.over_resamples). `fluid` where nothing can be
-        rehearsed (no simulator lent, nothing observed, or more trajectories than is worth it)."""
+        the best beats it by REHEARSAL_GAIN. With `resamples`, the finalists are ranked by their
+        mean over the rehearsal and that many resamples of it (Rehearsal.over_resamples). `fluid`
+        where nothing can be rehearsed (no simulator lent, nothing observed, or more trajectories
+        than is worth it)."""
         if self.rehearse is None or not specs or n_engines < 2 or len(specs) > MAX_REHEARSED:
             return fluid
         mixed = (0, 0, n_engines)

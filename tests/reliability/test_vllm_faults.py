@@ -1,7 +1,7 @@
 """Real vLLM engines killed mid-rollout, two ways, in one run: the API server process (its worker
 restarts it) and the Dask worker process hosting the engine (its Nanny starts a new worker, which
-starts a new server; the orphaned server stops itself). Either way the turns they held are re-run from their
-token history and the run ends with every trajectory exactly once."""
+starts a new server; the orphaned server stops itself). Either way the turns they held are re-run
+from their token history and the run ends with every trajectory exactly once."""
 
 from __future__ import annotations
 
