@@ -1,13 +1,15 @@
 """A driver SIGKILLed at any instant of its write-out (trajectories.parquet, metrics.nc,
 summary.json, the seal) leaves a run that `--resume` completes without starting a cluster, and
 that `prorsa report` reads; the instants are spread over the window by counting the write-out's
-own Python calls, not by sleeping."""
+own Python calls, not by sleeping. The killed runs, and then their resumes, go two at a time: each
+is its own process and output folder, and a run's count of calls does not depend on the clock."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from runs import assert_exactly_once, expected_specs, write_pipeline
 
 KILLS = 12  # instants spread evenly from the write-out's first call to near its last
+AT_ONCE = 2  # processes at a time
 HERE = Path(__file__).parent
 
 
@@ -36,19 +39,19 @@ def test_a_kill_anywhere_in_the_write_out_leaves_a_run_resume_completes_without_
     assert calls > 10 * KILLS, calls  # enough calls to tell the instants apart
     reference = json.loads((tmp_path / "whole" / "summary.json").read_text())
     specs = expected_specs(pipeline)
-    killed = []
-    for i in range(KILLS):
-        # from the first call to near the last: a run's count varies by a few percent
-        k = 1 + i * (int(calls * 0.95) - 1) // (KILLS - 1)
-        out = tmp_path / f"k{k}"
-        proc = _run(pipeline, out, k)
+    # from the first call to near the last: a run's count varies by a few percent
+    at = [1 + i * (int(calls * 0.95) - 1) // (KILLS - 1) for i in range(KILLS)]
+    killed = [tmp_path / f"k{k}" for k in at]
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        procs = list(pool.map(lambda k, out: _run(pipeline, out, k), at, killed))
+    for k, proc in zip(at, procs):
         assert proc.returncode == -9, (k, proc.stdout + proc.stderr)
-        killed.append(out)
+    manifests = [json.loads((out / "manifest.json").read_text()) for out in killed]
+    assert not any(m["complete"] for m in manifests)
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        resumes = list(pool.map(lambda out: _prorsa("run", "--resume", str(out)), killed))
     without_cluster = 0
-    for out in killed:
-        manifest = json.loads((out / "manifest.json").read_text())
-        assert not manifest["complete"]
-        resumed = _prorsa("run", "--resume", str(out))
+    for out, manifest, resumed in zip(killed, manifests, resumes):
         assert resumed.returncode == 0, (out, resumed.stdout + resumed.stderr)
         if manifest.get("rolled_out"):  # the last part committed: nothing to roll out, no cluster
             assert "every trajectory was saved; wrote its outputs" in resumed.stdout, resumed.stdout
