@@ -17,10 +17,11 @@ The score is (killed + timed out) / mutants; "without equivalents" leaves out th
 judged equivalent (EQUIVALENT below, each with why no test can kill it).
 
     .venv/bin/python benchmarks/mutation.py [--mutants 200] [--seed 0] [--timeout S]
-                                            [--db FILE] [--out FILE]
+                                            [--modules FILE,...] [--db FILE] [--out FILE]
     .venv/bin/python benchmarks/mutation.py --rescore FILE    (after EQUIVALENT changed)
 
-Run it on a clean checkout (it rewrites the modules of MODULES while it runs); one worker process.
+Run it on a clean checkout (it rewrites the modules it mutates while it runs); one worker process.
+`--modules` mutates others (an equal share of `--mutants` each), e.g. the rehearsal's own.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ def enumerate_mutants(modules: tuple[str, ...]) -> list:
     return specs
 
 
-def draw(specs: list, n: int, seed: int) -> list:
+def draw(specs: list, n: int, seed: int, modules: tuple[str, ...] = MODULES) -> list:
     """`n` of `specs`, an equal share from each module (a small module's score rests on as many
     mutants as a large one's; what a module cannot fill goes to the others), each share drawn by a
     generator seeded per module, so one module's source changing redraws only its share."""
@@ -168,7 +169,7 @@ def draw(specs: list, n: int, seed: int) -> list:
         by_module.setdefault(str(s.module_path), []).append(s)
     share = dict.fromkeys(by_module, 0)
     for _ in range(min(n, len(specs))):  # one at a time, to the module with the fewest drawn yet
-        m = min((m for m in by_module if share[m] < len(by_module[m])), key=lambda m: (share[m], MODULES.index(m)))
+        m = min((m for m in by_module if share[m] < len(by_module[m])), key=lambda m: (share[m], modules.index(m)))
         share[m] += 1
     out = []
     for m, v in by_module.items():
@@ -258,18 +259,19 @@ def rescore(path: Path) -> None:
     """Judge a results file's survivors again by EQUIVALENT as it is now (a mutant's equivalence
     does not depend on the tests, so a run before new tests is judged as the run after them)."""
     doc = json.loads(path.read_text())
+    mods = tuple(m for m in doc["modules"] if m != "total")
     missing = [r for r in doc["mutants"] if "mutated" not in r]
     if missing:  # written before rows kept their mutated line: make each mutant again to read it
         import cosmic_ray.plugins
         from cosmic_ray.mutating import mutate_code
 
-        specs = {(str(s.module_path), s.operator_name, s.occurrence): s for s in enumerate_mutants(MODULES)}
+        specs = {(str(s.module_path), s.operator_name, s.occurrence): s for s in enumerate_mutants(mods)}
         for r in missing:
             spec = specs[r["file"], "core/" + r["operator"], r["occurrence"]]
             source = (REPO / r["file"]).read_text()
             mutant = mutate_code(source, cosmic_ray.plugins.get_operator(spec.operator_name)(), spec.occurrence)
             r["mutated"] = next(b.strip() for a, b in zip(source.splitlines(), mutant.splitlines()) if a != b)
-    doc["modules"] = summary([judged(r) for r in doc["mutants"]], MODULES)
+    doc["modules"] = summary([judged(r) for r in doc["mutants"]], mods)
     doc["survivors"] = [r for r in doc["mutants"] if r["outcome"] == "survived"]
     doc["judged_by"] = f"python benchmarks/mutation.py --rescore {path}"
     path.write_text(json.dumps(doc, indent=1) + "\n")
@@ -283,6 +285,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds a mutant's tests may run (default: 4x the unmutated run, at least 30)")
+    ap.add_argument("--modules", default=",".join(MODULES),
+                    help="comma-separated modules to mutate (default: the twelve that decide roles and routes)")
     ap.add_argument("--db", default=None, help="cosmic-ray's sqlite work database (default: a temporary file)")
     ap.add_argument("--out", default="benchmarks/results/mutation.json")
     ap.add_argument("--rescore", type=Path, metavar="FILE",
@@ -290,6 +294,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.rescore:
         return rescore(args.rescore)
+    modules = tuple(args.modules.split(","))
+    missing = [m for m in modules if not (REPO / m).is_file()]
+    if missing:
+        sys.exit(f"error: --modules: no such file {', '.join(missing)}")
 
     from cosmic_ray.mutating import mutate_and_test
     from cosmic_ray.work_db import WorkDB, use_db
@@ -305,9 +313,9 @@ def main() -> None:
     command = shlex.join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                          "-m", "not slow", *TESTS])
     t0 = time.perf_counter()
-    pristine = {m: (REPO / m).read_text() for m in MODULES}
-    before = digest(MODULES)
-    dirty = git("status", "--porcelain", "--", *MODULES, *TESTS)
+    pristine = {m: (REPO / m).read_text() for m in modules}
+    before = digest(modules)
+    dirty = git("status", "--porcelain", "--", *modules, *TESTS)
     if dirty:
         console.print(f"[yellow]uncommitted changes in the modules or their tests:[/]\n{dirty}")
 
@@ -315,9 +323,9 @@ def main() -> None:
     if outcome != "survived":
         sys.exit(f"the unmutated code fails its tests ({outcome}): {command}")
     timeout = args.timeout or max(30.0, 4 * baseline_s)
-    specs = enumerate_mutants(MODULES)
-    sample = draw(specs, args.mutants, args.seed)
-    console.print(f"{len(specs)} mutants in {len(MODULES)} modules, {len(sample)} drawn (seed {args.seed}); "
+    specs = enumerate_mutants(modules)
+    sample = draw(specs, args.mutants, args.seed, modules)
+    console.print(f"{len(specs)} mutants in {len(modules)} modules, {len(sample)} drawn (seed {args.seed}); "
                   f"unmutated tests {baseline_s:.1f} s, timeout {timeout:.0f} s")
 
     db_path = Path(args.db or tempfile.mkdtemp(prefix="mutation-"))
@@ -339,7 +347,7 @@ def main() -> None:
                     t1 = time.perf_counter()
                     result = mutate_and_test(item.mutations, command, timeout)
                     db.set_result(item.job_id, result)
-                    if digest(MODULES) != before:
+                    if digest(modules) != before:
                         raise RuntimeError(f"{spec.module_path} was not restored after job {item.job_id}")
                     if result.test_outcome is None:  # no mutation could be made: nothing was tested
                         state = "incompetent"
@@ -360,9 +368,9 @@ def main() -> None:
             if (REPO / m).read_text() != text:
                 (REPO / m).write_text(text)
 
-    modules = summary(rows, MODULES)
+    scores = summary(rows, modules)
     table = Table("module", "mutants", "killed", "timeout", "survived", "equivalent", "score", "w/o equivalent")
-    for m, s in modules.items():
+    for m, s in scores.items():
         table.add_row(Path(m).name, *(str(s[k]) for k in ("mutants", "killed", "timeout", "survived", "equivalent")),
                       *(f"{s[k]:.3f}" if s[k] is not None else "-" for k in ("score", "score_without_equivalent")))
     console.print(table)
@@ -384,7 +392,7 @@ def main() -> None:
         "operators": [o.removeprefix("core/") for o in OPERATORS], "test_command": shlex.join(
             ["python", *shlex.split(command)[1:]]),
         "baseline_s": round(baseline_s, 1), "timeout_s": round(timeout, 1), "elapsed_s": round(elapsed),
-        "modules": modules, "survivors": [r for r in rows if r["outcome"] == "survived"], "mutants": rows,
+        "modules": scores, "survivors": [r for r in rows if r["outcome"] == "survived"], "mutants": rows,
     }, indent=1) + "\n")
 
 
