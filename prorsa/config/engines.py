@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -148,8 +149,21 @@ class EngineGroup(Section):
                 if getattr(self, k) is not None}
 
 
+@dataclass(frozen=True)
+class BackendTraits:
+    """What a pipeline may ask of an engine backend, checked before any engine is made (the
+    backends themselves: engine/registry.py)."""
+    weights: bool  # it runs a model's weights: the text a live environment reads, a model to train
+    vllm_layout: bool  # its cost layout follows from engines.vllm's parallel sizes
+    role_layouts: bool  # it models a layout per role (engines.parallelism)
+
+
+BACKENDS = {"emulated": BackendTraits(weights=False, vllm_layout=False, role_layouts=True),
+            "vllm": BackendTraits(weights=True, vllm_layout=True, role_layouts=False)}
+
+
 class EnginesConfig(Section):
-    backend: Literal["emulated", "vllm"] = "emulated"
+    backend: Literal["emulated", "vllm"] = "emulated"  # a key of BACKENDS
     count: int = Field(3, ge=1, le=MAX_ENGINES)
     slots: int = Field(32, ge=1, le=65536)  # concurrent requests an engine admits (its role resource)
     gpu: str = "h200"  # cost-model profile (emulated engines, simulator)
@@ -205,12 +219,16 @@ class EnginesConfig(Section):
         given = getattr(self.parallelism, role, None) if self.parallelism is not None else None
         return (given.tp, given.ep) if given is not None else (self.tp, self.ep)
 
+    @property
+    def traits(self) -> BackendTraits:
+        return BACKENDS[self.backend]
+
     @model_validator(mode="after")
     def _layouts_fit(self) -> EnginesConfig:
         # whether the gpu and model profiles exist is the resolve step's (rollout/context.py)
         if self.parallelism is None:
             return self
-        if self.backend != "emulated":
+        if not self.traits.role_layouts:
             raise ValueError("parallelism: per-role parallelism is modelled by emulated engines only; "
                              "a vLLM engine's layout is vllm.tensor_parallel_size and vllm.data_parallel_size")
         for role in ("prefill", "decode", "mixed"):
@@ -237,7 +255,7 @@ class EnginesConfig(Section):
         for i, g in enumerate(self.groups):
             given = g.model_fields_set
             # a vLLM layout (the backend's, or a vLLM pipeline run emulated) is what the cost model reads
-            if self.backend == "vllm" or g.vllm_overrides():
+            if self.traits.vllm_layout or g.vllm_overrides():
                 if wrong := [k for k in ("tp", "ep") if k in given]:
                     raise ValueError(f"groups[{i}].{wrong[0]}: a vLLM engine's cost layout follows from its "
                                      "tensor_parallel_size and data_parallel_size; set those")
@@ -263,7 +281,7 @@ class EnginesConfig(Section):
             return (GroupSpec(self.count, ROLE_NAMES, self.tp, self.ep, self.slots, self.vllm.layout, False),)
         out = []
         for i, g in enumerate(self.groups):
-            if self.backend == "vllm" or g.vllm_overrides():
+            if self.traits.vllm_layout or g.vllm_overrides():
                 layout = self.group_vllm(i).layout
                 tp, ep = layout.cost_tp, layout.cost_ep
             else:
@@ -286,7 +304,7 @@ class EnginesConfig(Section):
     @model_validator(mode="after")
     def _cost_layout_is_the_vllm_layout(self) -> EnginesConfig:
         """A vLLM engine's cost-model tp and ep are read off the layout it runs, never set apart."""
-        if self.backend != "vllm":
+        if not self.traits.vllm_layout:
             return self
         if self.devices is not None and self.vllm.device == "cpu":
             raise ValueError("devices: GPUs for engines on device cuda; engines.vllm.device is cpu "

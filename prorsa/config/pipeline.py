@@ -51,7 +51,7 @@ def _cells_conflict(cfg: PipelineConfig) -> str | None:
         return "do not train; drop train:"
     if engines.groups is not None:
         return "split engines alike; engines.groups is set"
-    if engines.backend != "emulated":
+    if engines.traits.weights:
         # a cell's runner sends no token ids and waits out no server restart
         return f"run emulated engines only; engines.backend is {engines.backend}"
     if cfg.environment is not None:
@@ -96,7 +96,7 @@ class PipelineConfig(Section):
 
     @model_validator(mode="after")
     def _live_needs_text(self) -> PipelineConfig:
-        if self.environment is not None and self.environment.mode == "live" and self.engines.backend != "vllm":
+        if self.environment is not None and self.environment.mode == "live" and not self.engines.traits.weights:
             raise ValueError("environment.mode live reads the model's text: it needs engines.backend vllm")
         return self
 
@@ -147,7 +147,7 @@ class PipelineConfig(Section):
     def _train_needs_a_model(self) -> PipelineConfig:
         if self.train is None:
             return self
-        if self.engines.backend != "vllm":
+        if not self.engines.traits.weights:
             raise ValueError("train: trains the model the engines run: it needs engines.backend vllm")
         if self.environment is None or self.environment.mode != "live":
             raise ValueError("train: learns from the model's own text and rewards: it needs an "

@@ -84,3 +84,17 @@ def test_a_dense_model_takes_no_dp_attention_or_expert_parallelism():
     with pytest.raises(ConfigError, match="enable_expert_parallel: qwen3-8b is dense"):
         resolve(_pipeline(tensor_parallel_size=2, enable_expert_parallel=True))
     assert resolve(_pipeline(tensor_parallel_size=2)).costs.mixed.layout == (2, 1)
+
+
+def test_every_backend_the_schema_names_has_its_traits_and_the_registry_makes_it():
+    """engines.backend's choices, the config's BACKENDS and the engine registry name the same
+    backends: a new backend is declared in all three or the config cannot check what it may do."""
+    import typing
+
+    from prorsa.config.engines import BACKENDS
+    from prorsa.engine import registry
+
+    choices = set(typing.get_args(EnginesConfig.model_fields["backend"].annotation))
+    assert choices == set(BACKENDS)
+    assert BACKENDS["vllm"].weights and not BACKENDS["emulated"].weights
+    assert choices == set(registry.BACKENDS)
