@@ -132,6 +132,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("prorsa/rollout/migration.py", 'own_kv = route.kv if leg == "decode" else -1'):
         "a prefill leg's wait is its backlog alone (wait_s reads no KV for it), so what is taken off the KV "
         "there is never read",
+    ("prorsa/control/prior_check.py", "trajectories_ended: int = -1"):
+        "a default read only where nothing is running (contradiction's Censored()), where the turns bound "
+        "needs PRIOR_SAMPLES trajectories: -1 ended is under it as 0 is; the policy gives every field",
     ("prorsa/control/opening.py", "decode_tokens=0.0, tool_s= -1.0, turns=0.0)"):
         "the hint is held only to the prompts in hand (opening_contradiction): its tool time is compared "
         "only with tool calls seen, and the opening has seen none",

@@ -66,3 +66,12 @@ def test_a_matching_run_keeps_its_prior():
     live = Censored(tools_running=5, tool_elapsed_s=50.0, tools_ended=95, tool_ended_s=1900.0,
                     trajectories_running=100, turns_reached=600, trajectories_ended=20, turns_ended=220)
     assert contradiction(TERMINAL, seen, live) == ""
+
+
+def test_a_bound_exactly_at_the_tolerance_keeps_the_prior_as_an_observed_mean_does():
+    """At PRIOR_TOLERANCE times the prior's 12 turns, 24 so far, the prior holds (as an ended mean
+    of exactly 24 does); a turn more in all and it is dropped."""
+    at = Censored(trajectories_running=16, turns_reached=16 * 24)
+    assert PRIOR_TOLERANCE == 2.0 and contradiction(TERMINAL, {"turns": 24.0}, at) == ""
+    past = Censored(trajectories_running=16, turns_reached=16 * 24 + 1)
+    assert contradiction(TERMINAL, {}, past) == "prior dropped: turns at least 24.1 so far against its 12; "

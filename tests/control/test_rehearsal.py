@@ -87,3 +87,52 @@ def test_the_veto_replays_only_past_its_evidence_and_holds_a_refusal_for_a_quart
     assert len(book.calls) == 3
     assert veto(MIXED, P1, P2, done + _specs(2, "n")).startswith("P1 D3 M0 refused: the last 8")  # 2 = 8 / 4
     assert len(book.calls) == 6
+
+
+def test_a_step_before_of_exactly_max_rehearsed_is_still_replayed():
+    book = Book({MIXED: 100.0, P1: 90.0})
+    r = Rehearsal(book, Calibration())
+    assert r.times(_specs(4), _specs(MAX_REHEARSED, "o"), [MIXED, P1]) == {MIXED: 200.0, P1: 180.0}
+
+
+def test_one_resample_asked_is_one_resample_made():
+    """n = 1: the finalists at their mean over the step and one resample, (98 + 1.2 x 98) / 2."""
+    book = Book({MIXED: 100.0, P1: 98.0}, resampled=1.2)
+    r = Rehearsal(book, Calibration())
+    step = _specs(4)
+    got = r.over_resamples(r.times(step, (), [MIXED, P1]), MIXED, step, (), 1)
+    assert got[P1] == pytest.approx(98.0 * 2.2 / 2) and got[MIXED] == pytest.approx(100.0 * 2.2 / 2)
+
+
+def test_the_veto_needs_sixteen_completed_before_it_replays():
+    from prorsa.control.veto import ReplayVeto
+
+    book = Book({MIXED: 100.0, P1: 105.0, P2: 110.0})
+    veto = ReplayVeto(Rehearsal(book, Calibration()), concurrency=8)
+    assert veto(MIXED, P1, P2, _specs(15)) == "" and book.calls == []
+    assert veto(MIXED, P1, P2, _specs(16)).startswith("P1 D3 M0 refused: the last 8")
+
+
+def test_the_veto_lets_a_goal_through_whose_best_leads_it_by_less_than_the_margin():
+    """On long replays the margin is a share: the fluid model's best 0.5% ahead of the goal (995 s
+    against 1,000 s), inside REHEARSAL_GAIN, and the goal 10% ahead of the split as it is: moved."""
+    from prorsa.control.veto import ReplayVeto
+
+    veto = ReplayVeto(Rehearsal(Book({MIXED: 1100.0, P1: 1000.0, P2: 995.0}), Calibration()), concurrency=8)
+    assert veto(MIXED, P1, P2, _specs(16)) == ""
+    veto = ReplayVeto(Rehearsal(Book({MIXED: 1100.0, P1: 1000.0, P2: 980.0}), Calibration()), concurrency=8)
+    assert veto(MIXED, P1, P2, _specs(16)).startswith("P1 D3 M0 refused: the last 8 trajectories replayed end in "
+                                                      "1000.0 s under it, 980.0 s under P2 D2 M0")
+
+
+@pytest.mark.parametrize("concurrency,wait", [(12, 3), (2, 1)])
+def test_a_refusal_stands_for_a_quarter_of_concurrency_completed_and_at_least_one(concurrency, wait):
+    from prorsa.control.veto import ReplayVeto
+
+    book = Book({MIXED: 100.0, P1: 105.0, P2: 110.0})
+    veto = ReplayVeto(Rehearsal(book, Calibration()), concurrency=concurrency)
+    done = _specs(16)
+    assert veto(MIXED, P1, P2, done).startswith("P1 D3 M0 refused: the last")
+    if wait > 1:
+        assert "too few completed since" in veto(MIXED, P1, P2, done + _specs(wait - 1, "n"))
+    assert veto(MIXED, P1, P2, done + _specs(wait, "n")).startswith("P1 D3 M0 refused: the last")
