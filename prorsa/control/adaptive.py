@@ -28,7 +28,6 @@ Requests.timeout_s and planned afresh).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 
@@ -38,13 +37,14 @@ from prorsa.control.allocator import Allocator, Capacity, Plan, score, splits
 from prorsa.control.calibration import Calibration
 from prorsa.control.forecast import Forecaster
 from prorsa.control.lifecycle import Phase
-from prorsa.control.opening import ASYNC_OPENING_WINDOWS, Opening, every_split, rehearsed_opening, steady_forecast
+from prorsa.control.opener import Opener
+from prorsa.control.opening import Opening, every_split, steady_forecast
 from prorsa.control.policy import Decision, PolicyContext, Snapshot, WorkloadHint, register
 from prorsa.control.reactive import Reactive  # noqa: F401  registers "reactive" beside "prorsa"
 from prorsa.control.rehearsal import MAX_REHEARSED, REHEARSAL_GAIN, Rehearsal
 from prorsa.control.rehearsal import split_name as _split_name
 from prorsa.control.veto import ReplayVeto
-from prorsa.control.replayed import decodes_as, fill, scaled_decodes
+from prorsa.control.replayed import decodes_as, scaled_decodes
 from prorsa.control.requests import Requests
 from prorsa.control.prior_check import PRIOR_SAMPLES, Censored, contradiction
 from prorsa.loads import EngineLoad
@@ -56,10 +56,8 @@ _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a pr
 # priors.py, drivers.py and drift.py cells built from them (benchmarks/README.md, "Where prorsa was
 # not tuned"); the held-out set chose none. Each one's evidence: docs/notes/allocator-experiments.md
 # (REHEARSAL_GAIN and FINALIST_BAND: control/rehearsal.py; VETO_EVIDENCE: control/veto.py).
+# (OPENING_WINDOWS: control/opener.py).
 TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
-# an asynchronous run's opening rehearses this many `concurrency` of an earlier run: the first alone
-# is the opening burst (priors.py --table phases at EP16, held all mixed, 0.963 of 4:0:4)
-OPENING_WINDOWS = 4
 # between steps, the finalists (rehearsed within rehearsal.FINALIST_BAND of the fastest) are
 # rehearsed again on RESAMPLES resamples of the step: one draw ranks splits a few percent apart by
 # its own lengths (priors.py --table drivers --steps 3: no prior 0.961-1.004 -> 0.987-1.006)
@@ -87,14 +85,9 @@ class Prorsa:
         self.dwell_s = max(self.horizon_s, 2 * ctx.interval_s)
         self.name = shorthand("prorsa", args)
         self.prior = ctx.prior
-        self._told_prior = ctx.prior is not None  # the router prices moves by it, dropped or not
         self.concurrency = ctx.concurrency
         self.asynchronous = ctx.asynchronous
         self.prior_trajectories = ctx.prior_trajectories
-        self.opening_prompts = ctx.opening_prompts
-        self.updates = ctx.updates
-        self.max_turns = ctx.max_turns
-        self.opening: Opening | None = None  # the no-prior opening's choice and its regrets
         self.prior_dropped = f"{ctx.prior_dropped}; " if ctx.prior_dropped else ""
         self._requests = Requests(timeout_s=max(30.0, 10 * ctx.interval_s))
         self._committed: tuple[int, int, int] | None = None  # the goal being carried out
@@ -114,6 +107,7 @@ class Prorsa:
         self.calibration = Calibration()
         self.rehearsal = Rehearsal(ctx.rehearse, self.calibration)
         self.veto = ReplayVeto(self.rehearsal, self.concurrency)
+        self.opener = Opener(ctx, self.capacity, self.rehearsal)
         self._calibrating = self.rehearse is not None and not self.asynchronous
 
     @property
@@ -122,16 +116,21 @@ class Prorsa:
         return self.rehearsal.rehearse
 
     @property
+    def opening(self) -> Opening | None:
+        """The no-prior opening's choice and its regrets, once rehearsed."""
+        return self.opener.opening
+
+    @property
     def rehearsals(self) -> list[dict]:
         """Each rehearsal's makespans, for the record."""
         return self.rehearsal.log
 
     def initial_roles(self, n_engines: int) -> list[Role]:
         """Given an earlier run's trajectories (and the simulator), the split whose rehearsal of
-        them ends soonest, if by REHEARSAL_GAIN ahead of the no-prior opening (_unprimed_base),
+        them ends soonest, if by REHEARSAL_GAIN ahead of the no-prior opening (Opener.base),
         held through the first step. Else the split the allocator scores best
         for the steady state the prior implies (an earlier run's means, or the pipeline's declared
-        ones), unless all-mixed is within min_gain of it; with no prior, _unprimed. Mixed
+        ones), unless all-mixed is within min_gain of it; with no prior, Opener.unprimed. Mixed
         is the default: it serves either phase at once, leaves MIXED cheaply, and a rollout
         opens with a burst of prompts that every engine can help prefill. But the roles a run
         opens with are the ones its first turns settle on (their prefixes stay where they ran),
@@ -143,101 +142,21 @@ class Prorsa:
         base = None
         if self.prior is not None:
             goal = self._steady_split(self.prior, n_engines)
-            base = self._unprimed_base(n_engines)
+            base = self.opener.base(n_engines)
         elif self.prior_trajectories and self.rehearse is not None:
             goal = (0, 0, n_engines)  # the earlier run's own rehearsal decides (_rehearsed)
         else:
-            goal = self._unprimed(n_engines)
-        p, d, m = self._rehearsed(self._opening_specs(), n_engines, goal, base=base)
+            goal, held = self.opener.unprimed(n_engines)
+            self._held = goal if held else None
+        p, d, m = self._rehearsed(self.opener.specs(), n_engines, goal, base=base)
         self._held_on_prior = self._held is not None and self.prior is not None
         self.calibration.begin(0.0, (p, d, m))
         self.opening_reason = self.prior_dropped + self._why_opening((p, d, m), n_engines)
         return [Role.PREFILL] * p + [Role.DECODE] * d + [Role.MIXED] * m
 
-    def _unprimed(self, n_engines: int) -> tuple[int, int, int]:
-        """With nothing known of the workload, where the body lends the simulator: on engines of
-        several DP-attention ranks, and wherever weight updates are declared, the split of least
-        worst-case regret over the workloads the opening prompts leave plausible, each rehearsed
-        (control/opening.py, _rehearsed_opening). There a mixed engine steps at its slowest rank,
-        so a prefill chunk stalls every rank's decodes, and the splits that pay are made before
-        any decode has ended for the forecast to learn from (opened all mixed on drivers.py's
-        turns-8 cell, the allocator ended at 0.820 of its best split). Else all mixed: on engines
-        of one rank a prefill chunk stalls only its own engine's decodes, and prorsa opened all
-        mixed is at 0.997 or better of the best fixed split in every dense cell of the paper
-        table. With no simulator lent, all mixed too: the fluid model's steady states put every
-        split at least 45% behind the best on some plausible family (P1 D7 on 8 EP4 engines, 45%
-        on math-tir), and all mixed is colocated, the baseline."""
-        mixed = (0, 0, n_engines)
-        if n_engines < 2 or self.rehearse is None:
-            return mixed
-        if self.capacity.for_role(Role.MIXED).ranks <= 1 and self.updates is None:
-            return mixed
-        return self._rehearsed_opening(n_engines)
-
-    def _unprimed_base(self, n_engines: int) -> tuple[int, int, int] | None:
-        """The split a prior's rehearsal must beat to be held: where a run told nothing would
-        open (_unprimed). A prior that passed the opening check has matched the prompts alone; its
-        tool time and turns are checked only as the run shows them, and a prior found wrong then
-        reopens there, draining the decodes on every engine that moves. Where the prior's
-        rehearsal ranks every split alike, the no-prior opening costs it nothing: a terminal run's
-        prior put all 15 splits of drivers.py's turns-8 sync cell within 0.4%, held all mixed,
-        and when it was dropped at 4 s three engines drained 11-23 s into P3 M5 (0.844 of the best
-        fixed split; opened there, as with no prior, 0.998). None where no rehearsal can run."""
-        if not self.prior_trajectories or self.rehearse is None or n_engines < 2:
-            return None
-        held, split = self._held, self._unprimed(n_engines)
-        self._held = held  # _rehearsed decides what is held
-        return split
-
-    def _rehearsed_opening(self, n_engines: int) -> tuple[int, int, int]:
-        """control/opening.py rehearsed_opening, held as a prior's rehearsed split is (a sync
-        step, an async run): left to the fluid model and to replays of the first trajectories to
-        complete (short ones, which an update costs least), a rehearsed all mixed went back to P1
-        beside mixed (0.90 of best). Rehearsed once, as a run told no prior: a prior dropped later
-        reopens on it (rehearsed under the wrong prior's move prices, a terminal run's dropped 3 s
-        into SWE MoE sync reopened on P1 D7: 0.906 of the best fixed split; as told none, 0.962)."""
-        if self.opening is None or sum(self.opening.split) != n_engines:
-            c = self.concurrency or self.capacity.slots * n_engines
-            told = not self._told_prior  # never told one: the world is already a no-prior run's
-            self.opening = rehearsed_opening(partial(self.rehearsal.replay, told=told), n_engines, c,
-                                             self.opening_prompts,
-                                             ASYNC_OPENING_WINDOWS if self.asynchronous else 1, self.max_turns)
-        self._held = self.opening.split
-        return self.opening.split
-
-    def _opening_specs(self) -> list[TrajectorySpec]:
-        """What the opening rehearses of an earlier run: its first `concurrency` trajectories (a
-        step's worth), or in an asynchronous run its first OPENING_WINDOWS x `concurrency`, which
-        the rehearsal keeps `concurrency` in flight as the run will. A held split stays for the
-        whole of an asynchronous run, and its first window alone is the opening burst: on the
-        phases trace at EP16 with decodes spread 10%, the first 64 (one block's kind) rehearsed
-        all mixed first and 4:0:4 1% behind, held all mixed (0.963 of 4:0:4); the first 256 at 64
-        in flight put 4:0:4 5% ahead of all mixed."""
-        if self.asynchronous and self.concurrency and len(self.prior_trajectories) > self.concurrency:
-            return list(self.prior_trajectories[:OPENING_WINDOWS * self.concurrency])
-        return fill(self.prior_trajectories, self.concurrency)
-
     def _why_opening(self, split: tuple[int, int, int], n_engines: int) -> str:
         """initial_roles' choice in words, for the run's console."""
-        if self._held_on_prior:
-            return (f"of the splits rehearsed on {len(self.prior_trajectories)} earlier trajectories, the one that "
-                    "ended soonest (where none beat it by 1%, the split a run told nothing opens on); held through "
-                    "the first step")
-        later = " (an earlier run as --prior picks a split from the start)"
-        if self.prior is None and self.opening is not None:
-            fit = (f"of the workloads the {len(self.opening_prompts)} prompts in hand fit" if self.opening_prompts
-                   else "of the plausible workloads (no prompts counted)")
-            worst = max(self.opening.regret.values(), default=0.0)
-            updates = ", with the declared weight updates" if self.updates is not None else ""
-            return (f"no prior; {fit} ({', '.join(self.opening.considered)}), each rehearsed under every split"
-                    f"{updates}: {_split_name(split)} has the least worst-case regret ({worst:.1%}); held "
-                    f"through the {'run' if self.asynchronous else 'first step'}{later}")
-        if self.prior is None:
-            return f"no prior: every engine serves both phases until the run has shown its workload{later}"
-        if split == (0, 0, n_engines):
-            return "the prior's steady state scores no split clearly better than all mixed"
-        return (f"the steady state of the prior's means ({self.prior.turns:.1f} turns of "
-                f"{self.prior.decode_tokens:.0f} decoded tokens)")
+        return self.opener.why(split, n_engines, self.prior, self._held_on_prior)
 
     def _prior_contradicted(self, now_s: float) -> str:
         """Why the prior is not this run's workload ("" while it may be), by the means the run
@@ -387,12 +306,13 @@ class Prorsa:
 
     def _reopened(self, engines: list[EngineLoad], now_s: float) -> tuple[dict[str, Role], str] | None:
         """A prior found wrong leaves the run where its prior's split put it; it goes where a run
-        told nothing opens (_unprimed, held as that is), early, while few decodes are there to
+        told nothing opens (Opener.unprimed, held as that is), early, while few decodes are there to
         drain. Left to
         the fluid model's votes instead, a terminal run's prior held SWE MoE sync all mixed to its
         end: dropped at 3 s, the goals it voted for changed each interval while the drains grew
         (0.928 of the best fixed split; benchmarks/priors.py --table paper)."""
-        opening = self._unprimed(len(engines))
+        opening, held = self.opener.unprimed(len(engines))
+        self._held = opening if held else None
         targets = reassign(engines, opening)
         if not targets:
             return None

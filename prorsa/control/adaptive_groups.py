@@ -24,7 +24,8 @@ from dataclasses import replace
 import numpy as np
 
 from prorsa.config.policies import ProrsaArgs
-from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN, Prorsa, fill, reassign
+from prorsa.control.adaptive import MAX_REHEARSED, REHEARSAL_GAIN, Prorsa, reassign
+from prorsa.control.replayed import fill
 from prorsa.control.opening import steady_forecast
 from prorsa.control.allocator import ROLES, Capacity
 from prorsa.control.group_search import (Group, GroupAllocator, GroupSplit, group_roles, most_mixed, openings,

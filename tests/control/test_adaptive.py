@@ -428,16 +428,6 @@ def test_a_resample_draws_whole_groups_with_replacement_as_prompts_of_their_own(
     assert resampled([], 0) == []
 
 
-def test_fill_cycles_with_seeds_of_their_own():
-    from prorsa.control.adaptive import fill
-
-    specs = [_spec(0), _spec(1)]
-    out = fill(specs, 5)
-    assert [s.traj_id for s in out] == ["t0", "t1", "t0", "t1", "t0"]
-    assert len({s.seed for s in out}) == 5
-    assert fill(specs, 0) == specs
-
-
 def _replaying(goal_faster: bool, asked: list):
     """prorsa with a simulator lent whose replay favours any split other than all mixed, or all mixed."""
     from dataclasses import replace

@@ -208,7 +208,7 @@ def test_an_asynchronous_opening_rehearses_the_earlier_runs_first_windows_as_the
     rehearsal keeps `concurrency` of them in flight, one started as one ends, as the run will."""
     from dataclasses import replace
 
-    from prorsa.control.adaptive import OPENING_WINDOWS
+    from prorsa.control.opener import OPENING_WINDOWS
     from prorsa.control.policy import make_policy
     from prorsa.metrics.prior import prior_trajectories
     from prorsa.sim.rehearse import rehearser
