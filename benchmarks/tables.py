@@ -1089,10 +1089,12 @@ def t_api_overhead(d: dict) -> list[str]:
 
 # ------------------------------------------------------------------------------ the tests' own test
 
-def t_mutation(d: dict) -> list[str]:
+def mutation_table(before_file: str, after_file: str) -> Callable[[dict], list[str]]:
     """Per module, the same seeded mutants against the tests before and after the known answers."""
-    before, after = d["mutation-before.json"], d["mutation.json"]
+    return lambda d: _mutation(d[before_file], d[after_file])
 
+
+def _mutation(before: dict, after: dict) -> list[str]:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:.1%}"
 
@@ -1381,7 +1383,10 @@ TABLES: dict[str, Table] = {
     "chaos": Table(["chaos.json", "chaos-driver-kill.json", "chaos-soak.json", "chaos-vllm.json", "chaos-vllm-soak.json",
                     "chaos-partial-vllm.json", "chaos-serve-vllm.json"], t_chaos),
     "api-overhead": Table(["api-overhead.json"], t_api_overhead),
-    "mutation": Table(["mutation-before.json", "mutation.json"], t_mutation),
+    "mutation": Table(["mutation-before.json", "mutation.json"],
+                      mutation_table("mutation-before.json", "mutation.json")),
+    "mutation-rehearsal": Table(["mutation-rehearsal-before.json", "mutation-rehearsal.json"],
+                                mutation_table("mutation-rehearsal-before.json", "mutation-rehearsal.json")),
     "allocator-scale": Table(["allocator-scale.json"], t_allocator_scale),
     "control-plane-processes": Table(["control-plane-processes.json"], t_control_plane_processes),
     "scale": Table(["scale.json"], t_scale),
