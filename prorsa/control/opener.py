@@ -24,7 +24,8 @@ from prorsa.control.replayed import fill
 from prorsa.roles import Role
 
 # an asynchronous run's opening rehearses this many `concurrency` of an earlier run: the first alone
-# is the opening burst (priors.py --table phases at EP16, held all mixed, 0.963 of 4:0:4)
+# is the opening burst (priors.py --table phases at EP16, held all mixed, 0.963 of 4:0:4); chosen on
+# the tuning set, as control/adaptive.py's constants are
 OPENING_WINDOWS = 4
 
 
