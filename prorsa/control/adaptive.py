@@ -55,8 +55,8 @@ _TIE = 1e-3  # steady-state costs this close are the fluid model's tie, not a pr
 # The constants below were chosen on the tuning set: the paper table's cells at seed 0 and the
 # priors.py, drivers.py and drift.py cells built from them (benchmarks/README.md, "Where prorsa was
 # not tuned"); the held-out set chose none. Each one's evidence: docs/notes/allocator-experiments.md
-# (REHEARSAL_GAIN and FINALIST_BAND: control/rehearsal.py; VETO_EVIDENCE: control/veto.py).
-# (OPENING_WINDOWS: control/opener.py).
+# (REHEARSAL_GAIN and FINALIST_BAND: control/rehearsal.py; VETO_EVIDENCE: control/veto.py;
+# OPENING_WINDOWS: control/opener.py).
 TREND_BOUND = 4.0  # a step-over-step drift carried forward is taken as at most this factor
 # between steps, the finalists (rehearsed within rehearsal.FINALIST_BAND of the fastest) are
 # rehearsed again on RESAMPLES resamples of the step: one draw ranks splits a few percent apart by

@@ -8,6 +8,7 @@ import pytest
 from prorsa.agent.trace import TrajectorySpec, TurnSpec
 from prorsa.control.calibration import Calibration
 from prorsa.control.rehearsal import FINALIST_BAND, MAX_REHEARSED, Rehearsal
+from prorsa.control.veto import VETO_EVIDENCE, ReplayVeto
 from prorsa.costmodel.misfit import ModelScale
 
 MIXED, P1, P2 = (0, 0, 4), (1, 3, 0), (2, 2, 0)
@@ -74,8 +75,6 @@ def test_the_veto_replays_only_past_its_evidence_and_holds_a_refusal_for_a_quart
     """control/veto.py: before VETO_EVIDENCE completions nothing is replayed; then the last
     `concurrency` completed are, and a goal that ends no sooner is refused by name and times; the
     refusal stands until a quarter of `concurrency` more have completed."""
-    from prorsa.control.veto import VETO_EVIDENCE, ReplayVeto
-
     book = Book({MIXED: 100.0, P1: 105.0, P2: 110.0})
     veto = ReplayVeto(Rehearsal(book, Calibration()), concurrency=8)
     assert veto(MIXED, P1, P2, _specs(VETO_EVIDENCE - 1)) == "" and book.calls == []
@@ -105,8 +104,6 @@ def test_one_resample_asked_is_one_resample_made():
 
 
 def test_the_veto_needs_sixteen_completed_before_it_replays():
-    from prorsa.control.veto import ReplayVeto
-
     book = Book({MIXED: 100.0, P1: 105.0, P2: 110.0})
     veto = ReplayVeto(Rehearsal(book, Calibration()), concurrency=8)
     assert veto(MIXED, P1, P2, _specs(15)) == "" and book.calls == []
@@ -116,8 +113,6 @@ def test_the_veto_needs_sixteen_completed_before_it_replays():
 def test_the_veto_lets_a_goal_through_whose_best_leads_it_by_less_than_the_margin():
     """On long replays the margin is a share: the fluid model's best 0.5% ahead of the goal (995 s
     against 1,000 s), inside REHEARSAL_GAIN, and the goal 10% ahead of the split as it is: moved."""
-    from prorsa.control.veto import ReplayVeto
-
     veto = ReplayVeto(Rehearsal(Book({MIXED: 1100.0, P1: 1000.0, P2: 995.0}), Calibration()), concurrency=8)
     assert veto(MIXED, P1, P2, _specs(16)) == ""
     veto = ReplayVeto(Rehearsal(Book({MIXED: 1100.0, P1: 1000.0, P2: 980.0}), Calibration()), concurrency=8)
@@ -127,8 +122,6 @@ def test_the_veto_lets_a_goal_through_whose_best_leads_it_by_less_than_the_margi
 
 @pytest.mark.parametrize("concurrency,wait", [(12, 3), (2, 1)])
 def test_a_refusal_stands_for_a_quarter_of_concurrency_completed_and_at_least_one(concurrency, wait):
-    from prorsa.control.veto import ReplayVeto
-
     book = Book({MIXED: 100.0, P1: 105.0, P2: 110.0})
     veto = ReplayVeto(Rehearsal(book, Calibration()), concurrency=concurrency)
     done = _specs(16)
