@@ -1,7 +1,8 @@
 """`prorsa calibrate`: a cost-model profile fitted to measurements, in one of three ways.
 
-    calibrate_engine(pipeline, output, quick, seed)     measure one vLLM engine of the pipeline
-    calibrate_from_file(measurements, gpu, model_name, output)
+    calibrate_engine(pipeline, output, quick, seed, max_miss)
+                                                        measure one vLLM engine of the pipeline
+    calibrate_from_file(measurements, gpu, model_name, output, max_miss)
                                                         a GPU profile fitted to a step-time file
     calibrate_from_runs(run_dirs, output)               a profile corrected to finished live runs
 
@@ -22,7 +23,14 @@ from prorsa.commands.run_folder import new_run_folder
 from prorsa.commands.stopping import sigterm_as_interrupt
 
 
-def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed: int | None) -> None:
+def _miss_flag(max_miss: float) -> str:
+    from prorsa.costmodel.profile_writer import FIT_MEDIAN_BOUND
+
+    return "" if max_miss == FIT_MEDIAN_BOUND else f" --max-fit-miss {100 * max_miss:g}"
+
+
+def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed: int | None,
+                     max_miss: float) -> None:
     if not pipeline:
         fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
     cfg = load_pipeline(pipeline, {}).cfg
@@ -36,11 +44,12 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
     seed = cfg.seed if seed is None else seed
     folder = new_run_folder(Path(cfg.output_dir), "calibrate").path
     output = output or str(folder / "cpu.yaml")  # the model's profile goes beside it
-    command = f"prorsa calibrate {pipeline} --output {output} --seed {seed}" + (" --quick" if quick else "")
+    command = (f"prorsa calibrate {pipeline} --output {output} --seed {seed}" + (" --quick" if quick else "")
+               + _miss_flag(max_miss))
     sigterm_as_interrupt()  # so the engine is stopped
     try:
         lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command, folder,
-                                   click.echo, seed=seed)
+                                   click.echo, seed=seed, max_miss=max_miss)
     except KeyboardInterrupt:
         fail("interrupted")
     except ValueError as e:
@@ -48,7 +57,8 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
     click.echo("\n".join(lines))
 
 
-def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, output: str | None) -> None:
+def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, output: str | None,
+                        max_miss: float) -> None:
     from prorsa.costmodel.profile_writer import model_path_for
     from prorsa.costmodel.step_times import calibrate_from_file as fit_step_times
 
@@ -58,9 +68,9 @@ def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, out
         output = str(Path(measurements).parent / f"{Path(gpu).stem}-fitted.yaml")
     model_out = model_path_for(Path(output), Path(model_name).stem)
     command = (f"prorsa calibrate --from-measurements {measurements} --gpu {gpu} --model {model_name} "
-               f"--output {output}")
+               f"--output {output}" + _miss_flag(max_miss))
     try:
-        lines = fit_step_times(Path(measurements), gpu, Path(output), model_name, model_out, command)
+        lines = fit_step_times(Path(measurements), gpu, Path(output), model_name, model_out, command, max_miss)
     except ValueError as e:
         fail(str(e))
     click.echo("\n".join(lines))

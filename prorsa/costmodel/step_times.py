@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prorsa.costmodel.calibrate import Fit, StepSample, fit
-from prorsa.costmodel.profile_writer import check_fit, error_rows, error_summary, set_fields, write_texts
+from prorsa.costmodel.profile_writer import (FIT_MEDIAN_BOUND, check_fit, error_rows, error_summary,
+                                             set_fields, write_texts)
 from prorsa.costmodel.profiles import GpuProfile, ModelProfile, load_gpu, load_model
 from prorsa.costmodel.profiles import _resolve as profile_path
 
@@ -120,7 +121,7 @@ def hardware_text(base_text: str, result: Fit, gpu: GpuProfile, times: StepTimes
 
 
 def calibrate_from_file(path: Path, gpu: str, hardware_path: Path, model: str, model_path: Path,
-                        command: str) -> list[str]:
+                        command: str, max_miss: float = FIT_MEDIAN_BOUND) -> list[str]:
     """Fit the file's samples, write the hardware profile (the base `gpu` with its efficiencies
     fitted) and the model profile (`model` with mfu_linear fitted); the measured-vs-predicted table."""
     times = load_step_times(path)
@@ -130,7 +131,7 @@ def calibrate_from_file(path: Path, gpu: str, hardware_path: Path, model: str, m
     eff = _efficiencies(result, base)
     source = Path(path).name
     base_text = profile_path(gpu, "hardware").read_text()
-    check_fit(times.samples, result.predict(times.samples))
+    check_fit(times.samples, result.predict(times.samples), max_miss)
     write_texts({
         Path(hardware_path): hardware_text(base_text, result, base, times, source, command),
         Path(model_path): set_fields(profile_path(model, "models").read_text(), {"mfu_linear": (

@@ -2,8 +2,9 @@
 the profiles it writes load, and predict the measurements recorded in them.
 
 A loaded 2-core machine makes single CPU steps vary by 2x and more, and the quick plan fits four
-constants to five shapes, so the tolerance is loose: it catches a broken fit or a unit slip (a
-wrong time base or bytes per weight is off by far more), not the fit's quality.
+constants to five shapes, so the tolerance is loose (35%, given to the command as --max-fit-miss,
+whose 15% default refused a CI run's 18%): it catches a broken fit or a unit slip (a wrong time
+base or bytes per weight is off by far more), not the fit's quality.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ def test_calibrate_writes_profiles_that_predict_their_measurements(tmp_path):
     hardware = tmp_path / "hardware" / "cpu.yaml"
     done = subprocess.run(
         [sys.executable, "-m", "prorsa.cli", "calibrate", str(tmp_path / "p.yaml"),
-         "--output", str(hardware), "--quick", "--seed", "7"],
+         "--output", str(hardware), "--quick", "--seed", "7", "--max-fit-miss", "35"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     print(done.stdout, done.stderr[-2000:])
     assert done.returncode == 0
 
     cost = CostModel(load_gpu(str(hardware)), load_model(str(tmp_path / "models" / "tiny.yaml")))
-    assert "--seed 7" in hardware.read_text()  # the provenance repeats the command, seed included
+    # the provenance repeats the command, seed and allowance included
+    assert "--seed 7" in hardware.read_text() and "--max-fit-miss 35" in hardware.read_text()
     rows = ROW.findall(hardware.read_text())
     assert len(rows) == 5  # the quick plan: 3 prefill and 2 decode shapes
     errors = []

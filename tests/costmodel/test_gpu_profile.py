@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,14 @@ def test_a_fit_that_misses_its_own_measurements_is_refused_and_nothing_is_writte
     assert res.exit_code == 2, res.output
     assert "beyond the 15% a fit may miss by; nothing written" in res.output and "Traceback" not in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.json"]
+    median = int(re.search(r"by a median (\d+)%", res.output).group(1))
+    res = CliRunner().invoke(cli, ["calibrate", "--from-measurements", str(tmp_path / "steps.json"),
+                                   "--gpu", "h200", "--model", "qwen3-8b", "--max-fit-miss", str(median - 2)])
+    assert res.exit_code == 2 and f"beyond the {median - 2}% a fit may miss by" in res.output, res.output
+    res = CliRunner().invoke(cli, ["calibrate", "--from-measurements", str(tmp_path / "steps.json"),
+                                   "--gpu", "h200", "--model", "qwen3-8b", "--max-fit-miss", str(median + 2)])
+    assert res.exit_code == 0, res.output  # allowed more, it writes, and says it was allowed more
+    assert f"--max-fit-miss {median + 2}" in (tmp_path / "h200-fitted.yaml").read_text()
 
 
 def test_a_fit_goes_beside_its_measurements_unless_told_never_over_a_shipped_profile(tmp_path: Path):
