@@ -35,7 +35,6 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 
 def _interrupted_while_loading(signum, frame) -> None:
@@ -297,19 +296,13 @@ def certs(directory: str, days: int) -> None:
 @click.option("--max-fit-miss", type=click.FloatRange(min=0, min_open=True), default=15.0, show_default=True,
               metavar="PERCENT", help="Write the fitted profiles only if they predict the measured step times "
                                       "within this median error; a loaded machine may need more.")
-def calibrate(pipeline: str | None, output: str | None, quick: bool, seed: int | None, measurements: str | None,
-              gpu: str | None, model_name: str, run_dirs: tuple[str, ...], max_fit_miss: float) -> None:
+def calibrate(**given) -> None:
     """Measure step times on one engine of PIPELINE's backend and fit the cost model to them; or fit
     a GPU profile to a step-time file (--from-measurements FILE --gpu NAME); or correct a profile
     to a live run (--from-run RUN_DIR)."""
-    from prorsa.commands.calibrate import calibrate_engine, calibrate_from_file, calibrate_from_runs
+    from prorsa.commands.calibrate import CalibrateRequest, calibrate_any
 
-    if measurements:
-        calibrate_from_file(measurements, gpu, model_name, output, max_fit_miss / 100)
-    elif run_dirs:
-        calibrate_from_runs([Path(d) for d in run_dirs], output)
-    else:
-        calibrate_engine(pipeline, output, quick, seed, max_fit_miss / 100)
+    calibrate_any(CalibrateRequest(**given))
 
 
 @main.group()

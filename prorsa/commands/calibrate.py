@@ -1,10 +1,9 @@
 """`prorsa calibrate`: a cost-model profile fitted to measurements, in one of three ways.
 
-    calibrate_engine(pipeline, output, quick, seed, max_miss)
-                                                        measure one vLLM engine of the pipeline
-    calibrate_from_file(measurements, gpu, model_name, output, max_miss)
-                                                        a GPU profile fitted to a step-time file
-    calibrate_from_runs(run_dirs, output)               a profile corrected to finished live runs
+    calibrate_engine(request)       measure one vLLM engine of the pipeline
+    calibrate_from_file(request)    a GPU profile fitted to a step-time file (--from-measurements)
+    calibrate_from_runs(run_dirs, output)
+                                    a profile corrected to finished live runs (--from-run)
 
 Each writes where --output says, else beside what it fitted to (the calibration's run folder, the
 measurements file, the first run), never over a profile Prorsa ships.
@@ -13,6 +12,7 @@ measurements file, the first run), never over a profile Prorsa ships.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -23,14 +23,40 @@ from prorsa.commands.run_folder import new_run_folder
 from prorsa.commands.stopping import sigterm_as_interrupt
 
 
-def _miss_flag(max_miss: float) -> str:
-    from prorsa.costmodel.profile_writer import FIT_MEDIAN_BOUND
+@dataclass(frozen=True)
+class CalibrateRequest:
+    pipeline: str | None
+    output: str | None
+    quick: bool
+    seed: int | None
+    measurements: str | None  # --from-measurements
+    gpu: str | None
+    model_name: str
+    run_dirs: tuple[str, ...]  # --from-run
+    max_fit_miss: float  # percent
 
-    return "" if max_miss == FIT_MEDIAN_BOUND else f" --max-fit-miss {100 * max_miss:g}"
+    @property
+    def max_miss(self) -> float:
+        return self.max_fit_miss / 100
+
+    def miss_flag(self) -> str:
+        """The option as the provenance repeats it, where it is not the default."""
+        from prorsa.costmodel.profile_writer import FIT_MEDIAN_BOUND
+
+        return "" if self.max_miss == FIT_MEDIAN_BOUND else f" --max-fit-miss {self.max_fit_miss:g}"
 
 
-def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed: int | None,
-                     max_miss: float) -> None:
+def calibrate_any(request: CalibrateRequest) -> None:
+    if request.measurements:
+        calibrate_from_file(request)
+    elif request.run_dirs:
+        calibrate_from_runs([Path(d) for d in request.run_dirs], request.output)
+    else:
+        calibrate_engine(request)
+
+
+def calibrate_engine(request: CalibrateRequest) -> None:
+    pipeline, quick = request.pipeline, request.quick
     if not pipeline:
         fail("give a PIPELINE to measure, or --from-measurements FILE --gpu NAME")
     cfg = load_pipeline(pipeline, {}).cfg
@@ -41,15 +67,15 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
     check_engines(cfg, pipeline)
     from prorsa.engine.measure import DEFAULT_PLAN, QUICK_PLAN, calibrate_pipeline
 
-    seed = cfg.seed if seed is None else seed
+    seed = cfg.seed if request.seed is None else request.seed
     folder = new_run_folder(Path(cfg.output_dir), "calibrate").path
-    output = output or str(folder / "cpu.yaml")  # the model's profile goes beside it
+    output = request.output or str(folder / "cpu.yaml")  # the model's profile goes beside it
     command = (f"prorsa calibrate {pipeline} --output {output} --seed {seed}" + (" --quick" if quick else "")
-               + _miss_flag(max_miss))
+               + request.miss_flag())
     sigterm_as_interrupt()  # so the engine is stopped
     try:
         lines = calibrate_pipeline(cfg, QUICK_PLAN if quick else DEFAULT_PLAN, Path(output), command, folder,
-                                   click.echo, seed=seed, max_miss=max_miss)
+                                   click.echo, seed=seed, max_miss=request.max_miss)
     except KeyboardInterrupt:
         fail("interrupted")
     except ValueError as e:
@@ -57,20 +83,21 @@ def calibrate_engine(pipeline: str | None, output: str | None, quick: bool, seed
     click.echo("\n".join(lines))
 
 
-def calibrate_from_file(measurements: str, gpu: str | None, model_name: str, output: str | None,
-                        max_miss: float) -> None:
+def calibrate_from_file(request: CalibrateRequest) -> None:
     from prorsa.costmodel.profile_writer import model_path_for
     from prorsa.costmodel.step_times import calibrate_from_file as fit_step_times
 
+    measurements, gpu, model_name, output = request.measurements, request.gpu, request.model_name, request.output
     if not gpu:
         fail("--from-measurements needs --gpu NAME: the base hardware profile to fit")
     if not output:  # beside the measurements, the model's profile too
         output = str(Path(measurements).parent / f"{Path(gpu).stem}-fitted.yaml")
     model_out = model_path_for(Path(output), Path(model_name).stem)
     command = (f"prorsa calibrate --from-measurements {measurements} --gpu {gpu} --model {model_name} "
-               f"--output {output}" + _miss_flag(max_miss))
+               f"--output {output}" + request.miss_flag())
     try:
-        lines = fit_step_times(Path(measurements), gpu, Path(output), model_name, model_out, command, max_miss)
+        lines = fit_step_times(Path(measurements), gpu, Path(output), model_name, model_out, command,
+                               request.max_miss)
     except ValueError as e:
         fail(str(e))
     click.echo("\n".join(lines))
