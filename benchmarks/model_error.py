@@ -36,7 +36,8 @@ one period (its last release) later.
 colocated), a coarser grid where every split of many engines costs too much (32 engines: 63 splits).
 
 --reuse keeps the points an earlier results file holds and simulates only those it lacks and those
---rerun names (POLICY, or POLICY:FAMILY for one family's), after a change that moves only them.
+--rerun names (POLICY, POLICY:FAMILY for one family's, or POLICY:epW for one EP width's), after a
+change that moves only them.
 
 Virtual-time results, deterministic; the figure is prorsa's over the best fixed split's (> 1:
 faster; sync: makespan, async: trajectories per second).
@@ -194,7 +195,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/model-error.json")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
-    ap.add_argument("--rerun", default="", help="with --reuse: POLICY or POLICY:FAMILY simulated again")
+    ap.add_argument("--rerun", default="", help="with --reuse: POLICY, POLICY:FAMILY or POLICY:epW simulated again")
     args = ap.parse_args()
     from prorsa.config.workload import FAMILY_NAMES
     from prorsa.costmodel.misfit import ModelScale
@@ -243,7 +244,7 @@ def run(args, families: list[str], traces: dict[str, tuple[str, str]], seeds: li
     t0 = time.perf_counter()
     rerun = set(filter(None, args.rerun.split(",")))
     points = [p for p in (saved_points(args.reuse, "model_error.py") if args.reuse else [])
-              if p["policy"] not in rerun and f"{p['policy']}:{p['family']}" not in rerun]
+              if not {p["policy"], f"{p['policy']}:{p['family']}", f"{p['policy']}:ep{p.get('ep', EP)}"} & rerun]
 
     def key(p: dict) -> tuple:  # files made before --engines hold the paper's 8, before --ep its EP4
         return (p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"], p.get("engines", ENGINES),

@@ -213,12 +213,13 @@ def reuse_holds(path: str, point: str, saved: float, fresh: float) -> None:
 
 
 RERUN_HELP = ("with --reuse: policies simulated again although FILE holds them "
-              "(POLICY:PRIOR for one prior's points, e.g. prorsa:none)")
+              "(POLICY:PRIOR for one prior's points, e.g. prorsa:none; POLICY:MODEL for one model's, prorsa:dense)")
 
 
 def rerun_asks(point: dict, rerun) -> bool:
-    """Whether --rerun names this saved point's policy, or its POLICY:PRIOR."""
-    return point["policy"] in rerun or f"{point['policy']}:{point.get('prior', '-')}" in rerun
+    """Whether --rerun names this saved point's policy, its POLICY:PRIOR or its POLICY:MODEL."""
+    policy = point["policy"]
+    return bool({policy, f"{policy}:{point.get('prior', '-')}", f"{policy}:{point.get('model', '-')}"} & rerun)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from prorsa.control.policy import PolicyContext, WorkloadHint
 from prorsa.control.rehearsal import Rehearsal
 from prorsa.control.rehearsal import split_name as _split_name
 from prorsa.control.replayed import fill
-from prorsa.roles import Role
 
 # an asynchronous run's opening rehearses this many `concurrency` of an earlier run: the first alone
 # is the opening burst (priors.py --table phases at EP16, held all mixed, 0.963 of 4:0:4); chosen on
@@ -44,27 +43,26 @@ class Opener:
 
     def unprimed(self, n_engines: int) -> tuple[tuple[int, int, int], bool]:
         """With nothing known of the workload, and whether it is held: where the body lends the
-        simulator, on engines of several DP-attention ranks and wherever weight updates are
-        declared, the split of least worst-case regret over the workloads the opening prompts leave
-        plausible, each rehearsed (control/opening.py), held as a prior's rehearsed split is (a sync
-        step, an async run). There a mixed engine steps at its slowest rank, so a prefill chunk
-        stalls every rank's decodes, and the splits that pay are made before any decode has ended
-        for the forecast to learn from (opened all mixed on drivers.py's turns-8 cell, the
-        allocator ended at 0.820 of its best split); left to the fluid model and to replays of the
-        first trajectories to complete (short ones, which an update costs least), a rehearsed all
-        mixed went back to P1 beside mixed (0.90 of best). Else all mixed, not held: on engines of
-        one rank a prefill chunk stalls only its own engine's decodes, and prorsa opened all mixed
-        is at 0.997 or better of the best fixed split in every dense cell of the paper table. With
-        no simulator lent, all mixed too: the fluid model's steady states put every split at least
-        45% behind the best on some plausible family (P1 D7 on 8 EP4 engines, 45% on math-tir), and
-        all mixed is colocated, the baseline.
+        simulator, the split of least worst-case regret over the workloads the opening prompts
+        leave plausible, each rehearsed on the run's engines (control/opening.py), held as a prior's
+        rehearsed split is (a sync step, an async run). One rule for every engine: the splits that
+        pay are made before any decode has ended for the forecast to learn from (opened all mixed
+        on drivers.py's turns-8 cell, the allocator ended at 0.820 of its best split; left to the
+        fluid model and to replays of the first trajectories to complete, a rehearsed all mixed
+        went back to P1 beside mixed under weight updates, 0.90 of best), and which split pays is
+        the engines' and cost model's to say, not their width's. On the paper table's H200 dense
+        cells it is all mixed, as the rule for engines of one rank (all mixed, not held) was
+        before it: every figure the same. On the quickstart's vLLM CPU engines it is P1 beside 2
+        mixed, and prorsa went from 0.951 of the best fixed split (all mixed for the first step)
+        to 1.013, simulated (benchmarks/README.md, live-vllm-cell). With no simulator lent, all
+        mixed, not held: the fluid model's steady states put every split at least 45% behind the
+        best on some plausible family (P1 D7 on 8 EP4 engines, 45% on math-tir), and all mixed
+        is colocated, the baseline.
         Rehearsed once, as a run told no prior: a prior dropped later reopens on it (rehearsed
         under the wrong prior's move prices, a terminal run's dropped 3 s into SWE MoE sync reopened
         on P1 D7: 0.906 of the best fixed split; as told none, 0.962)."""
         mixed = (0, 0, n_engines)
         if n_engines < 2 or self.rehearsal.rehearse is None:
-            return mixed, False
-        if self.capacity.for_role(Role.MIXED).ranks <= 1 and self.updates is None:
             return mixed, False
         if self.opening is None or sum(self.opening.split) != n_engines:
             c = self.concurrency or self.capacity.slots * n_engines

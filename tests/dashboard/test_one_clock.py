@@ -14,14 +14,10 @@ from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, wr
 from prorsa.report.document import write_report
 from prorsa.report.rundata import load_run
 from prorsa.sim.run import simulate
+from tests.sim_output import SWITCHING
 
 SCALE = 0.5  # wall seconds per body second: the controller stamps its records at twice the wall time
-# dense engines (an MoE one would hold its rehearsed opening through an async run) and a low bar for
-# switching: a switch within two seconds of simulation
-CFG = {"name": "clock", "seed": 5, "policy": "prorsa:4:1:2:1:0.02",
-       "engines": {"backend": "emulated", "count": 4, "slots": 128, "model": "qwen3-8b"},
-       "workload": {"family": "swe", "mode": "async", "concurrency": 64, "trajectories": 64, "max_turns": 3},
-       "runtime": {"control_interval_s": 0.2}}
+CFG = SWITCHING | {"name": "clock"}
 
 
 def test_a_switch_has_one_time_on_the_page_in_metrics_nc_and_in_the_report(tmp_path):

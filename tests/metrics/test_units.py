@@ -10,16 +10,11 @@ import xarray as xr
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import metrics_dataset
 from prorsa.sim.run import simulate, write_run
+from tests.sim_output import SWITCHING
 
 CFG = {"name": "units", "policy": "prorsa",
        "engines": {"backend": "emulated", "count": 3, "slots": 8, "model": "qwen3-30b-a3b", "ep": 4},
        "workload": {"family": "swe", "prompts": 4, "group_size": 4, "max_turns": 4}}
-# dense engines (an MoE one would hold its rehearsed opening through an async run) and a low bar for
-# switching: a switch within two seconds of simulation
-SWITCHING = {"name": "switching", "seed": 5, "policy": "prorsa:4:1:2:1:0.02",
-             "engines": {"backend": "emulated", "count": 4, "slots": 128, "model": "qwen3-8b"},
-             "workload": {"family": "swe", "mode": "async", "concurrency": 64, "trajectories": 64, "max_turns": 3},
-             "runtime": {"control_interval_s": 0.2}}
 
 
 def test_every_variable_of_metrics_nc_has_a_long_name_and_every_number_units(tmp_path):

@@ -189,8 +189,10 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
         raw = bytearray()
         reader = asyncio.ensure_future(_read_capped(proc.stdout, raw, limits.output_bytes))
         watcher = asyncio.ensure_future(budget.watch(proc.pid))
+        waited = time.perf_counter()
         await asyncio.wait({reader, watcher}, timeout=limits.wall_s, return_when=asyncio.FIRST_COMPLETED)
-        if reader.done():
+        # a loop kept busy past the deadline may see the call end before its timer: still past the limit
+        if reader.done() and (reader.result() or time.perf_counter() - waited <= limits.wall_s):
             stop = "overflow" if reader.result() else None
         else:  # past the wall limit or the call's budget: what was read so far is kept
             stop = watcher.result() if watcher.done() else "timeout"
