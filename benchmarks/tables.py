@@ -1215,6 +1215,21 @@ def held_out_ep_table(*files: str) -> Callable[[dict], list[str]]:
     return render
 
 
+def held_out_dense_table(*files: str) -> Callable[[dict], list[str]]:
+    """benchmarks/paper.py --models dense at held-out seeds: prorsa over the best fixed split."""
+    def render(d: dict) -> list[str]:
+        cells = [(options(d[f]["command"]).get("seed", "0"), c) for f in files for c in d[f]["cells"]]
+        def best(c: dict) -> str:  # colocated, or the static split ahead of it
+            return split(c["best_static"]) if c["vs_colocated"][c["best_static"]] > 1 else "colocated"
+        rows = [[c["family"], c["mode"], seed, best(c), f3(c["prorsa_vs_best"]), str(c["switches"]["prorsa"])]
+                for seed, c in cells]
+        figures = [c["prorsa_vs_best"] for _, c in cells]
+        return table(["family", "mode", "seed", "best fixed", "prorsa / best fixed", "prorsa switches"], rows) + [
+            "", f"Over the {len(cells)} cells: lowest prorsa / best fixed {min(figures):.3f}, "
+                f"{sum(x >= 0.97 for x in figures)} at 0.97 or better."]
+    return render
+
+
 def held_out_table(*files: str) -> Callable[[dict], list[str]]:
     """benchmarks/model_error.py on the held-out workloads (shifting mixes, traces) and engine counts:
     prorsa (exact model, no prior) over the best fixed split and over colocated, with its switches."""
@@ -1239,6 +1254,9 @@ def held_out_table(*files: str) -> Callable[[dict], list[str]]:
                 f"{sum(c['prorsa_vs_best']['exact'] >= 0.97 for c in cells)} of {len(cells)} at 0.97 or better; "
                 f"lowest prorsa / colocated {min(map(vs_colocated, cells)):.3f}."]
     return render
+
+
+DENSE_SEEDS = [f"paper-dense-seed{s}.json" for s in (7, 11, 13, 17, 19)]  # paper.py --models dense --seed S
 
 
 class Table(NamedTuple):
@@ -1315,6 +1333,7 @@ TABLES: dict[str, Table] = {
     "held-out-engines": Table(["held-out-engines-4.json"], model_error_table("held-out-engines-4.json")),
     "held-out-engines-16": Table(["held-out-engines-16.json"], model_error_table("held-out-engines-16.json")),
     "held-out-ep": Table(["held-out-ep.json", "held-out-ep64.json"], held_out_ep_table("held-out-ep.json", "held-out-ep64.json")),
+    "held-out-dense": Table(DENSE_SEEDS, held_out_dense_table(*DENSE_SEEDS)),
     "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
     "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
     "held-out-engines-32": Table(list(ENGINES_32), held_out_table(*ENGINES_32)),
