@@ -10,6 +10,10 @@ trajectories, so one seed is one draw), the per-seed ratio off / on (> 1: migrat
 step), and how many turns migrated. Virtual time: deterministic, independent of the machine's load.
 
     .venv/bin/python benchmarks/migrate.py [--seeds 4] [--workers 2] [--out benchmarks/results/migrate.json]
+        [--reuse FILE --rerun prorsa:dense,...]
+
+--reuse FILE keeps an earlier results file's points and simulates only those it lacks and those
+--rerun names (POLICY, or POLICY:MODEL for one engine model's: prorsa:dense).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default="benchmarks/results/migrate.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
+    ap.add_argument("--rerun", default="", help="with --reuse: POLICY or POLICY:MODEL simulated again")
     args = ap.parse_args()
     import tail
     from rich.console import Console
@@ -65,7 +71,12 @@ def main() -> None:
     todo = [c for c in tail.cells(async_too=False)]
     jobs = [(c, p, m, s) for c in todo for p in POLICIES for m in (False, True) for s in range(args.seeds)]
     t0 = time.perf_counter()
-    points: list[dict] = []
+    rerun = set(filter(None, args.rerun.split(",")))
+    saved = json.loads(Path(args.reuse).read_text())["points"] if args.reuse else []
+    kept = {(tuple(p["cell"]), p["policy"], p["migrate"], p["seed"]): p for p in saved
+            if not {p["policy"], f"{p['policy']}:{p['cell'][2]}"} & rerun}
+    points: list[dict] = [kept[j] for j in jobs if j in kept]
+    jobs = [j for j in jobs if j not in kept]
     with Pool(args.workers) as pool:
         points.extend(each_done(pool, run, jobs, lambda p: f"{tail.label(p['cell'])} {p['policy']} migrate {p['migrate']} "
                   f"seed {p['seed']}: {p['makespan_s']:.2f} s"))
@@ -81,7 +92,7 @@ def main() -> None:
     Console(width=160).print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
-        "command": f"python benchmarks/migrate.py --seeds {args.seeds}",
+        "command": "python benchmarks/migrate.py " + " ".join(sys.argv[1:]),
         "wall_s": round(time.perf_counter() - t0, 1), "rows": rows, "points": points}, indent=1) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 

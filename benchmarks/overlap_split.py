@@ -11,6 +11,9 @@ the best fixed split's.
     .venv/bin/python benchmarks/overlap_split.py [--models moe] [--modes partial:0.25,overlap:0.25]
         [--workers 1] [--out benchmarks/results/overlap-split.json]
     .venv/bin/python benchmarks/overlap_split.py --models dense --out benchmarks/results/overlap-split-dense.json
+
+--reuse FILE keeps an earlier results file's points and simulates only those it lacks and the
+policies --rerun names (e.g. prorsa, after a change to it).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from multiprocessing import Pool
 
 from model_error import fixed_splits
-from paper import save
+from paper import save, saved_points
 from partial_rollout import MODELS, _over_sample, run_point
 from progress import each_done
 
@@ -35,6 +38,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", default="benchmarks/results/overlap-split.json")
+    ap.add_argument("--reuse", metavar="FILE", help="an earlier results file: its points are kept")
+    ap.add_argument("--rerun", default="", help="with --reuse: policies simulated again")
     args = ap.parse_args()
     models, modes = args.models.split(","), args.modes.split(",")
     if unknown := [m for m in models if m not in MODELS]:
@@ -44,9 +49,14 @@ def main() -> None:
     t0 = time.perf_counter()
     jobs = [(m, md, args.prompts, args.steps, args.seed, None, policy) for m in models for md in modes
             for policy in [*fixed_splits(MODELS[m][1]), "prorsa"]]
+    rerun = set(filter(None, args.rerun.split(",")))
+    kept = {(p["model"], p["mode"], p["policy"]): p for p in (saved_points(args.reuse, "overlap_split.py")
+                                                             if args.reuse else []) if p["policy"] not in rerun}
+    points = [kept[j[0], j[1], j[6]] for j in jobs if (j[0], j[1], j[6]) in kept]
+    jobs = [j for j in jobs if (j[0], j[1], j[6]) not in kept]
     with Pool(args.workers) as pool:
-        points = list(each_done(pool, run_point, jobs, lambda p: f"{p['model']} {p['mode']} {p['policy']}: "
-                                f"{p['trained_per_s']:.4f} trained/s"))
+        points += each_done(pool, run_point, jobs, lambda p: f"{p['model']} {p['mode']} {p['policy']}: "
+                            f"{p['trained_per_s']:.4f} trained/s")
     cells = []
     for m in models:
         for md in modes:
