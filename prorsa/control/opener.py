@@ -54,7 +54,8 @@ class Opener:
         cells it is all mixed, as the rule for engines of one rank (all mixed, not held) was
         before it: every figure the same. On the quickstart's vLLM CPU engines it is P1 beside 2
         mixed, and prorsa went from 0.951 of the best fixed split (all mixed for the first step)
-        to 1.013, simulated (benchmarks/README.md, live-vllm-cell). With no simulator lent, all
+        to 1.013 simulated; live, on engines the profile fits less well, 0.906 -> 0.850 of 2:1,
+        two runs each (benchmarks/README.md, live-vllm-cell). With no simulator lent, all
         mixed, not held: the fluid model's steady states put every split at least 45% behind the
         best on some plausible family (P1 D7 on 8 EP4 engines, 45% on math-tir), and all mixed
         is colocated, the baseline.
