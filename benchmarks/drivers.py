@@ -116,7 +116,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--values", help="a subset of the factor's values, comma-separated (e.g. 16,32,64)")
     ap.add_argument("--reuse", metavar="FILE", help="an earlier results file of this factor: its points are kept")
-    ap.add_argument("--rerun", default="", help="policies simulated again although FILE holds them")
+    ap.add_argument("--rerun", default="", help="policies simulated again although FILE holds them "
+                                                "(POLICY:VALUE for one value's, e.g. prorsa:1)")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -177,7 +178,7 @@ def reused_points(path: str | None, factor: str, rerun: set[str]) -> dict[tuple,
         points = json.loads(Path(path).read_text())["points"]
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: --reuse {path}: not a drivers.py results file ({e})")
-    return {tuple(p[:4]): tuple(p) for p in points if p[0] == factor and p[3] not in rerun}
+    return {tuple(p[:4]): tuple(p) for p in points if p[0] == factor and not {p[3], f"{p[3]}:{p[1]}"} & rerun}
 
 
 if __name__ == "__main__":
