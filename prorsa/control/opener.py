@@ -26,6 +26,11 @@ from prorsa.control.replayed import fill
 # is the opening burst (priors.py --table phases at EP16, held all mixed, 0.963 of 4:0:4); chosen on
 # the tuning set, as control/adaptive.py's constants are
 OPENING_WINDOWS = 4
+# the most engines whose opening is rehearsed: every split of n engines replayed for each plausible
+# family costs ~n^2 (2n - 1 splits of n engines' trajectories); 32 is the most any measured cell
+# rehearsed (the held-out 32-engine SWE MoE cell, 1,050 s of simulation). A cost bound, not a figure
+# tuned: past it a run opens all mixed, not held, as engines of one rank did before
+OPENING_MAX_ENGINES = 32
 
 
 class Opener:
@@ -58,12 +63,12 @@ class Opener:
         two runs each (benchmarks/README.md, live-vllm-cell). With no simulator lent, all
         mixed, not held: the fluid model's steady states put every split at least 45% behind the
         best on some plausible family (P1 D7 on 8 EP4 engines, 45% on math-tir), and all mixed
-        is colocated, the baseline.
+        is colocated, the baseline; so past OPENING_MAX_ENGINES, where the rehearsal costs too much.
         Rehearsed once, as a run told no prior: a prior dropped later reopens on it (rehearsed
         under the wrong prior's move prices, a terminal run's dropped 3 s into SWE MoE sync reopened
         on P1 D7: 0.906 of the best fixed split; as told none, 0.962)."""
         mixed = (0, 0, n_engines)
-        if n_engines < 2 or self.rehearsal.rehearse is None:
+        if n_engines < 2 or n_engines > OPENING_MAX_ENGINES or self.rehearsal.rehearse is None:
             return mixed, False
         if self.opening is None or sum(self.opening.split) != n_engines:
             c = self.concurrency or self.capacity.slots * n_engines

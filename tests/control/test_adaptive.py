@@ -619,6 +619,23 @@ def test_with_nothing_known_the_opening_is_rehearsed_wherever_the_simulator_is_l
     assert make_policy("prorsa", replace(ctx, max_turns=3)).initial_roles(8) == roles
 
 
+def test_past_the_most_engines_an_opening_rehearses_a_run_opens_all_mixed():
+    """Every split of n engines rehearsed costs ~n^2: past OPENING_MAX_ENGINES nothing is rehearsed."""
+    from dataclasses import replace
+
+    from prorsa.control.opener import OPENING_MAX_ENGINES
+    from prorsa.control.policy import PolicyContext
+
+    asked = []
+    ctx = replace(PolicyContext.default(), concurrency=16, rehearse=lambda specs, split: asked.append(split) or 100.0)
+    n = OPENING_MAX_ENGINES + 1
+    p = make_policy("prorsa", ctx)
+    assert p.initial_roles(n) == [M] * n and not asked
+    assert not p.decide(Snapshot(1.0, tuple(eng(f"e{i}", M) for i in range(n)))).reason.startswith("hold")
+    make_policy("prorsa", ctx).initial_roles(OPENING_MAX_ENGINES)
+    assert asked  # at the bound it rehearses
+
+
 def test_prefill_engines_beside_mixed_are_undone_without_a_drain():
     """Giving prefill engines back to mixed costs no drain (they hold no decodes), where
     taking mixed engines into prefill later does: the allocator prices the first at nothing."""
