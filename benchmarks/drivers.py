@@ -38,7 +38,7 @@ import sys
 from multiprocessing import Pool
 from pathlib import Path
 
-from paper import first_each, reuse_holds
+from paper import first_each, rerun_names, reuse_holds
 
 POLICIES = ["colocated", "static:1:7", "static:2:6", "static:3:5", "prorsa", "oracle"]
 # wider groups want more prefill engines: the splits tried move with them
@@ -178,7 +178,7 @@ def reused_points(path: str | None, factor: str, rerun: set[str]) -> dict[tuple,
         points = json.loads(Path(path).read_text())["points"]
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"error: --reuse {path}: not a drivers.py results file ({e})")
-    return {tuple(p[:4]): tuple(p) for p in points if p[0] == factor and not {p[3], f"{p[3]}:{p[1]}"} & rerun}
+    return {tuple(p[:4]): tuple(p) for p in points if p[0] == factor and not rerun_names(rerun, p[3], p[1])}
 
 
 if __name__ == "__main__":

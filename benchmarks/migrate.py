@@ -25,6 +25,7 @@ import sys
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from paper import rerun_names, saved_points
 from progress import each_done
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -72,9 +73,9 @@ def main() -> None:
     jobs = [(c, p, m, s) for c in todo for p in POLICIES for m in (False, True) for s in range(args.seeds)]
     t0 = time.perf_counter()
     rerun = set(filter(None, args.rerun.split(",")))
-    saved = json.loads(Path(args.reuse).read_text())["points"] if args.reuse else []
+    saved = saved_points(args.reuse, "migrate.py") if args.reuse else []
     kept = {(tuple(p["cell"]), p["policy"], p["migrate"], p["seed"]): p for p in saved
-            if not {p["policy"], f"{p['policy']}:{p['cell'][2]}"} & rerun}
+            if not rerun_names(rerun, p["policy"], p["cell"][2])}
     points: list[dict] = [kept[j] for j in jobs if j in kept]
     jobs = [j for j in jobs if j not in kept]
     with Pool(args.workers) as pool:

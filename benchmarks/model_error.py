@@ -53,7 +53,7 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import NoReturn
 
-from paper import config, first_each, reuse_holds, save, saved_points
+from paper import config, first_each, rerun_names, reuse_holds, save, saved_points
 from progress import each_done
 
 ENGINES = 8
@@ -244,7 +244,7 @@ def run(args, families: list[str], traces: dict[str, tuple[str, str]], seeds: li
     t0 = time.perf_counter()
     rerun = set(filter(None, args.rerun.split(",")))
     points = [p for p in (saved_points(args.reuse, "model_error.py") if args.reuse else [])
-              if not {p["policy"], f"{p['policy']}:{p['family']}", f"{p['policy']}:ep{p.get('ep', EP)}"} & rerun]
+              if not rerun_names(rerun, p["policy"], p["family"], f"ep{p.get('ep', EP)}")]
 
     def key(p: dict) -> tuple:  # files made before --engines hold the paper's 8, before --ep its EP4
         return (p["family"], p["mode"], p["seed"], p["steps"], p["policy"], p["error"], p.get("engines", ENGINES),

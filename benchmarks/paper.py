@@ -216,10 +216,15 @@ RERUN_HELP = ("with --reuse: policies simulated again although FILE holds them "
               "(POLICY:PRIOR for one prior's points, e.g. prorsa:none; POLICY:MODEL for one model's, prorsa:dense)")
 
 
+def rerun_names(rerun, policy: str, *qualifiers) -> bool:
+    """Whether --rerun names `policy` or POLICY:Q for one of its points' `qualifiers` (a prior, a
+    model, a family, a factor's value)."""
+    return policy in rerun or any(f"{policy}:{q}" in rerun for q in qualifiers)
+
+
 def rerun_asks(point: dict, rerun) -> bool:
     """Whether --rerun names this saved point's policy, its POLICY:PRIOR or its POLICY:MODEL."""
-    policy = point["policy"]
-    return bool({policy, f"{policy}:{point.get('prior', '-')}", f"{policy}:{point.get('model', '-')}"} & rerun)
+    return rerun_names(rerun, point["policy"], point.get("prior", "-"), point.get("model", "-"))
 
 
 if __name__ == "__main__":

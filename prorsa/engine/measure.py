@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prorsa.costmodel.calibrate import StepSample
+from prorsa.costmodel.profile_writer import FIT_MEDIAN_BOUND
 from prorsa.engine.base import DecodeRequest
 from prorsa.roles import Role
 from prorsa.sampling import Sampling
@@ -179,13 +180,13 @@ def _machine() -> str:
 
 def calibrate_pipeline(cfg, plan: Plan, hardware_path: Path, command: str, log_dir: Path,
                        progress: Callable[[str], None] = lambda _: None, *, seed: int = 0,
-                       max_miss: float | None = None) -> list[str]:
+                       max_miss: float = FIT_MEDIAN_BOUND) -> list[str]:
     """Measure one engine of the pipeline, fit, write the hardware profile to `hardware_path` and
     the model profile beside it; the lines of the measured-vs-predicted table."""
     import datetime as dt
 
-    from prorsa.costmodel.profile_writer import (FIT_MEDIAN_BOUND, Provenance, error_rows, error_summary,
-                                                 model_path_for, write_profiles)
+    from prorsa.costmodel.profile_writer import (Provenance, error_rows, error_summary, model_path_for,
+                                                 write_profiles)
 
     date = dt.datetime.now().astimezone().isoformat(timespec="minutes")
     load = os.getloadavg()[0]
@@ -194,8 +195,7 @@ def calibrate_pipeline(cfg, plan: Plan, hardware_path: Path, command: str, log_d
     name = "tiny" if cfg.engines.vllm.model == "tiny" else Path(cfg.engines.vllm.model).name
     model_path = model_path_for(hardware_path, name)
     prov = Provenance(date, command, _machine(), conditions)
-    fit = write_profiles(measured, hardware_path, model_path, prov,
-                         FIT_MEDIAN_BOUND if max_miss is None else max_miss)
+    fit = write_profiles(measured, hardware_path, model_path, prov, max_miss)
     predicted = fit.predict(measured.samples)
     med, worst = error_summary(measured.samples, predicted)
     fitted = ", ".join(f"{k} {'fitted' if ok else 'a bound only'}" for k, ok in fit.identified.items())
