@@ -1334,6 +1334,7 @@ TABLES: dict[str, Table] = {
     "held-out-engines-16": Table(["held-out-engines-16.json"], model_error_table("held-out-engines-16.json")),
     "held-out-ep": Table(["held-out-ep.json", "held-out-ep64.json"], held_out_ep_table("held-out-ep.json", "held-out-ep64.json")),
     "held-out-dense": Table(DENSE_SEEDS, held_out_dense_table(*DENSE_SEEDS)),
+    "model-error-ep1": Table(["model-error-ep1.json"], model_error_table("model-error-ep1.json")),
     "held-out-shift": Table(["held-out-shift.json"], held_out_table("held-out-shift.json")),
     "held-out-traces": Table(["held-out-traces.json"], held_out_table("held-out-traces.json")),
     "held-out-engines-32": Table(list(ENGINES_32), held_out_table(*ENGINES_32)),
