@@ -48,9 +48,10 @@ def config(cell: str, seed: int):
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     cell, seed, policy = job
-    s = simulate(config(cell, seed), policy).summary
+    s = simulate(resolve(config(cell, seed)), policy).summary
     return {"cell": cell, "seed": seed, "policy": policy, "figure": s["trajectories_per_s"],
             "prefix_hit_rate": s["prefix_hit_rate"], "switches": s["role_switches"], "sim_wall_s": s["sim_wall_s"]}
 

@@ -121,11 +121,12 @@ async def prorsa(n: int, turns: int, shape: str) -> tuple[float, int]:
     from rich.console import Console
 
     from prorsa.live.run import run_live
+    from prorsa.rollout.context import resolve
 
     from prorsa.sim.run import lend
 
     with tempfile.TemporaryDirectory() as d:
-        summary = await run_live(_pipeline(n, turns, shape), Path(d), Console(quiet=True), lend=lend)
+        summary = await run_live(resolve(_pipeline(n, turns, shape)), Path(d), Console(quiet=True), lend=lend)
     return summary["makespan_s"], summary["turns"]
 
 
@@ -163,6 +164,7 @@ async def prorsa_processes(n: int, turns: int, shape: str, engines: int) -> dict
 
     from prorsa.config.cluster import AddressSpec
     from prorsa.live.run import run_live
+    from prorsa.rollout.context import resolve
     from prorsa.sim.run import lend
 
     cfg = _pipeline(n, turns, shape)
@@ -194,7 +196,7 @@ async def prorsa_processes(n: int, turns: int, shape: str, engines: int) -> dict
         sj, tj = sched.cpu_times(), time.perf_counter()
         mej = resource.getrusage(resource.RUSAGE_SELF)
         with tempfile.TemporaryDirectory() as d:
-            summary = await run_live(cfg, Path(d), Console(quiet=True), cluster=AddressSpec(address=address), lend=lend)
+            summary = await run_live(resolve(cfg), Path(d), Console(quiet=True), cluster=AddressSpec(address=address), lend=lend)
             me1, s1 = resource.getrusage(resource.RUSAGE_SELF), sched.cpu_times()
         run_wall = time.perf_counter() - tj
         sched_rss_mib = sched.memory_info().rss / 2**20

@@ -77,6 +77,7 @@ def main(args) -> None:
 
     from prorsa.config.pipeline import PipelineConfig
     from prorsa.live.run import run_live
+    from prorsa.rollout.context import resolve
     from prorsa.sim.run import lend
 
     cfg = PipelineConfig.model_validate({
@@ -89,7 +90,7 @@ def main(args) -> None:
     })  # fmt: skip
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     with tempfile.TemporaryDirectory() as run_dir:
-        summary = asyncio.run(run_live(cfg, Path(run_dir), Console(file=io.StringIO()), lend=lend))
+        summary = asyncio.run(run_live(resolve(cfg), Path(run_dir), Console(file=io.StringIO()), lend=lend))
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     ctl = summary["control"]

@@ -93,9 +93,10 @@ def prior_config(engines: str, kind: str, value, seed: int, wrong: bool):
 def make_prior(job: tuple) -> tuple:
     """Runs prior_config's earlier run under colocated and writes it to its folder."""
     from prorsa.sim.run import simulate, write_run
+    from prorsa.rollout.context import resolve
 
     engines, kind, value, seed, wrong, folder = job
-    write_run(simulate(prior_config(engines, kind, value, seed, wrong), "colocated"), Path(folder))
+    write_run(simulate(resolve(prior_config(engines, kind, value, seed, wrong)), "colocated"), Path(folder))
     return job
 
 
@@ -113,10 +114,11 @@ def with_prior(cfg, prior_name: str, folder: str | None):
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     engines, kind, value, steps, waves, policy, prior_name, folder = job
     cfg, workload = cell_config(engines, kind, value, steps, waves)
-    sim = simulate(with_prior(cfg, prior_name, folder), policy, workload)
+    sim = simulate(resolve(with_prior(cfg, prior_name, folder)), policy, workload)
     steps = cfg.workload.steps if cfg.workload.mode == "sync" else 1
     ends = [0.0] * steps
     for r in sim.recorder.trajectories:

@@ -102,9 +102,10 @@ def modes_of(factor: str, modes: list[str]) -> list[str]:
 
 def run(job: tuple) -> tuple:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     factor, value, mode, policy = job
-    s = simulate(config(factor, value, mode), policy).summary
+    s = simulate(resolve(config(factor, value, mode)), policy).summary
     fig = s["makespan_s"] if mode == "sync" else s["trajectories_per_s"]
     return factor, value, mode, policy, fig, s["prefix_hit_rate"], s["role_switches"]
 

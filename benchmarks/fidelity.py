@@ -53,10 +53,11 @@ def live_run(cfg) -> tuple[dict, list[dict]]:
 
     from prorsa.rollout.context import time_unit
     from prorsa.live.run import run_live
+    from prorsa.rollout.context import resolve
     from prorsa.sim.run import lend
 
     with tempfile.TemporaryDirectory() as d:
-        summary = asyncio.run(run_live(cfg, Path(d), Console(file=io.StringIO()), lend=lend))
+        summary = asyncio.run(run_live(resolve(cfg), Path(d), Console(file=io.StringIO()), lend=lend))
         rows = pq.read_table(Path(d) / "trajectories.parquet").to_pylist()
     assert summary["trajectories_failed"] == 0
     return summary | {"body_makespan_s": summary["makespan_s"] / time_unit(cfg)}, rows
@@ -96,6 +97,8 @@ def main() -> None:
 
     from prorsa.sim.run import simulate
 
+    from prorsa.rollout.context import resolve
+
     # the fitted case first: every other case is simulated with what it measured
     cases = sorted(CASES, key=lambda c: c[0] != args.fit_on)
     table = Table(title=f"simulator vs live LocalCluster, emulated engines at time scale {args.time_scale} "
@@ -106,12 +109,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, family, model, ep, engines, slots, policy in cases:
             cfg = config(family, model, ep, engines, slots, policy, args.time_scale)
-            sim = simulate(cfg)
+            sim = simulate(resolve(cfg))
             runs = [live_run(cfg) for _ in range(args.repeats)]
             live = statistics.median(summary["body_makespan_s"] for summary, _ in runs)
             if fitted_gpu is None:
                 fitted_gpu, fit_line = fit_host(cfg, [row for _, rows in runs for row in rows], Path(tmp))
-            fitted = simulate(with_gpu(cfg, fitted_gpu)).makespan_s
+            fitted = simulate(resolve(with_gpu(cfg, fitted_gpu))).makespan_s
             live_switches = "/".join(str(summary["role_switches"]) for summary, _ in runs)
             ratio, ratio_fitted = sim.makespan_s / live, fitted / live
             worst = max(worst, abs(ratio - 1))

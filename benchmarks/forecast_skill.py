@@ -32,9 +32,10 @@ def run_cell(job: tuple) -> dict:
 
     from prorsa.control.forecast_stats import skill
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     family, model, mode = job
-    sim = simulate(config(family, model, mode, 0), "prorsa")
+    sim = simulate(resolve(config(family, model, mode, 0)), "prorsa")
     per: dict[tuple[str, str], list[float]] = {}
     for c in sim.recorder.controls:
         for metric, by in skill(c.forecast_error).items():

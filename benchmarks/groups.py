@@ -117,9 +117,10 @@ def config(family: str, mode: str, seed: int, ep: int, layout: str | None, openi
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     family, mode, seed, ep, layout, policy = job
-    s = simulate(config(family, mode, seed, ep, layout), policy).summary
+    s = simulate(resolve(config(family, mode, seed, ep, layout)), policy).summary
     return {"family": family, "mode": mode, "seed": seed, "ep": ep, "layout": layout or "equal",
             "policy": policy, "gpus": gpus(layouts(ep).get(layout)),
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"], "sim_wall_s": s["sim_wall_s"]}
@@ -132,12 +133,14 @@ def flex_point(job: tuple) -> dict:
 
     from prorsa.sim.run import simulate, write_run
 
+    from prorsa.rollout.context import resolve
+
     family, mode, seed, ep, layout, opening, prior = job
     with tempfile.TemporaryDirectory() as folder:
         if prior == "earlier":
-            write_run(simulate(config(family, mode, seed + 1, ep, layout, "prorsa"), "colocated"), Path(folder))
+            write_run(simulate(resolve(config(family, mode, seed + 1, ep, layout, "prorsa")), "colocated"), Path(folder))
         cfg = config(family, mode, seed, ep, layout, opening, folder if prior == "earlier" else None)
-        sim = simulate(cfg, "prorsa" if opening == "prorsa" else "static")
+        sim = simulate(resolve(cfg), "prorsa" if opening == "prorsa" else "static")
     s = sim.summary
     policy = policy_name(opening, prior)
     return {"family": family, "mode": mode, "seed": seed, "ep": ep, "layout": layout, "policy": policy,

@@ -36,11 +36,12 @@ POLICIES = ["colocated", "prorsa"]
 def run(job: tuple) -> dict:
     import tail
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     cell, policy, migrate, seed = job
     cfg = tail.config(cell, "none", seed=seed)
     cfg = cfg.model_validate(cfg.model_dump() | {"scheduling": {"migrate": migrate}})
-    s = simulate(cfg, policy).summary
+    s = simulate(resolve(cfg), policy).summary
     return {"cell": list(cell), "policy": policy, "migrate": migrate, "seed": seed,
             "makespan_s": s["makespan_s"], "migrated": s["turns_migrated"], "turns": s["turns"]}
 

@@ -149,12 +149,13 @@ def usage_error(message: str) -> NoReturn:
 def run_point(job: tuple) -> dict:
     from prorsa.costmodel.misfit import ModelScale
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     family, mode, seed, steps, policy, error, engines, ep, trace = job
     scale = None if error == "exact" else ModelScale.parse(error)
     cfg = _config(family, mode, seed, steps, engines, ep, trace)
     stream = shifting_stream(cfg) if mode == "async" and ":" in family else None
-    s = simulate(cfg, policy, stream, model_error=scale).summary
+    s = simulate(resolve(cfg), policy, stream, model_error=scale).summary
     point = {"family": family, "mode": mode, "seed": seed, "steps": steps, "engines": engines}
     if ep is not None:  # without --ep a point is written as before --ep (the paper's width, not named)
         point["ep"] = ep

@@ -56,9 +56,10 @@ def config(family: str, model: str, mode: str, seed: int, sticky_overload: float
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     family, model, mode, seed, overload, restart_s, policy = job
-    s = simulate(config(family, model, mode, seed, overload, restart_s), policy).summary
+    s = simulate(resolve(config(family, model, mode, seed, overload, restart_s)), policy).summary
     return {"family": family, "model": model, "mode": mode, "seed": seed, "policy": policy,
             "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"], "prefix_hit_rate": s["prefix_hit_rate"],

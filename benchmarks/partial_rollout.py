@@ -109,9 +109,10 @@ def config(model: str, mode: str, prompts: int, steps: int, seed: int, trace: st
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     model, mode, prompts, steps, seed, trace, *policy = job  # policy: colocated unless given
-    sim = simulate(config(model, mode, prompts, steps, seed, trace and trace[1]), *policy)
+    sim = simulate(resolve(config(model, mode, prompts, steps, seed, trace and trace[1])), *policy)
     rs = sim.recorder.trajectories
     batch = prompts * GROUP
     if mode == "async":

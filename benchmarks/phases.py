@@ -92,9 +92,10 @@ def config(trace: Path, ep: int, concurrency: int, trajectories: int, sticky_ove
 
 def run(job: tuple) -> tuple:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     trace, ep, concurrency, trajectories, overload, policy = job
-    s = simulate(config(Path(trace), ep, concurrency, trajectories, overload), policy).summary
+    s = simulate(resolve(config(Path(trace), ep, concurrency, trajectories, overload)), policy).summary
     return policy, s["trajectories_per_s"], s["role_switches"], s["makespan_s"]
 
 

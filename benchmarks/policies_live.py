@@ -149,10 +149,11 @@ async def _run(cfg, run_dir: Path, timeout_s: float) -> dict:
     from rich.console import Console
 
     from prorsa.live.run import run_live
+    from prorsa.rollout.context import resolve
 
     from prorsa.sim.run import lend
 
-    return await asyncio.wait_for(run_live(cfg, run_dir, Console(file=io.StringIO()), lend=lend), timeout_s)
+    return await asyncio.wait_for(run_live(resolve(cfg), run_dir, Console(file=io.StringIO()), lend=lend), timeout_s)
 
 
 def one_run(cfg, timeout_s: float) -> dict:
@@ -190,6 +191,7 @@ def simulated(cfg) -> dict:
     and tools and the control interval with them, so all three are put back on that clock (vLLM
     engines run in real time: nothing to put back)."""
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     e = cfg.engines
     scale = e.time_scale if e.backend == "emulated" and e.time_scale > 0 else 1.0
@@ -198,7 +200,7 @@ def simulated(cfg) -> dict:
         "workload": cfg.workload.model_copy(update={"tool_time_scale": cfg.workload.tool_time_scale / scale}),
         "runtime": cfg.runtime.model_copy(update={"control_interval_s": cfg.runtime.control_interval_s / scale}),
     })
-    s = simulate(sim_cfg).summary
+    s = simulate(resolve(sim_cfg)).summary
     return {k: s.get(k) for k in ("makespan_s", "trajectories_per_s", "role_switches", "sim_wall_s")}
 
 

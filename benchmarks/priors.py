@@ -112,14 +112,16 @@ def fixed_splits(cell: tuple) -> list[str]:
 def make_prior(job: tuple) -> tuple:
     """An earlier run of `kind` on the cell's engines, from another seed, under colocated, one step."""
     from prorsa.sim.run import simulate, write_run
+    from prorsa.rollout.context import resolve
 
     cell, kind, seed, folder, trace_dir = job
-    write_run(simulate(cell_config(cell, seed, 1, kind=kind, trace_dir=trace_dir), "colocated"), Path(folder))
+    write_run(simulate(resolve(cell_config(cell, seed, 1, kind=kind, trace_dir=trace_dir)), "colocated"), Path(folder))
     return job
 
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     cell, seed, steps, policy, prior_name, prior_dir, trace_dir = job
     prior = prior_dir
@@ -127,7 +129,7 @@ def run_point(job: tuple) -> dict:
         from prorsa.metrics.prior import read_prior
 
         prior = read_prior(prior_dir).model_dump()
-    s = simulate(cell_config(cell, seed, steps, prior, trace_dir=trace_dir), policy).summary
+    s = simulate(resolve(cell_config(cell, seed, steps, prior, trace_dir=trace_dir)), policy).summary
     return {**cell_keys(cell), "steps": steps, "policy": policy, "prior": prior_name,
             "figure": s["makespan_s"] if cell[3] == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"]}

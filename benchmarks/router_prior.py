@@ -24,8 +24,9 @@ from priors import cell_config, make_prior  # noqa: E402
 
 def figure(cell: tuple, policy: str, prior) -> float:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
-    s = simulate(cell_config(cell, 0, 1, prior), policy).summary
+    s = simulate(resolve(cell_config(cell, 0, 1, prior)), policy).summary
     return s["makespan_s"] if cell[3] == "sync" else s["trajectories_per_s"]
 
 

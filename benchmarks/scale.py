@@ -85,10 +85,11 @@ def peak_rate(ends: list[float], window: float) -> float:
 
 def simulate_point(gpus: int, model: str, policy: str, window: float) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     cfg = sim_config(gpus, model, policy)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    run = simulate(cfg, policy)
+    run = simulate(resolve(cfg), policy)
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     s = run.summary
     ends = [t.end_s for traj in run.recorder.trajectories for t in traj.turns]

@@ -40,8 +40,10 @@ def point(family: str, model: str, mode: str, seed: int, policy: str) -> dict:
 
     from prorsa.sim.run import simulate
 
+    from prorsa.rollout.context import resolve
+
     t0 = time.process_time()
-    s = simulate(config(family, model, mode, seed), policy).summary
+    s = simulate(resolve(config(family, model, mode, seed)), policy).summary
     return {"cpu_s": time.process_time() - t0, "figure": s["makespan_s"] if mode == "sync" else s["trajectories_per_s"]}
 
 

@@ -40,6 +40,7 @@ import time
 def one_point(trajectories: int, gpus: int, policy: str) -> dict:
     from prorsa.config.pipeline import PipelineConfig
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     group = 8
     cfg = PipelineConfig.model_validate({
@@ -49,7 +50,7 @@ def one_point(trajectories: int, gpus: int, policy: str) -> dict:
     })  # fmt: skip
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    run = simulate(cfg, policy)
+    run = simulate(resolve(cfg), policy)
     wall = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     s = run.summary

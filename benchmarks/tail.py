@@ -94,16 +94,18 @@ def can_merge(cell: tuple) -> bool:
 def make_prior(job: tuple) -> None:
     """An earlier run of the cell: another seed, colocated, no scheduling, written as a run directory."""
     from prorsa.sim.run import simulate, write_run
+    from prorsa.rollout.context import resolve
 
     cell, folder = job
-    write_run(simulate(config(cell, "none", seed=1), "colocated"), Path(folder))
+    write_run(simulate(resolve(config(cell, "none", seed=1)), "colocated"), Path(folder))
 
 
 def run(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     cell, mechanism, policy, prior = job
-    s = simulate(config(cell, mechanism, prior), policy).summary
+    s = simulate(resolve(config(cell, mechanism, prior)), policy).summary
     return {"cell": list(cell), "mechanism": mechanism, "policy": policy,
             "figure": s["makespan_s"] if cell[-1] == "sync" else s["trajectories_per_s"],
             "switches": s["role_switches"], "sim_wall_s": s["sim_wall_s"]}

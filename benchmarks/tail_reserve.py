@@ -145,6 +145,7 @@ def run(job: tuple) -> dict:
     import tail
     from prorsa.agent.workload import Workload
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     cell, variant, k, r, seed = job
     cfg = tail.config(cell, "none", seed=seed)
@@ -162,7 +163,7 @@ def run(job: tuple) -> dict:
             late.append(LateReserve(router, engines, r, trajectories=k))
 
     with routed(setup):
-        s = simulate(cfg, "colocated").summary
+        s = simulate(resolve(cfg), "colocated").summary
     out = {"cell": list(cell), "variant": variant, "k": k, "r": r, "seed": seed, "makespan_s": s["makespan_s"]}
     if variant == "predicted":
         longest = longest_groups(specs, k)

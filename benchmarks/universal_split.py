@@ -57,9 +57,10 @@ def config(engines: str, family: str, mode: str, turns: int | None):
 
 def run_point(job: tuple) -> dict:
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     engines, family, mode, turns, policy = job
-    s = simulate(config(engines, family, mode, turns), policy).summary
+    s = simulate(resolve(config(engines, family, mode, turns)), policy).summary
     return {"engines": engines, "family": family, "mode": mode, "turns": turns, "policy": policy,
             "time": s["makespan_s"] if mode == "sync" else 1.0 / s["trajectories_per_s"]}
 

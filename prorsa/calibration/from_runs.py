@@ -31,7 +31,7 @@ from prorsa.costmodel import load_gpu
 from prorsa.costmodel.live_fit import LiveFit, refit, turn_times
 from prorsa.costmodel.profile_writer import write_texts
 from prorsa.engine.registry import engine_name
-from prorsa.rollout.context import time_unit
+from prorsa.rollout.context import resolve, time_unit
 from prorsa.sim.run import host_cores, simulate, write_run
 
 MAX_REFITS = 10
@@ -56,7 +56,7 @@ def load_live_run(run_dir: Path) -> tuple[PipelineConfig, dict, list[dict]]:
 
 def simulate_with(cfg: PipelineConfig, gpu: str, scratch: Path) -> tuple[float, list[dict]]:
     """(makespan, trajectory rows) of cfg simulated with hardware profile `gpu` (a name or a YAML path)."""
-    sim = simulate(cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"gpu": gpu})}))
+    sim = simulate(resolve(cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"gpu": gpu})})))
     write_run(sim, scratch)
     return sim.makespan_s, pq.read_table(scratch / "trajectories.parquet").to_pylist()
 

@@ -1,7 +1,7 @@
 """A live run, top to bottom: cluster up, engines up, drive the workload, sample, write, tear down.
 
-    run_live(run, run_dir, console, lend=) -> summary dict   run: a RunContext (rollout/context.py)
-                                                      or a pipeline to resolve
+    run_live(run, run_dir, console, lend=) -> summary dict   run: a RunContext (rollout/context.py
+                                                      resolve: the caller checks the pipeline)
     async with open_live(run, run_dir, console, lend=) as live   the same assembly, kept up for a
                                                       caller that drives it (the Python API, prorsa/api/)
 
@@ -55,7 +55,7 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rl.training import open_learner, push_weights, warm_start
 from prorsa.rollout.assemble import Body, Drive, roll_out
-from prorsa.rollout.context import RunContext, make_router, prior_checked, resolve, update_seconds
+from prorsa.rollout.context import RunContext, make_router, prior_checked, update_seconds
 from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.rollout.partial import Checkpoint
 from prorsa.train.learner import Learner
@@ -120,14 +120,14 @@ def _median(xs: list[float]) -> float | None:
 Lend = Callable[[RunContext], Rehearse | None]
 
 
-async def run_live(run: RunContext | PipelineConfig, run_dir: Path, console: Console, policy: Policy | None = None,
+async def run_live(run: RunContext, run_dir: Path, console: Console, policy: Policy | None = None,
                    journal: RunJournal | None = None, cluster: ClusterSpec | None = None,
                    driver: Drive | None = None, *, lend: Lend | None) -> dict:
-    """`policy`: an object to run instead of the pipeline's (the simulator takes the same);
+    """`run`: the pipeline resolved (rollout/context.py resolve: its checks are the caller's);
+    `policy`: an object to run instead of the pipeline's (the simulator takes the same);
     `journal`: the run directory's, already open (default: opened here);
     `cluster`: where the workers come from (default: a LocalCluster; cluster/launch.py);
     `driver`: what starts the trajectories instead of the workload's driver (prorsa serve)."""
-    run = run if isinstance(run, RunContext) else resolve(run)
     if journal is None:
         journal = open_journal(run.cfg, run_dir)
     try:

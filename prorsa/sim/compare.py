@@ -24,7 +24,7 @@ from rich.table import Table
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
 from prorsa.costmodel.misfit import ModelScale
-from prorsa.rollout.context import RunContext
+from prorsa.rollout.context import RunContext, resolve
 from prorsa.sim.bounds import lower_bound
 from prorsa.sim.run import SimRun, simulate
 
@@ -54,9 +54,9 @@ def compare(cfg: PipelineConfig, specs: list[str], on_run: Callable[[SimRun], No
             model_error: ModelScale | None = None) -> tuple[xr.Dataset, list[SimRun]]:
     """Each policy in `specs` simulated on `cfg`; `model_error`: the policies plan with a model
     wrong by it (sim/rehearse.py misfit), the engines keep the true one."""
-    runs = []
+    runs, resolved = [], resolve(cfg)
     for spec in specs:
-        run = simulate(cfg, spec, model_error=model_error)
+        run = simulate(resolved, spec, model_error=model_error)
         runs.append(run)
         if on_run is not None:
             on_run(run)

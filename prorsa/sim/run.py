@@ -1,9 +1,10 @@
 """One simulated rollout: the live run's brain and emulated engines on a virtual clock.
 
-    simulate(cfg, policy=None[, workload]) -> SimRun
-                                             run cfg's workload (or `workload`: these trajectories)
-                                             under `policy` (a spec or a Policy object; default
-                                             cfg.policy) in virtual time
+    simulate(run, policy=None[, workload]) -> SimRun
+                                             run a resolved pipeline's workload (`run`: a RunContext,
+                                             rollout/context.py resolve; `workload`: these trajectories
+                                             instead) under `policy` (a spec or a Policy object;
+                                             default the pipeline's) in virtual time
     write_run(sim, run_dir)                  the same files a live run writes (prorsa report reads them)
     await simulate_async(run, policy[, workload])   the same on the caller's virtual clock (a
                                              RunContext; `workload`: replay these instead)
@@ -44,7 +45,7 @@ from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, resolve, update_seconds
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, update_seconds
 from prorsa.rollout.drivers import Hooks, expected_trajectories
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
@@ -64,10 +65,11 @@ class SimRun:
     events: int = 0  # timers the virtual clock fired: engine steps, transfers, tool calls, intervals
 
 
-def simulate(cfg: PipelineConfig, policy: str | Policy | None = None, workload: Workload | None = None,
+def simulate(run: RunContext, policy: str | Policy | None = None, workload: Workload | None = None,
              model_error: ModelScale | None = None) -> SimRun:
+    """The body starts from a pipeline already resolved, as a live run does: the checks and the
+    derived values are the command's (or the caller's `resolve(cfg)`), not the simulator's."""
     t0 = time.perf_counter()
-    run = resolve(cfg)
     with _rare_collections():
         sim = run_virtual(simulate_async(run, policy, workload, model_error))
     sim.wall_s = time.perf_counter() - t0

@@ -53,8 +53,9 @@ class Outcome:
 
 def simulate_point(cfg: PipelineConfig, spec: str) -> dict:
     from prorsa.sim.run import simulate  # imported on the worker; the client never simulates
+    from prorsa.rollout.context import resolve
 
-    return simulate(cfg, spec).summary
+    return simulate(resolve(cfg), spec).summary
 
 
 def sweep_on_cluster(path: Path, cluster: ClusterSpec | None, out: Path | None, workers: int | None,

@@ -105,7 +105,7 @@ def _recorded(pipeline: str, policy_name: str) -> list[tuple[dict, Decision]]:
     inner.decide = recording(inner.decide)
     if hasattr(inner, "between_steps"):
         inner.between_steps = recording(inner.between_steps)
-    simulate(run.cfg, inner)
+    simulate(run, inner)
     return seen
 
 

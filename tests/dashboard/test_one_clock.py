@@ -14,6 +14,7 @@ from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, wr
 from prorsa.report.document import write_report
 from prorsa.report.rundata import load_run
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 from tests.sim_output import SWITCHING
 
 SCALE = 0.5  # wall seconds per body second: the controller stamps its records at twice the wall time
@@ -21,7 +22,7 @@ CFG = SWITCHING | {"name": "clock"}
 
 
 def test_a_switch_has_one_time_on_the_page_in_metrics_nc_and_in_the_report(tmp_path):
-    rec = simulate(PipelineConfig.model_validate(CFG)).recorder
+    rec = simulate(resolve(PipelineConfig.model_validate(CFG))).recorder
     assert rec.role_changes  # stamped in body seconds, as a live controller stamps them
     state = LiveState({"name": "clock", "policy": "prorsa", "engines": rec.engines, "slots": 128,
                        "kv_capacity": 1000, "time_unit": SCALE, "expected": 64})

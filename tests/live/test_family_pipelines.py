@@ -9,6 +9,7 @@ from rich.console import Console
 
 from prorsa.config.load import load_pipeline
 from prorsa.live.run import run_live
+from prorsa.rollout.context import resolve
 from prorsa.sim.run import lend
 from prorsa.rollout.drivers import expected_trajectories
 
@@ -22,7 +23,7 @@ def test_family_pipeline_runs(tmp_path, name):
         "engines.backend": "emulated", "engines.time_scale": 0.01,
         "workload.tool_time_scale": 0.001, "runtime.dashboard_address": None,
     })
-    summary = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True), lend=lend))
+    summary = asyncio.run(run_live(resolve(cfg), tmp_path, Console(quiet=True), lend=lend))
     assert summary["trajectories_completed"] == expected_trajectories(cfg.workload)
     assert summary["trajectories_failed"] == 0
     written = json.loads((tmp_path / "summary.json").read_text())

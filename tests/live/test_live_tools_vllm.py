@@ -20,6 +20,7 @@ MAX_TURNS = 3
 
 def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
     from prorsa.live.run import run_live
+    from prorsa.rollout.context import resolve
     from prorsa.sim.run import lend
 
     cfg = PipelineConfig.model_validate({
@@ -32,7 +33,7 @@ def test_live_mode_enforces_the_turn_cap_and_records_statuses(tmp_path):
         "runtime": {"dashboard_address": None, "metrics_interval_s": 0.5},
     })
     console = Console(file=io.StringIO(), width=200)
-    summary = asyncio.run(run_live(cfg, tmp_path, console, lend=lend))
+    summary = asyncio.run(run_live(resolve(cfg), tmp_path, console, lend=lend))
     said = console.file.getvalue()
     # the wait for the engine is told as it goes: where its log is, and each step of its start
     assert f"engine logs: {tmp_path / 'engines'}" in said

@@ -17,6 +17,7 @@ from prorsa.agent.datasets import Task, write_jsonl
 from prorsa.agent.tools import ToolCall
 from prorsa.config.load import load_pipeline
 from prorsa.live.run import run_live
+from prorsa.rollout.context import resolve
 from prorsa.sim.run import lend
 from prorsa.rollout.drivers import expected_trajectories
 
@@ -26,7 +27,7 @@ STATUSES = {"ok", "error", "timeout", "crash", "truncated"}
 
 def run(path: Path, out: Path, overrides: dict | None = None) -> tuple[dict, list[dict]]:
     cfg = load_pipeline(path, {"runtime.dashboard_address": None, **(overrides or {})})
-    summary = asyncio.run(run_live(cfg, out, Console(quiet=True), lend=lend))
+    summary = asyncio.run(run_live(resolve(cfg), out, Console(quiet=True), lend=lend))
     rows = pq.read_table(out / "trajectories.parquet").to_pylist()
     expected = expected_trajectories(cfg.workload)
     assert summary["trajectories_completed"] == expected and summary["trajectories_failed"] == 0

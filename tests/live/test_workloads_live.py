@@ -13,6 +13,7 @@ from prorsa.agent.trace import write_trace
 from prorsa.agent.workload import Workload
 from prorsa.config.pipeline import PipelineConfig, WorkloadConfig
 from prorsa.live.run import run_live
+from prorsa.rollout.context import resolve
 from prorsa.sim.run import lend
 
 ENGINES = {"backend": "emulated", "count": 2, "slots": 16, "gpu": "h200", "model": "qwen3-8b", "time_scale": 0.01}
@@ -24,7 +25,7 @@ def _run(tmp_path, workload: dict) -> list[dict]:
     cfg = PipelineConfig.model_validate({"name": "w", "policy": "colocated", "engines": ENGINES,
                                          "workload": workload, "runtime": RUNTIME})
     (tmp_path / "run").mkdir(parents=True)
-    summary = asyncio.run(run_live(cfg, tmp_path / "run", Console(quiet=True), lend=lend))
+    summary = asyncio.run(run_live(resolve(cfg), tmp_path / "run", Console(quiet=True), lend=lend))
     assert summary["trajectories_failed"] == 0
     return pq.read_table(tmp_path / "run" / "trajectories.parquet").to_pylist()
 

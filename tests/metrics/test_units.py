@@ -10,6 +10,7 @@ import xarray as xr
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import metrics_dataset
 from prorsa.sim.run import simulate, write_run
+from prorsa.rollout.context import resolve
 from tests.sim_output import SWITCHING
 
 CFG = {"name": "units", "policy": "prorsa",
@@ -18,7 +19,7 @@ CFG = {"name": "units", "policy": "prorsa",
 
 
 def test_every_variable_of_metrics_nc_has_a_long_name_and_every_number_units(tmp_path):
-    sim = simulate(PipelineConfig.model_validate(CFG))
+    sim = simulate(resolve(PipelineConfig.model_validate(CFG)))
     write_run(sim, tmp_path)
     ds = xr.load_dataset(tmp_path / "metrics.nc")
     assert ds.sizes["control"] > 0 and ds.sizes["trajectory"] == 16
@@ -34,7 +35,7 @@ def test_every_variable_of_metrics_nc_has_a_long_name_and_every_number_units(tmp
 
 
 def test_a_live_run_stores_every_time_on_the_wall_clock(tmp_path):
-    sim = simulate(PipelineConfig.model_validate(SWITCHING))
+    sim = simulate(resolve(PipelineConfig.model_validate(SWITCHING)))
     rec = sim.recorder
     assert rec.role_changes and rec.controls  # the controller's records are stamped in body seconds
     ds = metrics_dataset(rec, {}, time_scale=0.5)
@@ -51,7 +52,7 @@ def test_a_live_run_stores_every_time_on_the_wall_clock(tmp_path):
 def test_summary_json_names_the_unit_of_every_figure_and_parquet_its_columns(tmp_path):
     import pyarrow.parquet as pq
 
-    sim = simulate(PipelineConfig.model_validate(CFG))
+    sim = simulate(resolve(PipelineConfig.model_validate(CFG)))
     write_run(sim, tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     units = summary["units"]

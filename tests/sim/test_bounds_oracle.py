@@ -8,6 +8,7 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import make_policy
 from prorsa.sim.bounds import lower_bound
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 
 BASE = {
     "name": "bound", "seed": 1, "policy": "colocated",
@@ -21,7 +22,7 @@ def test_no_policy_beats_the_bound_and_the_bound_has_both_limits():
     b = lower_bound(cfg)
     assert b.makespan_s == max(b.critical_path_s, b.work_s) > 0
     for policy in ("colocated", "static:1:3", "prorsa", "oracle"):
-        assert simulate(cfg, policy).makespan_s >= b.makespan_s, policy
+        assert simulate(resolve(cfg), policy).makespan_s >= b.makespan_s, policy
     # more engines only lower the work limit; the critical path stays
     wide = lower_bound(PipelineConfig.model_validate(BASE | {"engines": BASE["engines"] | {"count": 16}}))
     assert wide.work_s == pytest.approx(b.work_s / 4) and wide.critical_path_s == b.critical_path_s
@@ -37,7 +38,7 @@ def test_oracle_needs_the_future_and_reads_it():
     with pytest.raises(ValueError, match="simulator only"):
         make_policy("oracle")
     cfg = PipelineConfig.model_validate(BASE)
-    run = simulate(cfg, "oracle")
+    run = simulate(resolve(cfg), "oracle")
     assert run.summary["trajectories_completed"] == 32 and run.policy == "oracle"
     assert any(c.forecast for c in run.recorder.controls)  # it planned from forecasts
 
@@ -59,10 +60,10 @@ def test_the_oracle_is_the_best_fixed_split_in_hindsight():
     cfg = PipelineConfig.model_validate(MOE_SYNC)
     fixed = {}
     for p, d, m in splits(4).tolist():
-        fixed[p, d, m] = simulate(cfg, "colocated" if p == d == 0 else f"static:{p}:{d}:{m}").makespan_s
+        fixed[p, d, m] = simulate(resolve(cfg), "colocated" if p == d == 0 else f"static:{p}:{d}:{m}").makespan_s
     best = min(fixed.values())
     assert fixed[0, 0, 4] > 1.005 * best  # all mixed is not the answer: the test can tell
-    run = simulate(cfg, "oracle")
+    run = simulate(resolve(cfg), "oracle")
     assert run.makespan_s == pytest.approx(best, rel=1e-9)
     roles = run.recorder.controls[0].roles.values()
     opened = tuple(sum(r is want for r in roles) for want in (Role.PREFILL, Role.DECODE, Role.MIXED))

@@ -8,6 +8,7 @@ import pytest
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.sim.cells import simulate_cells
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 
 
 def config(engines: int, prompts: int, group: int, seed: int = 0) -> PipelineConfig:
@@ -20,7 +21,7 @@ def config(engines: int, prompts: int, group: int, seed: int = 0) -> PipelineCon
 
 def test_one_cell_is_the_one_cell_simulator():
     cfg = config(8, 8, 8)
-    assert simulate_cells(cfg, 1).makespan_s == pytest.approx(simulate(cfg).makespan_s, rel=1e-9)
+    assert simulate_cells(cfg, 1).makespan_s == pytest.approx(simulate(resolve(cfg)).makespan_s, rel=1e-9)
 
 
 def test_two_cells_run_every_trajectory_once_and_move_an_engine_to_the_longer_cell():

@@ -33,20 +33,20 @@ def _cfg(policy: str = "static", **groups) -> PipelineConfig:
 
 
 def test_each_engine_steps_with_its_own_groups_layout():
-    small = simulate(_cfg())
+    small = simulate(resolve(_cfg()))
     assert small.recorder.trajectories.__len__() == 16
     # only the prefill group's layout changes: the run must see it (one model for all would not)
-    wide_prefill = simulate(_cfg(prefill_ep=8))
+    wide_prefill = simulate(resolve(_cfg(prefill_ep=8)))
     assert wide_prefill.makespan_s != pytest.approx(small.makespan_s, rel=1e-3)
     # nor is it the run of three engines of the decode group's layout
     alike = PipelineConfig(name="alike", seed=1, policy="static:2:1",
                            engines={**MOE, "count": 3, "ep": 8, "slots": 128}, workload=WORK)
-    assert simulate(alike).makespan_s != pytest.approx(small.makespan_s, rel=1e-3)
+    assert simulate(resolve(alike)).makespan_s != pytest.approx(small.makespan_s, rel=1e-3)
 
 
 def test_the_bound_holds_for_engines_of_different_sizes():
     cfg = _cfg()
-    run = simulate(cfg)
+    run = simulate(resolve(cfg))
     assert lower_bound(cfg).makespan_s <= run.makespan_s
     # utilisation counts each engine's own slots
     assert run.recorder.slots == {"engine-0": 16, "engine-1": 16, "engine-2": 128}
@@ -95,7 +95,7 @@ def test_no_policy_moves_an_engine_outside_its_groups_roles():
 @pytest.mark.parametrize("spec", ["prorsa", "reactive"])
 def test_adaptive_policies_never_leave_the_groups_roles(spec):
     cfg = _cfg(policy=spec)
-    run = simulate(cfg)
+    run = simulate(resolve(cfg))
     allowed = {f"engine-{i}": set(a) for i, a in enumerate(resolve(cfg).policy.engine_roles)}
     assert run.recorder.trajectories.__len__() == 16
     for change in run.recorder.role_changes:
@@ -187,7 +187,7 @@ def test_between_steps_is_clipped_too_and_a_held_policy_pickles():
 def test_the_oracle_keeps_to_the_groups_and_replays_nothing_there():
     # a replayed split of role counts names no engines where they differ in size: the oracle plans
     # with its true forecast alone, within each group's roles
-    run = simulate(_cfg(), "oracle:4:1:2:1:0.02")
+    run = simulate(resolve(_cfg()), "oracle:4:1:2:1:0.02")
     assert len(run.recorder.trajectories) == 16
     allowed = {"engine-0": {Role.PREFILL}, "engine-1": {Role.PREFILL}, "engine-2": {Role.DECODE, Role.MIXED}}
     assert all(c.to_role in allowed[c.engine] for c in run.recorder.role_changes)
@@ -201,7 +201,7 @@ def test_prorsa_plans_counts_per_group_and_no_switch_leaves_a_groups_roles():
               {"count": 1, "roles": ["decode"], "ep": 4, "slots": 64}]
     cfg = PipelineConfig(name="groups", seed=1, policy="prorsa:2:0:2:1:0", engines={**MOE, "groups": groups},
                          workload={**WORK, "steps": 2, "prompts": 8})
-    run = simulate(cfg)
+    run = simulate(resolve(cfg))
     assert len(run.recorder.trajectories) == 64
     allowed = {f"engine-{i}": set(map(Role, g["roles"])) for i, g in enumerate(g for g in groups for _ in range(g["count"]))}
     first = run.recorder.controls[0].roles

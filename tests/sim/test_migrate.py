@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 
 # 32 trajectories on 4 engines of 4 slots: turns queue, and the engines' queues differ
 CONTENDED = {"name": "migrate", "seed": 3, "policy": "colocated",
@@ -26,7 +27,7 @@ def _moves(run) -> tuple[int, int]:
 
 
 def test_a_migrated_trajectory_recomputes_nothing_where_it_went():
-    off, on = (simulate(PipelineConfig.model_validate(CONTENDED | {"scheduling": {"migrate": m}}), "colocated")
+    off, on = (simulate(resolve(PipelineConfig.model_validate(CONTENDED | {"scheduling": {"migrate": m}})), "colocated")
                for m in (False, True))
     for run in (off, on):
         assert run.summary["trajectories_completed"] == 32 and run.summary["trajectories_failed"] == 0

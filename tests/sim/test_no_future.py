@@ -96,7 +96,7 @@ def run(trace, prior: bool) -> Recording:
     # as the simulator makes it, with the rehearsal of observed trajectories it lends a policy
     context = replace(policy_context(cfg), rehearse=rehearser(resolve(cfg), simulate_async))
     policy = Recording(make_policy("prorsa", context))
-    sim = simulate(cfg, policy)
+    sim = simulate(resolve(cfg), policy)
     assert sim.summary["trajectories_completed"] == 48
     return policy
 

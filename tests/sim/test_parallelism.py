@@ -13,7 +13,7 @@ from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.engine.base import DecodeRequest, PrefillRequest
 from prorsa.engine.emulated import EmulatedEngine
 from prorsa.roles import Role
-from prorsa.rollout.context import engine_costs, load_run, policy_context
+from prorsa.rollout.context import engine_costs, load_run, policy_context, resolve
 from prorsa.sim.bounds import lower_bound
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.run import simulate
@@ -145,20 +145,20 @@ def test_the_allocator_prices_each_role_in_its_layout():
 
 def test_uniform_override_is_the_default_path_and_per_role_changes_the_run():
     """Naming every role with the engines' own layout is the default path, bit for bit."""
-    base = simulate(cfg_of(), "prorsa")
+    base = simulate(resolve(cfg_of()), "prorsa")
     same = {r: {"tp": 1, "ep": 8} for r in ("prefill", "decode", "mixed")}
-    again = simulate(cfg_of(same), "prorsa")
+    again = simulate(resolve(cfg_of(same)), "prorsa")
     assert again.makespan_s == base.makespan_s
     assert again.summary["role_switches"] == base.summary["role_switches"]
     assert lower_bound(cfg_of(same)) == lower_bound(cfg_of())
-    split = simulate(cfg_of(PER_ROLE), "static:1:3")
+    split = simulate(resolve(cfg_of(PER_ROLE)), "static:1:3")
     assert split.summary["trajectories_completed"] == 32 and split.summary["trajectories_failed"] == 0
-    assert split.makespan_s != simulate(cfg_of(), "static:1:3").makespan_s
+    assert split.makespan_s != simulate(resolve(cfg_of()), "static:1:3").makespan_s
     assert split.makespan_s >= lower_bound(cfg_of(PER_ROLE)).makespan_s
 
 
 def test_switches_across_layouts_in_a_run_lose_no_trajectory():
-    run = simulate(cfg_of(PER_ROLE, mode="async", concurrency=32, trajectories=64), "prorsa")
+    run = simulate(resolve(cfg_of(PER_ROLE, mode="async", concurrency=32, trajectories=64)), "prorsa")
     assert run.summary["trajectories_completed"] == 64 and run.summary["trajectories_failed"] == 0
     for policy in ("colocated", "oracle"):
-        assert simulate(cfg_of(PER_ROLE), policy).summary["trajectories_completed"] == 32
+        assert simulate(resolve(cfg_of(PER_ROLE)), policy).summary["trajectories_completed"] == 32

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.sim.run import simulate, write_run
+from prorsa.rollout.context import resolve
 
 BASE = {
     "name": "partial", "seed": 3, "policy": "colocated",
@@ -23,7 +24,7 @@ def cfg(partial: dict | None) -> PipelineConfig:
 
 
 def test_a_partial_rollout_trains_whole_batches_sooner_than_plain_steps(tmp_path):
-    plain, partial = simulate(cfg(None)), simulate(cfg({"over_sample": 0.5, "carry": True}))
+    plain, partial = simulate(resolve(cfg(None))), simulate(resolve(cfg({"over_sample": 0.5, "carry": True})))
     rs = partial.recorder.trajectories
     trained = [r for r in rs if r.trained_step is not None]
     assert Counter(r.trained_step for r in trained) == {0: 16, 1: 16, 2: 16}
@@ -50,7 +51,7 @@ def test_a_partial_rollout_trains_whole_batches_sooner_than_plain_steps(tmp_path
 
 
 def test_without_carry_the_simulated_engines_end_each_step_empty():
-    sim = simulate(cfg({"over_sample": 0.5, "carry": False}))
+    sim = simulate(resolve(cfg({"over_sample": 0.5, "carry": False})))
     rs = sim.recorder.trajectories
     assert Counter(r.trained_step for r in rs if r.trained_step is not None) == {0: 16, 1: 16, 2: 16}
     assert all(r.trained_step in (None, r.spec.step) for r in rs)

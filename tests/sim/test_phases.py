@@ -95,10 +95,11 @@ def test_turns_kept_on_their_engines_keep_their_prefix(tmp_path):
     engine for load, so none recomputes its context; with the default some do. Priced by the
     cost model, no move of an 8k-token context pays for itself with every turn admitted."""
     from prorsa.sim.run import simulate
+    from prorsa.rollout.context import resolve
 
     trace = tmp_path / "t.jsonl"
     phases.write_phase_trace(trace, blocks=1, block=32, long=8192, decode=64, tool_s=1.0)
-    runs = {o: simulate(phases.config(trace, 4, 32, 32, o), "colocated").summary for o in (2.0, None, "cost")}
+    runs = {o: simulate(resolve(phases.config(trace, 4, 32, 32, o)), "colocated").summary for o in (2.0, None, "cost")}
     hits = {o: s["prefix_hit_rate"] for o, s in runs.items()}
     assert hits[None] > hits[2.0] and hits["cost"] == hits[None]
     assert runs["cost"]["trajectories_per_s"] > runs[2.0]["trajectories_per_s"]

@@ -39,7 +39,7 @@ def cfg(**top) -> PipelineConfig:
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory):
     """An earlier run of the same workload, another seed: what `--prior RUN_DIR` reads."""
-    sim = simulate(cfg(seed=4), "colocated")
+    sim = simulate(resolve(cfg(seed=4)), "colocated")
     run_dir = tmp_path_factory.mktemp("earlier") / "run"
     write_run(sim, run_dir)
     return run_dir, sim
@@ -101,13 +101,13 @@ def test_a_prior_the_opening_batch_contradicts_is_set_aside_and_the_run_opens_as
     assert policy.opening_reason.startswith(dropped.policy.prior_dropped + "; no prior")
 
     # the smaller cell: the prior is as wrong for its 64 prompts as for the 128 above
-    none, wrong_run = simulate(cfg(**SMALL), "prorsa"), simulate(cfg(prior=wrong, **SMALL), "prorsa")
+    none, wrong_run = simulate(resolve(cfg(**SMALL)), "prorsa"), simulate(resolve(cfg(prior=wrong, **SMALL)), "prorsa")
     assert wrong_run.summary["makespan_s"] == none.summary["makespan_s"]
     assert wrong_run.summary["role_switches"] == none.summary["role_switches"]
     assert [c.reason for c in wrong_run.recorder.controls] == [c.reason for c in none.recorder.controls]
     # kept as told when its prompts fit: it opens on its steady state's split, not the no-prior
     # opening the plausible families' rehearsal holds
-    kept = simulate(cfg(prior=read_prior(run_dir).model_dump(), **SMALL), "prorsa")
+    kept = simulate(resolve(cfg(prior=read_prior(run_dir).model_dump(), **SMALL)), "prorsa")
     assert none.recorder.controls[0].reason.startswith("hold ")
     assert not kept.recorder.controls[0].reason.startswith("hold ")
 
@@ -123,7 +123,7 @@ def test_later_steps_open_on_the_split_that_would_have_ended_the_last_one_soones
 
     # the opening rehearses 3 families under every split, each capped at the pipeline's turns
     three = cfg(engines=SMALL["engines"], workload=SMALL["workload"] | {"steps": 3})
-    sim = simulate(three, "prorsa")
+    sim = simulate(resolve(three), "prorsa")
     between = [c for c in sim.recorder.controls if c.reason.startswith("next step")]
     assert len(between) == 2 and all("rehearsed on 64 trajectories" in c.reason for c in between)
     first_step_end = max(r.end_s for r in sim.recorder.trajectories if r.spec.step == 0)
@@ -214,7 +214,7 @@ def test_an_asynchronous_opening_rehearses_the_earlier_runs_first_windows_as_the
     from prorsa.sim.rehearse import rehearser
     from prorsa.sim.run import simulate_async
 
-    write_run(simulate(cfg(seed=4, workload=ASYNC), "colocated"), tmp_path / "run")
+    write_run(simulate(resolve(cfg(seed=4, workload=ASYNC)), "colocated"), tmp_path / "run")
     run = resolve(cfg(workload=ASYNC, prior=str(tmp_path / "run")))
     assert run.policy.asynchronous and run.policy.concurrency == 8
     real, asked = rehearser(run, simulate_async), []

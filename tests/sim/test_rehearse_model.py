@@ -38,5 +38,5 @@ def test_a_rehearsal_keeps_its_events_and_runs_the_model_it_is_given():
 
 def test_a_wrong_model_moves_the_policy_and_never_the_engines():
     """A static split has no model to be wrong: its run is the same under any model error."""
-    a = simulate(CFG).makespan_s
-    assert simulate(CFG, model_error=ModelScale(prefill=0.5, decode=2.0)).makespan_s == pytest.approx(a)
+    a = simulate(resolve(CFG)).makespan_s
+    assert simulate(resolve(CFG), model_error=ModelScale(prefill=0.5, decode=2.0)).makespan_s == pytest.approx(a)

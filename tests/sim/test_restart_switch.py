@@ -61,8 +61,8 @@ def test_the_restart_price_reaches_the_policy_and_the_engines_only_on_that_path(
 
 
 def test_switches_by_restart_in_a_run_lose_nothing_and_take_the_restart():
-    in_place = simulate(cfg_of(), "reactive")
-    restart = simulate(cfg_of(role_switch="restart", restart_s=RESTART_S), "reactive")
+    in_place = simulate(resolve(cfg_of()), "reactive")
+    restart = simulate(resolve(cfg_of(role_switch="restart", restart_s=RESTART_S)), "reactive")
     for sim in (in_place, restart):
         assert sim.summary["trajectories_completed"] == 32 and sim.summary["trajectories_failed"] == 0
     across = [c for c in restart.recorder.role_changes if restarts_kv(c.from_role, c.to_role)]

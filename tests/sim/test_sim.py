@@ -14,7 +14,7 @@ from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.lifecycle import Phase
 from prorsa.control.policy import Decision, Snapshot, make_policy
 from prorsa.live.run import run_live
-from prorsa.rollout.context import policy_context
+from prorsa.rollout.context import policy_context, resolve
 from prorsa.sim.run import lend, simulate, write_run
 
 MOE = {
@@ -31,7 +31,7 @@ def cfg_of(d: dict, **engines) -> PipelineConfig:
 
 def test_every_trajectory_once_and_the_same_run_twice():
     cfg = cfg_of(MOE)
-    a, b = simulate(cfg, "static:1:3"), simulate(cfg, "static:1:3")
+    a, b = simulate(resolve(cfg), "static:1:3"), simulate(resolve(cfg), "static:1:3")
     assert a.summary["trajectories_completed"] == 128 and a.summary["trajectories_failed"] == 0
     ids = [r.spec.traj_id for r in a.recorder.trajectories]
     assert len(ids) == len(set(ids)) == 128
@@ -45,10 +45,10 @@ def test_dp_attention_barrier_makes_disaggregation_pay_for_moe_only():
     """An MoE group's step waits for its slowest rank, so colocated prefills stall every rank's
     decodes; a dense model has no barrier and gains nothing from splitting here."""
     moe = cfg_of(MOE)
-    coloc, split = simulate(moe, "colocated").makespan_s, simulate(moe, "static:1:3").makespan_s
+    coloc, split = simulate(resolve(moe), "colocated").makespan_s, simulate(resolve(moe), "static:1:3").makespan_s
     assert split < 0.95 * coloc
     dense = cfg_of(MOE, model="qwen3-8b", ep=1, slots=16)
-    assert simulate(dense, "colocated").makespan_s < simulate(dense, "static:1:3").makespan_s
+    assert simulate(resolve(dense), "colocated").makespan_s < simulate(resolve(dense), "static:1:3").makespan_s
 
 
 class Recording:
@@ -89,10 +89,10 @@ def test_one_policy_object_runs_unchanged_in_both_bodies(tmp_path):
                            "dashboard_address": None}}
     cfg = PipelineConfig.model_validate(d)
     policy = Recording(make_policy("prorsa", policy_context(cfg)))
-    sim = simulate(cfg, policy)
+    sim = simulate(resolve(cfg), policy)
     sim_phases, policy.phases = dict(policy.phases), defaultdict(list)
     sim_decisions, policy.decisions = policy.decisions, 0
-    live = asyncio.run(run_live(cfg, tmp_path, Console(quiet=True), policy=policy, lend=lend))
+    live = asyncio.run(run_live(resolve(cfg), tmp_path, Console(quiet=True), policy=policy, lend=lend))
     assert sim.summary["trajectories_completed"] == live["trajectories_completed"] == 32
     assert sim_decisions > 5 and policy.decisions > 5
     assert set(policy.phases) == set(sim_phases)
@@ -109,7 +109,7 @@ def test_written_run_and_the_cli(tmp_path):
     # 4 prompts (32 trajectories): the files and the CLI's table are the point here, not the cell's
     # scale, and 128 trajectories under prorsa's rehearsals and four CLI policies cost four times as much
     small = MOE | {"workload": MOE["workload"] | {"prompts": 4}}
-    run = simulate(cfg_of(small), "prorsa")
+    run = simulate(resolve(cfg_of(small)), "prorsa")
     write_run(run, tmp_path / "run")
     assert {p.name for p in (tmp_path / "run").iterdir()} >= {"metrics.nc", "summary.json", "trajectories.parquet"}
     f = tmp_path / "p.yaml"

@@ -26,7 +26,7 @@ def swe(tail: bool, steps: int = 1) -> PipelineConfig:
 
 @pytest.fixture(scope="module")
 def runs():
-    return simulate(swe(False)), simulate(swe(True))
+    return simulate(resolve(swe(False))), simulate(resolve(swe(True)))
 
 
 def test_a_merge_shortens_the_step_and_loses_no_trajectory(runs):
@@ -69,7 +69,7 @@ def test_the_bound_stays_below_the_merged_run(runs):
 
 
 def test_every_step_gets_its_own_merge_and_the_engines_come_back():
-    run = simulate(swe(True, steps=2))
+    run = simulate(resolve(swe(True, steps=2)))
     # a second merge needs the first's engines restored and reopened between the steps
     assert len(run.summary["tail_merges"]) == 2
     assert sum(r.status == "completed" for r in run.recorder.trajectories) == 512

@@ -6,6 +6,7 @@ import pytest
 
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 
 BASE = {
     "name": "updates", "seed": 2, "policy": "colocated",
@@ -19,7 +20,7 @@ def cfg(**workload) -> PipelineConfig:
 
 
 def test_sync_steps_are_separated_by_the_update():
-    plain, paused = simulate(cfg()), simulate(cfg(weight_update_s=30.0))
+    plain, paused = simulate(resolve(cfg())), simulate(resolve(cfg(weight_update_s=30.0)))
     assert paused.summary["trajectories_completed"] == plain.summary["trajectories_completed"] == 32
     assert paused.makespan_s >= plain.makespan_s + 30.0 - 1e-6
     first = min(r.start_s for r in paused.recorder.trajectories if r.spec.step == 1)
@@ -31,7 +32,7 @@ def test_async_updates_invalidate_the_prefixes_of_trajectories_in_flight():
     """Rollout goes on through updates, but every trajectory in flight loses its cached context
     and re-prefills it whole: recomputed tokens appear where there were none."""
     kw = {"mode": "async", "concurrency": 16, "trajectories": 48, "prompts": 2, "group_size": 4}
-    plain, updated = simulate(cfg(**kw)), simulate(cfg(**kw, weight_update_s=1.0))
+    plain, updated = simulate(resolve(cfg(**kw))), simulate(resolve(cfg(**kw, weight_update_s=1.0)))
     assert updated.summary["trajectories_completed"] == 48
     assert updated.summary["recomputed_tokens"] > plain.summary["recomputed_tokens"]
     assert updated.summary["prefix_hit_rate"] < plain.summary["prefix_hit_rate"]
@@ -60,7 +61,7 @@ def test_a_rehearsal_replays_the_declared_updates():
 
 def test_with_declared_updates_and_no_prior_prorsa_opens_on_a_rehearsed_split_and_holds_it():
     c = PipelineConfig.model_validate(BASE | {"engines": MOE, "workload": ASYNC | {"family": "swe"}})
-    run = simulate(c, "prorsa")
+    run = simulate(resolve(c), "prorsa")
     first = run.recorder.controls[0].reason
     assert first.startswith("hold P"), first
     assert run.summary["role_switches"] == 0
@@ -78,5 +79,5 @@ def test_auto_prices_the_update_from_the_model_and_a_declared_value_wins():
     bigger = PipelineConfig.model_validate(BASE | {"engines": BASE["engines"] | {"model": "qwen3-32b"},
                                                    "workload": BASE["workload"] | {"weight_update_s": "auto"}})
     assert update_seconds(bigger) > update_seconds(cfg(weight_update_s="auto"))
-    plain, auto = simulate(cfg()), simulate(cfg(weight_update_s="auto"))
+    plain, auto = simulate(resolve(cfg())), simulate(resolve(cfg(weight_update_s="auto")))
     assert auto.makespan_s >= plain.makespan_s + priced - 1e-6

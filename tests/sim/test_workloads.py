@@ -16,6 +16,7 @@ from prorsa.agent.workload import Workload
 from prorsa.cli import main
 from prorsa.config.pipeline import PipelineConfig, WorkloadConfig
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 
 ENGINES = {"backend": "emulated", "count": 2, "slots": 16, "gpu": "h200", "model": "qwen3-8b"}
 RELEASES = [0.0, 0.0, 5.0, 5.0, 200.0, 400.0]  # the last two come after the rest have ended
@@ -36,14 +37,14 @@ def _cfg(trace, n: int, **workload) -> PipelineConfig:
 
 @pytest.mark.parametrize("policy", ["colocated", "prorsa"])
 def test_staggered_releases_start_on_time_and_set_the_makespan(tmp_path, policy):
-    run = simulate(_cfg(_trace(tmp_path), len(RELEASES)), policy)
+    run = simulate(resolve(_cfg(_trace(tmp_path), len(RELEASES))), policy)
     starts = {r.spec.prompt_index: r.start_s for r in run.recorder.trajectories}
     assert [starts[i] for i in range(len(RELEASES))] == pytest.approx(RELEASES, abs=1e-9)
     # the last one, released at 400 s onto idle engines, runs as it would alone
     alone = tmp_path / "alone.jsonl"
     write_trace(alone, [replace(Workload.from_config(_cfg(_trace(tmp_path), len(RELEASES)).workload, 0)
                                 .trajectories_for_step(0)[-1], start_s=None)])
-    by_itself = simulate(_cfg(alone, 1), policy).makespan_s
+    by_itself = simulate(resolve(_cfg(alone, 1)), policy).makespan_s
     assert run.makespan_s == pytest.approx(400.0 + by_itself, rel=1e-9)
     assert 400.0 + 1.0 < run.makespan_s < 400.0 + 30.0
 
@@ -52,7 +53,7 @@ def test_releases_are_in_the_pipelines_wall_seconds(tmp_path):
     """Emulated engines at time_scale 0.5: a wall second is two of the cost model's, as for tool latencies."""
     cfg = _cfg(_trace(tmp_path), len(RELEASES))
     scaled = cfg.model_copy(update={"engines": cfg.engines.model_copy(update={"time_scale": 0.5})})
-    starts = sorted(r.start_s for r in simulate(scaled, "colocated").recorder.trajectories)
+    starts = sorted(r.start_s for r in simulate(resolve(scaled), "colocated").recorder.trajectories)
     assert starts == pytest.approx([2 * r for r in RELEASES], abs=1e-9)
 
 
@@ -61,7 +62,7 @@ def test_a_shifting_mix_simulates_with_each_trajectory_its_family():
         "name": "mix", "policy": "colocated", "engines": ENGINES,
         "workload": {"mix": {"swe": 1}, "mix_end": {"math-tir": 1}, "steps": 3, "prompts": 6, "group_size": 2,
                      "max_turns": 3}})
-    run = simulate(cfg, "prorsa")
+    run = simulate(resolve(cfg), "prorsa")
     by_step = Counter((r.spec.step, r.spec.family) for r in run.recorder.trajectories)
     expected = Workload.from_config(cfg.workload, cfg.seed)
     assert by_step == Counter((s.step, s.family) for k in range(3) for s in expected.trajectories_for_step(k))

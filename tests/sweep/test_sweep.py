@@ -18,6 +18,7 @@ from rich.console import Console
 from prorsa.cli import main
 from prorsa.config.load import ConfigError, load_pipeline
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 from prorsa.sweep.grid import DIMS, load_grid
 from prorsa.sweep.run import run_sweep
 
@@ -81,10 +82,10 @@ def test_tiny_sweep_matches_direct_simulations(tmp_path, client):
     for seed in (0, 1):
         cfg = load_pipeline(tmp_path / "tiny.yaml", {"seed": seed})
         at = {"seed": seed, "workload": "search", "model": "qwen3-8b", "gpu": "h200", "n_gpus": 3, "mode": "sync"}
-        coloc = simulate(cfg, "colocated").summary
+        coloc = simulate(resolve(cfg), "colocated").summary
         for f in ("makespan_s", "trajectories_per_s", "role_switches", "prefix_hit_rate", "recomputed_tokens"):
             assert float(ds[f].sel(policy="colocated", **at)) == coloc[f]
-        splits = {p: simulate(cfg, f"static:{p}:{3 - p}").summary["makespan_s"] for p in (1, 2)}
+        splits = {p: simulate(resolve(cfg), f"static:{p}:{3 - p}").summary["makespan_s"] for p in (1, 2)}
         best = min(splits, key=splits.get)
         assert float(ds.makespan_s.sel(policy="static:best", **at)) == splits[best]
         assert int(ds.static_best_prefill.sel(**at)) == best and int(ds.static_best_decode.sel(**at)) == 3 - best

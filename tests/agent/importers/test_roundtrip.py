@@ -14,6 +14,7 @@ from prorsa.agent.trace import read_trace, write_trace
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.metrics.outputs import write_trajectories
 from prorsa.sim.run import simulate
+from prorsa.rollout.context import resolve
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "importers"
@@ -30,7 +31,7 @@ def _replays(specs, tmp_path) -> None:
     path = tmp_path / "imported.jsonl"
     write_trace(path, specs)
     assert read_trace(path) == specs
-    run = simulate(_cfg(path, len(specs)), "colocated")
+    run = simulate(resolve(_cfg(path, len(specs))), "colocated")
     done = sorted(run.recorder.trajectories, key=lambda r: r.spec.prompt_index)
     assert [r.status for r in done] == ["completed"] * len(specs)
     assert [[t.decode_tokens for t in r.turns] for r in done] == [[t.decode_tokens for t in s.turns] for s in specs]
@@ -79,7 +80,7 @@ def test_a_serve_runs_folder_replays_what_it_served(tmp_path):
     _, specs = import_trace(DATA / "llmservingsim.jsonl", options=ImportOptions(releases="none"))
     trace = tmp_path / "source.jsonl"
     write_trace(trace, specs)
-    run = simulate(_cfg(trace, len(specs)), "colocated")
+    run = simulate(resolve(_cfg(trace, len(specs))), "colocated")
     folder = tmp_path / "served"
     folder.mkdir()
     write_trajectories(folder / "trajectories.parquet", run.recorder.trajectories)
