@@ -35,7 +35,6 @@ from prorsa.cluster.recovery import LegRescue, live_addresses, rescued
 from prorsa.cluster.security import dashboard_exposure
 from prorsa.cluster.tool_host import driver_environment
 from prorsa.config.cluster import ClusterSpec
-from prorsa.config.load import config_hash
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.console.clocked import plain
 from prorsa.console.decisions import DecisionTeller
@@ -55,8 +54,8 @@ from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, 
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rl.training import open_learner, push_weights, warm_start
 from prorsa.rollout.assemble import Body, Drive, roll_out
-from prorsa.rollout.context import RunContext, make_router, prior_checked, update_seconds
-from prorsa.rollout.drivers import Hooks, expected_trajectories
+from prorsa.rollout.context import RunContext, make_router, prior_checked
+from prorsa.rollout.drivers import Hooks
 from prorsa.rollout.partial import Checkpoint
 from prorsa.train.learner import Learner
 
@@ -95,7 +94,7 @@ async def _update_weights_here(body_s: float, dask_worker=None) -> None:
 
 
 def _weight_update(client: Client, addresses: dict[str, str], run: RunContext):
-    wall_s = update_seconds(run.cfg)
+    wall_s = run.update_s
     if wall_s <= 0:
         return None
     body_s = run.body_s(wall_s)
@@ -228,7 +227,7 @@ def write_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float,
     """summary.json and metrics.nc of a finished live run (the journal has written its
     trajectories); the summary, `extra` last."""
     cfg, unit = run.cfg, run.unit
-    digest = config_hash(cfg)
+    digest = run.digest
     summary = summarise(rec, makespan, policy, digest, cfg.name) | {
         "turns_retried": plane.turns_retried,
         "turns_migrated": plane.turns_migrated,
@@ -278,11 +277,11 @@ def _dashboard_shower(console: Console, cfg: PipelineConfig, links: list[str]):
     return show_dashboard
 
 
-def _recorder(engines: list[str], slots: int | dict[str, int], cfg: PipelineConfig, open_ended: bool,
+def _recorder(engines: list[str], slots: int | dict[str, int], run: RunContext, open_ended: bool,
               journal: RunJournal | None) -> RunRecorder:
     """Seeded with an earlier session's counts when the journal holds some."""
     return RunRecorder(engines=engines, slots=slots,
-                       expected=None if open_ended else expected_trajectories(cfg.workload),
+                       expected=None if open_ended else run.expected,
                        completed=journal.completed_before if journal is not None else 0,
                        failed=journal.failed_before if journal is not None else 0,
                        dropped=journal.dropped_before if journal is not None else 0)
@@ -350,7 +349,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         tell_start(f"engines ready in {time.time() - t_boot:.1f} s")
 
         capacity = _engine_capacity(run, engines)
-        rec = _recorder(engines, capacity.slots, cfg, open_ended, journal)
+        rec = _recorder(engines, capacity.slots, run, open_ended, journal)
         t0 = time.time()
         if journal is not None:
             journal.clock = lambda: time.time() - t0  # each manifest says how long this session has run

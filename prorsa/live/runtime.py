@@ -29,11 +29,10 @@ from dataclasses import dataclass, replace
 import dask
 
 from prorsa.agent.loop import TurnRequest, TurnResult
-from prorsa.agent.workload import context_budget
 from prorsa.control.tail import TurnScheduler
 from prorsa.engine.vllm.errors import EngineUnavailable
 from prorsa.live.tasks import dask_priority, leg_graph, tool_graph, turn_annotations, turn_task, warm_submit
-from prorsa.rollout.context import RunContext, make_scheduler, sampling_of
+from prorsa.rollout.context import RunContext, make_scheduler
 from prorsa.rollout.legs import warm_request
 from prorsa.rollout.router import Router
 from prorsa.sampling import Sampling
@@ -91,9 +90,8 @@ class TurnOptions:
 
 def turn_options(run: RunContext, restart_wait_s: float = 0.0) -> TurnOptions:
     """A run's: its retries, scheduler, context budget and sampling."""
-    cfg = run.cfg
-    return TurnOptions(cfg.runtime.turn_retries, make_scheduler(run), restart_wait_s, context_budget(cfg.workload),
-                       sampling_of(cfg))
+    return TurnOptions(run.cfg.runtime.turn_retries, make_scheduler(run), restart_wait_s, run.context_budget,
+                       run.sampling)
 
 
 class DaskTurnRunner:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from prorsa.agent.rewards import REWARDS, make_reward
 from prorsa.agent.tools.registry import ToolLoadError, load_object
 from prorsa.agent.trace import TraceError, TrajectorySpec, read_trace
 from prorsa.agent.workload import Workload, context_budget
-from prorsa.config.load import ConfigError, load_pipeline
+from prorsa.config.load import ConfigError, config_hash, load_pipeline
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.prior_check import opening_contradiction
 from prorsa.control.forecast_stats import Priors
@@ -51,6 +52,7 @@ from prorsa.costmodel import CostModel, RoleCosts
 from prorsa.engine.registry import backend_of
 from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.roles import Role
+from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.placement import MoveCost
 from prorsa.rollout.router import Router
 from prorsa.sampling import Sampling
@@ -72,6 +74,32 @@ class RunContext:
     def body_s(self, wall_s: float) -> float:
         """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
         return wall_s / self.unit
+
+    # Derived from `cfg` when first read, so a run made with another cfg (dataclasses.replace: a
+    # rehearsal's workload, a warm start's weights) derives its own: the bodies read these, not cfg.
+    @cached_property
+    def digest(self) -> str:
+        """The pipeline's hash, which a run directory and its journal are stamped with."""
+        return config_hash(self.cfg)
+
+    @cached_property
+    def update_s(self) -> float:
+        """A weight update's stall in wall seconds (update_seconds)."""
+        return update_seconds(self.cfg)
+
+    @cached_property
+    def context_budget(self) -> int | None:
+        """The most context a trajectory reaches, in the tokens the run scales to (None: unbounded)."""
+        return context_budget(self.cfg.workload)
+
+    @cached_property
+    def expected(self) -> int | None:
+        """Trajectories the run will end with; None where an async run stops on a duration."""
+        return expected_trajectories(self.cfg.workload)
+
+    @cached_property
+    def sampling(self) -> Sampling:
+        return sampling_of(self.cfg)
 
 
 def load_run(path: str | Path, overrides: dict[str, Any] | None = None) -> RunContext:
@@ -388,7 +416,7 @@ def make_scheduler(ctx: RunContext, future: Callable[[str], TrajectorySpec] | No
     declared."""
     prior, w = ctx.policy.prior, ctx.cfg.workload
     work = RemainingWork(w.max_turns, prior.decode_tokens if prior else Priors().decode_tokens,
-                         max_context=context_budget(w))
+                         max_context=ctx.context_budget)
     work.learn_from(ctx.policy.prior_trajectories)
     s = ctx.cfg.scheduling
     if s.oracle and future is None:

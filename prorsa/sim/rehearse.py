@@ -37,12 +37,11 @@ from dataclasses import replace
 from typing import Any
 
 from prorsa.agent.trace import TrajectorySpec
-from prorsa.agent.workload import Workload, context_budget
+from prorsa.agent.workload import Workload
 from prorsa.control.lifecycle import LifecycleEvent
 from prorsa.control.policy import Decision, FutureRun, Move, Rehearse, Replay, make_policy
 from prorsa.costmodel.misfit import ModelScale
 from prorsa.roles import Role
-from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.context import RunContext
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.rehearsal_cache import cached, digest
@@ -57,7 +56,7 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
     # the trajectories as they ran: nothing of the pipeline's shaping is applied to them again but
     # its context bound (in the tokens they ran with: the family's cap scaled, or the pipeline's),
     # which a trajectory carried forward with longer decodes would meet sooner
-    cap = context_budget(w0) or 2**30
+    cap = run.context_budget or 2**30
     wcfg = w0.model_copy(update={
         "mode": "sync", "steps": 1, "group_size": 1, "token_scale": 1.0, "tool_time_scale": 1.0,
         "decode_growth": 1.0, "max_turns": None, "max_context": cap, "weight_update_s": 0.0, "duration_s": None})
@@ -201,7 +200,7 @@ def future_run(run: RunContext, workload: Workload,
     None where engines differ in size, as for rehearser: a split of role counts names no engines."""
     if run.cfg.engines.groups is not None:
         return None
-    total = expected_trajectories(run.cfg.workload)
+    total = run.expected
 
     def replay(opening: tuple[int, int, int], moves: Sequence[Move], first: int) -> float:
         cut = total is not None and total > first

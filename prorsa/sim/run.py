@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from prorsa.agent.trace import TrajectorySpec, workload_means
-from prorsa.agent.workload import Workload, context_budget
-from prorsa.config.load import ConfigError, config_hash
+from prorsa.agent.workload import Workload
+from prorsa.config.load import ConfigError
 from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.policy import Policy, Rehearse, WorkloadHint, make_policy
 from prorsa.control.tail_layout import TailLayout
@@ -45,8 +45,8 @@ from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
-from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked, update_seconds
-from prorsa.rollout.drivers import Hooks, expected_trajectories
+from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked
+from prorsa.rollout.drivers import Hooks
 from prorsa.sim.clock import run_virtual
 from prorsa.sim.controller import SimController
 from prorsa.sim.rehearse import future_run, misfit, rehearser
@@ -136,9 +136,9 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
                            scheduler=make_scheduler(run, future=context.future),
-                           context_budget=context_budget(cfg.workload))
+                           context_budget=run.context_budget)
     rec = RunRecorder(engines=list(engines), slots=dict(zip(names, slots)),
-                      expected=expected_trajectories(cfg.workload))
+                      expected=run.expected)
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
     if cfg.scheduling.tail_layout:
         controller.tail = tail_merge(run, runner, router, engines)
@@ -149,11 +149,11 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     # a simulated rollout may span an hour of body time: a sample a second is plenty
     body = Body(runner, controller, now, clock_unit=unit, sample=sample,
                 sample_interval_s=max(cfg.runtime.metrics_interval_s / unit, 1.0))
-    update = _weight_update(engines, run.body_s(update_seconds(cfg)))
+    update = _weight_update(engines, run.body_s(run.update_s))
     makespan = await roll_out(run, body, rec, Hooks(rec.on_done, update_weights=update), workload=workload)
     for engine in engines.values():
         await engine.stop()
-    summary = summarise(rec, makespan, pol.name, config_hash(cfg), cfg.name) | {
+    summary = summarise(rec, makespan, pol.name, run.digest, cfg.name) | {
         "control": {"intervals": len(controller.step_s)}, "clock": "body", "backend": "emulated",
         "turns_migrated": runner.migrated,
         "tail_merges": [] if controller.tail is None else [
