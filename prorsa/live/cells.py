@@ -52,7 +52,7 @@ from prorsa.control.cells import CellView, Coordinator, MoveRecord
 from prorsa.control.policy import make_policy
 from prorsa.engine.registry import engine_name
 from prorsa.live.controller import ControlPace, EngineCapacity, LiveController, _legs_on
-from prorsa.live.run import ControlPlane, _both, control_plane, write_run
+from prorsa.live.run import ControlPlane, _both, control_plane, write_live_run
 from prorsa.live.runtime import DaskTurnRunner, turn_options
 from prorsa.metrics.journal import RunJournal
 from prorsa.metrics.recorder import RunRecorder, merged
@@ -245,7 +245,7 @@ async def run_cells(cfg: PipelineConfig, cells: int, run_dir: Path, coordinator:
 
 async def run_cells_dir(run: RunContext, run_dir: Path, console: Console, journal: RunJournal) -> dict:
     """`prorsa run` of a pipeline with runtime.cells > 1: run_cells, its trajectories into the run's
-    journal as they land, then the files a one-cell run writes (live/run.py write_run) from the
+    journal as they land, then the files a one-cell run writes (live/run.py write_live_run) from the
     cells' recorders merged, the summary adding each cell's share and the moves between them."""
     cfg = run.cfg
     plan = plan_cells(cfg, cfg.runtime.cells)
@@ -260,8 +260,8 @@ async def run_cells_dir(run: RunContext, run_dir: Path, console: Console, journa
                  "trajectories": [len(r.trajectories) for r in out.recorders],
                  "makespan_s": [round(m, 4) for m in out.cell_makespans],
                  "role_switches": [len(r.role_changes) for r in out.recorders]}
-        summary = write_run(run_dir, run, rec, out.makespan_s, out.policy, ControlPlane.summed(out.planes), 0,
-                            {"cells": cells, "moves": [asdict(m) for m in out.moves]})
+        summary = write_live_run(run_dir, run, rec, out.makespan_s, out.policy, ControlPlane.summed(out.planes), 0,
+                                 {"cells": cells, "moves": [asdict(m) for m in out.moves]})
         journal.seal()
         return summary
     finally:

@@ -50,7 +50,8 @@ from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
 from prorsa.live.runtime import DaskTurnRunner, turn_options
 from prorsa.metrics.journal import RunJournal, flush_every
-from prorsa.metrics.outputs import metrics_dataset, resumed_figures, summarise, write_dataset, write_summary
+from prorsa.metrics.outputs import resumed_figures, summarise
+from prorsa.metrics.outputs import write_run as write_run_files
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rl.training import open_learner, push_weights, warm_start
 from prorsa.rollout.assemble import Body, Drive, roll_out
@@ -176,10 +177,10 @@ async def _run_live(run: RunContext, run_dir: Path, console: Console, policy: Po
 
     saved = journal.finish()
     resumed = journal.saved_before
-    summary = write_run(run_dir, live.run, rec, makespan, live.policy.name, plane, resumed,
-                        ({"train": learner.summary()} if learner else {}) | (
-                            # every figure over all sessions, not this one's alone
-                            resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {}))
+    summary = write_live_run(run_dir, live.run, rec, makespan, live.policy.name, plane, resumed,
+                             ({"train": learner.summary()} if learner else {}) | (
+                                 # every figure over all sessions, not this one's alone
+                                 resumed_figures(saved, journal.elapsed_before + makespan) if resumed else {}))
     journal.seal()  # last: killed before it, the run is resumed, and writes these files again
     return summary
 
@@ -222,7 +223,7 @@ async def control_plane(client: Client, runner: DaskTurnRunner, controller: Live
                         list(controller.step_s), list(controller.step_cpu_s), plugin_s, plugin_calls)
 
 
-def write_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float, policy: str, plane: ControlPlane,
+def write_live_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float, policy: str, plane: ControlPlane,
               resumed: int, extra: dict) -> dict:
     """summary.json and metrics.nc of a finished live run (the journal has written its
     trajectories); the summary, `extra` last."""
@@ -239,9 +240,7 @@ def write_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float,
                     "step_cpu_s": round(sum(plane.step_cpu_s), 4),
                     "plugin_s": round(plane.plugin_s, 4), "plugin_calls": plane.plugin_calls},
     } | extra
-    attrs = {"name": cfg.name, "policy": policy, "config_hash": digest, "makespan_s": makespan}
-    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=unit))
-    write_summary(run_dir / "summary.json", summary)
+    write_run_files(run_dir, rec, summary, makespan, time_scale=unit)
     return summary
 
 

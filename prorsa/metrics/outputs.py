@@ -13,6 +13,8 @@
     summary.json           the headline figures (summary.py RunSummary, built by summarise; a
                            resumed run's over every session, resumed_figures)
 
+write_run(run_dir, rec, summary, makespan_s) writes them for either body (the simulator's
+sim/run.py write_run, the live run's live/run.py write_live_run, each with its own summary).
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
 """
 
@@ -370,6 +372,21 @@ SUMMARY_UNITS = {
     "tail_merges": "per merge (scheduling.tail_layout): t s, width engines in each wide one, wide engines, "
                    "predicted_s [as it stood, merged] s",
 }
+
+
+def write_run(run_dir: Path, rec: RunRecorder, summary: dict[str, Any], makespan_s: float, *,
+              simulated: bool = False, time_scale: float = 1.0, trajectories: bool = False) -> None:
+    """The files of a run directory, whichever body ran it: metrics.nc and summary.json (its
+    name, policy and hash read from `summary`), and with `trajectories` trajectories.parquet (a live
+    run's journal writes its own as they land). `simulated`: body seconds throughout; `time_scale`:
+    a live run's wall seconds per body second."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attrs = {"name": summary["name"], "policy": summary["policy"], "config_hash": summary["config_hash"],
+             "makespan_s": makespan_s} | ({"clock": "body (simulated)"} if simulated else {})
+    if trajectories:
+        write_trajectories(run_dir / "trajectories.parquet", rec.trajectories)
+    write_dataset(run_dir / "metrics.nc", metrics_dataset(rec, attrs, time_scale=time_scale, simulated=simulated))
+    write_summary(run_dir / "summary.json", summary)
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

@@ -42,7 +42,8 @@ from prorsa.costmodel.misfit import ModelScale
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine, KvMemory
 from prorsa.engine.registry import backend_of, engine_name
-from prorsa.metrics.outputs import metrics_dataset, summarise, write_dataset, write_summary, write_trajectories
+from prorsa.metrics.outputs import summarise
+from prorsa.metrics.outputs import write_run as write_run_files
 from prorsa.metrics.recorder import RunRecorder
 from prorsa.rollout.assemble import Body, roll_out
 from prorsa.rollout.context import RunContext, make_router, make_scheduler, prior_checked
@@ -232,9 +233,4 @@ def _in_body_seconds(spec: TrajectorySpec, unit: float) -> TrajectorySpec:
 
 
 def write_run(sim: SimRun, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    attrs = {"name": sim.cfg.name, "policy": sim.policy, "config_hash": sim.summary["config_hash"],
-             "makespan_s": sim.makespan_s, "clock": "body (simulated)"}
-    write_trajectories(run_dir / "trajectories.parquet", sim.recorder.trajectories)
-    write_dataset(run_dir / "metrics.nc", metrics_dataset(sim.recorder, attrs, simulated=True))
-    write_summary(run_dir / "summary.json", sim.summary)
+    write_run_files(run_dir, sim.recorder, sim.summary, sim.makespan_s, simulated=True, trajectories=True)
