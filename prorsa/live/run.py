@@ -44,7 +44,7 @@ from prorsa.control.policy import Policy, PolicyContext, Rehearse, make_policy
 from prorsa.dashboard.disconnects import quiet_disconnects
 from prorsa.dashboard.plugin import add_to_run, dashboard_links
 from prorsa.engine.base import ModelsWeightUpdates
-from prorsa.engine.registry import backend_of, engine_name
+from prorsa.engine.registry import backend_of
 from prorsa.live.controller import ControlPace, EngineCapacity, LiveController
 from prorsa.live.interrupt import guarded
 from prorsa.live.resume import open_journal
@@ -257,10 +257,9 @@ def _opening_policy(run: RunContext, policy: Policy | None, open_ended: bool,
     return run, context, policy or make_policy(cfg.policy, context)
 
 
-def _engine_capacity(run: RunContext, engines: list[str]) -> EngineCapacity:
+def _engine_capacity(run: RunContext) -> EngineCapacity:
     """Each engine's slots and KV tokens: its group's (an MoE engine's KV is every DP rank's)."""
-    return EngineCapacity(dict(zip(engines, run.engine_slots)),
-                          {e: c.mixed.kv_capacity_tokens() * c.mixed.ep for e, c in zip(engines, run.engine_costs)},
+    return EngineCapacity({e.name: e.slots for e in run.engines}, {e.name: e.kv_tokens for e in run.engines},
                           restarts=run.switch == "restart")
 
 
@@ -321,7 +320,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
     run, context, policy = _opening_policy(run, policy, open_ended, lend)
     cfg, unit = run.cfg, run.unit
     roles = policy.initial_roles(cfg.engines.count)
-    engines = [engine_name(i) for i in range(cfg.engines.count)]
+    engines = [spec.name for spec in run.engines]
 
     def say(line: str) -> None:  # a line as it is: engine and policy words hold brackets
         plain(console, line)
@@ -347,7 +346,7 @@ async def open_live(run: RunContext, run_dir: Path, console: Console, policy: Po
         needs_ids, vocab = next(iter((await client.run(_engine_info, workers=[addresses[engines[0]]])).values()))
         tell_start(f"engines ready in {time.time() - t_boot:.1f} s")
 
-        capacity = _engine_capacity(run, engines)
+        capacity = _engine_capacity(run)
         rec = _recorder(engines, capacity.slots, run, open_ended, journal)
         t0 = time.time()
         if journal is not None:

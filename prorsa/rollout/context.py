@@ -18,6 +18,8 @@ The pieces a RunContext holds, for callers that need one alone:
     update_seconds(cfg)   a weight update's stall in wall seconds: declared, or "auto" priced by bytes
     each_engine_costs(cfg)   RoleCosts of every engine, in engine order: its group's layout
                           (engines.groups); without groups every engine has engine_costs(cfg)
+    engine_specs(cfg, costs) -> (EngineSpec, ...)   every engine's name, costs, slots, KV and
+                          roles: RunContext.engines, what the bodies build their engines from
     policy_context(cfg)   the PolicyContext adaptive policies plan with
     prior_hint(cfg)       the pipeline's `prior:` as a WorkloadHint (an earlier run's measured
                           means, or declared ones), None without one; an earlier run's
@@ -49,13 +51,24 @@ from prorsa.control.forecast_stats import Priors
 from prorsa.control.policy import GroupShape, PolicyContext, WeightUpdates, WorkloadHint, make_policy
 from prorsa.control.tail import RemainingWork, TurnScheduler
 from prorsa.costmodel import CostModel, RoleCosts
-from prorsa.engine.registry import backend_of
+from prorsa.engine.registry import backend_of, engine_name
 from prorsa.metrics.prior import PriorError, prior_trajectories, read_prior
 from prorsa.roles import Role
 from prorsa.rollout.drivers import expected_trajectories
 from prorsa.rollout.placement import MoveCost
 from prorsa.rollout.router import Router
 from prorsa.sampling import Sampling
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine as both bodies build, size and price it; engines without groups are one group."""
+
+    name: str  # engine/registry.py engine_name: the router's, the recorder's and the worker's
+    costs: RoleCosts  # its cost model in each role (engines.groups: its group's layout)
+    slots: int  # requests it admits at once
+    kv_tokens: int  # KV it holds: every DP rank's, for an MoE engine under expert parallelism
+    roles: tuple[Role, ...] | None  # the roles it may take, its opening one first; None: any
 
 
 @dataclass(frozen=True)
@@ -66,10 +79,16 @@ class RunContext:
     unit: float  # wall seconds per body second (1 unless emulated engines run time-scaled)
     costs: RoleCosts  # an engine's cost model in each role (with engines.groups: the first group's)
     policy: PolicyContext  # what adaptive policies plan with (the prior included)
-    # every engine's own, in engine order (engines.groups: its group's layout and slots)
-    engine_costs: tuple[RoleCosts, ...] = ()
-    engine_slots: tuple[int, ...] = ()
+    engines: tuple[EngineSpec, ...] = ()  # every engine, in engine order
     switch: str = "in_place"  # how engines change role (engines.role_switch resolved): or "restart"
+
+    @property
+    def engine_costs(self) -> tuple[RoleCosts, ...]:
+        return tuple(e.costs for e in self.engines)
+
+    @property
+    def engine_slots(self) -> tuple[int, ...]:
+        return tuple(e.slots for e in self.engines)
 
     def body_s(self, wall_s: float) -> float:
         """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
@@ -112,8 +131,14 @@ def resolve(cfg: PipelineConfig, source: str | Path | None = None) -> RunContext
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(f"{source}: {problems[0]}{more}" if source is not None else problems[0] + more)
     each = each_engine_costs(cfg)
-    return RunContext(cfg, time_unit(cfg), each[0], policy_context(cfg), each, engine_slots(cfg),
+    return RunContext(cfg, time_unit(cfg), each[0], policy_context(cfg), engine_specs(cfg, each),
                       backend_of(cfg.engines).switch_path())
+
+
+def engine_specs(cfg: PipelineConfig, costs: tuple[RoleCosts, ...]) -> tuple[EngineSpec, ...]:
+    roles = engine_roles(cfg) or (None,) * len(costs)
+    return tuple(EngineSpec(engine_name(i), c, n, c.mixed.kv_capacity_tokens() * c.mixed.ep, r)
+                 for i, (c, n, r) in enumerate(zip(costs, engine_slots(cfg), roles)))
 
 
 def check(cfg: PipelineConfig) -> list[str]:
@@ -400,9 +425,9 @@ def make_router(ctx: RunContext, roles: dict[str, Role], clock: Callable[[], flo
         if e.groups is not None:  # each engine priced by its own group's layout and slots
             shared: dict[tuple, MoveCost] = {}
             engine_prices = {}
-            for name, costs, slots in zip(roles, ctx.engine_costs, ctx.engine_slots):
-                key = (costs.mixed.layout, slots)
-                engine_prices[name] = shared.setdefault(key, MoveCost(costs.mixed, slots, decode))
+            for name, spec in zip(roles, ctx.engines):
+                key = (spec.costs.mixed.layout, spec.slots)
+                engine_prices[name] = shared.setdefault(key, MoveCost(spec.costs.mixed, spec.slots, decode))
     slots = e.slots if e.groups is None else dict(zip(roles, ctx.engine_slots))
     return Router(roles, overload=r.sticky_overload, local_prefill_tokens=r.local_prefill_tokens, slots=slots,
                   move_cost=move_cost, clock=clock, engine_prices=engine_prices,

@@ -149,9 +149,9 @@ def misfit(run: RunContext, scale: ModelScale | None) -> RunContext:
     for c in run.engine_costs:
         if id(c) not in shared:
             shared[id(c)] = scale.of_roles(c)
-    each = tuple(shared[id(c)] for c in run.engine_costs)
+    each = tuple(replace(e, costs=shared[id(e.costs)]) for e in run.engines)
     groups = None if pol.groups is None else tuple(replace(g, cost=scale.of(g.cost)) for g in pol.groups)
-    return replace(run, costs=scale.of_roles(run.costs), engine_costs=each, policy=replace(
+    return replace(run, costs=scale.of_roles(run.costs), engines=each, policy=replace(
         pol, cost=scale.of(pol.cost), layouts=None if pol.layouts is None else scale.of_roles(pol.layouts),
         groups=groups))
 

@@ -41,7 +41,7 @@ from prorsa.costmodel import load_gpu
 from prorsa.costmodel.misfit import ModelScale
 from prorsa.engine.core_share import CoreShare
 from prorsa.engine.emulated import EmulatedEngine, KvMemory
-from prorsa.engine.registry import backend_of, engine_name
+from prorsa.engine.registry import backend_of
 from prorsa.metrics.outputs import summarise
 from prorsa.metrics.outputs import write_run as write_run_files
 from prorsa.metrics.recorder import RunRecorder
@@ -125,20 +125,19 @@ async def simulate_async(run: RunContext, policy: str | Policy | None, workload:
     pol = make_policy(policy or cfg.policy, context) if policy is None or isinstance(policy, str) else policy
     roles = pol.initial_roles(cfg.engines.count)
     e = cfg.engines
-    names = [engine_name(i) for i in range(len(roles))]
+    names = [spec.name for spec in run.engines]
     cores = host_cores(cfg, names)
     # each engine steps with its own group's layout and slots (engines.groups)
-    costs, slots = run.engine_costs or (run.costs,) * len(names), run.engine_slots or (e.slots,) * len(names)
-    engines = {name: EmulatedEngine(name, role, cost, slots=n, time_scale=1.0,
-                                     memory=KvMemory(prefix_cache=e.prefix_cache), cores=cores)
-               for name, role, cost, n in zip(names, roles, costs, slots)}
+    engines = {spec.name: EmulatedEngine(spec.name, role, spec.costs, slots=spec.slots, time_scale=1.0,
+                                         memory=KvMemory(prefix_cache=e.prefix_cache), cores=cores)
+               for spec, role in zip(run.engines, roles)}
     for engine in engines.values():
         await engine.start()
     router = make_router(run, {name: eng.role for name, eng in engines.items()}, now)
     runner = SimTurnRunner(engines, router, now, tool_unit=unit, dispatch_s=load_gpu(e.gpu).dispatch_latency_s,
                            scheduler=make_scheduler(run, future=context.future),
                            context_budget=run.context_budget)
-    rec = RunRecorder(engines=list(engines), slots=dict(zip(names, slots)),
+    rec = RunRecorder(engines=list(engines), slots={spec.name: spec.slots for spec in run.engines},
                       expected=run.expected)
     controller = SimController(pol, router, runner, engines, rec, context.interval_s, now)
     if cfg.scheduling.tail_layout:

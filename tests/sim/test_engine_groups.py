@@ -216,11 +216,14 @@ def test_prorsa_plans_counts_per_group_and_no_switch_leaves_a_groups_roles():
 def test_an_ungrouped_pool_is_one_group_with_the_pools_slots_and_kv():
     from prorsa.live.run import _engine_capacity
 
-    names = ["a", "b", "c"]
+    names = ["engine-0", "engine-1", "engine-2"]
     engines = {**MOE, "count": 3, "slots": 24, "ep": 4}
     pool = resolve(PipelineConfig(name="pool", seed=1, engines=engines, workload=WORK))
-    cap = _engine_capacity(pool, names)
+    assert [e.name for e in pool.engines] == names and all(e.roles is None for e in pool.engines)
+    cap = _engine_capacity(pool)
     assert cap.slots == dict.fromkeys(names, 24)
     assert cap.kv_tokens == dict.fromkeys(names, pool.policy.kv_capacity_tokens)
-    grouped = _engine_capacity(resolve(_cfg()), names)
-    assert grouped.slots == {"a": 16, "b": 16, "c": 128} and grouped.kv_tokens["c"] > grouped.kv_tokens["a"]
+    grouped = resolve(_cfg())
+    cap = _engine_capacity(grouped)
+    assert cap.slots == dict(zip(names, (16, 16, 128))) and cap.kv_tokens["engine-2"] > cap.kv_tokens["engine-0"]
+    assert [e.roles[0] for e in grouped.engines] == [r[0] for r in grouped.policy.engine_roles]
