@@ -90,6 +90,12 @@ class RunContext:
     def engine_slots(self) -> tuple[int, ...]:
         return tuple(e.slots for e in self.engines)
 
+    @property
+    def engines_alike(self) -> bool:
+        """Every engine free to take any role (no engines.groups): a split of role counts (P, D, M)
+        names them; engines of declared roles are named one by one."""
+        return all(e.roles is None for e in self.engines)
+
     def body_s(self, wall_s: float) -> float:
         """A duration the pipeline gives in wall seconds, in the body's (the cost model's) seconds."""
         return wall_s / self.unit

@@ -63,7 +63,7 @@ def rehearser(run: RunContext, simulate: Callable[..., Coroutine[Any, Any, Any]]
 
     def rehearse(specs: Sequence[TrajectorySpec], split, *, scale: ModelScale | None = None,
                  events: list[LifecycleEvent] | None = None, told: bool = True) -> float:
-        if base.engines.groups is not None:  # a static opening per engine; "static" names it in the config
+        if not run.engines_alike:  # a static opening per engine; "static" names it in the config
             policy, opening = "static", _Opening(_roles(split))
         else:
             p, d, m = split
@@ -198,7 +198,7 @@ def future_run(run: RunContext, workload: Workload,
     """`run` replayed on `workload`, the very trajectories it runs: with the same engines, router,
     cost model and seeds the replay is the run, so a split or a move it prices is priced exactly.
     None where engines differ in size, as for rehearser: a split of role counts names no engines."""
-    if run.cfg.engines.groups is not None:
+    if not run.engines_alike:
         return None
     total = run.expected
 

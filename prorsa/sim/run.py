@@ -170,7 +170,7 @@ def lend(run: RunContext) -> Rehearse | None:
 
 def tail_merge(run: RunContext, runner: SimTurnRunner, router, engines: dict[str, EmulatedEngine]) -> TailMerge:
     e = run.cfg.engines
-    if e.groups is not None or e.parallelism is not None:
+    if not run.engines_alike or e.parallelism is not None:
         raise ConfigError("scheduling.tail_layout merges engines alike: not with engines.groups or engines.parallelism")
     return TailMerge(TailLayout(run.costs.mixed, e.count, e.slots), runner.scheduler, router, engines, runner)
 
