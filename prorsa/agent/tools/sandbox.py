@@ -181,6 +181,9 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
     try:
         budget = CallBudget.open(limits.memory_bytes, limits.cpu_s, limits.processes, limits.cpus, limits.cgroup)
         _seed(scratch, source, files or {})
+        # the wall limit runs from the launch: under load the child may have run (and ended) before
+        # this coroutine resumes from the spawn, which a clock started after it would not count
+        launched = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-S", "-B", "-u", "-X", "utf8", "-c", LAUNCH,
             _config(scratch, limits, argv, env or {}, report, budget.cgroup),
@@ -189,10 +192,10 @@ async def run_sandboxed(source: str | None = None, *, argv: list[str] | None = N
         raw = bytearray()
         reader = asyncio.ensure_future(_read_capped(proc.stdout, raw, limits.output_bytes))
         watcher = asyncio.ensure_future(budget.watch(proc.pid))
-        waited = time.perf_counter()
-        await asyncio.wait({reader, watcher}, timeout=limits.wall_s, return_when=asyncio.FIRST_COMPLETED)
+        left = max(limits.wall_s - (time.perf_counter() - launched), 0.0)
+        await asyncio.wait({reader, watcher}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
         # a loop kept busy past the deadline may see the call end before its timer: still past the limit
-        if reader.done() and (reader.result() or time.perf_counter() - waited <= limits.wall_s):
+        if reader.done() and (reader.result() or time.perf_counter() - launched <= limits.wall_s):
             stop = "overflow" if reader.result() else None
         else:  # past the wall limit or the call's budget: what was read so far is kept
             stop = watcher.result() if watcher.done() else "timeout"
