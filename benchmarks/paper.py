@@ -117,6 +117,7 @@ def main() -> None:
     from rich.table import Table
 
     from prorsa.sim.bounds import lower_bound
+    from prorsa.rollout.context import resolve
 
     cells = [(f, m, md) for f in args.families.split(",") for m in args.models.split(",")
              for md in args.modes.split(",")]
@@ -139,7 +140,7 @@ def main() -> None:
     results = []
     for f, m, md in cells:
         cfg = config(f, m, md, args.seed, overload)
-        bound = lower_bound(cfg).makespan_s if md == "sync" or cfg.workload.trajectories else None
+        bound = lower_bound(resolve(cfg)).makespan_s if md == "sync" or cfg.workload.trajectories else None
         summary = cell_summary([p for p in points if (p["family"], p["model"], p["mode"]) == (f, m, md)], bound)
         results.append({"family": f, "model": m, "mode": md} | summary)
 

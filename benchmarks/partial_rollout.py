@@ -156,8 +156,9 @@ def async_trained(rs: list, batch: int) -> tuple[list, list[float]]:
 def step_bounds(model: str, prompts: int, steps: int, seed: int, trace: str | None = None) -> list[float]:
     """Plain sync's bound for each step: the bound over k steps less that over k - 1."""
     from prorsa.sim.bounds import lower_bound
+    from prorsa.rollout.context import resolve
 
-    totals = [0.0] + [lower_bound(config(model, "sync", prompts, k, seed, trace)).makespan_s
+    totals = [0.0] + [lower_bound(resolve(config(model, "sync", prompts, k, seed, trace))).makespan_s
                       for k in range(1, steps + 1)]
     return [round(b - a, 2) for a, b in zip(totals, totals[1:])]
 

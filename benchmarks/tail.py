@@ -156,6 +156,7 @@ def main() -> None:
     from rich.table import Table
 
     from prorsa.sim.bounds import lower_bound
+    from prorsa.rollout.context import resolve
 
     todo = cells(not args.no_async)
     merges = {c: c[-1] == "sync" and can_merge(c) for c in todo}
@@ -185,8 +186,8 @@ def main() -> None:
     tmp.cleanup()
     for c in todo:
         sync = c[-1] == "sync"
-        bound = lower_bound(config(c, "none")).makespan_s if sync else None
-        bound_tail = lower_bound(config(c, "tail-layout")).makespan_s if sync else None
+        bound = lower_bound(resolve(config(c, "none"))).makespan_s if sync else None
+        bound_tail = lower_bound(resolve(config(c, "tail-layout"))).makespan_s if sync else None
         rows.append(summarise(c, [p for p in points if tuple(p["cell"]) == c], bound, bound_tail))
 
     table = Table(title="makespan over the lower bound (sync; lower is better) by scheduling mechanism")

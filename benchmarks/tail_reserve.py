@@ -187,6 +187,7 @@ def main() -> None:
     args = ap.parse_args()
     import tail
     from prorsa.sim.bounds import lower_bound
+    from prorsa.rollout.context import resolve
 
     t0 = time.perf_counter()
     first = [(c, "none", 0, 0, s) for s in SEEDS for c in CELLS]
@@ -205,7 +206,7 @@ def main() -> None:
     fixed = {tuple(r["cell"]): r for r in json.loads(Path(args.tail).read_text())["rows"]}
     rows = []
     for c in CELLS:
-        bound = {s: lower_bound(tail.config(c, "none", seed=s)).makespan_s for s in SEEDS}
+        bound = {s: lower_bound(resolve(tail.config(c, "none", seed=s))).makespan_s for s in SEEDS}
         over = lambda v, s: best(points, c, v, s)["makespan_s"] / bound[s]
         f = fixed[c]  # seed 0's fixed splits (tail.py)
         row = {"cell": list(c), "label": tail.label(list(c)), "bound_s": bound[0],

@@ -1,6 +1,6 @@
 """A makespan no policy can beat on a workload, so every result says how far it is from the limit.
 
-    lower_bound(cfg) -> Bound      the larger of the two limits below, per sync step (summed) or
+    lower_bound(run) -> Bound      the larger of the two limits below, per sync step (summed) or
                                    over an async run of a fixed trajectory count
 
   critical path   the slowest trajectory alone on the cluster: each turn's prefill of its append on
@@ -29,10 +29,9 @@ from dataclasses import dataclass
 
 from prorsa.agent.trace import TrajectorySpec
 from prorsa.agent.workload import Workload
-from prorsa.config.pipeline import PipelineConfig
 from prorsa.control.tail_layout import TailLayout
 from prorsa.costmodel import CostModel
-from prorsa.rollout.context import each_engine_costs, engine_costs, time_unit
+from prorsa.rollout.context import RunContext
 
 
 @dataclass(frozen=True)
@@ -66,26 +65,25 @@ def _path_and_work(spec: TrajectorySpec, pre: list[CostModel], dec: list[CostMod
     return path, work
 
 
-def lower_bound(cfg: PipelineConfig) -> Bound:
-    e = cfg.engines
-    unit = time_unit(cfg)
-    layouts = engine_costs(cfg)
+def lower_bound(run: RunContext) -> Bound:
+    """The bound of a resolved pipeline (rollout/context.py resolve): its engines as the plan
+    gives them (RunContext.engines)."""
+    cfg, e, unit = run.cfg, run.cfg.engines, run.unit
+    layouts = run.costs
     pre = list({c.layout: c for c in (layouts.prefill, layouts.mixed)}.values())
     dec = list({c.layout: c for c in (layouts.decode, layouts.mixed)}.values())
 
     spread = e.count  # what work is divided over: engines, or GPUs where engines differ in size
     slots: int | dict = e.slots
-    if e.groups is not None:
-        models = {c.mixed.layout: c.mixed for c in each_engine_costs(cfg)}
+    per_gpu = not run.engines_alike
+    if per_gpu:
+        models = {s.costs.mixed.layout: s.costs.mixed for s in run.engines}
         pre = dec = list(models.values())
         slots = {}
-        for g in e.engine_groups:
-            slots[g.tp, g.ep] = max(slots.get((g.tp, g.ep), 0), g.slots)
-        slots = {layout: slots[layout] for layout in models}
-        spread = sum(g.count * g.gpus for g in e.engine_groups)
-
-    per_gpu = e.groups is not None
-    if cfg.scheduling.tail_layout and e.groups is None:
+        for s in run.engines:
+            slots[s.costs.mixed.layout] = max(slots.get(s.costs.mixed.layout, 0), s.slots)
+        spread = sum(s.costs.mixed.tp * s.costs.mixed.ep for s in run.engines)
+    elif cfg.scheduling.tail_layout:
         tail = TailLayout(layouts.mixed, e.count, e.slots)
         wide = [tail.wide_cost(f) for f in tail.widths()]
         pre, dec = pre + wide, dec + wide

@@ -63,7 +63,7 @@ def compare(cfg: PipelineConfig, specs: list[str], on_run: Callable[[SimRun], No
     data = {k: ("policy", np.array([_num(r.summary.get(k)) for r in runs], dtype=float)) for k in FIELDS}
     bound = {}
     if cfg.workload.mode == "sync" or cfg.workload.trajectories is not None:
-        b = lower_bound(cfg)
+        b = lower_bound(resolved)
         bound = {"bound_s": b.makespan_s, "critical_path_s": b.critical_path_s, "work_s": b.work_s}
     ds = xr.Dataset(data, coords={"policy": np.array(specs, dtype=str)},
                     attrs={**bound, "name": cfg.name, "mode": cfg.workload.mode, "engines": cfg.engines.count,

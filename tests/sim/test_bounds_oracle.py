@@ -19,18 +19,18 @@ BASE = {
 
 def test_no_policy_beats_the_bound_and_the_bound_has_both_limits():
     cfg = PipelineConfig.model_validate(BASE)
-    b = lower_bound(cfg)
+    b = lower_bound(resolve(cfg))
     assert b.makespan_s == max(b.critical_path_s, b.work_s) > 0
     for policy in ("colocated", "static:1:3", "prorsa", "oracle"):
         assert simulate(resolve(cfg), policy).makespan_s >= b.makespan_s, policy
     # more engines only lower the work limit; the critical path stays
-    wide = lower_bound(PipelineConfig.model_validate(BASE | {"engines": BASE["engines"] | {"count": 16}}))
+    wide = lower_bound(resolve(PipelineConfig.model_validate(BASE | {"engines": BASE["engines"] | {"count": 16}})))
     assert wide.work_s == pytest.approx(b.work_s / 4) and wide.critical_path_s == b.critical_path_s
 
 
 def test_async_bound_counts_concurrency():
     d = BASE | {"workload": BASE["workload"] | {"mode": "async", "concurrency": 2, "trajectories": 8}}
-    b = lower_bound(PipelineConfig.model_validate(d))
+    b = lower_bound(resolve(PipelineConfig.model_validate(d)))
     assert b.makespan_s > b.critical_path_s  # two at a time: at least four critical paths in a row
 
 

@@ -47,7 +47,7 @@ def test_each_engine_steps_with_its_own_groups_layout():
 def test_the_bound_holds_for_engines_of_different_sizes():
     cfg = _cfg()
     run = simulate(resolve(cfg))
-    assert lower_bound(cfg).makespan_s <= run.makespan_s
+    assert lower_bound(resolve(cfg)).makespan_s <= run.makespan_s
     # utilisation counts each engine's own slots
     assert run.recorder.slots == {"engine-0": 16, "engine-1": 16, "engine-2": 128}
     assert all(0 <= u <= 1 for u in run.recorder.utilisation().values())

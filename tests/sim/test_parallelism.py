@@ -150,11 +150,11 @@ def test_uniform_override_is_the_default_path_and_per_role_changes_the_run():
     again = simulate(resolve(cfg_of(same)), "prorsa")
     assert again.makespan_s == base.makespan_s
     assert again.summary["role_switches"] == base.summary["role_switches"]
-    assert lower_bound(cfg_of(same)) == lower_bound(cfg_of())
+    assert lower_bound(resolve(cfg_of(same))) == lower_bound(resolve(cfg_of()))
     split = simulate(resolve(cfg_of(PER_ROLE)), "static:1:3")
     assert split.summary["trajectories_completed"] == 32 and split.summary["trajectories_failed"] == 0
     assert split.makespan_s != simulate(resolve(cfg_of()), "static:1:3").makespan_s
-    assert split.makespan_s >= lower_bound(cfg_of(PER_ROLE)).makespan_s
+    assert split.makespan_s >= lower_bound(resolve(cfg_of(PER_ROLE))).makespan_s
 
 
 def test_switches_across_layouts_in_a_run_lose_no_trajectory():

@@ -61,7 +61,7 @@ def test_the_merge_is_the_one_priced_and_the_tail_runs_on_it(runs):
 
 def test_the_bound_stays_below_the_merged_run(runs):
     _, on = runs
-    wide, narrow = lower_bound(swe(True)), lower_bound(swe(False))
+    wide, narrow = lower_bound(resolve(swe(True))), lower_bound(resolve(swe(False)))
     assert wide.makespan_s <= on.makespan_s
     # the slowest trajectory on the widest layout is faster than on one engine; work is not cheaper
     assert wide.critical_path_s < narrow.critical_path_s
