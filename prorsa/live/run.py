@@ -223,8 +223,8 @@ async def control_plane(client: Client, runner: DaskTurnRunner, controller: Live
                         list(controller.step_s), list(controller.step_cpu_s), plugin_s, plugin_calls)
 
 
-def write_live_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float, policy: str, plane: ControlPlane,
-              resumed: int, extra: dict) -> dict:
+def write_live_run(run_dir: Path, run: RunContext, rec: RunRecorder, makespan: float, policy: str,
+                   plane: ControlPlane, resumed: int, extra: dict) -> dict:
     """summary.json and metrics.nc of a finished live run (the journal has written its
     trajectories); the summary, `extra` last."""
     cfg, unit = run.cfg, run.unit
