@@ -56,19 +56,17 @@ def write_out(run: RunContext, run_dir: Path, journal: RunJournal) -> dict:
     trajectories.parquet, each whole or not at all, so both there means only the seal was missed;
     else they are written as a resumed session that ran nothing would write them (figures over
     every saved trajectory; no engine samples, which went with the driver)."""
-    from prorsa.engine.registry import engine_name
     from prorsa.live.run import ControlPlane, write_live_run
     from prorsa.metrics.outputs import resumed_figures
     from prorsa.metrics.recorder import RunRecorder
-    from prorsa.rollout.drivers import expected_trajectories
 
     summary, metrics = run_dir / "summary.json", run_dir / "metrics.nc"
     written = summary.exists() and metrics.exists()
     saved = journal.finish()
     if not written:
         cfg = run.cfg
-        rec = RunRecorder(engines=[engine_name(i) for i in range(cfg.engines.count)], slots=cfg.engines.slots,
-                          expected=expected_trajectories(cfg.workload), completed=journal.completed_before,
+        rec = RunRecorder(engines=[e.name for e in run.engines], slots=cfg.engines.slots,
+                          expected=run.expected, completed=journal.completed_before,
                           failed=journal.failed_before, dropped=journal.dropped_before)
         write_live_run(run_dir, run, rec, 0.0, cfg.policy, ControlPlane(0, 0, 0, [], [], 0.0, 0),
                        journal.saved_before, resumed_figures(saved, journal.elapsed_before))

@@ -146,9 +146,9 @@ def misfit(run: RunContext, scale: ModelScale | None) -> RunContext:
         return run
     pol = run.policy
     shared: dict[int, object] = {}  # engines laid out alike keep sharing one model, built once
-    for c in run.engine_costs:
-        if id(c) not in shared:
-            shared[id(c)] = scale.of_roles(c)
+    for e in run.engines:
+        if id(e.costs) not in shared:
+            shared[id(e.costs)] = scale.of_roles(e.costs)
     each = tuple(replace(e, costs=shared[id(e.costs)]) for e in run.engines)
     groups = None if pol.groups is None else tuple(replace(g, cost=scale.of(g.cost)) for g in pol.groups)
     return replace(run, costs=scale.of_roles(run.costs), engines=each, policy=replace(
